@@ -1,0 +1,266 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/quillhq/quill/internal/auth"
+	"github.com/quillhq/quill/internal/config"
+	"github.com/quillhq/quill/internal/db"
+	"github.com/quillhq/quill/internal/httpapi"
+	"github.com/quillhq/quill/internal/logging"
+	"github.com/quillhq/quill/internal/metrics"
+	"github.com/quillhq/quill/internal/notes"
+)
+
+const overview = `usage: api [serve] [flags]     run the HTTP API (default)
+       api migrate [flags]     create the database if missing and apply migrations
+       api token create --tenant T    print a new bearer token for tenant T
+       api token revoke TOKEN_PREFIX  revoke a token (its qt_xxxxxxxx prefix, or the token)
+
+Run "api <command> --help" for a command's settings.`
+
+// Defaults of the API's settings (SPEC §2).
+const (
+	defaultHTTPAddr   = ":8080"
+	defaultAdminAddr  = ":9090"
+	defaultLogLevel   = "info"
+	defaultDBMaxConns = 16
+	shutdownTimeout   = 30 * time.Second
+)
+
+// run is the whole program: main only wires signals and the exit status.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cmd := "serve"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		cmd, args = args[0], args[1:]
+	} else if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
+		fmt.Fprintln(stdout, overview)
+		return nil
+	}
+	switch cmd {
+	case "serve":
+		return serve(ctx, args, getenv, stdout, stderr)
+	case "migrate":
+		return migrate(ctx, args, getenv, stdout, stderr)
+	case "token":
+		return token(ctx, args, getenv, stdout, stderr)
+	case "help":
+		fmt.Fprintln(stdout, overview)
+		return nil
+	default:
+		return usageError{fmt.Sprintf("unknown command %q\n%s", cmd, overview)}
+	}
+}
+
+// common settings of every subcommand.
+type common struct {
+	databaseURL string
+	logLevel    string
+}
+
+func (c *common) define(s *config.Set) {
+	s.String(&c.databaseURL, "database-url", "DATABASE_URL", db.DefaultURL, "PostgreSQL URL")
+	s.String(&c.logLevel, "log-level", "QUILL_LOG_LEVEL", defaultLogLevel, "log level: trace, debug, info, warn, error")
+}
+
+func parse(s *config.Set, args []string) error {
+	err := s.Parse(args)
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return err
+	}
+	return usageError{err.Error()}
+}
+
+type serveConfig struct {
+	common
+	httpAddr, adminAddr                   string
+	responseRetention, keyRetention, wait time.Duration
+	maxBody, maxAttachment, dbMaxConns    int
+}
+
+func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	var c serveConfig
+	s := config.New("api serve", "usage: api serve [flags]\n\nRuns the HTTP API.", getenv, stdout)
+	c.define(s)
+	s.String(&c.httpAddr, "http-addr", "QUILL_HTTP_ADDR", defaultHTTPAddr, "API listen address")
+	s.String(&c.adminAddr, "admin-addr", "QUILL_ADMIN_ADDR", defaultAdminAddr, "/healthz, /readyz and /metrics listen address")
+	s.Duration(&c.responseRetention, "idempotency-retention", "QUILL_IDEMPOTENCY_RETENTION", notes.DefaultResponseRetention, "how long a completed operation's response is replayed")
+	s.Duration(&c.keyRetention, "key-retention", "QUILL_KEY_RETENTION", notes.DefaultKeyRetention, "how long a key is remembered at all (tombstone); at least the response retention")
+	s.Duration(&c.wait, "idempotency-wait", "QUILL_IDEMPOTENCY_WAIT", notes.DefaultWait, "how long a request waits for a concurrent one with the same key")
+	s.Int(&c.maxBody, "max-body-bytes", "QUILL_MAX_BODY_BYTES", httpapi.DefaultMaxBodyBytes, 1, "request body limit")
+	s.Int(&c.maxAttachment, "max-attachment-bytes", "QUILL_MAX_ATTACHMENT_BYTES", httpapi.DefaultMaxAttachmentBytes, 0, "decoded attachment limit")
+	s.Int(&c.dbMaxConns, "db-max-conns", "QUILL_DB_MAX_CONNS", defaultDBMaxConns, 2, "PostgreSQL connection pool size")
+	if err := parse(s, args); err != nil {
+		return err
+	}
+	if len(s.Args()) > 0 {
+		return usageError{fmt.Sprintf("unexpected arguments: %q", s.Args())}
+	}
+	if c.responseRetention <= 0 {
+		return usageError{"QUILL_IDEMPOTENCY_RETENTION must be positive"}
+	}
+	if c.keyRetention < c.responseRetention {
+		return usageError{fmt.Sprintf("QUILL_KEY_RETENTION (%s) must be at least QUILL_IDEMPOTENCY_RETENTION (%s): a key must be remembered for as long as its response", c.keyRetention, c.responseRetention)}
+	}
+	log, err := logging.New(stderr, c.logLevel, "api")
+	if err != nil {
+		return usageError{err.Error()}
+	}
+
+	pool, err := db.Open(ctx, c.databaseURL, int32(c.dbMaxConns))
+	if err != nil {
+		log.Error().Err(err).Str("error_category", "database_unreachable").Msg("cannot start: PostgreSQL is not reachable at DATABASE_URL")
+		return fmt.Errorf("start: %w", err)
+	}
+	defer pool.Close()
+
+	reg := metrics.NewRegistry()
+	m := metrics.NewAPI(reg, notes.ActionCreate, notes.ActionDelete)
+	svc, err := notes.NewService(pool, notes.Config{
+		ResponseRetention: c.responseRetention, KeyRetention: c.keyRetention, Wait: c.wait,
+	}, log, notes.WithObserver(m))
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	api := httpapi.NewServer(httpapi.Deps{Pool: pool, Notes: svc, Log: log, Metrics: m,
+		Config: httpapi.Config{MaxBodyBytes: int64(c.maxBody), MaxAttachmentBytes: c.maxAttachment}})
+	admin := metrics.AdminHandler(reg, map[string]metrics.ReadyFunc{"postgres": pingFunc(pool)})
+	return serveHTTP(ctx, log, map[string]server{
+		"api":   {addr: c.httpAddr, handler: api},
+		"admin": {addr: c.adminAddr, handler: admin},
+	})
+}
+
+func pingFunc(pool *pgxpool.Pool) metrics.ReadyFunc {
+	return func(ctx context.Context) error { return pool.Ping(ctx) }
+}
+
+type server struct {
+	addr    string
+	handler http.Handler
+}
+
+// serveHTTP runs the servers until ctx ends, then shuts them down: new
+// connections are refused, in-flight requests finish (writes run detached
+// from their clients, so a commit under way completes).
+func serveHTTP(ctx context.Context, log zerolog.Logger, servers map[string]server) error {
+	g, gctx := errgroup.WithContext(ctx)
+	for name, s := range servers {
+		ln, err := net.Listen("tcp", s.addr)
+		if err != nil {
+			log.Error().Err(err).Str("listener", name).Msg("cannot listen")
+			return fmt.Errorf("listen %s on %s: %w", name, s.addr, err)
+		}
+		srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
+		log.Info().Str("listener", name).Str("addr", ln.Addr().String()).Msg("listening")
+		g.Go(func() error {
+			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("%s server: %w", name, err)
+			}
+			return nil
+		})
+		g.Go(func() error {
+			<-gctx.Done()
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(gctx), shutdownTimeout)
+			defer cancel()
+			return srv.Shutdown(sctx)
+		})
+	}
+	err := g.Wait()
+	log.Info().Msg("stopped")
+	return err
+}
+
+func migrate(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	var c common
+	s := config.New("api migrate", "usage: api migrate [flags]\n\nCreates the database when it is missing (and the role may) and applies the embedded migrations. Safe to run from several processes at once.", getenv, stdout)
+	c.define(s)
+	if err := parse(s, args); err != nil {
+		return err
+	}
+	log, err := logging.New(stderr, c.logLevel, "api")
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	res, err := db.Migrate(ctx, c.databaseURL)
+	if err != nil {
+		log.Error().Err(err).Str("error_category", "migrate_failed").Msg("migration failed")
+		return err
+	}
+	log.Info().Bool("created_database", res.CreatedDatabase).Strs("applied", res.Applied).Int64("version", res.Version).Msg("database migrated")
+	return nil
+}
+
+func token(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	const usage = "usage: api token create --tenant T | api token revoke TOKEN_PREFIX"
+	if len(args) == 0 {
+		return usageError{usage}
+	}
+	sub, args := args[0], args[1:]
+	var c common
+	var tenant string
+	s := config.New("api token "+sub, usage, getenv, stdout)
+	c.define(s)
+	if sub == "create" {
+		s.FlagSet().StringVar(&tenant, "tenant", "", "tenant the token acts for (^[a-z0-9][a-z0-9-]{0,62}$)")
+	}
+	if err := parse(s, args); err != nil {
+		return err
+	}
+	log, err := logging.New(stderr, c.logLevel, "api")
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	switch sub {
+	case "create":
+		if len(s.Args()) > 0 {
+			return usageError{fmt.Sprintf("unexpected arguments %q; %s", s.Args(), usage)}
+		}
+		if tenant == "" {
+			return usageError{"--tenant is required; " + usage}
+		}
+		if !auth.ValidTenant(tenant) {
+			return usageError{fmt.Sprintf("%v: %q", auth.ErrInvalidTenant, tenant)}
+		}
+	case "revoke":
+		if len(s.Args()) != 1 {
+			return usageError{usage}
+		}
+		if _, err := auth.PrefixOf(s.Args()[0]); err != nil {
+			return usageError{err.Error()}
+		}
+	default:
+		return usageError{fmt.Sprintf("unknown token command %q; %s", sub, usage)}
+	}
+	pool, err := db.Open(ctx, c.databaseURL, 2)
+	if err != nil {
+		log.Error().Err(err).Str("error_category", "database_unreachable").Msg("PostgreSQL is not reachable at DATABASE_URL")
+		return err
+	}
+	defer pool.Close()
+	if sub == "create" {
+		tok, err := auth.Create(ctx, pool, tenant, time.Now())
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, tok)
+		return nil
+	}
+	if err := auth.Revoke(ctx, pool, s.Args()[0], time.Now()); err != nil {
+		return err
+	}
+	log.Info().Str("prefix", s.Args()[0][:11]).Msg("token revoked")
+	return nil
+}

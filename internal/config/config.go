@@ -1,0 +1,127 @@
+// Package config reads a process's settings from flags and environment
+// variables — a flag wins over its variable, the variable over the default —
+// and reports a bad value as an error naming where it came from.
+package config
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Set is the settings of one command.
+type Set struct {
+	fs       *flag.FlagSet
+	getenv   func(string) string
+	settings []*setting
+	out      io.Writer
+	synopsis string
+}
+
+type setting struct {
+	flag, env, def, usage string
+	raw                   *string
+	parse                 func(string) error
+}
+
+// New returns an empty set for the command name; usage and help go to out.
+func New(name, synopsis string, getenv func(string) string, out io.Writer) *Set {
+	s := &Set{fs: flag.NewFlagSet(name, flag.ContinueOnError), getenv: getenv, out: out, synopsis: synopsis}
+	s.fs.SetOutput(out)
+	s.fs.Usage = s.usage
+	return s
+}
+
+func (s *Set) usage() {
+	fmt.Fprintf(s.out, "%s\n\nSettings (a flag wins over its environment variable):\n", s.synopsis)
+	for _, st := range s.settings {
+		env := ""
+		if st.env != "" {
+			env = st.env + ", "
+		}
+		fmt.Fprintf(s.out, "  --%s\n        %s (%sdefault %q)\n", st.flag, st.usage, env, st.def)
+	}
+	s.fs.VisitAll(func(f *flag.Flag) {
+		for _, st := range s.settings {
+			if st.flag == f.Name {
+				return
+			}
+		}
+		fmt.Fprintf(s.out, "  --%s\n        %s\n", f.Name, f.Usage)
+	})
+}
+
+// FlagSet exposes the underlying flags, for flags without a variable.
+func (s *Set) FlagSet() *flag.FlagSet { return s.fs }
+
+func (s *Set) add(name, env, def, usage string, parse func(string) error) {
+	st := &setting{flag: name, env: env, def: def, usage: usage, parse: parse}
+	st.raw = s.fs.String(name, "", usage)
+	s.settings = append(s.settings, st)
+}
+
+// String defines a string setting.
+func (s *Set) String(p *string, name, env, def, usage string) {
+	s.add(name, env, def, usage, func(v string) error { *p = v; return nil })
+}
+
+// Duration defines a Go-duration setting; it must be positive.
+func (s *Set) Duration(p *time.Duration, name, env string, def time.Duration, usage string) {
+	s.add(name, env, def.String(), usage, func(v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return fmt.Errorf("not a Go duration such as 30s or 72h")
+		}
+		if d < 0 {
+			return errors.New("must not be negative")
+		}
+		*p = d
+		return nil
+	})
+}
+
+// Int defines an integer setting of at least min.
+func (s *Set) Int(p *int, name, env string, def, minimum int, usage string) {
+	s.add(name, env, strconv.Itoa(def), usage, func(v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return errors.New("not an integer")
+		}
+		if n < minimum {
+			return fmt.Errorf("must be at least %d", minimum)
+		}
+		*p = n
+		return nil
+	})
+}
+
+// Parse reads args and the environment. It returns flag.ErrHelp after
+// printing the usage for -h/--help, and otherwise an error naming the flag or
+// variable whose value is bad.
+func (s *Set) Parse(args []string) error {
+	if err := s.fs.Parse(args); err != nil {
+		return err
+	}
+	set := map[string]bool{}
+	s.fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	for _, st := range s.settings {
+		v, from := st.def, "default of --"+st.flag
+		switch {
+		case set[st.flag]:
+			v, from = *st.raw, "--"+st.flag
+		case st.env != "" && s.getenv(st.env) != "":
+			v, from = s.getenv(st.env), st.env
+		}
+		if err := st.parse(strings.TrimSpace(v)); err != nil {
+			return fmt.Errorf("invalid %s %q: %w", from, v, err)
+		}
+	}
+	return nil
+}
+
+// Args returns the arguments left after the flags.
+func (s *Set) Args() []string { return s.fs.Args() }

@@ -1,0 +1,149 @@
+// Package db opens Quill's PostgreSQL pool, applies the embedded migrations,
+// runs transactions and translates driver errors into Quill's own once, at the
+// boundary.
+package db
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// DefaultURL is the database used when DATABASE_URL is not set.
+const DefaultURL = "postgres://postgres@127.0.0.1:5432/quill?sslmode=disable"
+
+// rollbackTimeout bounds a rollback that runs after the caller's context ended.
+const rollbackTimeout = 5 * time.Second
+
+// ErrNotFound is returned when a query that must find one row finds none.
+var ErrNotFound = errors.New("not found")
+
+// ErrUnavailable marks an error caused by the database being unreachable or
+// going away; callers answer "try again" rather than "you are wrong".
+var ErrUnavailable = errors.New("database unavailable")
+
+// ErrConflict marks a unique-violation, serialization failure or deadlock:
+// another transaction won a race.
+var ErrConflict = errors.New("conflict with a concurrent transaction")
+
+// Open connects a pool to url and verifies the connection with a ping. It
+// returns an error wrapping ErrUnavailable when the server cannot be reached.
+func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("parse DATABASE_URL: %w", err)
+	}
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open pool: %w", err)
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := pool.Ping(pingCtx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect to %s:%d/%s: %w", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database, Translate(err))
+	}
+	return pool, nil
+}
+
+// Beginner is what WithTx needs: a pool or a connection.
+type Beginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// WithTx runs fn in a transaction and commits it when fn returns nil. The
+// rollback after a failure runs even when ctx is already cancelled, so a
+// cancelled caller never leaves a transaction open. Errors are translated.
+func WithTx(ctx context.Context, b Beginner, fn func(pgx.Tx) error) error {
+	tx, err := b.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("begin: %w", Translate(err))
+	}
+	if err := fn(tx); err != nil {
+		Rollback(ctx, tx)
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("commit: %w", Translate(err))
+	}
+	return nil
+}
+
+// Rollback rolls tx back on a context that survives the caller's
+// cancellation; the error is dropped because the transaction is abandoned
+// either way (a broken connection is discarded by the pool).
+func Rollback(ctx context.Context, tx pgx.Tx) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+	defer cancel()
+	_ = tx.Rollback(rctx)
+}
+
+// Translate maps driver errors to Quill's sentinel errors, keeping the
+// original in the chain: pgx.ErrNoRows → ErrNotFound; 23505, 40001, 40P01 →
+// ErrConflict; network errors, admin shutdown and connection failures →
+// ErrUnavailable. Other errors are returned unchanged.
+func Translate(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%w: %w", ErrNotFound, err)
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "23505", "40001", "40P01":
+			return fmt.Errorf("%w: %w", ErrConflict, err)
+		case "57P01", "57P02", "57P03", "53300", "08000", "08003", "08006", "08001", "08004":
+			return fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+		return err
+	}
+	if IsConnectionError(err) {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return err
+}
+
+// IsConnectionError reports whether err came from the connection rather than
+// from the server's answer to a statement: dial failures, broken sockets,
+// timeouts, a closed connection.
+func IsConnectionError(err error) bool {
+	var connErr *pgconn.ConnectError
+	var netErr net.Error
+	switch {
+	case errors.As(err, &connErr), errors.As(err, &netErr):
+		return true
+	case pgconn.SafeToRetry(err), pgconn.Timeout(err):
+		return true
+	case errors.Is(err, net.ErrClosed):
+		return true
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return false
+	}
+	// pgconn reports a dead connection as a plain error ("conn closed",
+	// "unexpected EOF"); anything not from the server is treated as transport.
+	return errors.Is(err, context.DeadlineExceeded) || isClosed(err)
+}
+
+func isClosed(err error) bool {
+	msg := err.Error()
+	for _, s := range []string{"conn closed", "unexpected EOF", "connection reset", "broken pipe", "connection refused", "EOF"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,98 @@
+package db
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
+
+	"github.com/quillhq/quill/migrations"
+)
+
+// MigrateResult says what Migrate did.
+type MigrateResult struct {
+	CreatedDatabase bool
+	Applied         []string
+	Version         int64
+}
+
+// Migrate creates the database named in url when it is missing (and the role
+// may create it), then applies every pending embedded migration. Several
+// processes may run it at once: goose holds a PostgreSQL session advisory lock
+// while it migrates, and a concurrent CREATE DATABASE is tolerated.
+func Migrate(ctx context.Context, url string) (MigrateResult, error) {
+	var res MigrateResult
+	created, err := ensureDatabase(ctx, url)
+	if err != nil {
+		return res, err
+	}
+	res.CreatedDatabase = created
+
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return res, fmt.Errorf("parse DATABASE_URL: %w", err)
+	}
+	sqlDB := stdlib.OpenDB(*cfg)
+	defer sqlDB.Close()
+
+	locker, err := lock.NewPostgresSessionLocker()
+	if err != nil {
+		return res, fmt.Errorf("migration lock: %w", err)
+	}
+	provider, err := goose.NewProvider(goose.DialectPostgres, sqlDB, migrations.FS,
+		goose.WithSessionLocker(locker))
+	if err != nil {
+		return res, fmt.Errorf("load migrations: %w", err)
+	}
+	results, err := provider.Up(ctx)
+	if err != nil {
+		return res, fmt.Errorf("apply migrations: %w", Translate(err))
+	}
+	for _, r := range results {
+		res.Applied = append(res.Applied, r.Source.Path)
+	}
+	res.Version, err = provider.GetDBVersion(ctx)
+	if err != nil {
+		return res, fmt.Errorf("read schema version: %w", Translate(err))
+	}
+	return res, nil
+}
+
+// ensureDatabase connects to url; when the server answers that the database
+// does not exist (3D000) it connects to the maintenance database "postgres"
+// and creates it.
+func ensureDatabase(ctx context.Context, url string) (bool, error) {
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return false, fmt.Errorf("parse DATABASE_URL: %w", err)
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err == nil {
+		return false, conn.Close(ctx)
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "3D000" {
+		return false, fmt.Errorf("connect to %s:%d/%s: %w", cfg.Host, cfg.Port, cfg.Database, Translate(err))
+	}
+	name := cfg.Database
+	admin := cfg.Copy()
+	admin.Database = "postgres"
+	aconn, err := pgx.ConnectConfig(ctx, admin)
+	if err != nil {
+		return false, fmt.Errorf("connect to maintenance database to create %q: %w", name, Translate(err))
+	}
+	defer aconn.Close(context.WithoutCancel(ctx))
+	_, err = aconn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+	if errors.As(err, &pgErr) && (pgErr.Code == "42P04" || pgErr.Code == "23505") {
+		return false, nil // created by a concurrent migrate
+	}
+	if err != nil {
+		return false, fmt.Errorf("create database %q: %w", name, err)
+	}
+	return true, nil
+}

@@ -1,0 +1,268 @@
+package httpapi
+
+import (
+	"encoding/base64"
+	"errors"
+	"mime"
+	"net/http"
+	"strconv"
+
+	"github.com/go-json-experiment/json"
+	"github.com/google/uuid"
+
+	"github.com/quillhq/quill/internal/idempotency"
+	"github.com/quillhq/quill/internal/notes"
+	"github.com/quillhq/quill/internal/problem"
+)
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		problem.New(http.StatusInternalServerError, problem.CodeInternal, "could not encode the response").Write(w)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+// operationKey reads the Idempotency-Key header and records its hash for
+// the log line.
+func operationKey(r *http.Request, action string) (string, *problem.Problem) {
+	ri := info(r)
+	ri.action = action
+	key, err := idempotency.ParseKeyHeader(r.Header.Values("Idempotency-Key"))
+	switch {
+	case errors.Is(err, idempotency.ErrKeyMissing):
+		return "", problem.New(http.StatusBadRequest, problem.CodeKeyMissing,
+			"send Idempotency-Key with a key that names this operation; a retry of the same operation sends the same key")
+	case err != nil:
+		return "", problem.New(http.StatusBadRequest, problem.CodeKeyInvalid, err.Error())
+	}
+	ri.keyHash = idempotency.KeyHash(ri.tenant, key)
+	return key, nil
+}
+
+func (s *server) writeRequest(r *http.Request, key string) notes.Request {
+	return notes.Request{Tenant: info(r).tenant, Key: key, Wait: preferWait(r), Traceparent: traceparent(r)}
+}
+
+// writeOutcome sends a write's recorded response.
+func writeOutcome(w http.ResponseWriter, r *http.Request, out notes.Outcome) {
+	h := w.Header()
+	if out.Status >= 400 {
+		h.Set("Content-Type", problem.ContentType)
+	} else {
+		h.Set("Content-Type", "application/json")
+	}
+	if out.Location != "" {
+		h.Set("Location", out.Location)
+	}
+	if out.Replayed {
+		h.Set("Idempotent-Replayed", "true")
+		info(r).replayed = true
+	}
+	w.WriteHeader(out.Status)
+	_, _ = w.Write(out.Body)
+}
+
+func (s *server) createNote(w http.ResponseWriter, r *http.Request) {
+	key, p := operationKey(r, notes.ActionCreate)
+	if p != nil {
+		writeProblem(w, r, p)
+		return
+	}
+	var in notes.CreateInput
+	if p := decodeBody(w, r, s.Config.MaxBodyBytes, &in); p != nil {
+		writeProblem(w, r, p)
+		return
+	}
+	params, err := notes.Validate(in, s.Config.MaxAttachmentBytes)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	out, err := s.Notes.Create(r.Context(), s.writeRequest(r, key), params)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeOutcome(w, r, out)
+}
+
+func (s *server) deleteNote(w http.ResponseWriter, r *http.Request) {
+	key, p := operationKey(r, notes.ActionDelete)
+	if p != nil {
+		writeProblem(w, r, p)
+		return
+	}
+	if r.ContentLength != 0 {
+		// A delete takes no parameters; a body may only be an empty object.
+		var empty struct{}
+		if p := decodeBody(w, r, s.Config.MaxBodyBytes, &empty); p != nil {
+			writeProblem(w, r, p)
+			return
+		}
+	}
+	id, ok := parseID(r)
+	if !ok {
+		writeError(w, r, notes.ErrNotFound)
+		return
+	}
+	out, err := s.Notes.Delete(r.Context(), s.writeRequest(r, key), id)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeOutcome(w, r, out)
+}
+
+func (s *server) getNote(w http.ResponseWriter, r *http.Request) {
+	id, ok := parseID(r)
+	if !ok {
+		writeError(w, r, notes.ErrNotFound)
+		return
+	}
+	n, err := s.Notes.Get(r.Context(), info(r).tenant, id)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, n.View())
+}
+
+// List limits.
+const (
+	defaultListLimit = 50
+	maxListLimit     = 100
+)
+
+type listPage struct {
+	Items      []notes.NoteView `json:"items"`
+	NextCursor *string          `json:"next_cursor"`
+}
+
+func (s *server) listNotes(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	var errs []problem.FieldError
+	limit := defaultListLimit
+	if v := q.Get("limit"); v != "" || q.Has("limit") {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxListLimit {
+			errs = append(errs, problem.FieldError{Field: "limit", Message: "must be an integer from 1 to 100"})
+		}
+		limit = n
+	}
+	var after *uuid.UUID
+	if c := q.Get("cursor"); c != "" || q.Has("cursor") {
+		id, ok := decodeCursor(c)
+		if !ok {
+			errs = append(errs, problem.FieldError{Field: "cursor", Message: "is not a cursor returned by this API"})
+		}
+		after = &id
+	}
+	if len(errs) > 0 {
+		p := problem.New(http.StatusBadRequest, problem.CodeValidation, "the query has invalid parameters; see errors")
+		p.Errors = errs
+		writeProblem(w, r, p)
+		return
+	}
+	list, next, err := s.Notes.List(r.Context(), info(r).tenant, limit, after)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	page := listPage{Items: make([]notes.NoteView, len(list))}
+	for i, n := range list {
+		page.Items[i] = n.View()
+	}
+	if next != nil {
+		c := encodeCursor(*next)
+		page.NextCursor = &c
+	}
+	writeJSON(w, http.StatusOK, page)
+}
+
+// Cursors are opaque to clients: the base64url of the last note id seen.
+func encodeCursor(id uuid.UUID) string { return base64.RawURLEncoding.EncodeToString(id[:]) }
+
+func decodeCursor(c string) (uuid.UUID, bool) {
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil || len(b) != 16 {
+		return uuid.Nil, false
+	}
+	id, err := uuid.FromBytes(b)
+	return id, err == nil
+}
+
+func (s *server) getAttachment(w http.ResponseWriter, r *http.Request) {
+	id, ok := parseID(r)
+	if !ok {
+		writeError(w, r, notes.ErrNotFound)
+		return
+	}
+	a, err := s.Notes.Attachment(r.Context(), info(r).tenant, id)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, a.Detail())
+}
+
+func (s *server) getAttachmentContent(w http.ResponseWriter, r *http.Request) {
+	id, ok := parseID(r)
+	if !ok {
+		writeError(w, r, notes.ErrNotFound)
+		return
+	}
+	ct, filename, data, err := s.Notes.AttachmentContent(r.Context(), info(r).tenant, id)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", ct)
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": filename}))
+	h.Set("Content-Length", strconv.Itoa(len(data)))
+	w.WriteHeader(http.StatusOK)
+	if r.Method != http.MethodHead {
+		_, _ = w.Write(data)
+	}
+}
+
+func (s *server) getThumbnail(w http.ResponseWriter, r *http.Request) {
+	id, ok := parseID(r)
+	if !ok {
+		writeError(w, r, notes.ErrNotFound)
+		return
+	}
+	png, err := s.Notes.Thumbnail(r.Context(), info(r).tenant, id)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "image/png")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Content-Length", strconv.Itoa(len(png)))
+	w.WriteHeader(http.StatusOK)
+	if r.Method != http.MethodHead {
+		_, _ = w.Write(png)
+	}
+}
+
+func (s *server) getOperation(w http.ResponseWriter, r *http.Request) {
+	key, err := idempotency.ParseKey(r.PathValue("key"))
+	if err != nil {
+		writeProblem(w, r, problem.New(http.StatusBadRequest, problem.CodeKeyInvalid, err.Error()))
+		return
+	}
+	info(r).keyHash = idempotency.KeyHash(info(r).tenant, key)
+	op, err := s.Notes.Lookup(r.Context(), info(r).tenant, key)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, op)
+}

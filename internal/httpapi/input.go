@@ -1,0 +1,121 @@
+package httpapi
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-json-experiment/json"
+
+	"github.com/quillhq/quill/internal/problem"
+)
+
+// strict rejects unknown members; duplicate member names and invalid UTF-8
+// are rejected by json v2's defaults, trailing data by UnmarshalRead.
+var strict = json.RejectUnknownMembers(true)
+
+// isJSON reports whether a Content-Type names JSON: application/json or a
+// +json suffix type.
+func isJSON(contentType string) bool {
+	mt, _, err := mime.ParseMediaType(contentType)
+	if err != nil {
+		return false
+	}
+	return mt == "application/json" || (strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json"))
+}
+
+// decodeBody decodes the request body, which must be exactly one JSON object
+// of at most limit bytes, into dst. The limit is enforced while reading.
+func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, dst any) *problem.Problem {
+	if !isJSON(r.Header.Get("Content-Type")) {
+		return problem.New(http.StatusUnsupportedMediaType, problem.CodeUnsupportedMedia,
+			"send the body as JSON with Content-Type: application/json")
+	}
+	if r.ContentLength > limit {
+		return tooLarge(limit)
+	}
+	br := bufio.NewReader(http.MaxBytesReader(w, r.Body, limit))
+	if p := expectObject(br, limit); p != nil {
+		return p
+	}
+	if err := json.UnmarshalRead(br, dst, strict); err != nil {
+		return decodeProblem(err, limit)
+	}
+	return nil
+}
+
+// expectObject peeks past leading whitespace and insists on '{': json v2
+// would accept a top-level null as "no members".
+func expectObject(br *bufio.Reader, limit int64) *problem.Problem {
+	for {
+		c, err := br.ReadByte()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return problem.New(http.StatusBadRequest, problem.CodeInvalidJSON, "the body is empty; send one JSON object")
+			}
+			return decodeProblem(err, limit)
+		}
+		switch c {
+		case ' ', '\t', '\r', '\n':
+			continue
+		case '{':
+			_ = br.UnreadByte()
+			return nil
+		default:
+			return problem.New(http.StatusBadRequest, problem.CodeInvalidJSON, "the body must be one JSON object")
+		}
+	}
+}
+
+func tooLarge(limit int64) *problem.Problem {
+	return problem.New(http.StatusRequestEntityTooLarge, problem.CodeTooLarge,
+		fmt.Sprintf("the request body is larger than %d bytes", limit))
+}
+
+func decodeProblem(err error, limit int64) *problem.Problem {
+	var maxErr *http.MaxBytesError
+	if errors.As(err, &maxErr) {
+		return tooLarge(limit)
+	}
+	msg := err.Error()
+	msg = strings.TrimPrefix(msg, "json: ")
+	msg = strings.TrimPrefix(msg, "jsontext: ")
+	return problem.New(http.StatusBadRequest, problem.CodeInvalidJSON, "the body is not one valid JSON object of the expected shape: "+msg)
+}
+
+// preferWait returns the wait a client asked for with Prefer: wait=N
+// (RFC 7240), or -1 when it asked for none.
+func preferWait(r *http.Request) time.Duration {
+	for _, v := range r.Header.Values("Prefer") {
+		for pref := range strings.SplitSeq(v, ",") {
+			name, val, ok := strings.Cut(strings.TrimSpace(pref), "=")
+			if !ok || !strings.EqualFold(strings.TrimSpace(name), "wait") {
+				continue
+			}
+			n, err := strconv.Atoi(strings.Trim(strings.TrimSpace(val), `"`))
+			if err != nil || n < 0 {
+				continue
+			}
+			return time.Duration(min(n, 3600)) * time.Second
+		}
+	}
+	return -1
+}
+
+var traceparentRE = regexp.MustCompile(`^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$`)
+
+// traceparent returns a valid W3C traceparent header, or "".
+func traceparent(r *http.Request) string {
+	tp := r.Header.Get("traceparent")
+	if traceparentRE.MatchString(tp) {
+		return tp
+	}
+	return ""
+}

@@ -1,0 +1,126 @@
+package httpapi
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net/http"
+	"regexp"
+	"time"
+
+	"github.com/quillhq/quill/internal/problem"
+)
+
+type ctxKey struct{}
+
+// reqInfo collects what a request's log line reports; handlers fill it in.
+type reqInfo struct {
+	id       string
+	tenant   string
+	action   string
+	keyHash  string
+	category string
+	replayed bool
+	err      error
+}
+
+func info(r *http.Request) *reqInfo {
+	ri, _ := r.Context().Value(ctxKey{}).(*reqInfo)
+	if ri == nil {
+		return &reqInfo{}
+	}
+	return ri
+}
+
+var requestIDRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
+
+func newRequestID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	bytes  int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	n, err := w.ResponseWriter.Write(b)
+	w.bytes += n
+	return n, err
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// observe assigns the request id, recovers panics as 500 problems, counts
+// the request and logs one line without titles, bodies, keys or tokens.
+func (s *server) observe(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		ri := &reqInfo{id: r.Header.Get("X-Request-Id")}
+		if !requestIDRE.MatchString(ri.id) {
+			ri.id = newRequestID()
+		}
+		w.Header().Set("X-Request-Id", ri.id)
+		r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, ri))
+		sw := &statusWriter{ResponseWriter: w}
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				s.Log.Error().Str("request_id", ri.id).Interface("panic", v).Msg("handler panicked")
+				if sw.status == 0 {
+					ri.category = problem.CodeInternal
+					problem.New(http.StatusInternalServerError, problem.CodeInternal,
+						"an unexpected error occurred; a retry with the same key is safe").Write(sw)
+				}
+			}
+			route := r.Pattern
+			if route == "" || route == "/" {
+				route = "unmatched"
+			}
+			if s.Metrics != nil {
+				s.Metrics.HTTPRequest(route, r.Method, sw.status)
+			}
+			ev := s.Log.Info()
+			if sw.status >= 500 {
+				ev = s.Log.Error()
+			}
+			ev = ev.Str("request_id", ri.id).Str("method", r.Method).Str("route", route).
+				Int("status", sw.status).Float64("duration_ms", since(start)).Int("bytes", sw.bytes)
+			if ri.tenant != "" {
+				ev = ev.Str("tenant", ri.tenant)
+			}
+			if ri.action != "" {
+				ev = ev.Str("action", ri.action)
+			}
+			if ri.keyHash != "" {
+				ev = ev.Str("key_hash", ri.keyHash)
+			}
+			if ri.category != "" {
+				ev = ev.Str("error_category", ri.category)
+			}
+			if ri.replayed {
+				ev = ev.Bool("replayed", true)
+			}
+			if ri.err != nil {
+				ev = ev.Err(ri.err)
+			}
+			ev.Msg("request")
+		}()
+		next.ServeHTTP(sw, r)
+	})
+}

@@ -1,0 +1,220 @@
+// Package httpapi is Quill's HTTP API (SPEC §3): routing, authentication,
+// strict JSON input, problem+json errors and the mapping of domain errors to
+// status codes, all in one place.
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
+
+	"github.com/quillhq/quill/internal/auth"
+	"github.com/quillhq/quill/internal/db"
+	"github.com/quillhq/quill/internal/notes"
+	"github.com/quillhq/quill/internal/problem"
+)
+
+// Defaults of Config.
+const (
+	DefaultMaxBodyBytes       = 2 << 20
+	DefaultMaxAttachmentBytes = 1 << 20
+)
+
+// Config holds the API's request limits.
+type Config struct {
+	// MaxBodyBytes bounds a request body; more is 413. Default 2 MiB.
+	MaxBodyBytes int64
+	// MaxAttachmentBytes bounds a decoded attachment; more is 413.
+	// Default 1 MiB.
+	MaxAttachmentBytes int
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.MaxAttachmentBytes == 0 {
+		c.MaxAttachmentBytes = DefaultMaxAttachmentBytes
+	}
+	return c
+}
+
+// Metrics receives per-request counts.
+type Metrics interface {
+	HTTPRequest(route, method string, code int)
+}
+
+// Deps are what the API needs.
+type Deps struct {
+	Pool    *pgxpool.Pool
+	Notes   *notes.Service
+	Log     zerolog.Logger
+	Metrics Metrics
+	Config  Config
+}
+
+type server struct {
+	Deps
+}
+
+// NewServer returns the API's handler.
+func NewServer(d Deps) http.Handler {
+	d.Config = d.Config.WithDefaults()
+	s := &server{Deps: d}
+	mux := http.NewServeMux()
+	mux.Handle("/v1/notes", s.authed(methods{
+		http.MethodPost: s.createNote,
+		http.MethodGet:  s.listNotes,
+	}))
+	mux.Handle("/v1/notes/{id}", s.authed(methods{
+		http.MethodGet:    s.getNote,
+		http.MethodDelete: s.deleteNote,
+	}))
+	mux.Handle("/v1/notes/{id}/attachment", s.authed(methods{http.MethodGet: s.getAttachment}))
+	mux.Handle("/v1/notes/{id}/attachment/content", s.authed(methods{http.MethodGet: s.getAttachmentContent}))
+	mux.Handle("/v1/notes/{id}/attachment/thumbnail", s.authed(methods{http.MethodGet: s.getThumbnail}))
+	mux.Handle("/v1/operations/{key}", s.authed(methods{http.MethodGet: s.getOperation}))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, r, problem.New(http.StatusNotFound, problem.CodeNotFound, "no such resource"))
+	})
+	return s.observe(mux)
+}
+
+// methods dispatches by method and answers 405 as problem+json.
+type methods map[string]http.HandlerFunc
+
+func (m methods) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h, ok := m[r.Method]
+	if !ok && r.Method == http.MethodHead {
+		h, ok = m[http.MethodGet]
+	}
+	if !ok {
+		allow := ""
+		for k := range m {
+			if allow != "" {
+				allow += ", "
+			}
+			allow += k
+		}
+		w.Header().Set("Allow", allow)
+		writeProblem(w, r, problem.New(http.StatusMethodNotAllowed, problem.CodeMethodNotAllowed, r.Method+" is not allowed here; allowed: "+allow))
+		return
+	}
+	h(w, r)
+}
+
+// authed resolves the bearer token to the request's tenant before h runs.
+func (s *server) authed(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tenant, err := auth.Authenticate(r.Context(), s.Pool, r.Header.Get("Authorization"))
+		if err != nil {
+			if errors.Is(err, auth.ErrUnauthenticated) {
+				info(r).category = "unauthenticated"
+				writeProblem(w, r, problem.New(http.StatusUnauthorized, problem.CodeUnauthenticated,
+					"send Authorization: Bearer <token> with a valid, unrevoked token"))
+				return
+			}
+			writeError(w, r, err)
+			return
+		}
+		info(r).tenant = tenant
+		h.ServeHTTP(w, r)
+	})
+}
+
+// problemFor maps a domain error to its problem; the one place that does.
+func problemFor(err error) *problem.Problem {
+	var (
+		verr     *notes.ValidationError
+		tooLarge *notes.TooLargeError
+		reused   *notes.KeyReusedError
+		expired  *notes.ExpiredError
+		unavail  *notes.UnavailableError
+	)
+	switch {
+	case errors.As(err, &verr):
+		p := problem.New(http.StatusBadRequest, problem.CodeValidation, "the request has invalid fields; see errors")
+		p.Errors = verr.Errors
+		return p
+	case errors.As(err, &tooLarge):
+		return problem.New(http.StatusRequestEntityTooLarge, problem.CodeTooLarge, tooLarge.Error())
+	case errors.As(err, &reused):
+		detail := "this key is recorded for different parameters; a new intent needs a new key, the same intent must send its original parameters"
+		if reused.Fields[0] == "action" {
+			detail = "this key is recorded for a " + reused.RecordedAction + " operation; a new intent needs a new key"
+		}
+		p := problem.New(http.StatusUnprocessableEntity, problem.CodeKeyReused, detail)
+		p.Fields = reused.Fields
+		return p
+	case errors.As(err, &expired):
+		p := problem.New(http.StatusGone, problem.CodeResultExpired,
+			expired.Error()+"; the operation is not executed again: look the resource up instead")
+		p.Resource = expired.Resource
+		return p
+	case errors.Is(err, notes.ErrInProgress):
+		p := problem.New(http.StatusConflict, problem.CodeInProgress,
+			"a request with this key is still executing; send the same request with the same key again")
+		p.RetryAfter = 1
+		return p
+	case errors.As(err, &unavail):
+		detail := "the database is unavailable and nothing was committed; a retry with the same key is safe"
+		if unavail.Unknown {
+			detail = "the database became unavailable while committing and whether the operation committed could not be established; a retry with the same key is safe and answers with the real outcome"
+		}
+		p := problem.New(http.StatusServiceUnavailable, problem.CodeUnavailable, detail)
+		p.RetryAfter = 1
+		return p
+	case errors.Is(err, db.ErrUnavailable):
+		p := problem.New(http.StatusServiceUnavailable, problem.CodeUnavailable, "the database is unavailable; nothing was changed")
+		p.RetryAfter = 1
+		return p
+	case errors.Is(err, notes.ErrNotFound):
+		return problem.New(http.StatusNotFound, problem.CodeNotFound, "no such note for this tenant")
+	case errors.Is(err, notes.ErrOperationNotFound):
+		return problem.New(http.StatusNotFound, problem.CodeOpNotFound,
+			"nothing with this key is recorded for this tenant and nothing with it is executing; the write never executed, so send it again under the same key")
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		p := problem.New(http.StatusServiceUnavailable, problem.CodeUnavailable, "the request was cancelled before an outcome was reached; a retry with the same key is safe")
+		p.RetryAfter = 1
+		return p
+	default:
+		return problem.New(http.StatusInternalServerError, problem.CodeInternal,
+			"an unexpected error occurred and nothing was committed; a retry with the same key is safe")
+	}
+}
+
+func categoryOf(p *problem.Problem) string { return p.Code }
+
+func writeError(w http.ResponseWriter, r *http.Request, err error) {
+	p := problemFor(err)
+	ri := info(r)
+	ri.category = categoryOf(p)
+	if p.Status >= 500 {
+		ri.err = err
+	}
+	writeProblem(w, r, p)
+}
+
+func writeProblem(w http.ResponseWriter, r *http.Request, p *problem.Problem) {
+	if ri := info(r); ri != nil && ri.category == "" {
+		ri.category = p.Code
+	}
+	p.Write(w)
+}
+
+func parseID(r *http.Request) (uuid.UUID, bool) {
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil || len(r.PathValue("id")) != 36 {
+		return uuid.Nil, false
+	}
+	return id, true
+}
+
+// since returns milliseconds since t, for logs.
+func since(t time.Time) float64 { return float64(time.Since(t).Microseconds()) / 1000 }

@@ -1,0 +1,191 @@
+package idempotency
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Record is the committed outcome of one operation: what was asked (action,
+// version, fingerprint), what it produced (resource, response) and its
+// lifetime. A compacted record (a tombstone) has no response body.
+type Record struct {
+	Tenant      string
+	Key         string
+	Action      string
+	Version     int
+	Fingerprint []byte
+	Fields      map[string]string
+	// Resource is the path of the resource the operation created or acted
+	// on, e.g. /v1/notes/{id}; empty when it acted on nothing.
+	Resource    string
+	Status      int
+	Body        []byte
+	Location    string
+	CreatedAt   time.Time
+	CompletedAt time.Time
+	ExpiresAt   time.Time
+	ForgetAt    time.Time
+	CompactedAt *time.Time
+}
+
+// Verdict is what a recorded operation means for a new request with its key.
+type Verdict int
+
+const (
+	// Replay: same intent, response still retained — answer with it.
+	Replay Verdict = iota + 1
+	// Reused: the key belongs to different parameters or another action.
+	Reused
+	// Expired: same intent, but only the tombstone is left.
+	Expired
+	// Forgotten: the key retention has passed; the record no longer counts.
+	Forgotten
+)
+
+// Decide returns what rec means for a request with fingerprint fp at now, and
+// for Reused the names of the parameters that differ ("action" when the
+// action differs).
+func Decide(rec *Record, fp Fingerprint, now time.Time) (Verdict, []string) {
+	if !now.Before(rec.ForgetAt) {
+		return Forgotten, nil
+	}
+	if rec.Action != fp.Action {
+		return Reused, []string{"action"}
+	}
+	if !bytes.Equal(rec.Fingerprint, fp.Sum) {
+		fields := DiffFields(rec.Fields, fp.Fields)
+		if len(fields) == 0 {
+			fields = []string{"v"} // same parameters, another parameter version
+		}
+		return Reused, fields
+	}
+	if rec.Expired(now) {
+		return Expired, nil
+	}
+	return Replay, nil
+}
+
+// Expired reports whether rec's response is no longer replayed at now.
+func (r *Record) Expired(now time.Time) bool {
+	return r.CompactedAt != nil || r.Body == nil || !now.Before(r.ExpiresAt)
+}
+
+// Querier runs statements: a pool, a connection or a transaction.
+type Querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+const (
+	sqlOperationGet = `SELECT tenant, key, action, version, fingerprint, field_hashes,
+		coalesce(resource, ''), response_status, response_body, coalesce(response_location, ''),
+		created_at, completed_at, expires_at, forget_at, compacted_at
+	FROM operations WHERE tenant = $1 AND key = $2`
+
+	sqlOperationInsert = `INSERT INTO operations (tenant, key, action, version, fingerprint,
+		field_hashes, resource, response_status, response_body, response_location,
+		created_at, completed_at, expires_at, forget_at)
+	VALUES ($1, $2, $3, $4, $5, $6, nullif($7, ''), $8, $9, nullif($10, ''), $11, $12, $13, $14)`
+
+	sqlOperationDelete = `DELETE FROM operations WHERE tenant = $1 AND key = $2`
+
+	sqlAdvisoryTryLock = `SELECT pg_try_advisory_xact_lock($1)`
+
+	sqlOperationsCompact = `UPDATE operations SET response_body = NULL, response_location = NULL, compacted_at = $1
+	WHERE (tenant, key) IN (
+		SELECT tenant, key FROM operations
+		WHERE compacted_at IS NULL AND expires_at <= $1
+		ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)`
+
+	sqlOperationsForget = `DELETE FROM operations
+	WHERE (tenant, key) IN (
+		SELECT tenant, key FROM operations
+		WHERE forget_at <= $1
+		ORDER BY forget_at LIMIT $2 FOR UPDATE SKIP LOCKED)`
+)
+
+func scanRecord(row pgx.Row) (*Record, error) {
+	var r Record
+	err := row.Scan(&r.Tenant, &r.Key, &r.Action, &r.Version, &r.Fingerprint, &r.Fields,
+		&r.Resource, &r.Status, &r.Body, &r.Location,
+		&r.CreatedAt, &r.CompletedAt, &r.ExpiresAt, &r.ForgetAt, &r.CompactedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read operation: %w", err)
+	}
+	return &r, nil
+}
+
+// RecordGet returns the record of (tenant, key), or nil when none is
+// committed. Errors are the driver's, wrapped.
+func RecordGet(ctx context.Context, q Querier, tenant, key string) (*Record, error) {
+	return scanRecord(q.QueryRow(ctx, sqlOperationGet, tenant, key))
+}
+
+// QueueClaim queues, into b, the two statements that open an execution
+// attempt inside a transaction: try the operation's advisory lock, and read
+// its record. After the batch ran, *locked says whether this transaction now
+// owns execution and *rec holds the committed record, if any.
+func QueueClaim(b *pgx.Batch, tenant, key string, locked *bool, rec **Record) {
+	b.Queue(sqlAdvisoryTryLock, LockID(tenant, key)).QueryRow(func(row pgx.Row) error {
+		return row.Scan(locked)
+	})
+	b.Queue(sqlOperationGet, tenant, key).QueryRow(func(row pgx.Row) error {
+		r, err := scanRecord(row)
+		*rec = r
+		return err
+	})
+}
+
+// QueueInsert queues the insert of r into b.
+func QueueInsert(b *pgx.Batch, r *Record) {
+	b.Queue(sqlOperationInsert, r.Tenant, r.Key, r.Action, r.Version, r.Fingerprint,
+		r.Fields, r.Resource, r.Status, r.Body, r.Location,
+		r.CreatedAt, r.CompletedAt, r.ExpiresAt, r.ForgetAt)
+}
+
+// QueueDelete queues the removal of a forgotten record into b; run it only
+// while holding the operation's lock.
+func QueueDelete(b *pgx.Batch, tenant, key string) {
+	b.Queue(sqlOperationDelete, tenant, key)
+}
+
+// TryLock takes the operation's transaction-scoped advisory lock if it is
+// free; q must be inside a transaction for the lock to outlive the statement.
+func TryLock(ctx context.Context, q Querier, tenant, key string) (bool, error) {
+	var ok bool
+	if err := q.QueryRow(ctx, sqlAdvisoryTryLock, LockID(tenant, key)).Scan(&ok); err != nil {
+		return false, fmt.Errorf("try operation lock: %w", err)
+	}
+	return ok, nil
+}
+
+// Compact turns up to batch records whose response retention ended by now
+// into tombstones, and returns how many it compacted. Safe to run from
+// several processes at once.
+func Compact(ctx context.Context, q Querier, now time.Time, batch int) (int64, error) {
+	tag, err := q.Exec(ctx, sqlOperationsCompact, now, batch)
+	if err != nil {
+		return 0, fmt.Errorf("compact operations: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// Forget deletes up to batch records whose key retention ended by now, and
+// returns how many it deleted. Safe to run from several processes at once.
+func Forget(ctx context.Context, q Querier, now time.Time, batch int) (int64, error) {
+	tag, err := q.Exec(ctx, sqlOperationsForget, now, batch)
+	if err != nil {
+		return 0, fmt.Errorf("forget operations: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}

@@ -1,0 +1,104 @@
+// Package metrics defines the Prometheus metrics of Quill's API (SPEC §8) on
+// a registry the caller owns, and serves the admin endpoints every process
+// exposes: /healthz, /readyz and /metrics.
+package metrics
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// API holds the API's counters. Requests, business effects and replays are
+// kept apart: more requests may be transport retries, not more notes.
+type API struct {
+	httpRequests *prometheus.CounterVec
+	idempotency  *prometheus.CounterVec
+	effects      *prometheus.CounterVec
+}
+
+// Idempotency outcomes.
+var outcomes = []string{"executed", "replayed", "key_reused", "in_progress", "expired"}
+
+// NewAPI registers the API metrics on reg, with every known action and
+// outcome initialised to zero so that rates work from the first scrape.
+func NewAPI(reg prometheus.Registerer, actions ...string) *API {
+	m := &API{
+		httpRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "quill_http_requests_total",
+			Help: "HTTP requests answered, by route pattern, method and status code.",
+		}, []string{"route", "method", "code"}),
+		idempotency: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "quill_idempotency_requests_total",
+			Help: "Write requests by action and idempotency outcome (executed, replayed, key_reused, in_progress, expired).",
+		}, []string{"action", "outcome"}),
+		effects: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "quill_business_effects_total",
+			Help: "Committed business effects by action; one per effect however often it was requested.",
+		}, []string{"action"}),
+	}
+	reg.MustRegister(m.httpRequests, m.idempotency, m.effects)
+	for _, a := range actions {
+		m.effects.WithLabelValues(a)
+		for _, o := range outcomes {
+			m.idempotency.WithLabelValues(a, o)
+		}
+	}
+	return m
+}
+
+// Idempotency counts one write request's idempotency outcome.
+func (m *API) Idempotency(action, outcome string) {
+	m.idempotency.WithLabelValues(action, outcome).Inc()
+}
+
+// BusinessEffect counts one committed business effect.
+func (m *API) BusinessEffect(action string) {
+	m.effects.WithLabelValues(action).Inc()
+}
+
+// HTTPRequest counts one answered HTTP request.
+func (m *API) HTTPRequest(route, method string, code int) {
+	m.httpRequests.WithLabelValues(route, method, strconv.Itoa(code)).Inc()
+}
+
+// NewRegistry returns a registry with the Go runtime and process collectors.
+func NewRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// ReadyFunc checks that a dependency is reachable.
+type ReadyFunc func(ctx context.Context) error
+
+// AdminHandler serves /healthz (the process is alive), /readyz (every check
+// passes within two seconds; the body names the first that fails) and
+// /metrics from reg.
+func AdminHandler(reg *prometheus.Registry, checks map[string]ReadyFunc) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		for name, check := range checks {
+			if err := check(ctx); err != nil {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				_, _ = w.Write([]byte(name + ": " + err.Error() + "\n"))
+				return
+			}
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	return mux
+}

@@ -1,0 +1,340 @@
+// Package notes is Quill's notes domain: the note and attachment types, the
+// validation of create requests, and the service that performs each write as
+// one idempotent operation — note, attachment, operation record and outbox
+// events in one PostgreSQL transaction — plus the reads and the outcome
+// lookup.
+package notes
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"mime"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/go-json-experiment/json/jsontext"
+	"github.com/google/uuid"
+
+	"github.com/quillhq/quill/internal/outbox"
+	"github.com/quillhq/quill/internal/problem"
+)
+
+// Limits of a note's fields (SPEC §3).
+const (
+	MaxTitleChars       = 200
+	MaxBodyChars        = 65536
+	MaxFilenameChars    = 255
+	MaxContentTypeBytes = 255
+)
+
+// Attachment states.
+const (
+	AttachmentPending   = "pending"
+	AttachmentProcessed = "processed"
+	AttachmentFailed    = "failed"
+)
+
+// Note is a stored note.
+type Note struct {
+	ID         uuid.UUID
+	Tenant     string
+	Title      string
+	Body       string
+	CreatedAt  time.Time
+	DeletedAt  *time.Time
+	Attachment *Attachment
+}
+
+// Attachment is a note's attachment and its processing state.
+type Attachment struct {
+	ID          uuid.UUID
+	NoteID      uuid.UUID
+	Filename    string
+	ContentType string
+	Size        int
+	SHA256      string
+	Status      string
+	Result      jsontext.Value
+	Reason      string
+	ProcessedAt *time.Time
+}
+
+// NoteView is a note as the API and events show it.
+type NoteView struct {
+	ID         string          `json:"id"`
+	Title      string          `json:"title"`
+	Body       string          `json:"body"`
+	CreatedAt  string          `json:"created_at"`
+	Attachment *AttachmentView `json:"attachment"`
+}
+
+// AttachmentView is an attachment inside a NoteView.
+type AttachmentView struct {
+	ID          string `json:"id"`
+	Filename    string `json:"filename"`
+	ContentType string `json:"content_type"`
+	Size        int    `json:"size"`
+	SHA256      string `json:"sha256"`
+	Status      string `json:"status"`
+}
+
+// AttachmentDetail is GET /v1/notes/{id}/attachment: the metadata with the
+// processing result, or the reason it failed.
+type AttachmentDetail struct {
+	AttachmentView
+	NoteID      string         `json:"note_id"`
+	Result      jsontext.Value `json:"result,omitempty"`
+	Reason      string         `json:"reason,omitempty"`
+	ProcessedAt *string        `json:"processed_at"`
+}
+
+// FormatTime writes t as Quill does everywhere: RFC 3339 UTC, microseconds.
+func FormatTime(t time.Time) string { return t.UTC().Format(outbox.TimeFormat) }
+
+// View returns the API representation of n.
+func (n *Note) View() NoteView {
+	v := NoteView{ID: n.ID.String(), Title: n.Title, Body: n.Body, CreatedAt: FormatTime(n.CreatedAt)}
+	if a := n.Attachment; a != nil {
+		av := a.View()
+		v.Attachment = &av
+	}
+	return v
+}
+
+// View returns the metadata representation of a.
+func (a *Attachment) View() AttachmentView {
+	return AttachmentView{ID: a.ID.String(), Filename: a.Filename, ContentType: a.ContentType,
+		Size: a.Size, SHA256: a.SHA256, Status: a.Status}
+}
+
+// Detail returns the attachment's metadata with its processing outcome.
+func (a *Attachment) Detail() AttachmentDetail {
+	d := AttachmentDetail{AttachmentView: a.View(), NoteID: a.NoteID.String(), Reason: a.Reason}
+	if a.Status == AttachmentProcessed {
+		d.Result = a.Result
+	}
+	if a.ProcessedAt != nil {
+		s := FormatTime(*a.ProcessedAt)
+		d.ProcessedAt = &s
+	}
+	return d
+}
+
+// CreateInput is the body of a create request as sent. Pointers tell an
+// absent (or null) member from an empty one.
+type CreateInput struct {
+	Title      *string          `json:"title"`
+	Body       *string          `json:"body"`
+	Attachment *AttachmentInput `json:"attachment"`
+}
+
+// AttachmentInput is the attachment member of a create request.
+type AttachmentInput struct {
+	Filename    *string `json:"filename"`
+	ContentType *string `json:"content_type"`
+	Data        *string `json:"data"`
+}
+
+// CreateParams are a create request's validated, defaulted parameters.
+type CreateParams struct {
+	Title      string
+	Body       string
+	Attachment *NewAttachment
+}
+
+// NewAttachment is a validated attachment with its decoded bytes.
+type NewAttachment struct {
+	Filename    string
+	ContentType string
+	Data        []byte
+	SHA256      string
+}
+
+// ValidationError lists every invalid field of a request.
+type ValidationError struct {
+	Errors []problem.FieldError
+}
+
+func (e *ValidationError) Error() string {
+	parts := make([]string, len(e.Errors))
+	for i, f := range e.Errors {
+		parts[i] = f.Field + ": " + f.Message
+	}
+	return "validation failed: " + strings.Join(parts, "; ")
+}
+
+func (e *ValidationError) add(field, format string, args ...any) {
+	e.Errors = append(e.Errors, problem.FieldError{Field: field, Message: fmt.Sprintf(format, args...)})
+}
+
+// TooLargeError says a decoded attachment is over the limit.
+type TooLargeError struct {
+	Size, Limit int
+}
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("the decoded attachment is %d bytes, the limit is %d", e.Size, e.Limit)
+}
+
+// Validate checks in against SPEC §3 and returns its parameters. It returns a
+// *ValidationError naming every invalid field, or a *TooLargeError when the
+// decoded attachment exceeds maxAttachment bytes.
+func Validate(in CreateInput, maxAttachment int) (CreateParams, error) {
+	var p CreateParams
+	verr := &ValidationError{}
+	switch {
+	case in.Title == nil:
+		verr.add("title", "is required")
+	default:
+		p.Title = *in.Title
+		n := utf8.RuneCountInString(p.Title)
+		switch {
+		case n == 0:
+			verr.add("title", "must not be empty")
+		case n > MaxTitleChars:
+			verr.add("title", "is %d characters long, the limit is %d", n, MaxTitleChars)
+		}
+		if i := indexControl(p.Title); i >= 0 {
+			verr.add("title", "must not contain control characters (character %d)", i+1)
+		}
+	}
+	if in.Body != nil {
+		p.Body = *in.Body
+		if n := utf8.RuneCountInString(p.Body); n > MaxBodyChars {
+			verr.add("body", "is %d characters long, the limit is %d", n, MaxBodyChars)
+		}
+		if strings.IndexByte(p.Body, 0) >= 0 {
+			verr.add("body", "must not contain U+0000")
+		}
+	}
+	if a := in.Attachment; a != nil {
+		att, tooLarge := validateAttachment(a, maxAttachment, verr)
+		if tooLarge != nil {
+			return CreateParams{}, tooLarge
+		}
+		p.Attachment = att
+	}
+	if len(verr.Errors) > 0 {
+		return CreateParams{}, verr
+	}
+	return p, nil
+}
+
+func validateAttachment(a *AttachmentInput, limit int, verr *ValidationError) (*NewAttachment, *TooLargeError) {
+	var att NewAttachment
+	if a.Filename == nil {
+		verr.add("attachment.filename", "is required")
+	} else {
+		att.Filename = *a.Filename
+		n := utf8.RuneCountInString(att.Filename)
+		switch {
+		case n == 0:
+			verr.add("attachment.filename", "must not be empty")
+		case n > MaxFilenameChars:
+			verr.add("attachment.filename", "is %d characters long, the limit is %d", n, MaxFilenameChars)
+		}
+		if indexControl(att.Filename) >= 0 || strings.ContainsAny(att.Filename, `/\`) {
+			verr.add("attachment.filename", "must not contain control characters, '/' or '\\'")
+		}
+	}
+	if a.ContentType == nil {
+		verr.add("attachment.content_type", "is required")
+	} else {
+		att.ContentType = *a.ContentType
+		if len(att.ContentType) > MaxContentTypeBytes {
+			verr.add("attachment.content_type", "is longer than %d bytes", MaxContentTypeBytes)
+		} else if mt, _, err := mime.ParseMediaType(att.ContentType); err != nil || !strings.Contains(mt, "/") {
+			verr.add("attachment.content_type", "is not a media type such as text/plain or image/png")
+		}
+	}
+	if a.Data == nil {
+		verr.add("attachment.data", "is required")
+		return &att, nil
+	}
+	if n := base64.StdEncoding.DecodedLen(len(*a.Data)); n > limit+2 {
+		// DecodedLen over-counts padding by at most 2 bytes.
+		return nil, &TooLargeError{Size: n, Limit: limit}
+	}
+	data, err := base64.StdEncoding.Strict().DecodeString(*a.Data)
+	if err != nil {
+		verr.add("attachment.data", "is not standard base64 (RFC 4648 §4, with padding)")
+		return &att, nil
+	}
+	if len(data) > limit {
+		return nil, &TooLargeError{Size: len(data), Limit: limit}
+	}
+	sum := sha256.Sum256(data)
+	att.Data = data
+	att.SHA256 = hex.EncodeToString(sum[:])
+	return &att, nil
+}
+
+// indexControl returns the character index of the first Unicode Cc
+// character in s, or -1.
+func indexControl(s string) int {
+	i := 0
+	for _, r := range s {
+		if unicode.Is(unicode.Cc, r) {
+			return i
+		}
+		i++
+	}
+	return -1
+}
+
+// Errors of the notes service.
+var (
+	// ErrNotFound: no such live note (or attachment) for this tenant.
+	ErrNotFound = errors.New("not found")
+	// ErrOperationNotFound: nothing with this key is recorded for this
+	// tenant and nothing with it is executing.
+	ErrOperationNotFound = errors.New("operation not found")
+	// ErrInProgress: another request with this key is still executing.
+	ErrInProgress = errors.New("operation in progress")
+)
+
+// KeyReusedError: the key is recorded for different parameters or another
+// action.
+type KeyReusedError struct {
+	RecordedAction string
+	Fields         []string
+}
+
+func (e *KeyReusedError) Error() string {
+	return fmt.Sprintf("key is recorded for a %s operation with different parameters: %s",
+		e.RecordedAction, strings.Join(e.Fields, ", "))
+}
+
+// ExpiredError: the key's response is past its retention; only the
+// tombstone is left, and nothing is executed again.
+type ExpiredError struct {
+	Resource    string
+	CompletedAt time.Time
+	ExpiredAt   time.Time
+}
+
+func (e *ExpiredError) Error() string {
+	return fmt.Sprintf("the operation completed at %s; its response expired at %s", FormatTime(e.CompletedAt), FormatTime(e.ExpiredAt))
+}
+
+// UnavailableError: the database could not be used. Committed says what is
+// known: false when nothing was committed, Unknown when the commit's reply
+// was lost and a re-check could not tell.
+type UnavailableError struct {
+	Unknown bool
+	Err     error
+}
+
+func (e *UnavailableError) Error() string {
+	if e.Unknown {
+		return "database unavailable; whether the operation committed is unknown: " + e.Err.Error()
+	}
+	return "database unavailable; nothing was committed: " + e.Err.Error()
+}
+
+func (e *UnavailableError) Unwrap() error { return e.Err }

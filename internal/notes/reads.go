@@ -1,0 +1,297 @@
+package notes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/go-json-experiment/json/jsontext"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/quillhq/quill/internal/db"
+	"github.com/quillhq/quill/internal/idempotency"
+	"github.com/quillhq/quill/internal/outbox"
+)
+
+const (
+	noteColumns = `n.id, n.tenant, n.title, n.body, n.created_at,
+		a.id, a.filename, a.content_type, a.size, a.sha256, a.status, a.result, a.reason, a.processed_at`
+
+	sqlNoteGet = `SELECT ` + noteColumns + `
+	FROM notes n LEFT JOIN attachments a ON a.note_id = n.id
+	WHERE n.tenant = $1 AND n.id = $2 AND n.deleted_at IS NULL`
+
+	sqlNoteList = `SELECT ` + noteColumns + `
+	FROM notes n LEFT JOIN attachments a ON a.note_id = n.id
+	WHERE n.tenant = $1 AND n.deleted_at IS NULL AND ($2::uuid IS NULL OR n.id < $2)
+	ORDER BY n.id DESC LIMIT $3`
+
+	sqlAttachmentContent = `SELECT a.content_type, a.filename, a.data
+	FROM attachments a JOIN notes n ON n.id = a.note_id
+	WHERE n.tenant = $1 AND n.id = $2 AND n.deleted_at IS NULL`
+
+	sqlAttachmentThumbnail = `SELECT a.thumbnail
+	FROM attachments a JOIN notes n ON n.id = a.note_id
+	WHERE n.tenant = $1 AND n.id = $2 AND n.deleted_at IS NULL AND a.status = 'processed' AND a.thumbnail IS NOT NULL`
+)
+
+func scanNote(row pgx.Row) (*Note, error) {
+	var n Note
+	var (
+		aID                             *uuid.UUID
+		aFilename, aType, aSHA, aStatus *string
+		aSize                           *int
+		aResult                         []byte
+		aReason                         *string
+		aProcessed                      *time.Time
+	)
+	if err := row.Scan(&n.ID, &n.Tenant, &n.Title, &n.Body, &n.CreatedAt,
+		&aID, &aFilename, &aType, &aSize, &aSHA, &aStatus, &aResult, &aReason, &aProcessed); err != nil {
+		return nil, err
+	}
+	if aID != nil {
+		n.Attachment = &Attachment{ID: *aID, NoteID: n.ID, Filename: *aFilename, ContentType: *aType,
+			Size: *aSize, SHA256: *aSHA, Status: *aStatus, Result: jsontext.Value(aResult), ProcessedAt: aProcessed}
+		if aReason != nil {
+			n.Attachment.Reason = *aReason
+		}
+	}
+	return &n, nil
+}
+
+// readErr translates a read's error: no rows → ErrNotFound, an unreachable
+// database → *UnavailableError.
+func readErr(what string, err error) error {
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ErrNotFound
+	}
+	if errors.Is(db.Translate(err), db.ErrUnavailable) {
+		return &UnavailableError{Err: err}
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// Get returns the tenant's live note id. Errors: ErrNotFound,
+// *UnavailableError.
+func (s *Service) Get(ctx context.Context, tenant string, id uuid.UUID) (*Note, error) {
+	n, err := scanNote(s.pool.QueryRow(ctx, sqlNoteGet, tenant, id))
+	if err != nil {
+		return nil, readErr("get note", err)
+	}
+	return n, nil
+}
+
+// List returns up to limit of the tenant's live notes, newest first,
+// starting after the note with id after (nil: from the newest). next is the
+// cursor of the following page, nil on the last one. Errors:
+// *UnavailableError.
+func (s *Service) List(ctx context.Context, tenant string, limit int, after *uuid.UUID) (notes []*Note, next *uuid.UUID, err error) {
+	rows, err := s.pool.Query(ctx, sqlNoteList, tenant, after, limit+1)
+	if err != nil {
+		return nil, nil, readErr("list notes", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		n, err := scanNote(rows)
+		if err != nil {
+			return nil, nil, readErr("list notes", err)
+		}
+		notes = append(notes, n)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, readErr("list notes", err)
+	}
+	if len(notes) > limit {
+		notes = notes[:limit]
+		id := notes[limit-1].ID
+		next = &id
+	}
+	return notes, next, nil
+}
+
+// Attachment returns the attachment of the tenant's live note. Errors:
+// ErrNotFound (no note, or no attachment), *UnavailableError.
+func (s *Service) Attachment(ctx context.Context, tenant string, noteID uuid.UUID) (*Attachment, error) {
+	n, err := s.Get(ctx, tenant, noteID)
+	if err != nil {
+		return nil, err
+	}
+	if n.Attachment == nil {
+		return nil, ErrNotFound
+	}
+	return n.Attachment, nil
+}
+
+// AttachmentContent returns the declared content type, the filename and the
+// bytes of a live note's attachment. Errors: ErrNotFound, *UnavailableError.
+func (s *Service) AttachmentContent(ctx context.Context, tenant string, noteID uuid.UUID) (contentType, filename string, data []byte, err error) {
+	err = s.pool.QueryRow(ctx, sqlAttachmentContent, tenant, noteID).Scan(&contentType, &filename, &data)
+	if err != nil {
+		return "", "", nil, readErr("get attachment content", err)
+	}
+	return contentType, filename, data, nil
+}
+
+// Thumbnail returns the PNG thumbnail of a live note's processed image
+// attachment. Errors: ErrNotFound (also while not processed, or not an
+// image), *UnavailableError.
+func (s *Service) Thumbnail(ctx context.Context, tenant string, noteID uuid.UUID) ([]byte, error) {
+	var png []byte
+	if err := s.pool.QueryRow(ctx, sqlAttachmentThumbnail, tenant, noteID).Scan(&png); err != nil {
+		return nil, readErr("get thumbnail", err)
+	}
+	return png, nil
+}
+
+// Operation is the outcome lookup of one key (SPEC §4.6).
+type Operation struct {
+	Key         string    `json:"key"`
+	Action      *string   `json:"action"`
+	State       string    `json:"state"`
+	CreatedAt   *string   `json:"created_at"`
+	CompletedAt *string   `json:"completed_at"`
+	ExpiresAt   *string   `json:"expires_at"`
+	Resource    *string   `json:"resource"`
+	Response    *Response `json:"response"`
+	Effects     []Effect  `json:"effects"`
+}
+
+// Response is a recorded response; nil once the record is a tombstone.
+type Response struct {
+	Status int            `json:"status"`
+	Body   jsontext.Value `json:"body"`
+}
+
+// Effect is one downstream effect of an operation and its own state.
+type Effect struct {
+	Kind        string  `json:"kind"`
+	ID          string  `json:"id"`
+	Type        string  `json:"type,omitempty"`
+	State       string  `json:"state"`
+	PublishedAt *string `json:"published_at,omitempty"`
+	StreamSeq   *int64  `json:"stream_seq,omitempty"`
+	ProcessedAt *string `json:"processed_at,omitempty"`
+}
+
+// Operation states.
+const (
+	StateCompleted  = "completed"
+	StateInProgress = "in_progress"
+)
+
+const (
+	sqlOperationEvents = `SELECT id, type, published_at, stream_seq FROM outbox_events
+	WHERE tenant = $1 AND operation_key = $2 ORDER BY seq`
+
+	sqlOperationAttachment = `SELECT id, status, processed_at FROM attachments
+	WHERE tenant = $1 AND note_id = $2`
+)
+
+// Lookup answers what became of the operation (tenant, key). While a request
+// with the key is executing it answers state in_progress, never
+// ErrOperationNotFound: the lookup takes the key's advisory lock, so either
+// it sees the committed record or it knows whether someone holds the lock.
+// Errors: ErrOperationNotFound, *UnavailableError.
+func (s *Service) Lookup(ctx context.Context, tenant, key string) (*Operation, error) {
+	var (
+		locked bool
+		rec    *idempotency.Record
+		op     *Operation
+	)
+	err := db.WithTx(ctx, s.pool, func(tx pgx.Tx) error {
+		b := &pgx.Batch{}
+		idempotency.QueueClaim(b, tenant, key, &locked, &rec)
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return err
+		}
+		if rec != nil && !s.clock().Before(rec.ForgetAt) {
+			rec = nil // forgotten: the key retention has passed
+		}
+		if rec == nil {
+			return nil
+		}
+		var err error
+		op, err = s.describe(ctx, tx, rec)
+		return err
+	})
+	if err != nil {
+		return nil, readErr("look up operation", err)
+	}
+	if op != nil {
+		return op, nil
+	}
+	if locked {
+		return nil, ErrOperationNotFound
+	}
+	op = &Operation{Key: key, State: StateInProgress, Effects: []Effect{}}
+	if action, ok := s.flights.Executing(idempotency.LockID(tenant, key)); ok {
+		op.Action = &action
+	}
+	return op, nil
+}
+
+func (s *Service) describe(ctx context.Context, tx pgx.Tx, rec *idempotency.Record) (*Operation, error) {
+	str := func(t time.Time) *string { v := FormatTime(t); return &v }
+	op := &Operation{Key: rec.Key, Action: &rec.Action, State: StateCompleted,
+		CreatedAt: str(rec.CreatedAt), CompletedAt: str(rec.CompletedAt), ExpiresAt: str(rec.ExpiresAt),
+		Effects: []Effect{}}
+	if rec.Resource != "" {
+		op.Resource = &rec.Resource
+	}
+	if !rec.Expired(s.clock()) {
+		op.Response = &Response{Status: rec.Status, Body: jsontext.Value(rec.Body)}
+	}
+	rows, err := tx.Query(ctx, sqlOperationEvents, rec.Tenant, rec.Key)
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		var (
+			id        uuid.UUID
+			typ       string
+			published *time.Time
+			seq       *int64
+		)
+		if err := rows.Scan(&id, &typ, &published, &seq); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		e := Effect{Kind: "event", ID: id.String(), Type: outbox.CloudEventType(typ), State: "pending", StreamSeq: seq}
+		if published != nil {
+			e.State = "published"
+			e.PublishedAt = str(*published)
+		}
+		op.Effects = append(op.Effects, e)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if rec.Action == ActionCreate && rec.Status < 300 && strings.HasPrefix(rec.Resource, "/v1/notes/") {
+		noteID, err := uuid.Parse(strings.TrimPrefix(rec.Resource, "/v1/notes/"))
+		if err != nil {
+			return op, nil
+		}
+		var (
+			id        uuid.UUID
+			state     string
+			processed *time.Time
+		)
+		err = tx.QueryRow(ctx, sqlOperationAttachment, rec.Tenant, noteID).Scan(&id, &state, &processed)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+		case err != nil:
+			return nil, err
+		default:
+			e := Effect{Kind: "attachment", ID: id.String(), State: state}
+			if processed != nil {
+				e.ProcessedAt = str(*processed)
+			}
+			op.Effects = append(op.Effects, e)
+		}
+	}
+	return op, nil
+}

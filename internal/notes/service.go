@@ -1,0 +1,578 @@
+package notes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"time"
+
+	"github.com/go-json-experiment/json"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
+
+	"github.com/quillhq/quill/internal/db"
+	"github.com/quillhq/quill/internal/idempotency"
+	"github.com/quillhq/quill/internal/outbox"
+	"github.com/quillhq/quill/internal/problem"
+)
+
+// Actions and their parameter versions. A version changes whenever the
+// meaning of a parameter or a default changes, so that an old key never
+// silently matches a new meaning.
+const (
+	ActionCreate  = "create-note"
+	ActionDelete  = "delete-note"
+	createVersion = 1
+	deleteVersion = 1
+)
+
+// Defaults of Config.
+const (
+	DefaultResponseRetention = 72 * time.Hour
+	DefaultKeyRetention      = 720 * time.Hour
+	DefaultWait              = 2 * time.Second
+	DefaultWriteTimeout      = 30 * time.Second
+	// recheckTimeout bounds how long a lost COMMIT reply is investigated.
+	recheckTimeout = 5 * time.Second
+)
+
+// Config tunes the service.
+type Config struct {
+	// ResponseRetention is how long a completed operation's response is
+	// replayed. Default 72h.
+	ResponseRetention time.Duration
+	// KeyRetention is how long a key is remembered at all (tombstone);
+	// at least ResponseRetention. Default 720h.
+	KeyRetention time.Duration
+	// Wait is the longest a request waits for a concurrent one with the
+	// same key. Default 2s.
+	Wait time.Duration
+	// WriteTimeout bounds one write's transaction; it runs detached from
+	// the client's connection so that a disconnect never aborts a commit.
+	// Default 30s.
+	WriteTimeout time.Duration
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	if c.ResponseRetention == 0 {
+		c.ResponseRetention = DefaultResponseRetention
+	}
+	if c.KeyRetention == 0 {
+		c.KeyRetention = DefaultKeyRetention
+	}
+	if c.Wait == 0 {
+		c.Wait = DefaultWait
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = DefaultWriteTimeout
+	}
+	return c
+}
+
+// Validate returns an error naming the first invalid field.
+func (c Config) Validate() error {
+	switch {
+	case c.ResponseRetention <= 0:
+		return errors.New("ResponseRetention must be positive")
+	case c.KeyRetention < c.ResponseRetention:
+		return fmt.Errorf("KeyRetention (%s) must be at least ResponseRetention (%s)", c.KeyRetention, c.ResponseRetention)
+	case c.Wait < 0:
+		return errors.New("Wait must not be negative")
+	case c.WriteTimeout <= 0:
+		return errors.New("WriteTimeout must be positive")
+	}
+	return nil
+}
+
+// Observer receives the service's counts; see internal/metrics.
+type Observer interface {
+	// Idempotency counts one write request by action and outcome:
+	// executed, replayed, key_reused, in_progress or expired.
+	Idempotency(action, outcome string)
+	// BusinessEffect counts one committed business effect of action.
+	BusinessEffect(action string)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Idempotency(string, string) {}
+func (nopObserver) BusinessEffect(string)      {}
+
+// Hooks let tests act inside a write's transaction. Nil hooks cost nothing.
+type Hooks struct {
+	// AfterEffect runs after the business effect is written and before the
+	// operation record and events are; an error rolls everything back.
+	AfterEffect func(ctx context.Context, tx idempotency.Querier, noteID uuid.UUID) error
+}
+
+// Service performs note writes as idempotent operations and answers reads.
+type Service struct {
+	pool    *pgxpool.Pool
+	cfg     Config
+	log     zerolog.Logger
+	now     func() time.Time
+	obs     Observer
+	flights *idempotency.Flights
+	hooks   Hooks
+}
+
+// Option configures a Service.
+type Option func(*Service)
+
+// WithClock sets the clock (default time.Now).
+func WithClock(now func() time.Time) Option { return func(s *Service) { s.now = now } }
+
+// WithObserver sets where counts go (default: nowhere).
+func WithObserver(o Observer) Option { return func(s *Service) { s.obs = o } }
+
+// WithHooks installs test hooks.
+func WithHooks(h Hooks) Option { return func(s *Service) { s.hooks = h } }
+
+// NewService returns a service over pool. It returns an error when cfg,
+// after defaults, is invalid.
+func NewService(pool *pgxpool.Pool, cfg Config, log zerolog.Logger, opts ...Option) (*Service, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("notes config: %w", err)
+	}
+	s := &Service{pool: pool, cfg: cfg, log: log, now: time.Now, obs: nopObserver{}, flights: idempotency.NewFlights()}
+	for _, o := range opts {
+		o(s)
+	}
+	return s, nil
+}
+
+// Request identifies one write request: the authenticated tenant, the
+// operation key and how long it may wait for a concurrent request with the
+// same key (negative: the configured default; capped at the default).
+type Request struct {
+	Tenant      string
+	Key         string
+	Wait        time.Duration
+	Traceparent string
+}
+
+// Outcome is a write's answer: the recorded response, and whether it is a
+// replay of an earlier execution.
+type Outcome struct {
+	Status   int
+	Body     []byte
+	Location string
+	Replayed bool
+}
+
+func (s *Service) waitFor(r Request) time.Duration {
+	if r.Wait < 0 || r.Wait > s.cfg.Wait {
+		return s.cfg.Wait
+	}
+	return r.Wait
+}
+
+// now returns the service clock truncated to what PostgreSQL stores, so that
+// a recorded body and a later read agree.
+func (s *Service) clock() time.Time { return s.now().UTC().Truncate(time.Microsecond) }
+
+// Create creates a note as the operation (r.Tenant, r.Key). Errors:
+// *KeyReusedError, *ExpiredError, ErrInProgress, *UnavailableError, and
+// others for unexpected failures (nothing committed).
+func (s *Service) Create(ctx context.Context, r Request, p CreateParams) (Outcome, error) {
+	params := idempotency.Params{"title": p.Title, "body": p.Body, "attachment": nil}
+	if a := p.Attachment; a != nil {
+		params["attachment"] = map[string]any{"filename": a.Filename, "content_type": a.ContentType,
+			"size": len(a.Data), "sha256": a.SHA256}
+	}
+	fp, err := idempotency.NewFingerprint(ActionCreate, createVersion, params)
+	if err != nil {
+		return Outcome{}, err
+	}
+	return s.run(ctx, r, fp, func(ctx context.Context, conn *pgxpool.Conn, b *pgx.Batch, now time.Time) (*effect, error) {
+		return s.createEffect(ctx, conn, b, r, p, now)
+	})
+}
+
+// Delete deletes note id as the operation (r.Tenant, r.Key). Deleting a note
+// that does not exist (or not any more) is recorded as a 404. Errors as for
+// Create.
+func (s *Service) Delete(ctx context.Context, r Request, id uuid.UUID) (Outcome, error) {
+	fp, err := idempotency.NewFingerprint(ActionDelete, deleteVersion, idempotency.Params{"id": id.String()})
+	if err != nil {
+		return Outcome{}, err
+	}
+	return s.run(ctx, r, fp, func(ctx context.Context, conn *pgxpool.Conn, b *pgx.Batch, now time.Time) (*effect, error) {
+		return s.deleteEffect(ctx, conn, b, r, id, now)
+	})
+}
+
+// effect is what an executed write produced, to be recorded.
+type effect struct {
+	status   int
+	body     []byte
+	location string
+	resource string
+	// counted: whether a business effect happened (a 404 delete has none).
+	counted bool
+}
+
+// execFunc writes the business effect. It may run statements on conn (inside
+// the open transaction) and queues the rest — including outbox events — in b,
+// which the caller completes with the operation record and COMMIT.
+type execFunc func(ctx context.Context, conn *pgxpool.Conn, b *pgx.Batch, now time.Time) (*effect, error)
+
+// errBusy: another transaction holds the operation's lock.
+var errBusy = errors.New("operation locked by another transaction")
+
+// run is the idempotency protocol around one write: coalesce with
+// concurrent requests of this process, claim the operation's lock, replay or
+// refuse a recorded operation, otherwise execute and record in one
+// transaction.
+func (s *Service) run(ctx context.Context, r Request, fp idempotency.Fingerprint, exec execFunc) (Outcome, error) {
+	lockID := idempotency.LockID(r.Tenant, r.Key)
+	deadline := time.Now().Add(s.waitFor(r))
+	backoff := 5 * time.Millisecond
+	for {
+		wait, leave := s.flights.Join(lockID, fp.Action)
+		if wait != nil {
+			if !sleepUntil(ctx, wait, deadline) {
+				return s.finalCheck(ctx, r, fp)
+			}
+			out, done, err := s.checkRecorded(ctx, r, fp)
+			if done {
+				return out, err
+			}
+			continue
+		}
+		out, err := s.attempt(ctx, r, fp, exec)
+		leave()
+		if !errors.Is(err, errBusy) {
+			return out, err
+		}
+		// Another process (or a lookup) holds the lock: poll with jitter.
+		sleep := min(backoff, time.Until(deadline))
+		if sleep <= 0 {
+			return s.finalCheck(ctx, r, fp)
+		}
+		backoff = min(backoff*2, 100*time.Millisecond)
+		t := time.NewTimer(sleep/2 + rand.N(sleep/2+1))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return Outcome{}, ctx.Err()
+		case <-t.C:
+		}
+		out, done, err := s.checkRecorded(ctx, r, fp)
+		if done {
+			return out, err
+		}
+	}
+}
+
+// sleepUntil waits for ch or the deadline; it reports whether ch closed.
+func sleepUntil(ctx context.Context, ch <-chan struct{}, deadline time.Time) bool {
+	d := time.Until(deadline)
+	if d <= 0 {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ch:
+		return true
+	case <-t.C:
+		return false
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// finalCheck answers a request whose wait ran out: the recorded outcome if
+// it appeared meanwhile, else ErrInProgress.
+func (s *Service) finalCheck(ctx context.Context, r Request, fp idempotency.Fingerprint) (Outcome, error) {
+	if ctx.Err() != nil {
+		return Outcome{}, ctx.Err()
+	}
+	out, done, err := s.checkRecorded(ctx, r, fp)
+	if done {
+		return out, err
+	}
+	s.obs.Idempotency(fp.Action, "in_progress")
+	return Outcome{}, ErrInProgress
+}
+
+// checkRecorded reads the record without locking; done is false when there
+// is none (or only a forgotten one) and the caller should try to execute.
+func (s *Service) checkRecorded(ctx context.Context, r Request, fp idempotency.Fingerprint) (Outcome, bool, error) {
+	rec, err := idempotency.RecordGet(ctx, s.pool, r.Tenant, r.Key)
+	if err != nil {
+		return Outcome{}, true, s.unavailable(err, false)
+	}
+	if rec == nil {
+		return Outcome{}, false, nil
+	}
+	out, err, done := s.answerRecorded(rec, fp)
+	return out, done, err
+}
+
+// answerRecorded turns a committed record into the answer for fp; done is
+// false for a forgotten record.
+func (s *Service) answerRecorded(rec *idempotency.Record, fp idempotency.Fingerprint) (Outcome, error, bool) {
+	verdict, fields := idempotency.Decide(rec, fp, s.clock())
+	switch verdict {
+	case idempotency.Replay:
+		s.obs.Idempotency(fp.Action, "replayed")
+		return Outcome{Status: rec.Status, Body: rec.Body, Location: rec.Location, Replayed: true}, nil, true
+	case idempotency.Reused:
+		s.obs.Idempotency(fp.Action, "key_reused")
+		return Outcome{}, &KeyReusedError{RecordedAction: rec.Action, Fields: fields}, true
+	case idempotency.Expired:
+		s.obs.Idempotency(fp.Action, "expired")
+		return Outcome{}, &ExpiredError{Resource: rec.Resource, CompletedAt: rec.CompletedAt, ExpiredAt: rec.ExpiresAt}, true
+	default:
+		return Outcome{}, nil, false
+	}
+}
+
+func (s *Service) unavailable(err error, unknown bool) error {
+	if errors.Is(db.Translate(err), db.ErrUnavailable) || db.IsConnectionError(err) {
+		return &UnavailableError{Unknown: unknown, Err: err}
+	}
+	return err
+}
+
+const (
+	sqlBegin    = "BEGIN"
+	sqlCommit   = "COMMIT"
+	sqlRollback = "ROLLBACK"
+)
+
+// attempt runs one execution attempt in its own transaction, detached from
+// the client's cancellation. It returns errBusy when another transaction owns
+// the key.
+func (s *Service) attempt(reqCtx context.Context, r Request, fp idempotency.Fingerprint, exec execFunc) (Outcome, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(reqCtx), s.cfg.WriteTimeout)
+	defer cancel()
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return Outcome{}, s.unavailable(err, false)
+	}
+	defer conn.Release()
+
+	// Round trip 1: open the transaction, claim the key, read its record.
+	var locked bool
+	var rec *idempotency.Record
+	b := &pgx.Batch{}
+	b.Queue(sqlBegin)
+	idempotency.QueueClaim(b, r.Tenant, r.Key, &locked, &rec)
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		rollback(ctx, conn)
+		return Outcome{}, s.unavailable(err, false)
+	}
+	forgotten := false
+	if rec != nil {
+		out, err, done := s.answerRecorded(rec, fp)
+		if done {
+			rollback(ctx, conn)
+			return out, err
+		}
+		forgotten = true
+	}
+	if !locked {
+		rollback(ctx, conn)
+		return Outcome{}, errBusy
+	}
+
+	now := s.clock()
+	b = &pgx.Batch{}
+	if forgotten {
+		idempotency.QueueDelete(b, r.Tenant, r.Key)
+	}
+	eff, err := exec(ctx, conn, b, now)
+	if err != nil {
+		rollback(ctx, conn)
+		return Outcome{}, s.unavailable(err, false)
+	}
+	if s.hooks.AfterEffect != nil {
+		if err := conn.SendBatch(ctx, b).Close(); err != nil {
+			rollback(ctx, conn)
+			return Outcome{}, s.unavailable(err, false)
+		}
+		b = &pgx.Batch{}
+		var noteID uuid.UUID
+		if len(eff.resource) > len("/v1/notes/") {
+			noteID, _ = uuid.Parse(eff.resource[len("/v1/notes/"):])
+		}
+		if err := s.hooks.AfterEffect(ctx, conn, noteID); err != nil {
+			rollback(ctx, conn)
+			return Outcome{}, err
+		}
+	}
+	completed := s.clock()
+	record := &idempotency.Record{
+		Tenant: r.Tenant, Key: r.Key, Action: fp.Action, Version: fp.Version,
+		Fingerprint: fp.Sum, Fields: fp.Fields, Resource: eff.resource,
+		Status: eff.status, Body: eff.body, Location: eff.location,
+		CreatedAt: now, CompletedAt: completed,
+		ExpiresAt: completed.Add(s.cfg.ResponseRetention), ForgetAt: completed.Add(s.cfg.KeyRetention),
+	}
+	idempotency.QueueInsert(b, record)
+	b.Queue(sqlCommit)
+	// Final round trip: the rest of the effect, the record, the events and
+	// COMMIT.
+	err = conn.SendBatch(ctx, b).Close()
+	if err == nil {
+		s.obs.Idempotency(fp.Action, "executed")
+		if eff.counted {
+			s.obs.BusinessEffect(fp.Action)
+		}
+		return Outcome{Status: eff.status, Body: eff.body, Location: eff.location}, nil
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		// The server refused a statement: the transaction is aborted and
+		// COMMIT never ran.
+		rollback(ctx, conn)
+		if pgErr.Code == "23505" {
+			return Outcome{}, errBusy // a concurrent writer recorded the key first
+		}
+		return Outcome{}, fmt.Errorf("write %s: %w", fp.Action, err)
+	}
+	// The connection failed somewhere in the final round trip: the COMMIT
+	// may or may not have happened. Find out on a fresh connection.
+	conn.Conn().Close(ctx) //nolint:errcheck // it is broken; make sure the pool drops it
+	return s.recheck(reqCtx, r, fp, record, eff, err)
+}
+
+// rollback ends the connection's transaction; a failure closes the
+// connection, which PostgreSQL treats as a rollback.
+func rollback(ctx context.Context, conn *pgxpool.Conn) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, err := conn.Exec(rctx, sqlRollback); err != nil {
+		_ = conn.Conn().Close(rctx)
+	}
+}
+
+// recheck establishes whether a write whose COMMIT reply was lost committed.
+// While the old transaction is still resolving, its advisory lock is held,
+// so the check waits for the lock before reading the record.
+func (s *Service) recheck(reqCtx context.Context, r Request, fp idempotency.Fingerprint, mine *idempotency.Record, eff *effect, cause error) (Outcome, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(reqCtx), recheckTimeout)
+	defer cancel()
+	s.log.Warn().Err(cause).Str("action", fp.Action).Str("key_hash", idempotency.KeyHash(r.Tenant, r.Key)).
+		Str("error_category", "commit_reply_lost").Msg("commit reply lost; re-checking the outcome")
+	for delay := 20 * time.Millisecond; ; delay = min(delay*2, 500*time.Millisecond) {
+		var locked bool
+		var rec *idempotency.Record
+		err := db.WithTx(ctx, s.pool, func(tx pgx.Tx) error {
+			b := &pgx.Batch{}
+			idempotency.QueueClaim(b, r.Tenant, r.Key, &locked, &rec)
+			return tx.SendBatch(ctx, b).Close()
+		})
+		switch {
+		case err == nil && rec != nil && rec.Resource == mine.Resource && rec.CreatedAt.Equal(mine.CreatedAt):
+			s.obs.Idempotency(fp.Action, "executed")
+			if eff.counted {
+				s.obs.BusinessEffect(fp.Action)
+			}
+			return Outcome{Status: rec.Status, Body: rec.Body, Location: rec.Location}, nil
+		case err == nil && rec != nil:
+			out, err, done := s.answerRecorded(rec, fp)
+			if done {
+				return out, err
+			}
+			return Outcome{}, &UnavailableError{Err: cause}
+		case err == nil && locked:
+			return Outcome{}, &UnavailableError{Err: cause}
+		}
+		select {
+		case <-ctx.Done():
+			return Outcome{}, &UnavailableError{Unknown: true, Err: cause}
+		case <-time.After(delay):
+		}
+	}
+}
+
+const (
+	sqlNoteInsert = `INSERT INTO notes (id, tenant, title, body, created_at) VALUES ($1, $2, $3, $4, $5)`
+
+	sqlAttachmentInsert = `INSERT INTO attachments (id, tenant, note_id, filename, content_type, size, sha256, data)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`
+
+	sqlNoteDelete = `UPDATE notes SET deleted_at = $3 WHERE tenant = $1 AND id = $2 AND deleted_at IS NULL`
+)
+
+func (s *Service) createEffect(_ context.Context, _ *pgxpool.Conn, b *pgx.Batch, r Request, p CreateParams, now time.Time) (*effect, error) {
+	id, err := uuid.NewV7()
+	if err != nil {
+		return nil, fmt.Errorf("new note id: %w", err)
+	}
+	n := Note{ID: id, Tenant: r.Tenant, Title: p.Title, Body: p.Body, CreatedAt: now}
+	b.Queue(sqlNoteInsert, n.ID, n.Tenant, n.Title, n.Body, n.CreatedAt)
+	if a := p.Attachment; a != nil {
+		aid, err := uuid.NewV7()
+		if err != nil {
+			return nil, fmt.Errorf("new attachment id: %w", err)
+		}
+		n.Attachment = &Attachment{ID: aid, NoteID: id, Filename: a.Filename, ContentType: a.ContentType,
+			Size: len(a.Data), SHA256: a.SHA256, Status: AttachmentPending}
+		b.Queue(sqlAttachmentInsert, aid, r.Tenant, id, a.Filename, a.ContentType, len(a.Data), a.SHA256, a.Data)
+	}
+	view := n.View()
+	body, err := json.Marshal(view)
+	if err != nil {
+		return nil, fmt.Errorf("marshal note: %w", err)
+	}
+	if err := s.queueEvent(b, r, outbox.TypeNoteCreated, id, now, view); err != nil {
+		return nil, err
+	}
+	loc := "/v1/notes/" + id.String()
+	return &effect{status: http.StatusCreated, body: body, location: loc, resource: loc, counted: true}, nil
+}
+
+// DeleteResult is the body of a successful delete.
+type DeleteResult struct {
+	ID        string `json:"id"`
+	DeletedAt string `json:"deleted_at"`
+}
+
+func (s *Service) deleteEffect(ctx context.Context, conn *pgxpool.Conn, b *pgx.Batch, r Request, id uuid.UUID, now time.Time) (*effect, error) {
+	// The UPDATE takes the note's row lock, which orders this event after
+	// every other event of the note that committed before it.
+	tag, err := conn.Exec(ctx, sqlNoteDelete, r.Tenant, id, now)
+	if err != nil {
+		return nil, fmt.Errorf("delete note: %w", err)
+	}
+	resource := "/v1/notes/" + id.String()
+	if tag.RowsAffected() == 0 {
+		p := problem.New(http.StatusNotFound, problem.CodeNotFound, "no note with this id exists for this tenant (it may have been deleted)")
+		return &effect{status: http.StatusNotFound, body: p.JSON(), resource: resource}, nil
+	}
+	res := DeleteResult{ID: id.String(), DeletedAt: FormatTime(now)}
+	body, err := json.Marshal(res)
+	if err != nil {
+		return nil, fmt.Errorf("marshal delete result: %w", err)
+	}
+	if err := s.queueEvent(b, r, outbox.TypeNoteDeleted, id, now, res); err != nil {
+		return nil, err
+	}
+	return &effect{status: http.StatusOK, body: body, resource: resource, counted: true}, nil
+}
+
+func (s *Service) queueEvent(b *pgx.Batch, r Request, typ string, noteID uuid.UUID, now time.Time, data any) error {
+	eid, err := uuid.NewV7()
+	if err != nil {
+		return fmt.Errorf("new event id: %w", err)
+	}
+	return outbox.Queue(b, outbox.Event{ID: eid, Tenant: r.Tenant, OperationKey: r.Key, AggregateID: noteID,
+		Type: typ, Time: now, Data: data, Traceparent: r.Traceparent})
+}

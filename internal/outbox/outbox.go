@@ -1,0 +1,121 @@
+// Package outbox writes Quill's domain events into the transactional outbox,
+// inside the caller's transaction, as CloudEvents 1.0 structured JSON with a
+// stable event id; the relay publishes them to NATS JetStream later.
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// NotifyChannel is the LISTEN/NOTIFY channel a writing transaction signals so
+// that relays wake up at its commit.
+const NotifyChannel = "quill_outbox"
+
+// Event types, as they appear in subjects (<prefix>.<tenant>.<type>) and,
+// prefixed with "quill." and suffixed with the version, in CloudEvents type.
+const (
+	TypeNoteCreated         = "note.created"
+	TypeNoteDeleted         = "note.deleted"
+	TypeAttachmentProcessed = "attachment.processed"
+)
+
+// Event is one domain event to publish.
+type Event struct {
+	// ID is the stable event id: the CloudEvents id and the Nats-Msg-Id.
+	ID           uuid.UUID
+	Tenant       string
+	OperationKey string
+	// AggregateID is the note the event is about; events of one aggregate
+	// are published in commit order.
+	AggregateID uuid.UUID
+	Type        string
+	Time        time.Time
+	// Data is the CloudEvents data member, marshaled as JSON.
+	Data        any
+	Traceparent string
+}
+
+// CloudEventType returns the CloudEvents type of an event type, e.g.
+// quill.note.created.v1.
+func CloudEventType(typ string) string { return "quill." + typ + ".v1" }
+
+// Subject returns the NATS subject of an event: <prefix>.<tenant>.<type>.
+func Subject(prefix, tenant, typ string) string { return prefix + "." + tenant + "." + typ }
+
+type envelope struct {
+	SpecVersion     string         `json:"specversion"`
+	ID              string         `json:"id"`
+	Source          string         `json:"source"`
+	Type            string         `json:"type"`
+	Subject         string         `json:"subject"`
+	Time            string         `json:"time"`
+	DataContentType string         `json:"datacontenttype"`
+	Data            jsontext.Value `json:"data"`
+}
+
+// TimeFormat is how Quill writes times: RFC 3339, UTC, microseconds (the
+// precision PostgreSQL stores).
+const TimeFormat = "2006-01-02T15:04:05.000000Z"
+
+// Envelope returns e as CloudEvents 1.0 structured JSON.
+func Envelope(e Event) ([]byte, error) {
+	data, err := json.Marshal(e.Data)
+	if err != nil {
+		return nil, fmt.Errorf("marshal event data: %w", err)
+	}
+	return json.Marshal(envelope{
+		SpecVersion:     "1.0",
+		ID:              e.ID.String(),
+		Source:          "/tenants/" + e.Tenant,
+		Type:            CloudEventType(e.Type),
+		Subject:         e.AggregateID.String(),
+		Time:            e.Time.UTC().Format(TimeFormat),
+		DataContentType: "application/json",
+		Data:            data,
+	}, json.Deterministic(true))
+}
+
+const (
+	sqlEventInsert = `INSERT INTO outbox_events
+		(id, tenant, operation_key, aggregate_id, type, payload, traceparent, created_at)
+	VALUES ($1, $2, nullif($3, ''), $4, $5, $6, nullif($7, ''), $8)`
+
+	sqlNotify = `SELECT pg_notify('` + NotifyChannel + `', '')`
+)
+
+// Queue adds the insert of e, and a NOTIFY for the relays, to b; b must run
+// inside the transaction that writes the business effect. PostgreSQL folds
+// identical notifications of one transaction into one.
+func Queue(b *pgx.Batch, e Event) error {
+	payload, err := Envelope(e)
+	if err != nil {
+		return err
+	}
+	b.Queue(sqlEventInsert, e.ID, e.Tenant, e.OperationKey, e.AggregateID, e.Type, payload, e.Traceparent, e.Time)
+	b.Queue(sqlNotify)
+	return nil
+}
+
+// Execer runs a statement.
+type Execer interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// Insert writes e into the outbox through tx, the caller's transaction.
+func Insert(ctx context.Context, tx Execer, e Event) error {
+	var b pgx.Batch
+	if err := Queue(&b, e); err != nil {
+		return err
+	}
+	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
+		return fmt.Errorf("insert outbox event: %w", err)
+	}
+	return nil
+}

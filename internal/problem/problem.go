@@ -1,0 +1,115 @@
+// Package problem builds Quill's RFC 9457 problem details: every error the
+// HTTP API answers, with a stable code and the retry advice an agent acts on.
+package problem
+
+import (
+	"net/http"
+	"strconv"
+
+	"github.com/go-json-experiment/json"
+)
+
+// ContentType is the media type of a problem body.
+const ContentType = "application/problem+json"
+
+// Retry advice: what a client should do next.
+const (
+	// RetrySameKey: send the same request with the same key (after
+	// Retry-After when given).
+	RetrySameKey = "same_key"
+	// RetryAfterFixing: the request itself is wrong.
+	RetryAfterFixing = "after_fixing"
+	// RetryNo: the answer is final for this key.
+	RetryNo = "no"
+)
+
+// Codes, stable and exact (SPEC §3).
+const (
+	CodeKeyMissing       = "idempotency_key_missing"
+	CodeKeyInvalid       = "idempotency_key_invalid"
+	CodeInvalidJSON      = "invalid_json"
+	CodeValidation       = "validation_failed"
+	CodeUnauthenticated  = "unauthenticated"
+	CodeNotFound         = "not_found"
+	CodeOpNotFound       = "operation_not_found"
+	CodeInProgress       = "operation_in_progress"
+	CodeResultExpired    = "operation_result_expired"
+	CodeTooLarge         = "payload_too_large"
+	CodeUnsupportedMedia = "unsupported_media_type"
+	CodeKeyReused        = "idempotency_key_reused"
+	CodeUnavailable      = "unavailable"
+	CodeInternal         = "internal_error"
+	CodeMethodNotAllowed = "method_not_allowed"
+)
+
+// FieldError names one invalid field of a request.
+type FieldError struct {
+	Field   string `json:"field"`
+	Message string `json:"message"`
+}
+
+// Problem is one RFC 9457 problem document.
+type Problem struct {
+	Type     string       `json:"type"`
+	Title    string       `json:"title"`
+	Status   int          `json:"status"`
+	Detail   string       `json:"detail"`
+	Code     string       `json:"code"`
+	Retry    string       `json:"retry"`
+	Errors   []FieldError `json:"errors,omitempty"`
+	Fields   []string     `json:"fields,omitempty"`
+	Resource string       `json:"resource,omitempty"`
+	// RetryAfter, in seconds, is sent as the Retry-After header when > 0.
+	RetryAfter int `json:"-"`
+}
+
+// New returns the problem for code with status and detail; type, title and
+// retry advice follow from the code.
+func New(status int, code, detail string) *Problem {
+	return &Problem{
+		Type:   "urn:quill:problem:" + code,
+		Title:  http.StatusText(status),
+		Status: status,
+		Detail: detail,
+		Code:   code,
+		Retry:  retryFor(status, code),
+	}
+}
+
+func retryFor(status int, code string) string {
+	switch {
+	case code == CodeOpNotFound:
+		return RetrySameKey
+	case status == http.StatusConflict, status == http.StatusServiceUnavailable, status >= 500:
+		return RetrySameKey
+	case status == http.StatusBadRequest, status == http.StatusUnauthorized,
+		status == http.StatusRequestEntityTooLarge, status == http.StatusUnsupportedMediaType,
+		status == http.StatusMethodNotAllowed:
+		return RetryAfterFixing
+	default:
+		return RetryNo
+	}
+}
+
+// JSON returns the problem's body. Marshaling a Problem cannot fail.
+func (p *Problem) JSON() []byte {
+	b, err := json.Marshal(p, json.Deterministic(true))
+	if err != nil {
+		panic("problem: marshal: " + err.Error()) // unreachable: only strings and ints
+	}
+	return b
+}
+
+// Write sends p as the response, with Retry-After when set.
+func (p *Problem) Write(w http.ResponseWriter) {
+	h := w.Header()
+	h.Set("Content-Type", ContentType)
+	if p.RetryAfter > 0 {
+		h.Set("Retry-After", strconv.Itoa(p.RetryAfter))
+	}
+	if p.Status == http.StatusUnauthorized {
+		h.Set("WWW-Authenticate", `Bearer realm="quill"`)
+	}
+	w.WriteHeader(p.Status)
+	_, _ = w.Write(p.JSON())
+}
