@@ -79,13 +79,13 @@ func (c Config) WithDefaults() Config {
 func (c Config) Validate() error {
 	switch {
 	case c.ResponseRetention <= 0:
-		return errors.New("ResponseRetention must be positive")
+		return errors.New("response retention must be positive")
 	case c.KeyRetention < c.ResponseRetention:
-		return fmt.Errorf("KeyRetention (%s) must be at least ResponseRetention (%s)", c.KeyRetention, c.ResponseRetention)
+		return fmt.Errorf("key retention (%s) must be at least the response retention (%s)", c.KeyRetention, c.ResponseRetention)
 	case c.Wait < 0:
-		return errors.New("Wait must not be negative")
+		return errors.New("wait must not be negative")
 	case c.WriteTimeout <= 0:
-		return errors.New("WriteTimeout must be positive")
+		return errors.New("write timeout must be positive")
 	}
 	return nil
 }

@@ -1,0 +1,54 @@
+# syntax=docker/dockerfile:1
+
+# One image with every Quill binary (cmd/*) in /usr/local/bin; compose.yaml and
+# other deployments choose the binary with the container command, e.g.
+# `api serve`, `api migrate`, `relay`, `attachment-worker`.
+#
+#   docker build -t quill:dev .
+
+ARG GO_VERSION=1.26
+
+############################
+# Build stage
+############################
+FROM --platform=$BUILDPLATFORM golang:${GO_VERSION} AS build
+WORKDIR /src
+
+# The toolchain in the image must satisfy go.mod; never download another.
+ENV GOTOOLCHAIN=local
+
+# Dependencies first, so that editing the code does not re-download them.
+COPY go.mod go.sum ./
+RUN --mount=type=cache,target=/go/pkg/mod \
+    go mod download -x
+
+COPY . .
+
+# Build every main package under ./cmd (cmd/api now; cmd/relay and
+# cmd/attachment-worker are picked up as soon as they exist) into /out, one
+# executable per directory, named after it. Static, no cgo, reproducible paths.
+ARG TARGETOS
+ARG TARGETARCH
+RUN --mount=type=cache,target=/go/pkg/mod \
+    --mount=type=cache,target=/root/.cache/go-build \
+    set -eu; \
+    mkdir -p /out; \
+    CGO_ENABLED=0 GOOS="$TARGETOS" GOARCH="$TARGETARCH" \
+        go build -trimpath -ldflags='-s -w' -o /out/ ./cmd/...; \
+    test -x /out/api; \
+    ls -l /out
+
+############################
+# Runtime stage
+############################
+FROM gcr.io/distroless/static-debian12:nonroot
+
+COPY --from=build /out/ /usr/local/bin/
+
+ENV PATH=/usr/local/bin:/usr/bin:/bin
+USER nonroot:nonroot
+
+# API (QUILL_HTTP_ADDR) and admin (QUILL_ADMIN_ADDR: /healthz, /readyz, /metrics).
+EXPOSE 8080 9090
+
+CMD ["api", "serve"]

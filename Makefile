@@ -1,0 +1,44 @@
+# Quill — the two commands a newcomer needs are `make dev` and `make test`.
+SHELL := /bin/bash
+GO ?= go
+export DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/quill?sslmode=disable
+export NATS_URL ?= nats://127.0.0.1:4222
+
+# CI=true adds the race detector.
+RACE := $(if $(filter true,$(CI)),-race,)
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+FUZZTIME ?= 10s
+
+.PHONY: dev test lint fuzz bench-api build services
+
+build: ## build every binary into ./bin
+	$(GO) build -o bin/ ./cmd/...
+
+services: ## make sure PostgreSQL (and NATS) answer, starting them when needed
+	@bash scripts/ensure-postgres.sh
+	@bash scripts/ensure-nats.sh
+
+dev: services build ## run the whole system against the local PostgreSQL
+	./bin/api migrate
+	@echo "demo tenant token (export QUILL_TOKEN=...):"
+	@./bin/api token create --tenant demo
+	./bin/api serve
+
+test: ## all tests against real PostgreSQL (QUILL_TEST_DATABASE_URL or the local quill_test database)
+	@bash scripts/ensure-postgres.sh
+	$(GO) test $(RACE) -count=1 -timeout 20m ./...
+
+lint: ## gofmt, go vet and staticcheck
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
+
+fuzz: ## run every fuzz target for FUZZTIME each
+	@for pkg in $$($(GO) list ./...); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
+	    echo "fuzz $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	  done; \
+	done
+
+bench-api: ## load benchmark of the API against a raw pgbench ceiling (see README)
+	bash scripts/bench-api.sh

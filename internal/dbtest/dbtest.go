@@ -1,0 +1,88 @@
+// Package dbtest gives each test its own freshly migrated PostgreSQL schema
+// in a shared test database, so tests run in parallel against real
+// PostgreSQL without seeing each other's rows. Test-only.
+package dbtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net/url"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quillhq/quill/internal/db"
+)
+
+// DefaultURL is the test database used when QUILL_TEST_DATABASE_URL is not
+// set: the local server's quill_test database, created when missing.
+const DefaultURL = "postgres://postgres@127.0.0.1:5432/quill_test?sslmode=disable"
+
+// URL returns the test database URL.
+func URL() string {
+	if u := os.Getenv("QUILL_TEST_DATABASE_URL"); u != "" {
+		return u
+	}
+	return DefaultURL
+}
+
+var createOnce sync.Once
+
+// Schema creates a new schema, migrates it and returns a URL whose
+// connections use it (search_path). The schema is dropped when t ends.
+func Schema(t testing.TB) string {
+	t.Helper()
+	ctx := context.Background()
+	base := URL()
+	createOnce.Do(func() {
+		// Migrate the base database once: it creates it when missing.
+		_, err := db.Migrate(ctx, base)
+		require.NoError(t, err, "test database at %s (set QUILL_TEST_DATABASE_URL)", base)
+	})
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	schema := "t_" + hex.EncodeToString(b[:])
+	conn, err := pgx.Connect(ctx, base)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, "CREATE SCHEMA "+schema)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		c, err := pgx.Connect(cctx, base)
+		if err != nil {
+			t.Logf("drop schema %s: %v", schema, err)
+			return
+		}
+		defer c.Close(cctx)
+		if _, err := c.Exec(cctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+			t.Logf("drop schema %s: %v", schema, err)
+		}
+	})
+	u, err := url.Parse(base)
+	require.NoError(t, err)
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	_, err = db.Migrate(ctx, u.String())
+	require.NoError(t, err)
+	return u.String()
+}
+
+// Pool returns a pool of at most maxConns connections on a fresh schema,
+// closed when t ends.
+func Pool(t testing.TB, maxConns int32) (*pgxpool.Pool, string) {
+	t.Helper()
+	u := Schema(t)
+	pool, err := db.Open(context.Background(), u, maxConns)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool, u
+}

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# ensure-nats.sh: make sure a NATS server with JetStream answers at the host
+# and port of $NATS_URL (default nats://127.0.0.1:4222). Idempotent: when
+# something already listens there it changes nothing.
+#
+# Otherwise it starts, in the background, with JetStream storing in ./.data/nats
+# and logging to ./.data/nats.log:
+#   1. nats-server from PATH, else
+#   2. nats-server built from the Go module proxy (github.com/nats-io/nats-server
+#      at $NATS_SERVER_VERSION) into ./.data/bin, kept there for the next run.
+# It prints one line saying what it did, then waits (30 s) for the port.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+REPO_ROOT=$PWD
+
+NATS_URL=${NATS_URL:-nats://127.0.0.1:4222}
+NATS_SERVER_VERSION=${NATS_SERVER_VERSION:-v2.15.2}
+WAIT_SECONDS=${ENSURE_NATS_TIMEOUT:-30}
+DATA_DIR=$REPO_ROOT/.data
+STORE_DIR=$DATA_DIR/nats
+LOG_FILE=$DATA_DIR/nats.log
+GO_BIN_DIR=$DATA_DIR/bin
+
+log() { printf 'ensure-nats: %s\n' "$*"; }
+die() { printf 'ensure-nats: ERROR: %s\n' "$*" >&2; exit 1; }
+
+# nats://[user[:pass]@]host[:port][,nats://...]: the first server's host and port.
+url=${NATS_URL%%,*}
+url=${url#*://}
+url=${url##*@}
+url=${url%%/*}
+if [[ $url =~ ^\[([^]]+)\](:([0-9]+))?$ ]] || [[ $url =~ ^([^:]*)(:([0-9]+))?$ ]]; then
+	HOST=${BASH_REMATCH[1]:-127.0.0.1}
+	PORT=${BASH_REMATCH[3]:-4222}
+else
+	die "cannot parse host and port from NATS_URL=$NATS_URL"
+fi
+[[ $HOST == localhost ]] && HOST=127.0.0.1
+
+listening() {
+	# shellcheck disable=SC2016 # expanded by the inner bash
+	timeout 3 bash -c 'exec 3<>"/dev/tcp/$0/$1"' "$HOST" "$PORT" >/dev/null 2>&1
+}
+
+if listening; then
+	log "NATS already listening at $HOST:$PORT; nothing to do"
+	exit 0
+fi
+case $HOST in
+127.* | ::1) ;;
+*) die "NATS at $HOST:$PORT (from NATS_URL) does not answer, and it is not a local address this script could start" ;;
+esac
+
+mkdir -p "$STORE_DIR"
+
+if command -v nats-server >/dev/null 2>&1; then
+	SERVER=$(command -v nats-server)
+	did="started $SERVER"
+elif [[ -x $GO_BIN_DIR/nats-server && -f $GO_BIN_DIR/nats-server.version &&
+	$(<"$GO_BIN_DIR/nats-server.version") == "$NATS_SERVER_VERSION" ]]; then
+	SERVER=$GO_BIN_DIR/nats-server
+	did="started .data/bin/nats-server $NATS_SERVER_VERSION"
+else
+	command -v go >/dev/null 2>&1 ||
+		die "nothing listens at $HOST:$PORT, nats-server is not on PATH and there is no go to build it (apt-get install nats-server)"
+	# Built in the foreground, so that compiling does not eat the start-up wait.
+	GOBIN=$GO_BIN_DIR go install "github.com/nats-io/nats-server/v2@$NATS_SERVER_VERSION" ||
+		die "go install github.com/nats-io/nats-server/v2@$NATS_SERVER_VERSION failed"
+	echo "$NATS_SERVER_VERSION" >"$GO_BIN_DIR/nats-server.version"
+	SERVER=$GO_BIN_DIR/nats-server
+	did="built nats-server $NATS_SERVER_VERSION with go install into .data/bin and started it"
+fi
+
+# Detached from this shell (its own session, no stdin), so that it outlives
+# the script and the CI step that ran it.
+setsid "$SERVER" -js -sd "$STORE_DIR" -a "$HOST" -p "$PORT" >>"$LOG_FILE" 2>&1 </dev/null &
+pid=$!
+echo "$pid" >"$DATA_DIR/nats.pid"
+
+for ((i = 0; i < WAIT_SECONDS * 4; i++)); do
+	if listening; then
+		log "$did (pid $pid, JetStream in .data/nats, log .data/nats.log); NATS is ready at $HOST:$PORT"
+		exit 0
+	fi
+	if ! kill -0 "$pid" 2>/dev/null; then
+		die "$SERVER exited at start-up; last lines of .data/nats.log: $(tail -n 5 "$LOG_FILE" | tr '\n' ' ')"
+	fi
+	sleep 0.25
+done
+die "$did, but nothing listened at $HOST:$PORT within ${WAIT_SECONDS}s (see .data/nats.log)"

@@ -1,0 +1,286 @@
+#!/usr/bin/env bash
+# ensure-postgres.sh: make sure a PostgreSQL server answers at the host and
+# port of $DATABASE_URL (default postgres://postgres@127.0.0.1:5432/quill),
+# starting or installing one when it is local and not running. Idempotent:
+# when PostgreSQL already answers it changes nothing.
+#
+# In order of preference, when nothing answers:
+#   1. a Debian cluster exists (/etc/postgresql/VERSION/NAME): start it
+#      (as root or as the cluster's owner, as pg_ctlcluster requires);
+#   2. root, PostgreSQL not installed: apt-get install postgresql, start the
+#      cluster it creates;
+#   (1 and 2 as root: make sure TCP connections from 127.0.0.1 and ::1 are
+#    trusted, as on the project's machines, so the default URL works);
+#   3. server binaries exist (/usr/lib/postgresql/*/bin/initdb): a private
+#      cluster in ./.data/postgres (trust auth, superuser postgres), started
+#      on the URL's host and port if the port is free (TCP only, no socket).
+# It prints one line saying what it did, then waits (30 s) for pg_isready.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+REPO_ROOT=$PWD
+
+DATABASE_URL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/quill?sslmode=disable}
+WAIT_SECONDS=${ENSURE_POSTGRES_TIMEOUT:-30}
+PRIVATE_DIR=$REPO_ROOT/.data/postgres
+
+log() { printf 'ensure-postgres: %s\n' "$*"; }
+die() { printf 'ensure-postgres: ERROR: %s\n' "$*" >&2; exit 1; }
+
+# --- host, port and user from DATABASE_URL -----------------------------------
+# postgres[ql]://[user[:password]@][host][:port][/db][?params]
+parse_url() {
+	local rest=${DATABASE_URL#*://}
+	rest=${rest%%[/?]*} # authority: [userinfo@]host[:port]
+	local userinfo=""
+	if [[ $rest == *@* ]]; then
+		userinfo=${rest%@*}
+		rest=${rest##*@}
+	fi
+	PG_USER=${userinfo%%:*}
+	PG_USER=${PG_USER:-postgres}
+	if [[ $rest =~ ^\[([^]]+)\](:([0-9]+))?$ ]]; then # [ipv6]:port
+		PG_HOST=${BASH_REMATCH[1]}
+		PG_PORT=${BASH_REMATCH[3]}
+	elif [[ $rest =~ ^([^:]*)(:([0-9]+))?$ ]]; then
+		PG_HOST=${BASH_REMATCH[1]}
+		PG_PORT=${BASH_REMATCH[3]}
+	else
+		die "cannot parse host and port from DATABASE_URL"
+	fi
+	PG_HOST=${PG_HOST:-127.0.0.1}
+	PG_PORT=${PG_PORT:-5432}
+	# A multi-host URL (h1:p1,h2:p2): use the first one.
+	PG_HOST=${PG_HOST%%,*}
+}
+parse_url
+
+is_local_host() {
+	case $PG_HOST in
+	127.* | localhost | ::1 | /*) return 0 ;;
+	*) return 1 ;;
+	esac
+}
+
+# The host to connect to locally (a socket directory is used as is).
+connect_host() {
+	case $PG_HOST in
+	localhost) echo 127.0.0.1 ;;
+	*) echo "$PG_HOST" ;;
+	esac
+}
+
+# pg_isready, from PATH or from any installed server version.
+PG_ISREADY=""
+find_pg_isready() {
+	if command -v pg_isready >/dev/null 2>&1; then
+		PG_ISREADY=$(command -v pg_isready)
+		return 0
+	fi
+	local c
+	for c in /usr/lib/postgresql/*/bin/pg_isready; do
+		[[ -x $c ]] && PG_ISREADY=$c
+	done
+	[[ -n $PG_ISREADY ]]
+}
+
+# 0 = accepting connections, 1 = rejecting (e.g. starting up), 2 = no answer.
+pg_status() {
+	if [[ -n $PG_ISREADY ]] || find_pg_isready; then
+		local rc=0
+		"$PG_ISREADY" -q -h "$(connect_host)" -p "$PG_PORT" -U "$PG_USER" -t 3 || rc=$?
+		return "$rc"
+	fi
+	# No client at all: a TCP answer is the best we can tell.
+	if tcp_open "$(connect_host)" "$PG_PORT"; then return 0; fi
+	return 2
+}
+
+tcp_open() { # host port
+	local host=$1 port=$2
+	[[ $host == /* ]] && return 1
+	# shellcheck disable=SC2016 # expanded by the inner bash
+	timeout 3 bash -c 'exec 3<>"/dev/tcp/$0/$1"' "$host" "$port" >/dev/null 2>&1
+}
+
+wait_ready() {
+	local i
+	for ((i = 0; i < WAIT_SECONDS * 2; i++)); do
+		if pg_status; then return 0; fi
+		sleep 0.5
+	done
+	return 1
+}
+
+finish() { # message
+	if wait_ready; then
+		log "$1; PostgreSQL is ready at $PG_HOST:$PG_PORT"
+		exit 0
+	fi
+	die "$1, but PostgreSQL did not accept connections at $PG_HOST:$PG_PORT within ${WAIT_SECONDS}s${2:+ (see $2)}"
+}
+
+# --- already running? -----------------------------------------------------------
+rc=0
+pg_status || rc=$?
+if ((rc == 0)); then
+	log "PostgreSQL already running at $PG_HOST:$PG_PORT; nothing to do"
+	exit 0
+fi
+if ((rc == 1)); then
+	# Answers but is not accepting yet (starting up, or recovering).
+	finish "PostgreSQL at $PG_HOST:$PG_PORT is starting; waited for it"
+fi
+if ! is_local_host; then
+	die "PostgreSQL at $PG_HOST:$PG_PORT (from DATABASE_URL) does not answer, and it is not a local address this script could start"
+fi
+
+IS_ROOT=false
+[[ $(id -u) == 0 ]] && IS_ROOT=true
+
+# Debian clusters as "VERSION NAME PORT", from pg_lsclusters or /etc/postgresql.
+debian_clusters() {
+	if command -v pg_lsclusters >/dev/null 2>&1; then
+		pg_lsclusters --no-header 2>/dev/null | awk '{print $1, $2, $3}'
+		return 0
+	fi
+	local conf ver name port
+	for conf in /etc/postgresql/*/*/postgresql.conf; do
+		[[ -f $conf ]] || continue
+		ver=$(basename "$(dirname "$(dirname "$conf")")")
+		name=$(basename "$(dirname "$conf")")
+		port=$(sed -n 's/^[[:space:]]*port[[:space:]]*=[[:space:]]*\([0-9]\+\).*/\1/p' "$conf" | tail -1)
+		echo "$ver $name ${port:-5432}"
+	done
+}
+
+# The cluster to start: the one configured for our port, else the first one.
+pick_cluster() {
+	local clusters
+	clusters=$(debian_clusters)
+	[[ -n $clusters ]] || return 1
+	local line
+	line=$(awk -v p="$PG_PORT" '$3 == p {print; exit}' <<<"$clusters")
+	[[ -n $line ]] || line=$(head -1 <<<"$clusters")
+	read -r CL_VER CL_NAME CL_PORT <<<"$line"
+}
+
+# Trust TCP connections from the loopback addresses (first match wins in
+# pg_hba.conf, so the lines go on top). Marked, so it is done once.
+HBA_MARK="# quill scripts/ensure-postgres.sh: trust loopback TCP"
+ensure_trust() { # version name
+	local hba=/etc/postgresql/$1/$2/pg_hba.conf
+	[[ -f $hba ]] || return 1
+	grep -qF "$HBA_MARK" "$hba" && return 1
+	local tmp
+	tmp=$(mktemp)
+	{
+		echo "$HBA_MARK"
+		echo "host    all             all             127.0.0.1/32            trust"
+		echo "host    all             all             ::1/128                 trust"
+		echo
+		cat "$hba"
+	} >"$tmp"
+	cat "$tmp" >"$hba" # keeps the file's owner and mode
+	rm -f "$tmp"
+	return 0
+}
+
+# Can we log in over TCP? (Needs psql; assume yes without it.)
+can_login() {
+	local psql
+	psql=$(command -v psql 2>/dev/null || true)
+	[[ -n $psql ]] || return 0
+	PGCONNECT_TIMEOUT=3 "$psql" -w -h "$(connect_host)" -p "$PG_PORT" -U "$PG_USER" -d postgres \
+		-tAc 'select 1' >/dev/null 2>&1
+}
+
+start_debian_cluster() { # what-we-did
+	local did=$1 rc=0
+	[[ $CL_PORT == "$PG_PORT" ]] ||
+		log "warning: cluster $CL_VER/$CL_NAME is configured for port $CL_PORT, not $PG_PORT"
+	pg_status || rc=$?
+	if ((rc == 2)); then
+		if pg_ctlcluster "$CL_VER" "$CL_NAME" status >/dev/null 2>&1; then
+			die "Debian cluster $CL_VER/$CL_NAME is running (port $CL_PORT) but does not answer at $PG_HOST:$PG_PORT; check port and listen_addresses in /etc/postgresql/$CL_VER/$CL_NAME/postgresql.conf, or DATABASE_URL"
+		fi
+		pg_ctlcluster --skip-systemctl-redirect "$CL_VER" "$CL_NAME" start >/dev/null 2>&1 ||
+			die "pg_ctlcluster could not start cluster $CL_VER/$CL_NAME (see /var/log/postgresql/postgresql-$CL_VER-$CL_NAME.log)"
+	fi
+	if ! wait_ready; then
+		die "$did, but PostgreSQL did not accept connections at $PG_HOST:$PG_PORT within ${WAIT_SECONDS}s (see /var/log/postgresql/postgresql-$CL_VER-$CL_NAME.log)"
+	fi
+	# A fresh Debian cluster authenticates TCP with scram: the project's
+	# default URL has no password, so trust the loopback addresses.
+	if ! can_login && ensure_trust "$CL_VER" "$CL_NAME"; then
+		pg_ctlcluster --skip-systemctl-redirect "$CL_VER" "$CL_NAME" reload >/dev/null
+		did="$did, trusted loopback TCP in pg_hba.conf"
+	fi
+	finish "$did"
+}
+
+# --- 1. a Debian cluster exists -------------------------------------------------
+if $IS_ROOT && pick_cluster; then
+	start_debian_cluster "started Debian cluster $CL_VER/$CL_NAME"
+fi
+
+# Not root, but the owner of a Debian cluster (the postgres user): start it.
+if ! $IS_ROOT && pick_cluster && [[ -O /var/lib/postgresql/$CL_VER/$CL_NAME ]]; then
+	start_debian_cluster "started Debian cluster $CL_VER/$CL_NAME"
+fi
+
+# --- 2. nothing installed, root: install it -----------------------------------
+initdb_bin() {
+	local c found=""
+	for c in /usr/lib/postgresql/*/bin/initdb; do
+		[[ -x $c ]] && found=$c # the highest version sorts last
+	done
+	[[ -n $found ]] && echo "$found"
+}
+
+if $IS_ROOT && [[ -z $(initdb_bin) ]]; then
+	log "PostgreSQL is not installed; installing Debian's postgresql package"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq >/dev/null
+	apt-get install -y -qq postgresql >/dev/null
+	pick_cluster || die "apt-get installed postgresql but created no cluster (see pg_lsclusters)"
+	start_debian_cluster "installed postgresql and started cluster $CL_VER/$CL_NAME"
+fi
+
+if $IS_ROOT; then
+	# Binaries but no cluster: create the Debian way (the server refuses to
+	# run as root, so no private cluster for root).
+	ver=$(basename "$(dirname "$(dirname "$(initdb_bin)")")")
+	pg_createcluster --port "$PG_PORT" "$ver" main >/dev/null
+	pick_cluster || die "pg_createcluster $ver main created no cluster"
+	start_debian_cluster "created and started Debian cluster $CL_VER/$CL_NAME"
+fi
+
+# --- 3. not root: a private cluster in ./.data/postgres -----------------------
+INITDB=$(initdb_bin) ||
+	die "nothing answers at $PG_HOST:$PG_PORT and PostgreSQL is not installed; as root this script installs it (apt-get install postgresql)"
+BINDIR=$(dirname "$INITDB")
+
+if tcp_open "$(connect_host)" "$PG_PORT"; then
+	die "port $PG_PORT on $PG_HOST is taken by something that is not a ready PostgreSQL; free it or set DATABASE_URL"
+fi
+if [[ $PG_HOST == /* ]]; then
+	die "DATABASE_URL names a socket directory ($PG_HOST); a private cluster listens on 127.0.0.1, so use host 127.0.0.1"
+fi
+
+did=""
+if [[ ! -f $PRIVATE_DIR/PG_VERSION ]]; then
+	mkdir -p "$PRIVATE_DIR"
+	"$INITDB" -D "$PRIVATE_DIR" --auth=trust -U postgres -E UTF8 --locale=C.UTF-8 >"$REPO_ROOT/.data/initdb.log" 2>&1 ||
+		"$INITDB" -D "$PRIVATE_DIR" --auth=trust -U postgres -E UTF8 --no-locale >"$REPO_ROOT/.data/initdb.log" 2>&1 ||
+		die "initdb failed (see .data/initdb.log)"
+	did="created a private cluster in .data/postgres and "
+fi
+[[ $PG_USER == postgres ]] ||
+	log "warning: the private cluster's superuser is postgres; DATABASE_URL uses $PG_USER"
+
+listen=$(connect_host)
+"$BINDIR/pg_ctl" -D "$PRIVATE_DIR" -l "$REPO_ROOT/.data/postgres.log" -w -t "$WAIT_SECONDS" \
+	-o "-p $PG_PORT -c listen_addresses=$listen -c unix_socket_directories=''" \
+	start >/dev/null 2>&1 || die "pg_ctl could not start the private cluster (see .data/postgres.log)"
+finish "${did}started it with $BINDIR/postgres on $listen:$PG_PORT" ".data/postgres.log"
