@@ -60,7 +60,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintln(stdout, overview)
 		return nil
 	default:
-		return usageError{fmt.Sprintf("unknown command %q\n%s", cmd, overview)}
+		return usageError{fmt.Sprintf("unknown command %q; run \"api --help\" for the commands", cmd)}
 	}
 }
 

@@ -69,7 +69,7 @@ func (s *Set) String(p *string, name, env, def, usage string) {
 	s.add(name, env, def, usage, func(v string) error { *p = v; return nil })
 }
 
-// Duration defines a Go-duration setting; it must be positive.
+// Duration defines a Go-duration setting; it must not be negative.
 func (s *Set) Duration(p *time.Duration, name, env string, def time.Duration, usage string) {
 	s.add(name, env, def.String(), usage, func(v string) error {
 		d, err := time.ParseDuration(v)

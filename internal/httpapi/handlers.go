@@ -5,6 +5,7 @@ import (
 	"errors"
 	"mime"
 	"net/http"
+	"net/url"
 	"strconv"
 
 	"github.com/go-json-experiment/json"
@@ -143,8 +144,11 @@ type listPage struct {
 }
 
 func (s *server) listNotes(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
+	q, err := url.ParseQuery(r.URL.RawQuery)
 	var errs []problem.FieldError
+	if err != nil {
+		errs = append(errs, problem.FieldError{Field: "query", Message: "is not a valid URL query: " + err.Error()})
+	}
 	limit := defaultListLimit
 	if v := q.Get("limit"); v != "" || q.Has("limit") {
 		n, err := strconv.Atoi(v)

@@ -95,6 +95,7 @@ func decodeProblem(err error, limit int64) *problem.Problem {
 func preferWait(r *http.Request) time.Duration {
 	for _, v := range r.Header.Values("Prefer") {
 		for pref := range strings.SplitSeq(v, ",") {
+			pref, _, _ = strings.Cut(pref, ";") // drop preference parameters
 			name, val, ok := strings.Cut(strings.TrimSpace(pref), "=")
 			if !ok || !strings.EqualFold(strings.TrimSpace(name), "wait") {
 				continue
@@ -114,8 +115,9 @@ var traceparentRE = regexp.MustCompile(`^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[
 // traceparent returns a valid W3C traceparent header, or "".
 func traceparent(r *http.Request) string {
 	tp := r.Header.Get("traceparent")
-	if traceparentRE.MatchString(tp) {
-		return tp
+	if !traceparentRE.MatchString(tp) || tp[:2] == "ff" ||
+		tp[3:35] == "00000000000000000000000000000000" || tp[36:52] == "0000000000000000" {
+		return "" // invalid per W3C Trace Context §3.2
 	}
-	return ""
+	return tp
 }

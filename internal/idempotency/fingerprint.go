@@ -57,6 +57,9 @@ func NewFingerprint(action string, version int, params Params) (Fingerprint, err
 func CanonicalJSON(action string, version int, params Params) ([]byte, error) {
 	doc := make(map[string]any, len(params)+2)
 	for k, v := range params {
+		if k == "action" || k == "v" {
+			return nil, fmt.Errorf("parameter name %q is reserved", k)
+		}
 		doc[k] = v
 	}
 	doc["action"] = action

@@ -34,11 +34,14 @@ func (f *Flights) Join(id int64, action string) (wait <-chan struct{}, leave fun
 	}
 	fl := &flight{done: make(chan struct{}), action: action}
 	f.m[id] = fl
+	var once sync.Once
 	return nil, func() {
-		f.mu.Lock()
-		delete(f.m, id)
-		f.mu.Unlock()
-		close(fl.done)
+		once.Do(func() {
+			f.mu.Lock()
+			delete(f.m, id)
+			f.mu.Unlock()
+			close(fl.done)
+		})
 	}
 }
 

@@ -256,22 +256,37 @@ func validateAttachment(a *AttachmentInput, limit int, verr *ValidationError) (*
 		verr.add("attachment.data", "is required")
 		return &att, nil
 	}
-	if n := base64.StdEncoding.DecodedLen(len(*a.Data)); n > limit+2 {
-		// DecodedLen over-counts padding by at most 2 bytes.
+	// Go's decoder skips CR and LF even in strict mode; RFC 4648 §3.3 does
+	// not allow them, and they would distort the size check below.
+	if strings.ContainsAny(*a.Data, "\r\n") {
+		verr.add("attachment.data", "is not standard base64 (RFC 4648 §4, with padding, without line breaks)")
+		return &att, nil
+	}
+	if n := decodedLen(*a.Data); n > limit {
+		// Refused before decoding: the size is known from the length.
 		return nil, &TooLargeError{Size: n, Limit: limit}
 	}
 	data, err := base64.StdEncoding.Strict().DecodeString(*a.Data)
 	if err != nil {
-		verr.add("attachment.data", "is not standard base64 (RFC 4648 §4, with padding)")
+		verr.add("attachment.data", "is not standard base64 (RFC 4648 §4, with padding, without line breaks)")
 		return &att, nil
-	}
-	if len(data) > limit {
-		return nil, &TooLargeError{Size: len(data), Limit: limit}
 	}
 	sum := sha256.Sum256(data)
 	att.Data = data
 	att.SHA256 = hex.EncodeToString(sum[:])
 	return &att, nil
+}
+
+// decodedLen is the exact decoded size of padded base64 s (for well-formed
+// input; malformed input is refused by the decoder afterwards).
+func decodedLen(s string) int {
+	n := len(s) / 4 * 3
+	if strings.HasSuffix(s, "==") {
+		n -= 2
+	} else if strings.HasSuffix(s, "=") {
+		n--
+	}
+	return max(n, 0)
 }
 
 // indexControl returns the character index of the first Unicode Cc

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/go-json-experiment/json"
@@ -437,7 +438,7 @@ func (s *Service) attempt(reqCtx context.Context, r Request, fp idempotency.Fing
 		return Outcome{Status: eff.status, Body: eff.body, Location: eff.location}, nil
 	}
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
+	if errors.As(err, &pgErr) && !sessionEnded(pgErr) {
 		// The server refused a statement: the transaction is aborted and
 		// COMMIT never ran.
 		rollback(ctx, conn)
@@ -450,6 +451,14 @@ func (s *Service) attempt(reqCtx context.Context, r Request, fp idempotency.Fing
 	// may or may not have happened. Find out on a fresh connection.
 	conn.Conn().Close(ctx) //nolint:errcheck // it is broken; make sure the pool drops it
 	return s.recheck(reqCtx, r, fp, record, eff, err)
+}
+
+// sessionEnded reports whether the server ended the session (admin
+// shutdown, crash, connection failure): then it is unknown which statements
+// of the pipeline, COMMIT included, ran before it did.
+func sessionEnded(e *pgconn.PgError) bool {
+	return e.Severity == "FATAL" || e.Severity == "PANIC" ||
+		strings.HasPrefix(e.Code, "08") || strings.HasPrefix(e.Code, "57P")
 }
 
 // rollback ends the connection's transaction; a failure closes the

@@ -1,0 +1,240 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/quillhq/quill/internal/dbtest"
+)
+
+// syncBuffer is a goroutine-safe buffer for a process's output.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	return addr
+}
+
+func env(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+// process runs the real program in-process until stop is called.
+type process struct {
+	stop   func() error
+	stderr *syncBuffer
+}
+
+func start(t *testing.T, getenv func(string) string, args ...string) *process {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	stderr := &syncBuffer{}
+	errc := make(chan error, 1)
+	go func() { errc <- run(ctx, args, getenv, io.Discard, stderr) }()
+	var once sync.Once
+	var err error
+	p := &process{stderr: stderr, stop: func() error {
+		once.Do(func() { cancel(); err = <-errc })
+		return err
+	}}
+	t.Cleanup(func() { _ = p.stop() })
+	return p
+}
+
+func runOut(t *testing.T, getenv func(string) string, args ...string) (string, string, error) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	err := run(t.Context(), args, getenv, &stdout, &stderr)
+	return stdout.String(), stderr.String(), err
+}
+
+func waitReady(t *testing.T, url string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		res, err := http.Get(url)
+		if err == nil {
+			res.Body.Close()
+			if res.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		require.True(t, time.Now().Before(deadline), "not ready: %s", url)
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func post(t *testing.T, base, token, key, body string) (*http.Response, string) {
+	t.Helper()
+	r, err := http.NewRequest(http.MethodPost, base+"/v1/notes", strings.NewReader(body))
+	require.NoError(t, err)
+	r.Header.Set("Authorization", "Bearer "+token)
+	r.Header.Set("Idempotency-Key", key)
+	r.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(r)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	return res, string(b)
+}
+
+func TestReplayAfterProcessRestart(t *testing.T) {
+	t.Parallel()
+	vars := map[string]string{"DATABASE_URL": dbtest.Schema(t), "QUILL_HTTP_ADDR": freeAddr(t), "QUILL_ADMIN_ADDR": freeAddr(t)}
+	getenv := env(vars)
+	tok, _, err := runOut(t, getenv, "token", "create", "--tenant", "acme")
+	require.NoError(t, err)
+	tok = strings.TrimSpace(tok)
+	require.Regexp(t, `^qt_[0-9a-f]{8}_[A-Za-z0-9_-]{43}$`, tok, "token create prints only the token")
+
+	base := "http://" + vars["QUILL_HTTP_ADDR"]
+	p := start(t, getenv, "serve")
+	waitReady(t, "http://"+vars["QUILL_ADMIN_ADDR"]+"/readyz")
+	res, first := post(t, base, tok, "restart-1", `{"title":"survives"}`)
+	require.Equal(t, http.StatusCreated, res.StatusCode, first)
+	require.NoError(t, p.stop(), "graceful shutdown returns nil")
+	require.Contains(t, p.stderr.String(), `"message":"stopped"`)
+
+	p = start(t, getenv) // serve is the default command
+	waitReady(t, "http://"+vars["QUILL_ADMIN_ADDR"]+"/readyz")
+	res, again := post(t, base, tok, "restart-1", `{"title":"survives"}`)
+	require.Equal(t, http.StatusCreated, res.StatusCode)
+	require.Equal(t, "true", res.Header.Get("Idempotent-Replayed"))
+	require.Equal(t, first, again)
+
+	// The admin address serves metrics with the API's counters.
+	mres, err := http.Get("http://" + vars["QUILL_ADMIN_ADDR"] + "/metrics")
+	require.NoError(t, err)
+	metrics, _ := io.ReadAll(mres.Body)
+	mres.Body.Close()
+	require.Contains(t, string(metrics), `quill_idempotency_requests_total{action="create-note",outcome="replayed"} 1`)
+	require.Contains(t, string(metrics), `quill_business_effects_total{action="create-note"} 0`, "this process executed nothing")
+	hres, err := http.Get("http://" + vars["QUILL_ADMIN_ADDR"] + "/healthz")
+	require.NoError(t, err)
+	hres.Body.Close()
+	require.Equal(t, http.StatusOK, hres.StatusCode)
+	require.NoError(t, p.stop())
+
+	// Logs carry the key's hash, never the key, title or token.
+	logs := p.stderr.String()
+	require.Contains(t, logs, `"key_hash"`)
+	require.NotContains(t, logs, "restart-1")
+	require.NotContains(t, logs, "survives")
+	require.NotContains(t, logs, tok[12:])
+}
+
+func TestTokenRevoke(t *testing.T) {
+	t.Parallel()
+	vars := map[string]string{"DATABASE_URL": dbtest.Schema(t), "QUILL_HTTP_ADDR": freeAddr(t), "QUILL_ADMIN_ADDR": freeAddr(t)}
+	getenv := env(vars)
+	tok, _, err := runOut(t, getenv, "token", "create", "--tenant", "acme")
+	require.NoError(t, err)
+	tok = strings.TrimSpace(tok)
+	start(t, getenv, "serve")
+	waitReady(t, "http://"+vars["QUILL_ADMIN_ADDR"]+"/readyz")
+	base := "http://" + vars["QUILL_HTTP_ADDR"]
+	res, _ := post(t, base, tok, "k1", `{"title":"a"}`)
+	require.Equal(t, http.StatusCreated, res.StatusCode)
+	_, _, err = runOut(t, getenv, "token", "revoke", tok[:11])
+	require.NoError(t, err)
+	res, body := post(t, base, tok, "k2", `{"title":"a"}`)
+	require.Equal(t, http.StatusUnauthorized, res.StatusCode, body)
+	_, _, err = runOut(t, getenv, "token", "revoke", "qt_ffffffff")
+	require.ErrorContains(t, err, "no token with this prefix")
+}
+
+func TestCommandLineErrors(t *testing.T) {
+	t.Parallel()
+	getenv := env(map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:1/none?sslmode=disable&connect_timeout=2"})
+	cases := []struct {
+		args []string
+		env  map[string]string
+		want string
+		code int
+	}{
+		{args: []string{"bogus"}, want: `unknown command "bogus"`, code: 2},
+		{args: []string{"token"}, want: "usage: api token", code: 2},
+		{args: []string{"token", "create"}, want: "--tenant is required", code: 2},
+		{args: []string{"token", "create", "--tenant", "Bad_Name"}, want: "tenant names are", code: 2},
+		{args: []string{"token", "revoke", "nope"}, want: "neither a token nor a token prefix", code: 2},
+		{args: []string{"serve", "--idempotency-wait", "soon"}, want: `invalid --idempotency-wait "soon"`, code: 2},
+		{args: []string{"serve"}, env: map[string]string{"QUILL_IDEMPOTENCY_RETENTION": "3"}, want: `invalid QUILL_IDEMPOTENCY_RETENTION "3"`, code: 2},
+		{args: []string{"serve"}, env: map[string]string{"QUILL_KEY_RETENTION": "1h"}, want: "QUILL_KEY_RETENTION (1h0m0s) must be at least QUILL_IDEMPOTENCY_RETENTION", code: 2},
+		{args: []string{"serve"}, env: map[string]string{"QUILL_LOG_LEVEL": "loud"}, want: "QUILL_LOG_LEVEL", code: 2},
+		{args: []string{"serve", "--max-body-bytes", "0"}, want: "--max-body-bytes", code: 2},
+		{args: []string{"serve"}, want: "127.0.0.1:1", code: 1}, // PostgreSQL unreachable: one clear line
+		{args: []string{"--help"}, code: 0},
+		{args: []string{"serve", "--help"}, code: 0},
+	}
+	for _, tc := range cases {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			g := getenv
+			if tc.env != nil {
+				g = func(k string) string {
+					if v, ok := tc.env[k]; ok {
+						return v
+					}
+					return getenv(k)
+				}
+			}
+			_, _, err := runOut(t, g, tc.args...)
+			var stderr bytes.Buffer
+			require.Equal(t, tc.code, exitCode(err, &stderr), "err: %v", err)
+			if tc.want != "" {
+				require.Contains(t, stderr.String(), tc.want)
+				require.NotContains(t, strings.TrimSpace(stderr.String()), "\n", "one line")
+			}
+		})
+	}
+}
+
+func TestMigrateCreatesDatabaseAndIsSafeConcurrently(t *testing.T) {
+	t.Parallel()
+	name := fmt.Sprintf("quill_migrate_%d", time.Now().UnixNano())
+	url := "postgres://postgres@127.0.0.1:5432/" + name + "?sslmode=disable"
+	getenv := env(map[string]string{"DATABASE_URL": url})
+	t.Cleanup(func() { dropDatabase(t, name) })
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range errs {
+		wg.Go(func() { _, _, errs[i] = runOut(t, getenv, "migrate") })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+	_, stderr, err := runOut(t, getenv, "migrate")
+	require.NoError(t, err)
+	require.Contains(t, stderr, `"version":1`)
+	require.Contains(t, stderr, `"created_database":false`)
+}

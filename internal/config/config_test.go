@@ -1,0 +1,227 @@
+package config_test
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/quillhq/quill/internal/config"
+)
+
+type values struct {
+	addr  string
+	wait  time.Duration
+	body  int
+	label string // a setting without an environment variable
+}
+
+const (
+	defAddr = ":8080"
+	defWait = 2 * time.Second
+	defBody = 2097152
+	defLbl  = "none"
+)
+
+func newSet(env map[string]string, out *bytes.Buffer) (*config.Set, *values) {
+	v := &values{}
+	s := config.New("api serve", "usage: api serve [flags]", func(k string) string { return env[k] }, out)
+	s.String(&v.addr, "http-addr", "QUILL_HTTP_ADDR", defAddr, "API listen address")
+	s.Duration(&v.wait, "idempotency-wait", "QUILL_IDEMPOTENCY_WAIT", defWait, "wait for a concurrent request")
+	s.Int(&v.body, "max-body-bytes", "QUILL_MAX_BODY_BYTES", defBody, 1, "request body limit")
+	s.String(&v.label, "label", "", defLbl, "a flag-only setting")
+	return s, v
+}
+
+func TestParsePrecedence(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want values
+		rest []string
+	}{
+		{
+			name: "defaults",
+			want: values{addr: defAddr, wait: defWait, body: defBody, label: defLbl},
+		},
+		{
+			name: "env beats default",
+			env:  map[string]string{"QUILL_HTTP_ADDR": ":1", "QUILL_IDEMPOTENCY_WAIT": "500ms", "QUILL_MAX_BODY_BYTES": "10"},
+			want: values{addr: ":1", wait: 500 * time.Millisecond, body: 10, label: defLbl},
+		},
+		{
+			name: "flag beats env",
+			args: []string{"--http-addr=:2", "--idempotency-wait", "3s", "-max-body-bytes=20", "--label", "x"},
+			env:  map[string]string{"QUILL_HTTP_ADDR": ":1", "QUILL_IDEMPOTENCY_WAIT": "500ms", "QUILL_MAX_BODY_BYTES": "10"},
+			want: values{addr: ":2", wait: 3 * time.Second, body: 20, label: "x"},
+		},
+		{
+			name: "flag beats default",
+			args: []string{"--idempotency-wait=1m"},
+			want: values{addr: defAddr, wait: time.Minute, body: defBody, label: defLbl},
+		},
+		{
+			name: "each setting from its own source",
+			args: []string{"--http-addr=:3"},
+			env:  map[string]string{"QUILL_IDEMPOTENCY_WAIT": "4s"},
+			want: values{addr: ":3", wait: 4 * time.Second, body: defBody, label: defLbl},
+		},
+		{
+			name: "empty env is unset",
+			env:  map[string]string{"QUILL_HTTP_ADDR": "", "QUILL_IDEMPOTENCY_WAIT": ""},
+			want: values{addr: defAddr, wait: defWait, body: defBody, label: defLbl},
+		},
+		{
+			name: "flag beats a bad env value",
+			args: []string{"--idempotency-wait=1s", "--max-body-bytes=5"},
+			env:  map[string]string{"QUILL_IDEMPOTENCY_WAIT": "soon", "QUILL_MAX_BODY_BYTES": "lots"},
+			want: values{addr: defAddr, wait: time.Second, body: 5, label: defLbl},
+		},
+		{
+			name: "zero duration",
+			env:  map[string]string{"QUILL_IDEMPOTENCY_WAIT": "0s"},
+			want: values{addr: defAddr, wait: 0, body: defBody, label: defLbl},
+		},
+		{
+			name: "int at its minimum",
+			env:  map[string]string{"QUILL_MAX_BODY_BYTES": "1"},
+			want: values{addr: defAddr, wait: defWait, body: 1, label: defLbl},
+		},
+		{
+			name: "arguments after the flags",
+			args: []string{"--http-addr=:4", "token", "create"},
+			want: values{addr: ":4", wait: defWait, body: defBody, label: defLbl},
+			rest: []string{"token", "create"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var out bytes.Buffer
+			s, got := newSet(tt.env, &out)
+			require.NoError(t, s.Parse(tt.args))
+			require.Equal(t, tt.want, *got)
+			if tt.rest == nil {
+				require.Empty(t, s.Args())
+			} else {
+				require.Equal(t, tt.rest, s.Args())
+			}
+		})
+	}
+}
+
+func TestParseBadValueNamesItsSource(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		want    []string // substrings of the error
+		notWant []string
+	}{
+		{
+			name: "bad duration in env",
+			env:  map[string]string{"QUILL_IDEMPOTENCY_WAIT": "2 seconds"},
+			want: []string{"QUILL_IDEMPOTENCY_WAIT", "2 seconds"}, notWant: []string{"--idempotency-wait"},
+		},
+		{
+			name: "bad duration flag",
+			args: []string{"--idempotency-wait=2 seconds"},
+			want: []string{"--idempotency-wait", "2 seconds"}, notWant: []string{"QUILL_IDEMPOTENCY_WAIT"},
+		},
+		{
+			name: "bare number is not a duration",
+			env:  map[string]string{"QUILL_IDEMPOTENCY_WAIT": "5"},
+			want: []string{"QUILL_IDEMPOTENCY_WAIT"},
+		},
+		{
+			name: "negative duration",
+			args: []string{"--idempotency-wait=-1s"},
+			want: []string{"--idempotency-wait", "-1s"},
+		},
+		{
+			name: "bad int in env",
+			env:  map[string]string{"QUILL_MAX_BODY_BYTES": "2MB"},
+			want: []string{"QUILL_MAX_BODY_BYTES", "2MB"}, notWant: []string{"--max-body-bytes"},
+		},
+		{
+			name: "bad int flag",
+			args: []string{"--max-body-bytes", "1.5"},
+			want: []string{"--max-body-bytes", "1.5"}, notWant: []string{"QUILL_MAX_BODY_BYTES"},
+		},
+		{
+			name: "int below minimum",
+			env:  map[string]string{"QUILL_MAX_BODY_BYTES": "0"},
+			want: []string{"QUILL_MAX_BODY_BYTES", "at least 1"},
+		},
+		{
+			name: "empty flag value",
+			args: []string{"--max-body-bytes="},
+			want: []string{"--max-body-bytes"},
+		},
+		{
+			name: "unknown flag",
+			args: []string{"--no-such-flag"},
+			want: []string{"no-such-flag"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var out bytes.Buffer
+			s, _ := newSet(tt.env, &out)
+			err := s.Parse(tt.args)
+			require.Error(t, err)
+			require.False(t, errors.Is(err, flag.ErrHelp))
+			for _, w := range tt.want {
+				require.Contains(t, err.Error(), w)
+			}
+			for _, w := range tt.notWant {
+				require.NotContains(t, err.Error(), w)
+			}
+		})
+	}
+}
+
+func TestParseHelp(t *testing.T) {
+	t.Parallel()
+	for _, arg := range []string{"--help", "-help", "-h", "--h"} {
+		t.Run(arg, func(t *testing.T) {
+			t.Parallel()
+			var out bytes.Buffer
+			// A bad environment does not stop --help.
+			s, _ := newSet(map[string]string{"QUILL_IDEMPOTENCY_WAIT": "bad"}, &out)
+			err := s.Parse([]string{arg})
+			require.ErrorIs(t, err, flag.ErrHelp)
+			help := out.String()
+			for _, w := range []string{
+				"usage: api serve", "--http-addr", "QUILL_HTTP_ADDR", `":8080"`,
+				"--idempotency-wait", "QUILL_IDEMPOTENCY_WAIT", `"2s"`,
+				"--max-body-bytes", "QUILL_MAX_BODY_BYTES", "--label",
+			} {
+				require.Contains(t, help, w)
+			}
+		})
+	}
+}
+
+func TestFlagSetExtraFlags(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	s, v := newSet(nil, &out)
+	tenant := s.FlagSet().String("tenant", "", "tenant name")
+	require.NoError(t, s.Parse([]string{"--tenant", "acme", "--http-addr", ":9"}))
+	require.Equal(t, "acme", *tenant)
+	require.Equal(t, ":9", v.addr)
+
+	out.Reset()
+	s, _ = newSet(nil, &out)
+	s.FlagSet().String("tenant", "", "tenant name")
+	require.ErrorIs(t, s.Parse([]string{"-h"}), flag.ErrHelp)
+	require.Contains(t, out.String(), "--tenant")
+}

@@ -1,0 +1,250 @@
+package httpapi_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-json-experiment/json"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quillhq/quill/internal/auth"
+	"github.com/quillhq/quill/internal/dbtest"
+	"github.com/quillhq/quill/internal/httpapi"
+	"github.com/quillhq/quill/internal/idempotency"
+	"github.com/quillhq/quill/internal/metrics"
+	"github.com/quillhq/quill/internal/notes"
+)
+
+// testBundle is one API over a fresh schema, with two tenants' tokens.
+type testBundle struct {
+	t        *testing.T
+	pool     *pgxpool.Pool
+	srv      *httptest.Server
+	svc      *notes.Service
+	reg      *prometheus.Registry
+	tokenA   string // tenant "acme"
+	tokenB   string // tenant "globex"
+	clock    *fakeClock
+	hook     atomic.Pointer[func(ctx context.Context, q idempotency.Querier, noteID uuid.UUID) error]
+	inFlight atomic.Int64
+	wrap     atomic.Pointer[func(http.Handler) http.Handler]
+}
+
+type setupOpts struct {
+	maxConns int32
+	wait     time.Duration
+}
+
+type fakeClock struct {
+	mu     sync.Mutex
+	offset time.Duration
+}
+
+func (c *fakeClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Now().Add(c.offset)
+}
+
+func (c *fakeClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.offset += d
+	c.mu.Unlock()
+}
+
+const (
+	responseRetention = 72 * time.Hour
+	keyRetention      = 720 * time.Hour
+)
+
+func setup(t *testing.T, opts ...setupOpts) *testBundle {
+	t.Helper()
+	o := setupOpts{maxConns: 8, wait: 2 * time.Second}
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	pool, _ := dbtest.Pool(t, o.maxConns)
+	b := &testBundle{t: t, pool: pool, clock: &fakeClock{}}
+	b.reg = prometheus.NewRegistry()
+	m := metrics.NewAPI(b.reg, notes.ActionCreate, notes.ActionDelete)
+	log := zerolog.New(io.Discard)
+	if testing.Verbose() {
+		log = zerolog.New(zerolog.NewTestWriter(t))
+	}
+	svc, err := notes.NewService(pool, notes.Config{ResponseRetention: responseRetention, KeyRetention: keyRetention, Wait: o.wait},
+		log, notes.WithObserver(m), notes.WithClock(b.clock.now),
+		notes.WithHooks(notes.Hooks{AfterEffect: func(ctx context.Context, q idempotency.Querier, id uuid.UUID) error {
+			if h := b.hook.Load(); h != nil {
+				return (*h)(ctx, q, id)
+			}
+			return nil
+		}}))
+	require.NoError(t, err)
+	b.svc = svc
+	api := httpapi.NewServer(httpapi.Deps{Pool: pool, Notes: svc, Log: log, Metrics: m})
+	b.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b.inFlight.Add(1)
+		defer b.inFlight.Add(-1)
+		h := api
+		if wrap := b.wrap.Load(); wrap != nil {
+			h = (*wrap)(api)
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(b.srv.Close)
+	ctx := context.Background()
+	b.tokenA, err = auth.Create(ctx, pool, "acme", time.Now())
+	require.NoError(t, err)
+	b.tokenB, err = auth.Create(ctx, pool, "globex", time.Now())
+	require.NoError(t, err)
+	return b
+}
+
+// setHook installs the AfterEffect hook for the rest of the test.
+func (b *testBundle) setHook(h func(ctx context.Context, q idempotency.Querier, noteID uuid.UUID) error) {
+	b.hook.Store(&h)
+}
+
+func (b *testBundle) clearHook() { b.hook.Store(nil) }
+
+type resp struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (r resp) json(t *testing.T) map[string]any {
+	t.Helper()
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(r.body, &m), "body: %s", r.body)
+	return m
+}
+
+type req struct {
+	method, path, token, key string
+	body                     any // string or []byte sent as is; other values marshaled
+	header                   map[string]string
+	noKey                    bool
+}
+
+func (b *testBundle) do(ctx context.Context, r req) (resp, error) {
+	var body io.Reader
+	switch v := r.body.(type) {
+	case nil:
+	case string:
+		body = bytes.NewReader([]byte(v))
+	case []byte:
+		body = bytes.NewReader(v)
+	default:
+		raw, err := json.Marshal(v)
+		if err != nil {
+			return resp{}, err
+		}
+		body = bytes.NewReader(raw)
+	}
+	hr, err := http.NewRequestWithContext(ctx, r.method, b.srv.URL+r.path, body)
+	if err != nil {
+		return resp{}, err
+	}
+	if body != nil {
+		hr.Header.Set("Content-Type", "application/json")
+	}
+	if r.token != "" {
+		hr.Header.Set("Authorization", "Bearer "+r.token)
+	}
+	if r.key != "" && !r.noKey {
+		hr.Header.Set("Idempotency-Key", r.key)
+	}
+	for k, v := range r.header {
+		hr.Header.Set(k, v)
+	}
+	res, err := b.srv.Client().Do(hr)
+	if err != nil {
+		return resp{}, err
+	}
+	defer res.Body.Close()
+	raw, err := io.ReadAll(res.Body)
+	if err != nil {
+		return resp{}, err
+	}
+	return resp{status: res.StatusCode, header: res.Header, body: raw}, nil
+}
+
+func (b *testBundle) mustDo(r req) resp {
+	b.t.Helper()
+	out, err := b.do(b.t.Context(), r)
+	require.NoError(b.t, err)
+	return out
+}
+
+func (b *testBundle) create(token, key string, body any) resp {
+	b.t.Helper()
+	return b.mustDo(req{method: http.MethodPost, path: "/v1/notes", token: token, key: key, body: body})
+}
+
+func (b *testBundle) lookup(token, key string) resp {
+	b.t.Helper()
+	return b.mustDo(req{method: http.MethodGet, path: "/v1/operations/" + key, token: token})
+}
+
+// count runs a count(*) query.
+func (b *testBundle) count(sql string, args ...any) int {
+	b.t.Helper()
+	var n int
+	require.NoError(b.t, b.pool.QueryRow(context.Background(), sql, args...).Scan(&n))
+	return n
+}
+
+func (b *testBundle) notes(tenant string) int {
+	return b.count(`SELECT count(*) FROM notes WHERE tenant = $1`, tenant)
+}
+
+// metric returns a counter's value with the given labels.
+func (b *testBundle) metric(name string, labels map[string]string) float64 {
+	b.t.Helper()
+	mfs, err := b.reg.Gather()
+	require.NoError(b.t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if v, ok := labels[lp.GetName()]; ok && v != lp.GetValue() {
+					continue next
+				}
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
+}
+
+func note(title string) map[string]any { return map[string]any{"title": title} }
+
+func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, within time.Duration, cond func() bool, msg string) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s: %s", within, msg)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
