@@ -19,6 +19,10 @@ import (
 // DefaultURL is the database used when DATABASE_URL is not set.
 const DefaultURL = "postgres://postgres@127.0.0.1:5432/quill?sslmode=disable"
 
+// idleInTxTimeout is the default idle_in_transaction_session_timeout of
+// Quill's sessions; no Quill transaction waits on its client that long.
+const idleInTxTimeout = "60s"
+
 // rollbackTimeout bounds a rollback that runs after the caller's context ended.
 const rollbackTimeout = 5 * time.Second
 
@@ -42,6 +46,12 @@ func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error
 	}
 	if maxConns > 0 {
 		cfg.MaxConns = maxConns
+	}
+	// A session whose client vanished mid-transaction (a partition the
+	// server has not noticed) would hold its operation's lock, and every
+	// retry would answer 409; the server ends such sessions itself.
+	if _, ok := cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"]; !ok {
+		cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = idleInTxTimeout
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

@@ -409,3 +409,29 @@ func TestConnectionLostBeforeCommitIsRechecked(t *testing.T) {
 	require.Equal(t, http.StatusCreated, r.status)
 	require.Empty(t, r.header.Get("Idempotent-Replayed"))
 }
+
+// The COMMIT reaches the server and commits, but its reply is lost on the
+// way back: the API re-checks on a fresh connection and answers with the
+// real outcome — the note it created — instead of an error.
+func TestLostCommitReplyIsRecheckedAndAnsweredWithTheOutcome(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{maxConns: 4, wait: 2 * time.Second, proxy: true})
+	b.setHook(func(context.Context, idempotency.Querier, uuid.UUID) error {
+		b.proxy.LoseNextReply() // the next reply is the final batch's, COMMIT included
+		return nil
+	})
+	r := b.create(b.tokenA, "op-lost-commit", note("committed in the dark"))
+	b.clearHook()
+	require.Equal(t, 1, b.proxy.Cuts(), "the COMMIT reply must have been lost")
+	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
+	require.Empty(t, r.header.Get("Idempotent-Replayed"), "this request executed it")
+	require.Equal(t, 1, b.notes("acme"))
+	id := r.json(t)["id"].(string)
+	require.Equal(t, "/v1/notes/"+id, r.header.Get("Location"))
+
+	again := b.create(b.tokenA, "op-lost-commit", note("committed in the dark"))
+	require.Equal(t, "true", again.header.Get("Idempotent-Replayed"))
+	require.Equal(t, string(r.body), string(again.body))
+	require.Equal(t, 1, b.notes("acme"))
+	require.Equal(t, 1.0, b.metric("quill_business_effects_total", map[string]string{"action": "create-note"}))
+}

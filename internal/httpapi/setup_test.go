@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quillhq/quill/internal/auth"
+	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/dbtest"
 	"github.com/quillhq/quill/internal/httpapi"
 	"github.com/quillhq/quill/internal/idempotency"
@@ -40,11 +41,14 @@ type testBundle struct {
 	hook     atomic.Pointer[func(ctx context.Context, q idempotency.Querier, noteID uuid.UUID) error]
 	inFlight atomic.Int64
 	wrap     atomic.Pointer[func(http.Handler) http.Handler]
+	proxy    *dbtest.Proxy
 }
 
 type setupOpts struct {
 	maxConns int32
 	wait     time.Duration
+	// proxy puts a reply-losing proxy between the API and PostgreSQL.
+	proxy bool
 }
 
 type fakeClock struct {
@@ -75,15 +79,24 @@ func setup(t *testing.T, opts ...setupOpts) *testBundle {
 	if len(opts) > 0 {
 		o = opts[0]
 	}
-	pool, _ := dbtest.Pool(t, o.maxConns)
+	pool, dbURL := dbtest.Pool(t, o.maxConns)
 	b := &testBundle{t: t, pool: pool, clock: &fakeClock{}}
+	apiPool := pool
+	if o.proxy {
+		var proxied string
+		b.proxy, proxied = dbtest.NewProxy(t, dbURL)
+		var err error
+		apiPool, err = db.Open(context.Background(), proxied, o.maxConns)
+		require.NoError(t, err)
+		t.Cleanup(apiPool.Close)
+	}
 	b.reg = prometheus.NewRegistry()
 	m := metrics.NewAPI(b.reg, notes.ActionCreate, notes.ActionDelete)
 	log := zerolog.New(io.Discard)
 	if testing.Verbose() {
 		log = zerolog.New(zerolog.NewTestWriter(t))
 	}
-	svc, err := notes.NewService(pool, notes.Config{ResponseRetention: responseRetention, KeyRetention: keyRetention, Wait: o.wait},
+	svc, err := notes.NewService(apiPool, notes.Config{ResponseRetention: responseRetention, KeyRetention: keyRetention, Wait: o.wait},
 		log, notes.WithObserver(m), notes.WithClock(b.clock.now),
 		notes.WithHooks(notes.Hooks{AfterEffect: func(ctx context.Context, q idempotency.Querier, id uuid.UUID) error {
 			if h := b.hook.Load(); h != nil {
@@ -93,7 +106,7 @@ func setup(t *testing.T, opts ...setupOpts) *testBundle {
 		}}))
 	require.NoError(t, err)
 	b.svc = svc
-	api := httpapi.NewServer(httpapi.Deps{Pool: pool, Notes: svc, Log: log, Metrics: m})
+	api := httpapi.NewServer(httpapi.Deps{Pool: apiPool, Notes: svc, Log: log, Metrics: m})
 	b.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b.inFlight.Add(1)
 		defer b.inFlight.Add(-1)

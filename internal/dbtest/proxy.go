@@ -1,0 +1,150 @@
+package dbtest
+
+import (
+	"encoding/binary"
+	"io"
+	"net"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Proxy is a TCP proxy in front of PostgreSQL that can lose a COMMIT's
+// reply: once armed, the next reply that completes a COMMIT is read to its
+// end (ReadyForQuery) and discarded, and the connection is cut. The server
+// has committed; the client cannot know.
+type Proxy struct {
+	target string
+	ln     net.Listener
+	mu     sync.Mutex
+	armed  bool
+	cuts   int
+}
+
+// NewProxy starts a proxy to the server of dbURL and returns it with dbURL
+// rewritten to go through it. It stops when t ends.
+func NewProxy(t testing.TB, dbURL string) (*Proxy, string) {
+	t.Helper()
+	u, err := url.Parse(dbURL)
+	require.NoError(t, err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &Proxy{target: u.Host, ln: ln}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	wg.Go(func() {
+		for {
+			client, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			server, err := net.Dial("tcp", p.target)
+			if err != nil {
+				client.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, client, server)
+			mu.Unlock()
+			wg.Go(func() { _, _ = io.Copy(server, client) })
+			wg.Go(func() { p.serverToClient(server, client) })
+		}
+	})
+	u.Host = ln.Addr().String()
+	return p, u.String()
+}
+
+// LoseNextReply arms the proxy: the next reply that completes a COMMIT is
+// swallowed and its connection cut.
+func (p *Proxy) LoseNextReply() {
+	p.mu.Lock()
+	p.armed = true
+	p.mu.Unlock()
+}
+
+// Cuts returns how many replies the proxy has swallowed.
+func (p *Proxy) Cuts() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cuts
+}
+
+// serverToClient copies server messages to the client message by message.
+// While armed it holds back each reply up to its ReadyForQuery: a reply that
+// completed a COMMIT is swallowed and the connection cut (both sides, after
+// the server has committed); any other reply is passed on.
+func (p *Proxy) serverToClient(server, client net.Conn) {
+	defer client.Close()
+	defer server.Close()
+	header := make([]byte, 5)
+	first := true
+	var held []byte
+	committed := false
+	for {
+		if first {
+			// The answer to an SSLRequest is one byte, not a message.
+			if _, err := io.ReadFull(server, header[:1]); err != nil {
+				return
+			}
+			first = false
+			if header[0] == 'N' || header[0] == 'S' {
+				if _, err := client.Write(header[:1]); err != nil {
+					return
+				}
+				continue
+			}
+			if _, err := io.ReadFull(server, header[1:]); err != nil {
+				return
+			}
+		} else if _, err := io.ReadFull(server, header); err != nil {
+			return
+		}
+		n := int(binary.BigEndian.Uint32(header[1:])) - 4
+		msg := make([]byte, 5+max(n, 0))
+		copy(msg, header)
+		if _, err := io.ReadFull(server, msg[5:]); err != nil {
+			return
+		}
+		p.mu.Lock()
+		armed := p.armed
+		p.mu.Unlock()
+		if !armed {
+			if _, err := client.Write(msg); err != nil {
+				return
+			}
+			continue
+		}
+		held = append(held, msg...)
+		if msg[0] == 'C' && strings.HasPrefix(string(msg[5:]), "COMMIT") {
+			committed = true
+		}
+		if msg[0] != 'Z' {
+			continue
+		}
+		if !committed {
+			if _, err := client.Write(held); err != nil {
+				return
+			}
+			held = held[:0]
+			continue
+		}
+		p.mu.Lock()
+		p.armed = false
+		p.cuts++
+		p.mu.Unlock()
+		return // the server committed; its reply is lost
+	}
+}

@@ -1,0 +1,44 @@
+package outbox_test
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quillhq/quill/internal/outbox"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		require.NoError(t, os.WriteFile(path, got, 0o644))
+	}
+	want, err := os.ReadFile(path)
+	require.NoError(t, err, "run go test -update to create %s", path)
+	require.Equal(t, string(want), string(got))
+}
+
+func TestEnvelopeIsCloudEventsStructuredJSON(t *testing.T) {
+	t.Parallel()
+	e := outbox.Event{
+		ID:          uuid.MustParse("01a229cf-df18-7352-9441-e88e7d76d895"),
+		Tenant:      "acme",
+		AggregateID: uuid.MustParse("01a229cf-df18-7236-a349-3735bd4a95ce"),
+		Type:        outbox.TypeNoteCreated,
+		Time:        time.Date(2026, 11, 30, 0, 16, 58, 648139000, time.UTC),
+		Data:        map[string]any{"id": "01a229cf-df18-7236-a349-3735bd4a95ce", "title": "Example <note> & \"quotes\""},
+	}
+	got, err := outbox.Envelope(e)
+	require.NoError(t, err)
+	golden(t, "note_created.json", got)
+	require.Equal(t, "quill.acme.note.created", outbox.Subject("quill", "acme", outbox.TypeNoteCreated))
+	require.Equal(t, "quill.attachment.processed.v1", outbox.CloudEventType(outbox.TypeAttachmentProcessed))
+}
