@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/crc64"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -40,7 +41,14 @@ func Migrate(ctx context.Context, url string) (MigrateResult, error) {
 	sqlDB := stdlib.OpenDB(*cfg)
 	defer sqlDB.Close()
 
-	locker, err := lock.NewPostgresSessionLocker()
+	// One lock per schema: migrations of one schema serialize, those of
+	// different schemas (tests) do not wait for each other. Poll each second
+	// for up to five minutes.
+	lockID := lock.DefaultLockID
+	if sp := cfg.RuntimeParams["search_path"]; sp != "" {
+		lockID ^= int64(crc64.Checksum([]byte(sp), crc64.MakeTable(crc64.ECMA)) >> 1)
+	}
+	locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(lockID), lock.WithLockTimeout(1, 300))
 	if err != nil {
 		return res, fmt.Errorf("migration lock: %w", err)
 	}

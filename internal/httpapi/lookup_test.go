@@ -165,3 +165,18 @@ func TestRetentionExpiredAnswers410ThenForgottenExecutes(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
 }
+
+// Concurrent lookups of an unknown key all answer 404: a lookup holding the
+// key's lock is not an executing request.
+func TestConcurrentLookupsDoNotSeeEachOtherAsInProgress(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const n = 40
+	codes := make(chan int, n)
+	for range n {
+		go func() { codes <- b.lookup(b.tokenA, "nobody").status }()
+	}
+	for range n {
+		require.Equal(t, http.StatusNotFound, <-codes)
+	}
+}

@@ -98,6 +98,8 @@ const (
 
 	sqlAdvisoryTryLock = `SELECT pg_try_advisory_xact_lock($1)`
 
+	sqlAdvisoryTryLockShared = `SELECT pg_try_advisory_xact_lock_shared($1)`
+
 	sqlOperationsCompact = `UPDATE operations SET response_body = NULL, response_location = NULL, compacted_at = $1
 	WHERE (tenant, key) IN (
 		SELECT tenant, key FROM operations
@@ -138,6 +140,21 @@ func RecordGet(ctx context.Context, q Querier, tenant, key string) (*Record, err
 func QueueClaim(b *pgx.Batch, tenant, key string, locked *bool, rec **Record) {
 	b.Queue(sqlAdvisoryTryLock, LockID(tenant, key)).QueryRow(func(row pgx.Row) error {
 		return row.Scan(locked)
+	})
+	b.Queue(sqlOperationGet, tenant, key).QueryRow(func(row pgx.Row) error {
+		r, err := scanRecord(row)
+		*rec = r
+		return err
+	})
+}
+
+// QueueProbe is QueueClaim for readers: it takes the lock shared, so that
+// readers never mistake each other for an executing request. *free says
+// whether no request is executing the operation now; while the transaction
+// lasts, none can start.
+func QueueProbe(b *pgx.Batch, tenant, key string, free *bool, rec **Record) {
+	b.Queue(sqlAdvisoryTryLockShared, LockID(tenant, key)).QueryRow(func(row pgx.Row) error {
+		return row.Scan(free)
 	})
 	b.Queue(sqlOperationGet, tenant, key).QueryRow(func(row pgx.Row) error {
 		r, err := scanRecord(row)

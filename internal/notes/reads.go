@@ -194,6 +194,8 @@ const (
 // with the key is executing it answers state in_progress, never
 // ErrOperationNotFound: the lookup takes the key's advisory lock, so either
 // it sees the committed record or it knows whether someone holds the lock.
+// Lookups take the lock shared, so concurrent lookups never see each other
+// as an executing request.
 // Errors: ErrOperationNotFound, *UnavailableError.
 func (s *Service) Lookup(ctx context.Context, tenant, key string) (*Operation, error) {
 	var (
@@ -203,7 +205,7 @@ func (s *Service) Lookup(ctx context.Context, tenant, key string) (*Operation, e
 	)
 	err := db.WithTx(ctx, s.pool, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
-		idempotency.QueueClaim(b, tenant, key, &locked, &rec)
+		idempotency.QueueProbe(b, tenant, key, &locked, &rec)
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
