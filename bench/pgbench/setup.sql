@@ -1,0 +1,15 @@
+-- Scratch tables for the raw PostgreSQL ceiling of `make bench-api`
+-- (scripts/bench-api.sh runs this in the quill_bench database after
+-- `api migrate`). They are copies of the three tables one note create writes
+-- — same columns, defaults, identity, constraints and indexes (LIKE ...
+-- INCLUDING ALL) — in their own schema, so the pgbench runs never touch the
+-- API's rows and can be truncated independently.
+DROP SCHEMA IF EXISTS bench_raw CASCADE;
+CREATE SCHEMA bench_raw;
+CREATE TABLE bench_raw.notes (LIKE public.notes INCLUDING ALL);
+CREATE TABLE bench_raw.operations (LIKE public.operations INCLUDING ALL);
+CREATE TABLE bench_raw.outbox_events (LIKE public.outbox_events INCLUDING ALL);
+-- For api_equivalent.sql: the token lookup reads a copy of api_tokens.
+CREATE TABLE bench_raw.api_tokens (LIKE public.api_tokens INCLUDING ALL);
+INSERT INTO bench_raw.api_tokens (prefix, hash, tenant, created_at)
+VALUES ('qt_00000000', sha256('qt_00000000_bench'::bytea), 'bench', now());

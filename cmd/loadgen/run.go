@@ -1,0 +1,535 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Modes.
+const (
+	modeCreate = "create"
+	modeReplay = "replay"
+)
+
+// Defaults of the flags.
+const (
+	defaultURL         = "http://127.0.0.1:8080"
+	defaultConcurrency = 16
+	defaultDuration    = 10 * time.Second
+	defaultWarmup      = 2 * time.Second
+	defaultTimeout     = 10 * time.Second
+	defaultBodyBytes   = 200
+	// minReplayKeys is the smallest automatic replay key set.
+	minReplayKeys = 1000
+	// notesPath is the endpoint every request goes to.
+	notesPath = "/v1/notes"
+	// clockTicks is Linux's USER_HZ, the unit of /proc/self/stat times; it
+	// is 100 on every mainstream architecture.
+	clockTicks = 100
+)
+
+// config is one run's settings.
+type config struct {
+	url         string
+	token       string
+	concurrency int
+	duration    time.Duration
+	warmup      time.Duration
+	timeout     time.Duration
+	mode        string
+	replayKeys  int
+	bodyBytes   int
+	keyPrefix   string
+	jsonOut     bool
+}
+
+var keyPrefixRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+
+func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: loadgen --token T [flags]\n\nDrives POST /v1/notes and reports throughput, latency and errors.\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	envOr := func(name, def string) string {
+		if v := getenv(name); v != "" {
+			return v
+		}
+		return def
+	}
+	fs.StringVar(&c.url, "url", envOr("QUILL_URL", defaultURL), "API base URL; requests go to <url>/v1/notes (env QUILL_URL)")
+	fs.StringVar(&c.token, "token", getenv("QUILL_TOKEN"), "bearer token (env QUILL_TOKEN)")
+	fs.IntVar(&c.concurrency, "concurrency", defaultConcurrency, "concurrent clients, each with its own keep-alive connection")
+	fs.DurationVar(&c.duration, "duration", defaultDuration, "measured time, after the warmup")
+	fs.DurationVar(&c.warmup, "warmup", defaultWarmup, "time the load runs before measuring starts")
+	fs.DurationVar(&c.timeout, "timeout", defaultTimeout, "per-request timeout")
+	fs.StringVar(&c.mode, "mode", modeCreate, "create: new notes under unique keys; replay: create --replay-keys notes, then resend them and expect replays")
+	fs.IntVar(&c.replayKeys, "replay-keys", 0, fmt.Sprintf("replay mode: how many notes to create and replay (0: max(%d, 16 × concurrency))", minReplayKeys))
+	fs.IntVar(&c.bodyBytes, "body-bytes", defaultBodyBytes, "length of each note's body text")
+	fs.StringVar(&c.keyPrefix, "key-prefix", "", "prefix of the generated Idempotency-Keys (default: random per run, so runs never collide)")
+	fs.BoolVar(&c.jsonOut, "json", false, "print the result as one JSON object")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return c, err
+		}
+		return c, usageError{err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return c, usageError{fmt.Sprintf("unexpected arguments %q", fs.Args())}
+	}
+	u, err := url.Parse(c.url)
+	switch {
+	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+		return c, usageError{fmt.Sprintf("--url %q is not an http(s) URL such as %s", c.url, defaultURL)}
+	case c.token == "":
+		return c, usageError{"--token (or QUILL_TOKEN) is required; create one with: api token create --tenant bench"}
+	case c.concurrency < 1:
+		return c, usageError{"--concurrency must be at least 1"}
+	case c.duration <= 0:
+		return c, usageError{"--duration must be positive"}
+	case c.warmup < 0:
+		return c, usageError{"--warmup must not be negative"}
+	case c.timeout <= 0:
+		return c, usageError{"--timeout must be positive"}
+	case c.mode != modeCreate && c.mode != modeReplay:
+		return c, usageError{fmt.Sprintf("--mode %q: use %s or %s", c.mode, modeCreate, modeReplay)}
+	case c.replayKeys < 0:
+		return c, usageError{"--replay-keys must not be negative"}
+	case c.bodyBytes < 0:
+		return c, usageError{"--body-bytes must not be negative"}
+	case c.keyPrefix != "" && !keyPrefixRE.MatchString(c.keyPrefix):
+		return c, usageError{"--key-prefix must be 1-64 characters of A-Z, a-z, 0-9, '.', '_' and '-'"}
+	}
+	if c.keyPrefix == "" {
+		var b [6]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return c, fmt.Errorf("random key prefix: %w", err)
+		}
+		c.keyPrefix = "lg-" + hex.EncodeToString(b[:])
+	}
+	if c.mode == modeReplay && c.replayKeys == 0 {
+		c.replayKeys = max(minReplayKeys, 16*c.concurrency)
+	}
+	if c.mode == modeReplay && c.replayKeys < c.concurrency {
+		// Every client replays its own keys, so that no two requests with
+		// one key are in flight at once.
+		return c, usageError{fmt.Sprintf("--replay-keys (%d) must be at least --concurrency (%d)", c.replayKeys, c.concurrency)}
+	}
+	return c, nil
+}
+
+// run is the whole program: main only wires signals and the exit status.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	c, err := parseConfig(args, getenv, stderr)
+	if err != nil {
+		return err
+	}
+	cl := newClient(c)
+	defer cl.close()
+
+	var targets []target
+	if c.mode == modeReplay {
+		t0 := time.Now()
+		if targets, err = setupReplay(ctx, cl, c); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "loadgen: replay setup: created %d notes in %.2fs\n", len(targets), time.Since(t0).Seconds())
+	}
+	res := measure(ctx, cl, c, targets, stderr)
+	if ctx.Err() != nil {
+		return fmt.Errorf("interrupted: %w", ctx.Err())
+	}
+	if c.jsonOut {
+		if err := writeJSON(stdout, res); err != nil {
+			return err
+		}
+	} else {
+		writeText(stdout, res)
+	}
+	if res.OK == 0 && res.Errors > 0 {
+		return fmt.Errorf("no request succeeded; first error: %s", res.FirstError)
+	}
+	return nil
+}
+
+// target is one request: its key and its body.
+type target struct {
+	key  string
+	body []byte
+}
+
+// client sends the requests.
+type client struct {
+	hc       *http.Client
+	tr       *http.Transport
+	endpoint string
+	auth     string
+	cfg      config
+	filler   string
+}
+
+func newClient(c config) *client {
+	tr := &http.Transport{
+		Proxy:               nil, // never route the benchmark through a proxy
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        c.concurrency,
+		MaxIdleConnsPerHost: c.concurrency,
+		MaxConnsPerHost:     c.concurrency,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+		ForceAttemptHTTP2:   false,
+	}
+	filler := strings.Repeat("lorem ipsum dolor sit amet ", c.bodyBytes/27+1)[:c.bodyBytes]
+	return &client{
+		hc:       &http.Client{Transport: tr, Timeout: c.timeout},
+		tr:       tr,
+		endpoint: strings.TrimRight(c.url, "/") + notesPath,
+		auth:     "Bearer " + c.token,
+		cfg:      c,
+		filler:   filler,
+	}
+}
+
+func (cl *client) close() { cl.tr.CloseIdleConnections() }
+
+// newTarget returns client w's seq-th request. Keys and titles only hold
+// characters that need no JSON escaping.
+func (cl *client) newTarget(w, seq int) target {
+	key := cl.cfg.keyPrefix + "-" + strconv.Itoa(w) + "-" + strconv.Itoa(seq)
+	body := make([]byte, 0, len(key)+len(cl.filler)+40)
+	body = append(body, `{"title":"bench note `...)
+	body = append(body, key...)
+	body = append(body, `","body":"`...)
+	body = append(body, cl.filler...)
+	body = append(body, `"}`...)
+	return target{key: key, body: body}
+}
+
+// outcome is what one request came back with.
+type outcome struct {
+	status   int
+	replayed bool
+	err      error
+}
+
+func (cl *client) send(ctx context.Context, t target) outcome {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, cl.endpoint, bytes.NewReader(t.body))
+	if err != nil {
+		return outcome{err: err}
+	}
+	req.Header.Set("Authorization", cl.auth)
+	req.Header.Set("Idempotency-Key", t.key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := cl.hc.Do(req)
+	if err != nil {
+		return outcome{err: err}
+	}
+	// Drain the body so that the connection is reused.
+	_, err = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return outcome{status: resp.StatusCode, replayed: resp.Header.Get("Idempotent-Replayed") == "true", err: err}
+}
+
+// kind classifies an outcome in mode: "" for success, else the error kind.
+func (o outcome) kind(mode string) string {
+	switch {
+	case o.err != nil:
+		return "transport"
+	case o.status < 200 || o.status > 299:
+		return "http_" + strconv.Itoa(o.status)
+	case mode == modeCreate && o.replayed:
+		return "unexpected_replay"
+	case mode == modeReplay && !o.replayed:
+		return "not_replayed"
+	}
+	return ""
+}
+
+// setupReplay creates c.replayKeys notes, spread over the clients, and
+// returns their requests. Any failure ends the run: a replay benchmark needs
+// every key recorded.
+func setupReplay(ctx context.Context, cl *client, c config) ([]target, error) {
+	targets := make([]target, c.replayKeys)
+	for i := range targets {
+		targets[i] = cl.newTarget(i%c.concurrency, i/c.concurrency)
+	}
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		firstErr error
+	)
+	for w := range c.concurrency {
+		wg.Go(func() {
+			for i := w; i < len(targets); i += c.concurrency {
+				o := cl.send(ctx, targets[i])
+				if k := o.kind(modeCreate); k != "" {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = fmt.Errorf("replay setup: creating note %d: %s", i, describe(o, k))
+					}
+					mu.Unlock()
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("interrupted during replay setup: %w", err)
+	}
+	return targets, firstErr
+}
+
+func describe(o outcome, kind string) string {
+	if o.err != nil {
+		return o.err.Error()
+	}
+	return fmt.Sprintf("%s (status %d, replayed %t)", kind, o.status, o.replayed)
+}
+
+// workerStats is what one client measured.
+type workerStats struct {
+	lat      []time.Duration // successful measured requests
+	errs     map[string]int
+	firstErr string
+}
+
+// result is a run's report.
+type result struct {
+	Mode        string  `json:"mode"`
+	URL         string  `json:"url"`
+	Concurrency int     `json:"concurrency"`
+	WarmupS     float64 `json:"warmup_s"`
+	DurationS   float64 `json:"duration_s"`
+	ReplayKeys  int     `json:"replay_keys,omitempty"`
+	Requests    int     `json:"requests"`
+	OK          int     `json:"ok"`
+	Errors      int     `json:"errors"`
+	ErrorKinds  string  `json:"error_kinds"`
+	FirstError  string  `json:"first_error,omitempty"`
+	OpsPerSec   float64 `json:"ops_per_sec"`
+	MeanMs      float64 `json:"mean_ms"`
+	P50Ms       float64 `json:"p50_ms"`
+	P90Ms       float64 `json:"p90_ms"`
+	P99Ms       float64 `json:"p99_ms"`
+	P999Ms      float64 `json:"p999_ms"`
+	MaxMs       float64 `json:"max_ms"`
+	// CPUSeconds is the loadgen's own user+system CPU time during the
+	// measured window, CPUCores that divided by the window (-1: unknown).
+	CPUSeconds float64 `json:"cpu_seconds"`
+	CPUCores   float64 `json:"cpu_cores"`
+}
+
+// measure runs the load: c.concurrency clients, each sending its next
+// request as soon as the previous one answered, for c.warmup unmeasured and
+// then c.duration measured. In replay mode client w cycles over the targets
+// w, w+c, w+2c, ... Progress lines go to progress: "warming up" at the start
+// and "measuring" when the measured window opens (scripts sample other
+// processes' CPU use inside the window from it).
+func measure(ctx context.Context, cl *client, c config, targets []target, progress io.Writer) result {
+	start := time.Now()
+	measureFrom := start.Add(c.warmup)
+	end := measureFrom.Add(c.duration)
+	fmt.Fprintf(progress, "loadgen: %s, %d clients: warming up for %s\n", c.mode, c.concurrency, c.warmup)
+
+	// The loadgen's CPU time over the measured window.
+	cpuStart := make(chan float64, 1)
+	go func() {
+		t := time.NewTimer(time.Until(measureFrom))
+		defer t.Stop()
+		select {
+		case <-t.C:
+			cpuStart <- processCPUSeconds()
+			fmt.Fprintf(progress, "loadgen: measuring for %s\n", c.duration)
+		case <-ctx.Done():
+			cpuStart <- -1
+		}
+	}()
+
+	stats := make([]workerStats, c.concurrency)
+	var wg sync.WaitGroup
+	for w := range c.concurrency {
+		wg.Go(func() {
+			st := &stats[w]
+			st.lat = make([]time.Duration, 0, 1<<14)
+			st.errs = map[string]int{}
+			for seq := 0; ; seq++ {
+				t0 := time.Now()
+				if !t0.Before(end) || ctx.Err() != nil {
+					return
+				}
+				var t target
+				if c.mode == modeReplay {
+					// Client w owns the targets with index ≡ w (mod concurrency).
+					n := (len(targets) - w + c.concurrency - 1) / c.concurrency
+					t = targets[w+(seq%n)*c.concurrency]
+				} else {
+					t = cl.newTarget(w, seq)
+				}
+				o := cl.send(ctx, t)
+				d := time.Since(t0)
+				if ctx.Err() != nil || t0.Before(measureFrom) {
+					continue
+				}
+				if k := o.kind(c.mode); k != "" {
+					st.errs[k]++
+					if st.firstErr == "" {
+						st.firstErr = describe(o, k)
+					}
+					continue
+				}
+				st.lat = append(st.lat, d)
+			}
+		})
+	}
+	wg.Wait()
+	wall := time.Since(measureFrom)
+	cpu0 := <-cpuStart
+	cpu1 := processCPUSeconds()
+
+	res := result{
+		Mode: c.mode, URL: cl.endpoint, Concurrency: c.concurrency,
+		WarmupS: c.warmup.Seconds(), DurationS: round(wall.Seconds(), 3), CPUSeconds: -1, CPUCores: -1,
+	}
+	if c.mode == modeReplay {
+		res.ReplayKeys = len(targets)
+	}
+	var all []time.Duration
+	errs := map[string]int{}
+	for _, st := range stats {
+		all = append(all, st.lat...)
+		for k, n := range st.errs {
+			errs[k] += n
+			res.Errors += n
+		}
+		if res.FirstError == "" {
+			res.FirstError = st.firstErr
+		}
+	}
+	res.OK = len(all)
+	res.Requests = res.OK + res.Errors
+	res.ErrorKinds = formatKinds(errs)
+	if wall > 0 {
+		res.OpsPerSec = round(float64(res.OK)/wall.Seconds(), 1)
+	}
+	if cpu0 >= 0 && cpu1 >= 0 && wall > 0 {
+		res.CPUSeconds = round(cpu1-cpu0, 2)
+		res.CPUCores = round((cpu1-cpu0)/wall.Seconds(), 2)
+	}
+	if len(all) > 0 {
+		slices.Sort(all)
+		var sum time.Duration
+		for _, d := range all {
+			sum += d
+		}
+		res.MeanMs = ms(sum / time.Duration(len(all)))
+		res.P50Ms = ms(percentile(all, 50))
+		res.P90Ms = ms(percentile(all, 90))
+		res.P99Ms = ms(percentile(all, 99))
+		res.P999Ms = ms(percentile(all, 99.9))
+		res.MaxMs = ms(all[len(all)-1])
+	}
+	return res
+}
+
+// percentile returns the nearest-rank p-th percentile of sorted.
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	i := int(math.Ceil(p/100*float64(len(sorted)))) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+func ms(d time.Duration) float64 { return round(float64(d)/float64(time.Millisecond), 3) }
+
+func round(v float64, places int) float64 {
+	p := math.Pow(10, float64(places))
+	return math.Round(v*p) / p
+}
+
+func formatKinds(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + strconv.Itoa(m[k])
+	}
+	return strings.Join(parts, ",")
+}
+
+// processCPUSeconds returns this process's user+system CPU time from
+// /proc/self/stat, or -1 where there is no such file.
+func processCPUSeconds() float64 {
+	b, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		return -1
+	}
+	// The command name (field 2) may hold spaces; the fields after its
+	// closing parenthesis start with field 3 (state); utime and stime are
+	// fields 14 and 15.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return -1
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return -1
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return -1
+	}
+	return float64(utime+stime) / clockTicks
+}
+
+func writeJSON(w io.Writer, r result) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}
+
+func writeText(w io.Writer, r result) {
+	fmt.Fprintf(w, "loadgen: %s, %d clients, %.2fs measured after %gs warmup, POST %s\n",
+		r.Mode, r.Concurrency, r.DurationS, r.WarmupS, r.URL)
+	if r.Mode == modeReplay {
+		fmt.Fprintf(w, "  replay keys  %d\n", r.ReplayKeys)
+	}
+	fmt.Fprintf(w, "  requests     %d ok, %d errors", r.OK, r.Errors)
+	if r.Errors > 0 {
+		fmt.Fprintf(w, " (%s; first: %s)", r.ErrorKinds, r.FirstError)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "  throughput   %.1f/s\n", r.OpsPerSec)
+	fmt.Fprintf(w, "  latency      p50 %.2fms  p90 %.2fms  p99 %.2fms  p99.9 %.2fms  max %.2fms  mean %.2fms\n",
+		r.P50Ms, r.P90Ms, r.P99Ms, r.P999Ms, r.MaxMs, r.MeanMs)
+	if r.CPUCores >= 0 {
+		fmt.Fprintf(w, "  loadgen CPU  %.2f cores (%.2fs user+sys)\n", r.CPUCores, r.CPUSeconds)
+	} else {
+		fmt.Fprintln(w, "  loadgen CPU  unknown (no /proc/self/stat)")
+	}
+}
