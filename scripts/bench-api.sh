@@ -346,8 +346,8 @@ check() {
 	echo "ratio = API creates/s ÷ pgbench tx/s of the same writes at the same concurrency; rep/cre = replays/s ÷ creates/s."
 	echo
 	if [[ $PGBENCH_MODE != simple ]]; then
-		echo "The API's own statements without the API (api_equivalent.sql: token lookup; BEGIN + advisory lock + record read;"
-		echo "3 inserts + pg_notify + COMMIT — 3 round trips, pipelined as pgx sends them):"
+		echo "The API's own statements without the API (api_equivalent.sql: BEGIN + claim (advisory lock, record read, flag);"
+		echo "3 guarded inserts + COMMIT — one round trip, pipelined as pgx sends it; the token is cached, NOTIFY follows the commit):"
 		for c in $CONCURRENCY; do
 			printf '  %2s clients: %8s tx/s, latency avg %s ms; API creates/s ÷ this = %s\n' \
 				"$c" "${EQ_TPS[$c]}" "${EQ_LAT[$c]}" "$(ratio "${CREATE_OPS[$c]}" "${EQ_TPS[$c]}")"

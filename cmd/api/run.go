@@ -22,6 +22,7 @@ import (
 	"github.com/quillhq/quill/internal/logging"
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/notes"
+	"github.com/quillhq/quill/internal/outbox"
 )
 
 const overview = `usage: api [serve] [flags]     run the HTTP API (default)
@@ -37,7 +38,10 @@ const (
 	defaultAdminAddr  = ":9090"
 	defaultLogLevel   = "info"
 	defaultDBMaxConns = 16
-	shutdownTimeout   = 30 * time.Second
+	// defaultTokenCacheTTL spares a query per request; a revoked token is
+	// refused within it.
+	defaultTokenCacheTTL = 5 * time.Second
+	shutdownTimeout      = 30 * time.Second
 )
 
 // run is the whole program: main only wires signals and the exit status.
@@ -88,6 +92,8 @@ type serveConfig struct {
 	httpAddr, adminAddr                   string
 	responseRetention, keyRetention, wait time.Duration
 	maxBody, maxAttachment, dbMaxConns    int
+	tokenCacheTTL                         time.Duration
+	replayCacheBytes                      int
 }
 
 func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -102,6 +108,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	s.Int(&c.maxBody, "max-body-bytes", "QUILL_MAX_BODY_BYTES", httpapi.DefaultMaxBodyBytes, 1, "request body limit")
 	s.Int(&c.maxAttachment, "max-attachment-bytes", "QUILL_MAX_ATTACHMENT_BYTES", httpapi.DefaultMaxAttachmentBytes, 0, "decoded attachment limit")
 	s.Int(&c.dbMaxConns, "db-max-conns", "QUILL_DB_MAX_CONNS", defaultDBMaxConns, 2, "PostgreSQL connection pool size")
+	s.Int(&c.replayCacheBytes, "replay-cache-bytes", "QUILL_REPLAY_CACHE_BYTES", notes.DefaultReplayCacheBytes, 0, "memory for recently committed operation records that answer replays without a database round trip (0 disables)")
+	s.Duration(&c.tokenCacheTTL, "token-cache-ttl", "QUILL_TOKEN_CACHE_TTL", defaultTokenCacheTTL, "how long a valid token's tenant is remembered; a revocation takes effect within it (0 disables)")
 	if err := parse(s, args); err != nil {
 		return err
 	}
@@ -128,19 +136,37 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 
 	reg := metrics.NewRegistry()
 	m := metrics.NewAPI(reg, notes.ActionCreate, notes.ActionDelete)
+	notifier := outbox.NewNotifier(pool, func(err error) {
+		log.Warn().Err(err).Str("error_category", "notify_failed").Msg("could not wake the relays; they will poll")
+	})
+	if c.replayCacheBytes == 0 {
+		c.replayCacheBytes = -1 // notes.Config reads 0 as "the default"
+	}
 	svc, err := notes.NewService(pool, notes.Config{
 		ResponseRetention: c.responseRetention, KeyRetention: c.keyRetention, Wait: c.wait,
-	}, log, notes.WithObserver(m))
+		ReplayCacheBytes: c.replayCacheBytes,
+	}, log, notes.WithObserver(m), notes.WithNotifier(notifier))
 	if err != nil {
 		return usageError{err.Error()}
 	}
-	api := httpapi.NewServer(httpapi.Deps{Pool: pool, Notes: svc, Log: log, Metrics: m,
+	api := httpapi.NewServer(httpapi.Deps{Pool: pool, Auth: auth.NewAuthenticator(pool, c.tokenCacheTTL),
+		Notes: svc, Log: log, Metrics: m,
 		Config: httpapi.Config{MaxBodyBytes: int64(c.maxBody), MaxAttachmentBytes: c.maxAttachment}})
 	admin := metrics.AdminHandler(reg, map[string]metrics.ReadyFunc{"postgres": pingFunc(pool)})
-	return serveHTTP(ctx, log, map[string]server{
-		"api":   {addr: c.httpAddr, handler: api},
-		"admin": {addr: c.adminAddr, handler: admin},
+
+	g, gctx := errgroup.WithContext(ctx)
+	// The notifier outlives the HTTP servers so that writes finishing during
+	// shutdown still wake the relays.
+	nctx, stopNotifier := context.WithCancel(context.WithoutCancel(ctx))
+	g.Go(func() error { return notifier.Run(nctx) })
+	g.Go(func() error {
+		defer stopNotifier()
+		return serveHTTP(gctx, log, map[string]server{
+			"api":   {addr: c.httpAddr, handler: api},
+			"admin": {addr: c.adminAddr, handler: admin},
+		})
 	})
+	return g.Wait()
 }
 
 func pingFunc(pool *pgxpool.Pool) metrics.ReadyFunc {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/quillhq/quill/internal/dbtest"
@@ -155,7 +156,8 @@ func TestReplayAfterProcessRestart(t *testing.T) {
 
 func TestTokenRevoke(t *testing.T) {
 	t.Parallel()
-	vars := map[string]string{"DATABASE_URL": dbtest.Schema(t), "QUILL_HTTP_ADDR": freeAddr(t), "QUILL_ADMIN_ADDR": freeAddr(t)}
+	vars := map[string]string{"DATABASE_URL": dbtest.Schema(t), "QUILL_HTTP_ADDR": freeAddr(t), "QUILL_ADMIN_ADDR": freeAddr(t),
+		"QUILL_TOKEN_CACHE_TTL": "0s"} // revocation at once; the cache is tested in internal/auth
 	getenv := env(vars)
 	tok, _, err := runOut(t, getenv, "token", "create", "--tenant", "acme")
 	require.NoError(t, err)
@@ -237,4 +239,37 @@ func TestMigrateCreatesDatabaseAndIsSafeConcurrently(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, stderr, `"version":1`)
 	require.Contains(t, stderr, `"created_database":false`)
+}
+
+// A committed create wakes the relays with a NOTIFY sent after the commit.
+// A database of its own: notifications are per database, and other tests'
+// would satisfy the wait.
+func TestCommittedWriteNotifiesRelays(t *testing.T) {
+	t.Parallel()
+	name := fmt.Sprintf("quill_notify_%d", time.Now().UnixNano())
+	url := "postgres://postgres@127.0.0.1:5432/" + name + "?sslmode=disable"
+	t.Cleanup(func() { dropDatabase(t, name) })
+	vars := map[string]string{"DATABASE_URL": url, "QUILL_HTTP_ADDR": freeAddr(t), "QUILL_ADMIN_ADDR": freeAddr(t)}
+	getenv := env(vars)
+	_, _, err := runOut(t, getenv, "migrate")
+	require.NoError(t, err)
+	tok, _, err := runOut(t, getenv, "token", "create", "--tenant", "acme")
+	require.NoError(t, err)
+
+	listener, err := pgx.Connect(t.Context(), url)
+	require.NoError(t, err)
+	defer listener.Close(context.Background())
+	_, err = listener.Exec(t.Context(), "LISTEN quill_outbox")
+	require.NoError(t, err)
+
+	start(t, getenv, "serve")
+	waitReady(t, "http://"+vars["QUILL_ADMIN_ADDR"]+"/readyz")
+	res, body := post(t, "http://"+vars["QUILL_HTTP_ADDR"], strings.TrimSpace(tok), "n1", `{"title":"wake up"}`)
+	require.Equal(t, http.StatusCreated, res.StatusCode, body)
+
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	n, err := listener.WaitForNotification(ctx)
+	require.NoError(t, err, "a NOTIFY follows the commit")
+	require.Equal(t, "quill_outbox", n.Channel)
 }

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -133,5 +134,59 @@ func Authenticate(ctx context.Context, q idempotency.Querier, header string) (st
 	if subtle.ConstantTimeCompare(stored, hashToken(tok)) != 1 {
 		return "", ErrUnauthenticated
 	}
+	return tenant, nil
+}
+
+// maxCached bounds the token cache; past it the cache starts over.
+const maxCached = 10000
+
+// Authenticator checks bearer tokens, remembering a valid token's tenant for
+// a short TTL so that most requests cost no query. A revoked token is
+// therefore refused within the TTL, not at once; a TTL of 0 disables the
+// cache. Only valid tokens are cached, by hash.
+type Authenticator struct {
+	q   idempotency.Querier
+	ttl time.Duration
+	now func() time.Time
+
+	mu     sync.Mutex
+	tokens map[[sha256.Size]byte]cached
+}
+
+type cached struct {
+	tenant  string
+	expires time.Time
+}
+
+// NewAuthenticator returns an authenticator over q (a pool) with a cache of
+// ttl.
+func NewAuthenticator(q idempotency.Querier, ttl time.Duration) *Authenticator {
+	return &Authenticator{q: q, ttl: ttl, now: time.Now, tokens: make(map[[sha256.Size]byte]cached)}
+}
+
+// Authenticate returns the tenant of the bearer token in an Authorization
+// header value. Errors as for the package-level Authenticate.
+func (a *Authenticator) Authenticate(ctx context.Context, header string) (string, error) {
+	if a.ttl <= 0 {
+		return Authenticate(ctx, a.q, header)
+	}
+	key := sha256.Sum256([]byte(header))
+	now := a.now()
+	a.mu.Lock()
+	c, ok := a.tokens[key]
+	a.mu.Unlock()
+	if ok && now.Before(c.expires) {
+		return c.tenant, nil
+	}
+	tenant, err := Authenticate(ctx, a.q, header)
+	if err != nil {
+		return "", err
+	}
+	a.mu.Lock()
+	if len(a.tokens) >= maxCached {
+		clear(a.tokens)
+	}
+	a.tokens[key] = cached{tenant: tenant, expires: now.Add(a.ttl)}
+	a.mu.Unlock()
 	return tenant, nil
 }

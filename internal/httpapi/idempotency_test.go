@@ -123,7 +123,15 @@ func TestClientDisconnectDoesNotAbortCommit(t *testing.T) {
 
 func TestIdenticalReplayReturnsRecordedResponse(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	for _, noCache := range []bool{false, true} {
+		t.Run(map[bool]string{false: "cached", true: "from the database"}[noCache], func(t *testing.T) {
+			t.Parallel()
+			testIdenticalReplay(t, setup(t, setupOpts{maxConns: 8, wait: 2 * time.Second, noCache: noCache}))
+		})
+	}
+}
+
+func testIdenticalReplay(t *testing.T, b *testBundle) {
 	first := b.create(b.tokenA, "op-1", note("Example note"))
 	require.Equal(t, http.StatusCreated, first.status)
 	require.Empty(t, first.header.Get("Idempotent-Replayed"))
@@ -147,7 +155,15 @@ func TestIdenticalReplayReturnsRecordedResponse(t *testing.T) {
 
 func TestChangedParametersUnderSameKeyAreRefused(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	for _, noCache := range []bool{false, true} {
+		t.Run(map[bool]string{false: "cached", true: "from the database"}[noCache], func(t *testing.T) {
+			t.Parallel()
+			testChangedParameters(t, setup(t, setupOpts{maxConns: 8, wait: 2 * time.Second, noCache: noCache}))
+		})
+	}
+}
+
+func testChangedParameters(t *testing.T, b *testBundle) {
 	att := map[string]any{"filename": "a.txt", "content_type": "text/plain", "data": b64("one")}
 	require.Equal(t, http.StatusCreated, b.create(b.tokenA, "op-1", map[string]any{"title": "Example note", "body": "x", "attachment": att}).status)
 

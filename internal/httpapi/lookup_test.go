@@ -118,7 +118,15 @@ func TestLookupUnknownKeyAndOtherTenantsKey(t *testing.T) {
 
 func TestRetentionExpiredAnswers410ThenForgottenExecutes(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	for _, noCache := range []bool{false, true} {
+		t.Run(map[bool]string{false: "cached", true: "from the database"}[noCache], func(t *testing.T) {
+			t.Parallel()
+			testRetention(t, setup(t, setupOpts{maxConns: 8, wait: 2 * time.Second, noCache: noCache}))
+		})
+	}
+}
+
+func testRetention(t *testing.T, b *testBundle) {
 	first := b.create(b.tokenA, "op-old", note("Example note"))
 	require.Equal(t, http.StatusCreated, first.status)
 	loc := first.header.Get("Location")

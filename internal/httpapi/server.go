@@ -52,7 +52,9 @@ type Metrics interface {
 
 // Deps are what the API needs.
 type Deps struct {
-	Pool    *pgxpool.Pool
+	Pool *pgxpool.Pool
+	// Auth checks tokens; nil means an uncached authenticator over Pool.
+	Auth    *auth.Authenticator
 	Notes   *notes.Service
 	Log     zerolog.Logger
 	Metrics Metrics
@@ -66,6 +68,9 @@ type server struct {
 // NewServer returns the API's handler.
 func NewServer(d Deps) http.Handler {
 	d.Config = d.Config.WithDefaults()
+	if d.Auth == nil {
+		d.Auth = auth.NewAuthenticator(d.Pool, 0)
+	}
 	s := &server{Deps: d}
 	mux := http.NewServeMux()
 	mux.Handle("/v1/notes", s.authed(methods{
@@ -112,7 +117,7 @@ func (m methods) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // authed resolves the bearer token to the request's tenant before h runs.
 func (s *server) authed(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tenant, err := auth.Authenticate(r.Context(), s.Pool, r.Header.Get("Authorization"))
+		tenant, err := s.Auth.Authenticate(r.Context(), r.Header.Get("Authorization"))
 		if err != nil {
 			if errors.Is(err, auth.ErrUnauthenticated) {
 				info(r).category = "unauthenticated"

@@ -49,6 +49,8 @@ type setupOpts struct {
 	wait     time.Duration
 	// proxy puts a reply-losing proxy between the API and PostgreSQL.
 	proxy bool
+	// noCache turns the replay cache off: every replay reads the database.
+	noCache bool
 }
 
 type fakeClock struct {
@@ -96,7 +98,11 @@ func setup(t *testing.T, opts ...setupOpts) *testBundle {
 	if testing.Verbose() {
 		log = zerolog.New(zerolog.NewTestWriter(t))
 	}
-	svc, err := notes.NewService(apiPool, notes.Config{ResponseRetention: responseRetention, KeyRetention: keyRetention, Wait: o.wait},
+	cacheBytes := 0
+	if o.noCache {
+		cacheBytes = -1
+	}
+	svc, err := notes.NewService(apiPool, notes.Config{ResponseRetention: responseRetention, KeyRetention: keyRetention, Wait: o.wait, ReplayCacheBytes: cacheBytes},
 		log, notes.WithObserver(m), notes.WithClock(b.clock.now),
 		notes.WithHooks(notes.Hooks{AfterEffect: func(ctx context.Context, q idempotency.Querier, id uuid.UUID) error {
 			if h := b.hook.Load(); h != nil {

@@ -89,13 +89,6 @@ const (
 		created_at, completed_at, expires_at, forget_at, compacted_at
 	FROM operations WHERE tenant = $1 AND key = $2`
 
-	sqlOperationInsert = `INSERT INTO operations (tenant, key, action, version, fingerprint,
-		field_hashes, resource, response_status, response_body, response_location,
-		created_at, completed_at, expires_at, forget_at)
-	VALUES ($1, $2, $3, $4, $5, $6, nullif($7, ''), $8, $9, nullif($10, ''), $11, $12, $13, $14)`
-
-	sqlOperationDelete = `DELETE FROM operations WHERE tenant = $1 AND key = $2`
-
 	sqlAdvisoryTryLock = `SELECT pg_try_advisory_xact_lock($1)`
 
 	sqlAdvisoryTryLockShared = `SELECT pg_try_advisory_xact_lock_shared($1)`
@@ -163,17 +156,80 @@ func QueueProbe(b *pgx.Batch, tenant, key string, free *bool, rec **Record) {
 	})
 }
 
-// QueueInsert queues the insert of r into b.
-func QueueInsert(b *pgx.Batch, r *Record) {
-	b.Queue(sqlOperationInsert, r.Tenant, r.Key, r.Action, r.Version, r.Fingerprint,
-		r.Fields, r.Resource, r.Status, r.Body, r.Location,
-		r.CreatedAt, r.CompletedAt, r.ExpiresAt, r.ForgetAt)
+// Guard is the SQL condition that holds inside a transaction whose claim
+// (QueueClaimGuarded) succeeded: statements that write an operation's effect
+// carry it, so that one pipelined round trip can claim, write and commit —
+// and commit nothing when the claim failed.
+const Guard = `current_setting('quill.claimed') = 'on'`
+
+// Claim is the outcome of QueueClaimGuarded.
+type Claim struct {
+	// Locked: this transaction holds the operation's lock.
+	Locked bool
+	// Claimed: it holds the lock and no live record exists (none, or one
+	// past its key retention, which the transaction replaces); the guarded
+	// statements that follow execute.
+	Claimed bool
+	// Record is the committed record, if any (also a forgotten one).
+	Record *Record
 }
 
-// QueueDelete queues the removal of a forgotten record into b; run it only
-// while holding the operation's lock.
-func QueueDelete(b *pgx.Batch, tenant, key string) {
-	b.Queue(sqlOperationDelete, tenant, key)
+const sqlClaimGuarded = `SELECT lk.locked,
+	set_config('quill.claimed',
+		CASE WHEN lk.locked AND (rec.key IS NULL OR rec.forget_at <= $4) THEN 'on' ELSE 'off' END, true) = 'on',
+	rec.key, rec.action, rec.version, rec.fingerprint, rec.field_hashes,
+	coalesce(rec.resource, ''), rec.response_status, rec.response_body, coalesce(rec.response_location, ''),
+	rec.created_at, rec.completed_at, rec.expires_at, rec.forget_at, rec.compacted_at
+FROM (SELECT pg_try_advisory_xact_lock($1) AS locked) lk
+LEFT JOIN (SELECT * FROM operations WHERE tenant = $2 AND key = $3) rec ON true`
+
+// QueueClaimGuarded queues, into b inside a transaction, the statement that
+// claims the operation: it tries the advisory lock, reads the record, and
+// sets the transaction-local flag that Guard tests. A record committed
+// between the statement's snapshot and the lock is caught by the primary
+// key: the guarded record insert then fails with a unique violation.
+func QueueClaimGuarded(b *pgx.Batch, tenant, key string, now time.Time, c *Claim) {
+	b.Queue(sqlClaimGuarded, LockID(tenant, key), tenant, key, now).QueryRow(func(row pgx.Row) error {
+		var (
+			r                               Record
+			rkey, action, resource, loc     *string
+			version, status                 *int
+			created, completed, exp, forget *time.Time
+		)
+		err := row.Scan(&c.Locked, &c.Claimed, &rkey, &action, &version, &r.Fingerprint, &r.Fields,
+			&resource, &status, &r.Body, &loc, &created, &completed, &exp, &forget, &r.CompactedAt)
+		if err != nil {
+			return fmt.Errorf("claim operation: %w", err)
+		}
+		if rkey == nil {
+			c.Record = nil
+			return nil
+		}
+		r.Tenant, r.Key, r.Action, r.Version, r.Resource, r.Status, r.Location = tenant, *rkey, *action, *version, *resource, *status, *loc
+		r.CreatedAt, r.CompletedAt, r.ExpiresAt, r.ForgetAt = *created, *completed, *exp, *forget
+		c.Record = &r
+		return nil
+	})
+	b.Queue(sqlOperationDeleteForgotten, tenant, key, now)
+}
+
+const (
+	sqlOperationDeleteForgotten = `DELETE FROM operations WHERE tenant = $1 AND key = $2 AND forget_at <= $3 AND ` + Guard
+
+	sqlOperationInsertGuarded = `INSERT INTO operations (tenant, key, action, version, fingerprint,
+		field_hashes, resource, response_status, response_body, response_location,
+		created_at, completed_at, expires_at, forget_at)
+	SELECT $1::text, $2::text, $3::text, $4::int, $5::bytea, $6::jsonb, nullif($7::text, ''), $8::int, $9::bytea,
+		nullif($10::text, ''), $11::timestamptz, $12::timestamptz, $13::timestamptz, $14::timestamptz
+	WHERE ` + Guard
+)
+
+// QueueInsertGuarded queues the insert of r into b, executed only when the
+// transaction's claim succeeded.
+func QueueInsertGuarded(b *pgx.Batch, r *Record) {
+	b.Queue(sqlOperationInsertGuarded, r.Tenant, r.Key, r.Action, r.Version, r.Fingerprint,
+		r.Fields, r.Resource, r.Status, r.Body, r.Location,
+		r.CreatedAt, r.CompletedAt, r.ExpiresAt, r.ForgetAt)
 }
 
 // TryLock takes the operation's transaction-scoped advisory lock if it is

@@ -10,6 +10,7 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/idempotency"
@@ -77,7 +78,7 @@ func readErr(what string, err error) error {
 // Get returns the tenant's live note id. Errors: ErrNotFound,
 // *UnavailableError.
 func (s *Service) Get(ctx context.Context, tenant string, id uuid.UUID) (*Note, error) {
-	n, err := scanNote(s.pool.QueryRow(ctx, sqlNoteGet, tenant, id))
+	n, err := scanNote(s.pool.QueryRow(ctx, sqlNoteGet, tenant, pgUUID(id)))
 	if err != nil {
 		return nil, readErr("get note", err)
 	}
@@ -89,7 +90,11 @@ func (s *Service) Get(ctx context.Context, tenant string, id uuid.UUID) (*Note, 
 // cursor of the following page, nil on the last one. Errors:
 // *UnavailableError.
 func (s *Service) List(ctx context.Context, tenant string, limit int, after *uuid.UUID) (notes []*Note, next *uuid.UUID, err error) {
-	rows, err := s.pool.Query(ctx, sqlNoteList, tenant, after, limit+1)
+	var cursor pgtype.UUID
+	if after != nil {
+		cursor = pgUUID(*after)
+	}
+	rows, err := s.pool.Query(ctx, sqlNoteList, tenant, cursor, limit+1)
 	if err != nil {
 		return nil, nil, readErr("list notes", err)
 	}
@@ -128,7 +133,7 @@ func (s *Service) Attachment(ctx context.Context, tenant string, noteID uuid.UUI
 // AttachmentContent returns the declared content type, the filename and the
 // bytes of a live note's attachment. Errors: ErrNotFound, *UnavailableError.
 func (s *Service) AttachmentContent(ctx context.Context, tenant string, noteID uuid.UUID) (contentType, filename string, data []byte, err error) {
-	err = s.pool.QueryRow(ctx, sqlAttachmentContent, tenant, noteID).Scan(&contentType, &filename, &data)
+	err = s.pool.QueryRow(ctx, sqlAttachmentContent, tenant, pgUUID(noteID)).Scan(&contentType, &filename, &data)
 	if err != nil {
 		return "", "", nil, readErr("get attachment content", err)
 	}
@@ -140,7 +145,7 @@ func (s *Service) AttachmentContent(ctx context.Context, tenant string, noteID u
 // image), *UnavailableError.
 func (s *Service) Thumbnail(ctx context.Context, tenant string, noteID uuid.UUID) ([]byte, error) {
 	var png []byte
-	if err := s.pool.QueryRow(ctx, sqlAttachmentThumbnail, tenant, noteID).Scan(&png); err != nil {
+	if err := s.pool.QueryRow(ctx, sqlAttachmentThumbnail, tenant, pgUUID(noteID)).Scan(&png); err != nil {
 		return nil, readErr("get thumbnail", err)
 	}
 	return png, nil
@@ -282,7 +287,7 @@ func (s *Service) describe(ctx context.Context, tx pgx.Tx, rec *idempotency.Reco
 			state     string
 			processed *time.Time
 		)
-		err = tx.QueryRow(ctx, sqlOperationAttachment, rec.Tenant, noteID).Scan(&id, &state, &processed)
+		err = tx.QueryRow(ctx, sqlOperationAttachment, rec.Tenant, pgUUID(noteID)).Scan(&id, &state, &processed)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 		case err != nil:

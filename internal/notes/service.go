@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 
@@ -38,6 +39,7 @@ const (
 	DefaultKeyRetention      = 720 * time.Hour
 	DefaultWait              = 2 * time.Second
 	DefaultWriteTimeout      = 30 * time.Second
+	DefaultReplayCacheBytes  = 32 << 20
 	// recheckTimeout bounds how long a lost COMMIT reply is investigated.
 	recheckTimeout = 5 * time.Second
 )
@@ -57,6 +59,10 @@ type Config struct {
 	// the client's connection so that a disconnect never aborts a commit.
 	// Default 30s.
 	WriteTimeout time.Duration
+	// ReplayCacheBytes bounds the in-process cache of committed records
+	// that answers replays without a round trip. Default 32 MiB; negative
+	// disables it.
+	ReplayCacheBytes int
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -72,6 +78,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.WriteTimeout == 0 {
 		c.WriteTimeout = DefaultWriteTimeout
+	}
+	if c.ReplayCacheBytes == 0 {
+		c.ReplayCacheBytes = DefaultReplayCacheBytes
 	}
 	return c
 }
@@ -114,13 +123,15 @@ type Hooks struct {
 
 // Service performs note writes as idempotent operations and answers reads.
 type Service struct {
-	pool    *pgxpool.Pool
-	cfg     Config
-	log     zerolog.Logger
-	now     func() time.Time
-	obs     Observer
-	flights *idempotency.Flights
-	hooks   Hooks
+	pool     *pgxpool.Pool
+	cfg      Config
+	log      zerolog.Logger
+	now      func() time.Time
+	obs      Observer
+	flights  *idempotency.Flights
+	hooks    Hooks
+	notifier *outbox.Notifier
+	cache    *idempotency.Cache
 }
 
 // Option configures a Service.
@@ -132,6 +143,9 @@ func WithClock(now func() time.Time) Option { return func(s *Service) { s.now = 
 // WithObserver sets where counts go (default: nowhere).
 func WithObserver(o Observer) Option { return func(s *Service) { s.obs = o } }
 
+// WithNotifier sets who wakes the relays after a commit that wrote events.
+func WithNotifier(n *outbox.Notifier) Option { return func(s *Service) { s.notifier = n } }
+
 // WithHooks installs test hooks.
 func WithHooks(h Hooks) Option { return func(s *Service) { s.hooks = h } }
 
@@ -142,7 +156,8 @@ func NewService(pool *pgxpool.Pool, cfg Config, log zerolog.Logger, opts ...Opti
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("notes config: %w", err)
 	}
-	s := &Service{pool: pool, cfg: cfg, log: log, now: time.Now, obs: nopObserver{}, flights: idempotency.NewFlights()}
+	s := &Service{pool: pool, cfg: cfg, log: log, now: time.Now, obs: nopObserver{}, flights: idempotency.NewFlights(),
+		cache: idempotency.NewCache(cfg.ReplayCacheBytes)}
 	for _, o := range opts {
 		o(s)
 	}
@@ -192,9 +207,7 @@ func (s *Service) Create(ctx context.Context, r Request, p CreateParams) (Outcom
 	if err != nil {
 		return Outcome{}, err
 	}
-	return s.run(ctx, r, fp, func(ctx context.Context, conn *pgxpool.Conn, b *pgx.Batch, now time.Time) (*effect, error) {
-		return s.createEffect(ctx, conn, b, r, p, now)
-	})
+	return s.run(ctx, r, fp, func(now time.Time) (*plan, error) { return s.planCreate(r, p, now) })
 }
 
 // Delete deletes note id as the operation (r.Tenant, r.Key). Deleting a note
@@ -205,9 +218,7 @@ func (s *Service) Delete(ctx context.Context, r Request, id uuid.UUID) (Outcome,
 	if err != nil {
 		return Outcome{}, err
 	}
-	return s.run(ctx, r, fp, func(ctx context.Context, conn *pgxpool.Conn, b *pgx.Batch, now time.Time) (*effect, error) {
-		return s.deleteEffect(ctx, conn, b, r, id, now)
-	})
+	return s.run(ctx, r, fp, func(now time.Time) (*plan, error) { return s.planDelete(r, id, now), nil })
 }
 
 // effect is what an executed write produced, to be recorded.
@@ -218,12 +229,25 @@ type effect struct {
 	resource string
 	// counted: whether a business effect happened (a 404 delete has none).
 	counted bool
+	noteID  uuid.UUID
 }
 
-// execFunc writes the business effect. It may run statements on conn (inside
-// the open transaction) and queues the rest — including outbox events — in b,
-// which the caller completes with the operation record and COMMIT.
-type execFunc func(ctx context.Context, conn *pgxpool.Conn, b *pgx.Batch, now time.Time) (*effect, error)
+// plan is how one write executes. An effect known in advance (a create) is
+// queued whole, guarded by the claim, so that claim, effect, record and
+// COMMIT travel in one round trip; an effect that depends on what the
+// database holds (a delete) runs once the claim is known.
+type plan struct {
+	// eff and queue: the effect and its guarded statements, known before
+	// the transaction.
+	eff   *effect
+	queue func(b *pgx.Batch) error
+	// run: executes the effect inside the claimed transaction, queueing
+	// what it can into b.
+	run func(ctx context.Context, conn *pgxpool.Conn, b *pgx.Batch) (*effect, error)
+}
+
+// planFunc prepares a write at time now.
+type planFunc func(now time.Time) (*plan, error)
 
 // errBusy: another transaction holds the operation's lock.
 var errBusy = errors.New("operation locked by another transaction")
@@ -232,7 +256,12 @@ var errBusy = errors.New("operation locked by another transaction")
 // concurrent requests of this process, claim the operation's lock, replay or
 // refuse a recorded operation, otherwise execute and record in one
 // transaction.
-func (s *Service) run(ctx context.Context, r Request, fp idempotency.Fingerprint, exec execFunc) (Outcome, error) {
+func (s *Service) run(ctx context.Context, r Request, fp idempotency.Fingerprint, exec planFunc) (Outcome, error) {
+	if rec := s.cache.Get(r.Tenant, r.Key); rec != nil {
+		if out, err, done := s.answerRecorded(rec, fp); done {
+			return out, err
+		}
+	}
 	lockID := idempotency.LockID(r.Tenant, r.Key)
 	deadline := time.Now().Add(s.waitFor(r))
 	backoff := 5 * time.Millisecond
@@ -320,6 +349,7 @@ func (s *Service) checkRecorded(ctx context.Context, r Request, fp idempotency.F
 	if rec == nil {
 		return Outcome{}, false, nil
 	}
+	s.cache.Put(rec)
 	out, err, done := s.answerRecorded(rec, fp)
 	return out, done, err
 }
@@ -359,62 +389,76 @@ const (
 // attempt runs one execution attempt in its own transaction, detached from
 // the client's cancellation. It returns errBusy when another transaction owns
 // the key.
-func (s *Service) attempt(reqCtx context.Context, r Request, fp idempotency.Fingerprint, exec execFunc) (Outcome, error) {
+//
+// In the common case — a create with a new key — it is one round trip:
+// BEGIN, the claim, the guarded effect, the guarded record, COMMIT. When the
+// claim fails the guarded statements write nothing and the COMMIT commits
+// nothing; the claim's row says why (a record to replay, or a lock held).
+func (s *Service) attempt(reqCtx context.Context, r Request, fp idempotency.Fingerprint, planFn planFunc) (Outcome, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(reqCtx), s.cfg.WriteTimeout)
 	defer cancel()
+	now := s.clock()
+	p, err := planFn(now)
+	if err != nil {
+		return Outcome{}, err
+	}
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return Outcome{}, s.unavailable(err, false)
 	}
-	defer conn.Release()
+	detached := false
+	defer func() {
+		if !detached {
+			conn.Release()
+		}
+	}()
 
-	// Round trip 1: open the transaction, claim the key, read its record.
-	var locked bool
-	var rec *idempotency.Record
+	var claim idempotency.Claim
 	b := &pgx.Batch{}
 	b.Queue(sqlBegin)
-	idempotency.QueueClaim(b, r.Tenant, r.Key, &locked, &rec)
-	if err := conn.SendBatch(ctx, b).Close(); err != nil {
-		rollback(ctx, conn)
-		return Outcome{}, s.unavailable(err, false)
-	}
-	forgotten := false
-	if rec != nil {
-		out, err, done := s.answerRecorded(rec, fp)
-		if done {
-			rollback(ctx, conn)
-			return out, err
+	idempotency.QueueClaimGuarded(b, r.Tenant, r.Key, now, &claim)
+	eff := p.eff
+	if p.queue != nil {
+		if err := p.queue(b); err != nil {
+			return Outcome{}, err
 		}
-		forgotten = true
 	}
-	if !locked {
-		rollback(ctx, conn)
-		return Outcome{}, errBusy
-	}
-
-	now := s.clock()
-	b = &pgx.Batch{}
-	if forgotten {
-		idempotency.QueueDelete(b, r.Tenant, r.Key)
-	}
-	eff, err := exec(ctx, conn, b, now)
-	if err != nil {
-		rollback(ctx, conn)
-		return Outcome{}, s.unavailable(err, false)
-	}
-	if s.hooks.AfterEffect != nil {
+	if p.run != nil || s.hooks.AfterEffect != nil {
+		// The effect must be decided (delete) or observed (test hook)
+		// before the record is written: this round trip ends here.
 		if err := conn.SendBatch(ctx, b).Close(); err != nil {
 			rollback(ctx, conn)
 			return Outcome{}, s.unavailable(err, false)
 		}
-		b = &pgx.Batch{}
-		var noteID uuid.UUID
-		if len(eff.resource) > len("/v1/notes/") {
-			noteID, _ = uuid.Parse(eff.resource[len("/v1/notes/"):])
+		if !claim.Claimed {
+			// The answer is known: give it now and end the read-only
+			// transaction after, off the request's path.
+			detached = true
+			go func() {
+				rollback(ctx, conn)
+				conn.Release()
+			}()
+			return s.unclaimed(claim, fp)
 		}
-		if err := s.hooks.AfterEffect(ctx, conn, noteID); err != nil {
-			rollback(ctx, conn)
-			return Outcome{}, err
+		b = &pgx.Batch{}
+		if p.run != nil {
+			if eff, err = p.run(ctx, conn, b); err != nil {
+				rollback(ctx, conn)
+				return Outcome{}, s.unavailable(err, false)
+			}
+		}
+		if s.hooks.AfterEffect != nil {
+			if b.Len() > 0 {
+				if err := conn.SendBatch(ctx, b).Close(); err != nil {
+					rollback(ctx, conn)
+					return Outcome{}, s.unavailable(err, false)
+				}
+				b = &pgx.Batch{}
+			}
+			if err := s.hooks.AfterEffect(ctx, conn, eff.noteID); err != nil {
+				rollback(ctx, conn)
+				return Outcome{}, err
+			}
 		}
 	}
 	completed := s.clock()
@@ -425,16 +469,15 @@ func (s *Service) attempt(reqCtx context.Context, r Request, fp idempotency.Fing
 		CreatedAt: now, CompletedAt: completed,
 		ExpiresAt: completed.Add(s.cfg.ResponseRetention), ForgetAt: completed.Add(s.cfg.KeyRetention),
 	}
-	idempotency.QueueInsert(b, record)
+	idempotency.QueueInsertGuarded(b, record)
 	b.Queue(sqlCommit)
-	// Final round trip: the rest of the effect, the record, the events and
-	// COMMIT.
 	err = conn.SendBatch(ctx, b).Close()
 	if err == nil {
-		s.obs.Idempotency(fp.Action, "executed")
-		if eff.counted {
-			s.obs.BusinessEffect(fp.Action)
+		if !claim.Claimed {
+			return s.unclaimed(claim, fp) // the COMMIT committed nothing
 		}
+		s.committed(fp, eff)
+		s.cache.Put(record)
 		return Outcome{Status: eff.status, Body: eff.body, Location: eff.location}, nil
 	}
 	var pgErr *pgconn.PgError
@@ -451,6 +494,28 @@ func (s *Service) attempt(reqCtx context.Context, r Request, fp idempotency.Fing
 	// may or may not have happened. Find out on a fresh connection.
 	conn.Conn().Close(ctx) //nolint:errcheck // it is broken; make sure the pool drops it
 	return s.recheck(reqCtx, r, fp, record, eff, err)
+}
+
+// unclaimed answers an attempt whose claim failed: the recorded outcome, or
+// errBusy when another transaction holds the key.
+func (s *Service) unclaimed(c idempotency.Claim, fp idempotency.Fingerprint) (Outcome, error) {
+	if c.Record != nil {
+		s.cache.Put(c.Record)
+		if out, err, done := s.answerRecorded(c.Record, fp); done {
+			return out, err
+		}
+	}
+	return Outcome{}, errBusy
+}
+
+// committed counts an executed operation and wakes the relays when it wrote
+// events (every counted effect does).
+func (s *Service) committed(fp idempotency.Fingerprint, eff *effect) {
+	s.obs.Idempotency(fp.Action, "executed")
+	if eff.counted {
+		s.obs.BusinessEffect(fp.Action)
+		s.notifier.Signal()
+	}
 }
 
 // sessionEnded reports whether the server ended the session (admin
@@ -489,10 +554,8 @@ func (s *Service) recheck(reqCtx context.Context, r Request, fp idempotency.Fing
 		})
 		switch {
 		case err == nil && rec != nil && rec.Resource == mine.Resource && rec.CreatedAt.Equal(mine.CreatedAt):
-			s.obs.Idempotency(fp.Action, "executed")
-			if eff.counted {
-				s.obs.BusinessEffect(fp.Action)
-			}
+			s.committed(fp, eff)
+			s.cache.Put(rec)
 			return Outcome{Status: rec.Status, Body: rec.Body, Location: rec.Location}, nil
 		case err == nil && rec != nil:
 			out, err, done := s.answerRecorded(rec, fp)
@@ -512,40 +575,44 @@ func (s *Service) recheck(reqCtx context.Context, r Request, fp idempotency.Fing
 }
 
 const (
-	sqlNoteInsert = `INSERT INTO notes (id, tenant, title, body, created_at) VALUES ($1, $2, $3, $4, $5)`
+	// Guarded: they run only when the transaction claimed the operation.
+	sqlNoteInsert = `INSERT INTO notes (id, tenant, title, body, created_at)
+	SELECT $1::uuid, $2::text, $3::text, $4::text, $5::timestamptz WHERE ` + idempotency.Guard
 
 	sqlAttachmentInsert = `INSERT INTO attachments (id, tenant, note_id, filename, content_type, size, sha256, data)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`
+	SELECT $1::uuid, $2::text, $3::uuid, $4::text, $5::text, $6::int, $7::text, $8::bytea WHERE ` + idempotency.Guard
 
 	sqlNoteDelete = `UPDATE notes SET deleted_at = $3 WHERE tenant = $1 AND id = $2 AND deleted_at IS NULL`
 )
 
-func (s *Service) createEffect(_ context.Context, _ *pgxpool.Conn, b *pgx.Batch, r Request, p CreateParams, now time.Time) (*effect, error) {
+func (s *Service) planCreate(r Request, p CreateParams, now time.Time) (*plan, error) {
 	id, err := uuid.NewV7()
 	if err != nil {
 		return nil, fmt.Errorf("new note id: %w", err)
 	}
 	n := Note{ID: id, Tenant: r.Tenant, Title: p.Title, Body: p.Body, CreatedAt: now}
-	b.Queue(sqlNoteInsert, n.ID, n.Tenant, n.Title, n.Body, n.CreatedAt)
+	var aid uuid.UUID
 	if a := p.Attachment; a != nil {
-		aid, err := uuid.NewV7()
-		if err != nil {
+		if aid, err = uuid.NewV7(); err != nil {
 			return nil, fmt.Errorf("new attachment id: %w", err)
 		}
 		n.Attachment = &Attachment{ID: aid, NoteID: id, Filename: a.Filename, ContentType: a.ContentType,
 			Size: len(a.Data), SHA256: a.SHA256, Status: AttachmentPending}
-		b.Queue(sqlAttachmentInsert, aid, r.Tenant, id, a.Filename, a.ContentType, len(a.Data), a.SHA256, a.Data)
 	}
 	view := n.View()
 	body, err := json.Marshal(view)
 	if err != nil {
 		return nil, fmt.Errorf("marshal note: %w", err)
 	}
-	if err := s.queueEvent(b, r, outbox.TypeNoteCreated, id, now, view); err != nil {
-		return nil, err
-	}
 	loc := "/v1/notes/" + id.String()
-	return &effect{status: http.StatusCreated, body: body, location: loc, resource: loc, counted: true}, nil
+	eff := &effect{status: http.StatusCreated, body: body, location: loc, resource: loc, counted: true, noteID: id}
+	return &plan{eff: eff, queue: func(b *pgx.Batch) error {
+		b.Queue(sqlNoteInsert, pgUUID(n.ID), n.Tenant, n.Title, n.Body, n.CreatedAt)
+		if a := p.Attachment; a != nil {
+			b.Queue(sqlAttachmentInsert, pgUUID(aid), r.Tenant, pgUUID(id), a.Filename, a.ContentType, len(a.Data), a.SHA256, a.Data)
+		}
+		return s.queueEvent(b, r, outbox.TypeNoteCreated, id, now, view)
+	}}, nil
 }
 
 // DeleteResult is the body of a successful delete.
@@ -554,34 +621,40 @@ type DeleteResult struct {
 	DeletedAt string `json:"deleted_at"`
 }
 
-func (s *Service) deleteEffect(ctx context.Context, conn *pgxpool.Conn, b *pgx.Batch, r Request, id uuid.UUID, now time.Time) (*effect, error) {
-	// The UPDATE takes the note's row lock, which orders this event after
-	// every other event of the note that committed before it.
-	tag, err := conn.Exec(ctx, sqlNoteDelete, r.Tenant, id, now)
-	if err != nil {
-		return nil, fmt.Errorf("delete note: %w", err)
-	}
-	resource := "/v1/notes/" + id.String()
-	if tag.RowsAffected() == 0 {
-		p := problem.New(http.StatusNotFound, problem.CodeNotFound, "no note with this id exists for this tenant (it may have been deleted)")
-		return &effect{status: http.StatusNotFound, body: p.JSON(), resource: resource}, nil
-	}
-	res := DeleteResult{ID: id.String(), DeletedAt: FormatTime(now)}
-	body, err := json.Marshal(res)
-	if err != nil {
-		return nil, fmt.Errorf("marshal delete result: %w", err)
-	}
-	if err := s.queueEvent(b, r, outbox.TypeNoteDeleted, id, now, res); err != nil {
-		return nil, err
-	}
-	return &effect{status: http.StatusOK, body: body, resource: resource, counted: true}, nil
+func (s *Service) planDelete(r Request, id uuid.UUID, now time.Time) *plan {
+	return &plan{run: func(ctx context.Context, conn *pgxpool.Conn, b *pgx.Batch) (*effect, error) {
+		// The UPDATE takes the note's row lock, which orders this event
+		// after every other event of the note that committed before it.
+		tag, err := conn.Exec(ctx, sqlNoteDelete, r.Tenant, pgUUID(id), now)
+		if err != nil {
+			return nil, fmt.Errorf("delete note: %w", err)
+		}
+		resource := "/v1/notes/" + id.String()
+		if tag.RowsAffected() == 0 {
+			p := problem.New(http.StatusNotFound, problem.CodeNotFound, "no note with this id exists for this tenant (it may have been deleted)")
+			return &effect{status: http.StatusNotFound, body: p.JSON(), resource: resource, noteID: id}, nil
+		}
+		res := DeleteResult{ID: id.String(), DeletedAt: FormatTime(now)}
+		body, err := json.Marshal(res)
+		if err != nil {
+			return nil, fmt.Errorf("marshal delete result: %w", err)
+		}
+		if err := s.queueEvent(b, r, outbox.TypeNoteDeleted, id, now, res); err != nil {
+			return nil, err
+		}
+		return &effect{status: http.StatusOK, body: body, resource: resource, counted: true, noteID: id}, nil
+	}}
 }
+
+// pgUUID passes a UUID to pgx in binary; a uuid.UUID would go through its
+// string form.
+func pgUUID(u uuid.UUID) pgtype.UUID { return pgtype.UUID{Bytes: u, Valid: true} }
 
 func (s *Service) queueEvent(b *pgx.Batch, r Request, typ string, noteID uuid.UUID, now time.Time, data any) error {
 	eid, err := uuid.NewV7()
 	if err != nil {
 		return fmt.Errorf("new event id: %w", err)
 	}
-	return outbox.Queue(b, outbox.Event{ID: eid, Tenant: r.Tenant, OperationKey: r.Key, AggregateID: noteID,
-		Type: typ, Time: now, Data: data, Traceparent: r.Traceparent})
+	return outbox.QueueGuarded(b, outbox.Event{ID: eid, Tenant: r.Tenant, OperationKey: r.Key, AggregateID: noteID,
+		Type: typ, Time: now, Data: data, Traceparent: r.Traceparent}, idempotency.Guard)
 }

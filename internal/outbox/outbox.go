@@ -12,6 +12,8 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // NotifyChannel is the LISTEN/NOTIFY channel a writing transaction signals so
@@ -90,18 +92,39 @@ const (
 	sqlNotify = `SELECT pg_notify('` + NotifyChannel + `', '')`
 )
 
-// Queue adds the insert of e, and a NOTIFY for the relays, to b; b must run
-// inside the transaction that writes the business effect. PostgreSQL folds
-// identical notifications of one transaction into one.
+// Queue adds the insert of e to b; b must run inside the transaction that
+// writes the business effect. It sends no NOTIFY: a transaction that
+// notifies takes a database-wide lock at commit and holds it through the WAL
+// flush, which serialises every writer's commit (measured: −40% creates/s at
+// 16 clients). Writers signal a Notifier after the commit instead.
 func Queue(b *pgx.Batch, e Event) error {
 	payload, err := Envelope(e)
 	if err != nil {
 		return err
 	}
-	b.Queue(sqlEventInsert, e.ID, e.Tenant, e.OperationKey, e.AggregateID, e.Type, payload, e.Traceparent, e.Time)
-	b.Queue(sqlNotify)
+	b.Queue(sqlEventInsert, pgUUID(e.ID), e.Tenant, e.OperationKey, pgUUID(e.AggregateID), e.Type, payload, e.Traceparent, e.Time)
 	return nil
 }
+
+const sqlEventInsertGuarded = `INSERT INTO outbox_events
+		(id, tenant, operation_key, aggregate_id, type, payload, traceparent, created_at)
+	SELECT $1::uuid, $2::text, nullif($3::text, ''), $4::uuid, $5::text, $6::bytea, nullif($7::text, ''), $8::timestamptz
+	WHERE `
+
+// QueueGuarded is Queue for a statement that runs only when the SQL
+// condition guard holds in the transaction (see idempotency.Guard).
+func QueueGuarded(b *pgx.Batch, e Event, guard string) error {
+	payload, err := Envelope(e)
+	if err != nil {
+		return err
+	}
+	b.Queue(sqlEventInsertGuarded+guard, pgUUID(e.ID), e.Tenant, e.OperationKey, pgUUID(e.AggregateID), e.Type, payload, e.Traceparent, e.Time)
+	return nil
+}
+
+// pgUUID passes a UUID to pgx in binary; a uuid.UUID would go through its
+// string form.
+func pgUUID(u uuid.UUID) pgtype.UUID { return pgtype.UUID{Bytes: u, Valid: true} }
 
 // Execer runs a statement.
 type Execer interface {
@@ -118,4 +141,53 @@ func Insert(ctx context.Context, tx Execer, e Event) error {
 		return fmt.Errorf("insert outbox event: %w", err)
 	}
 	return nil
+}
+
+// Notifier wakes the relays after events committed: Signal is cheap and
+// never blocks; Run sends one NOTIFY on the channel for any number of
+// signals that arrived while the previous one was being sent. A lost
+// notification (a crash right after a commit) costs only latency: relays also
+// poll.
+type Notifier struct {
+	db interface {
+		Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+	}
+	pending chan struct{}
+	log     func(error)
+}
+
+// NewNotifier returns a notifier that sends through db (a pool); failures
+// go to onError and are otherwise ignored.
+func NewNotifier(db interface {
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+}, onError func(error)) *Notifier {
+	if onError == nil {
+		onError = func(error) {}
+	}
+	return &Notifier{db: db, pending: make(chan struct{}, 1), log: onError}
+}
+
+// Signal asks for a NOTIFY after the events just committed.
+func (n *Notifier) Signal() {
+	if n == nil {
+		return
+	}
+	select {
+	case n.pending <- struct{}{}:
+	default: // one is pending already and will cover this commit
+	}
+}
+
+// Run sends the notifications until ctx ends. It returns nil.
+func (n *Notifier) Run(ctx context.Context) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-n.pending:
+			if _, err := n.db.Exec(ctx, sqlNotify); err != nil && ctx.Err() == nil {
+				n.log(fmt.Errorf("notify relays: %w", err))
+			}
+		}
+	}
 }
