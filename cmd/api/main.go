@@ -25,11 +25,22 @@ type usageError struct{ msg string }
 
 func (e usageError) Error() string { return e.msg }
 
+// loggedError has been written to the log already: exit 1 without
+// repeating it, so a failure is one line.
+type loggedError struct{ error }
+
+func (e loggedError) Unwrap() error { return e.error }
+
 func exitCode(err error, stderr io.Writer) int {
-	var uerr usageError
+	var (
+		uerr   usageError
+		logged loggedError
+	)
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return 0
+	case errors.As(err, &logged):
+		return 1
 	case errors.As(err, &uerr):
 		fmt.Fprintln(stderr, "api:", err)
 		return 2

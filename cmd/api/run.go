@@ -130,7 +130,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	pool, err := db.Open(ctx, c.databaseURL, int32(c.dbMaxConns))
 	if err != nil {
 		log.Error().Err(err).Str("error_category", "database_unreachable").Msg("cannot start: PostgreSQL is not reachable at DATABASE_URL")
-		return fmt.Errorf("start: %w", err)
+		return loggedError{fmt.Errorf("start: %w", err)}
 	}
 	defer pool.Close()
 
@@ -187,7 +187,7 @@ func serveHTTP(ctx context.Context, log zerolog.Logger, servers map[string]serve
 		ln, err := net.Listen("tcp", s.addr)
 		if err != nil {
 			log.Error().Err(err).Str("listener", name).Msg("cannot listen")
-			return fmt.Errorf("listen %s on %s: %w", name, s.addr, err)
+			return loggedError{fmt.Errorf("listen %s on %s: %w", name, s.addr, err)}
 		}
 		srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
 		log.Info().Str("listener", name).Str("addr", ln.Addr().String()).Msg("listening")
@@ -223,7 +223,7 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 	res, err := db.Migrate(ctx, c.databaseURL)
 	if err != nil {
 		log.Error().Err(err).Str("error_category", "migrate_failed").Msg("migration failed")
-		return err
+		return loggedError{err}
 	}
 	log.Info().Bool("created_database", res.CreatedDatabase).Strs("applied", res.Applied).Int64("version", res.Version).Msg("database migrated")
 	return nil
@@ -273,7 +273,7 @@ func token(ctx context.Context, args []string, getenv func(string) string, stdou
 	pool, err := db.Open(ctx, c.databaseURL, 2)
 	if err != nil {
 		log.Error().Err(err).Str("error_category", "database_unreachable").Msg("PostgreSQL is not reachable at DATABASE_URL")
-		return err
+		return loggedError{err}
 	}
 	defer pool.Close()
 	if sub == "create" {

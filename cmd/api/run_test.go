@@ -183,6 +183,9 @@ func TestCommandLineErrors(t *testing.T) {
 		env  map[string]string
 		want string
 		code int
+		// logged: the error is one JSON log line on the process's stderr
+		// containing this, and nothing more is printed.
+		logged string
 	}{
 		{args: []string{"bogus"}, want: `unknown command "bogus"`, code: 2},
 		{args: []string{"token"}, want: "usage: api token", code: 2},
@@ -194,7 +197,7 @@ func TestCommandLineErrors(t *testing.T) {
 		{args: []string{"serve"}, env: map[string]string{"QUILL_KEY_RETENTION": "1h"}, want: "QUILL_KEY_RETENTION (1h0m0s) must be at least QUILL_IDEMPOTENCY_RETENTION", code: 2},
 		{args: []string{"serve"}, env: map[string]string{"QUILL_LOG_LEVEL": "loud"}, want: "QUILL_LOG_LEVEL", code: 2},
 		{args: []string{"serve", "--max-body-bytes", "0"}, want: "--max-body-bytes", code: 2},
-		{args: []string{"serve"}, want: "127.0.0.1:1", code: 1}, // PostgreSQL unreachable: one clear line
+		{args: []string{"serve"}, code: 1, logged: "127.0.0.1:1"}, // PostgreSQL unreachable: one clear log line
 		{args: []string{"--help"}, code: 0},
 		{args: []string{"serve", "--help"}, code: 0},
 	}
@@ -209,9 +212,16 @@ func TestCommandLineErrors(t *testing.T) {
 					return getenv(k)
 				}
 			}
-			_, _, err := runOut(t, g, tc.args...)
+			_, logs, err := runOut(t, g, tc.args...)
 			var stderr bytes.Buffer
 			require.Equal(t, tc.code, exitCode(err, &stderr), "err: %v", err)
+			if tc.logged != "" {
+				require.Empty(t, stderr.String())
+				lines := strings.Split(strings.TrimSpace(logs), "\n")
+				require.Len(t, lines, 1, "one line: %q", logs)
+				require.Contains(t, lines[0], tc.logged)
+				require.Contains(t, lines[0], `"level":"error"`)
+			}
 			if tc.want != "" {
 				require.Contains(t, stderr.String(), tc.want)
 				require.NotContains(t, strings.TrimSpace(stderr.String()), "\n", "one line")

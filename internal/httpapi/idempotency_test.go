@@ -34,7 +34,7 @@ func TestFailureBeforeCommitRollsBackEverything(t *testing.T) {
 	require.Equal(t, http.StatusInternalServerError, r.status, "%s", r.body)
 	require.Equal(t, "same_key", r.json(t)["retry"])
 	require.True(t, sawNote, "the hook must run after the note insert")
-	require.Zero(t, b.notes("acme"), "the note must roll back with the failed operation")
+	require.Zero(t, b.notes(b.tenantA), "the note must roll back with the failed operation")
 	require.Zero(t, b.count(`SELECT count(*) FROM operations`))
 	require.Zero(t, b.count(`SELECT count(*) FROM outbox_events`))
 	require.Zero(t, b.count(`SELECT count(*) FROM attachments`))
@@ -44,7 +44,7 @@ func TestFailureBeforeCommitRollsBackEverything(t *testing.T) {
 	r = b.create(b.tokenA, "op-fail", note("Rollback"))
 	require.Equal(t, http.StatusCreated, r.status)
 	require.Empty(t, r.header.Get("Idempotent-Replayed"), "the retry executes: nothing was recorded before")
-	require.Equal(t, 1, b.notes("acme"))
+	require.Equal(t, 1, b.notes(b.tenantA))
 }
 
 // dropAfterCommit runs the real handler to completion, then closes the
@@ -83,12 +83,12 @@ func TestLostPostCommitResponseIsReplayed(t *testing.T) {
 	body := map[string]any{"title": "Example note", "attachment": map[string]any{"filename": "a.txt", "content_type": "text/plain", "data": b64("hello\n")}}
 	_, err := b.do(t.Context(), req{method: http.MethodPost, path: "/v1/notes", token: b.tokenA, key: "operation-1", body: body})
 	require.Error(t, err, "the response must be lost on the way back")
-	require.Equal(t, 1, b.notes("acme"), "the note was committed although the caller saw an error")
+	require.Equal(t, 1, b.notes(b.tenantA), "the note was committed although the caller saw an error")
 
 	r := b.create(b.tokenA, "operation-1", body)
 	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
 	require.Equal(t, "true", r.header.Get("Idempotent-Replayed"))
-	require.Equal(t, 1, b.notes("acme"), "the retry must not create a second note")
+	require.Equal(t, 1, b.notes(b.tenantA), "the retry must not create a second note")
 	require.Equal(t, 1, b.count(`SELECT count(*) FROM outbox_events WHERE type = 'note.created'`))
 	require.Equal(t, 1, b.count(`SELECT count(*) FROM attachments`))
 }
@@ -115,7 +115,7 @@ func TestClientDisconnectDoesNotAbortCommit(t *testing.T) {
 	close(release)
 	eventually(t, 5*time.Second, func() bool { return b.count(`SELECT count(*) FROM operations`) == 1 }, "the detached transaction commits")
 	b.clearHook()
-	require.Equal(t, 1, b.notes("acme"))
+	require.Equal(t, 1, b.notes(b.tenantA))
 	r := b.create(b.tokenA, "gone", note("t"))
 	require.Equal(t, http.StatusCreated, r.status)
 	require.Equal(t, "true", r.header.Get("Idempotent-Replayed"))
@@ -145,7 +145,7 @@ func testIdenticalReplay(t *testing.T, b *testBundle) {
 		require.Equal(t, first.header.Get("Location"), again.header.Get("Location"))
 		require.Equal(t, string(first.body), string(again.body), "byte-for-byte equal body")
 	}
-	require.Equal(t, 1, b.notes("acme"))
+	require.Equal(t, 1, b.notes(b.tenantA))
 	require.Equal(t, 1, b.count(`SELECT count(*) FROM outbox_events`))
 	require.Equal(t, 1.0, b.metric("quill_idempotency_requests_total", map[string]string{"action": "create-note", "outcome": "executed"}))
 	require.Equal(t, 3.0, b.metric("quill_idempotency_requests_total", map[string]string{"action": "create-note", "outcome": "replayed"}))
@@ -187,7 +187,7 @@ func testChangedParameters(t *testing.T, b *testBundle) {
 		require.Equal(t, "no", p["retry"], tc.name)
 		require.Equal(t, tc.fields, p["fields"], tc.name)
 	}
-	require.Equal(t, 1, b.notes("acme"))
+	require.Equal(t, 1, b.notes(b.tenantA))
 	var title string
 	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT title FROM notes`).Scan(&title))
 	require.Equal(t, "Example note", title, "the old response never stands for the new title")
@@ -202,7 +202,7 @@ func TestNewKeyWithIdenticalContentIsANewNote(t *testing.T) {
 	require.Equal(t, http.StatusCreated, r2.status)
 	require.Empty(t, r2.header.Get("Idempotent-Replayed"))
 	require.NotEqual(t, r1.json(t)["id"], r2.json(t)["id"])
-	require.Equal(t, 2, b.notes("acme"))
+	require.Equal(t, 2, b.notes(b.tenantA))
 }
 
 func TestSameKeyInTwoTenantsIsTwoOperations(t *testing.T) {
@@ -214,8 +214,8 @@ func TestSameKeyInTwoTenantsIsTwoOperations(t *testing.T) {
 	require.Equal(t, http.StatusCreated, rb.status)
 	require.Empty(t, rb.header.Get("Idempotent-Replayed"), "tenant B must not get tenant A's outcome")
 	require.NotEqual(t, ra.json(t)["id"], rb.json(t)["id"])
-	require.Equal(t, 1, b.notes("acme"))
-	require.Equal(t, 1, b.notes("globex"))
+	require.Equal(t, 1, b.notes(b.tenantA))
+	require.Equal(t, 1, b.notes(b.tenantB))
 	// Different parameters under the same key in the other tenant are fine.
 	rc := b.create(b.tokenB, "operation-2", note("Other"))
 	require.Equal(t, http.StatusCreated, rc.status)
@@ -318,7 +318,7 @@ func TestConcurrentIdenticalRequestsExecuteOnce(t *testing.T) {
 			require.Equal(t, body, string(r.body))
 		}
 	}
-	require.Equal(t, 1, b.notes("acme"))
+	require.Equal(t, 1, b.notes(b.tenantA))
 	require.Equal(t, 1, b.count(`SELECT count(*) FROM outbox_events`))
 }
 
@@ -369,8 +369,8 @@ func TestWaitingRequestsDoNotStarveOtherTenants(t *testing.T) {
 		}
 	}
 	require.Equal(t, 1, executed)
-	require.Equal(t, 1, b.notes("acme"))
-	require.Equal(t, 10, b.notes("globex"))
+	require.Equal(t, 1, b.notes(b.tenantA))
+	require.Equal(t, 10, b.notes(b.tenantB))
 }
 
 func TestPreferWaitZeroAnswersInProgressAtOnce(t *testing.T) {
@@ -420,7 +420,7 @@ func TestConnectionLostBeforeCommitIsRechecked(t *testing.T) {
 	require.Contains(t, p["detail"], "nothing was committed")
 	require.NotEmpty(t, r.header.Get("Retry-After"))
 	b.clearHook()
-	require.Zero(t, b.notes("acme"))
+	require.Zero(t, b.notes(b.tenantA))
 	r = b.create(b.tokenA, "op-cut", note("cut"))
 	require.Equal(t, http.StatusCreated, r.status)
 	require.Empty(t, r.header.Get("Idempotent-Replayed"))
@@ -441,13 +441,13 @@ func TestLostCommitReplyIsRecheckedAndAnsweredWithTheOutcome(t *testing.T) {
 	require.Equal(t, 1, b.proxy.Cuts(), "the COMMIT reply must have been lost")
 	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
 	require.Empty(t, r.header.Get("Idempotent-Replayed"), "this request executed it")
-	require.Equal(t, 1, b.notes("acme"))
+	require.Equal(t, 1, b.notes(b.tenantA))
 	id := r.json(t)["id"].(string)
 	require.Equal(t, "/v1/notes/"+id, r.header.Get("Location"))
 
 	again := b.create(b.tokenA, "op-lost-commit", note("committed in the dark"))
 	require.Equal(t, "true", again.header.Get("Idempotent-Replayed"))
 	require.Equal(t, string(r.body), string(again.body))
-	require.Equal(t, 1, b.notes("acme"))
+	require.Equal(t, 1, b.notes(b.tenantA))
 	require.Equal(t, 1.0, b.metric("quill_business_effects_total", map[string]string{"action": "create-note"}))
 }

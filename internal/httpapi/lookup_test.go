@@ -52,7 +52,7 @@ func TestLookupCompletedOperation(t *testing.T) {
 	ce := resp{body: payload}.json(t)
 	require.Equal(t, "1.0", ce["specversion"])
 	require.Equal(t, ev["id"], ce["id"])
-	require.Equal(t, "/tenants/acme", ce["source"])
+	require.Equal(t, "/tenants/"+b.tenantA, ce["source"])
 	require.Equal(t, "quill.note.created.v1", ce["type"])
 	require.Equal(t, id, ce["subject"])
 	require.Equal(t, "application/json", ce["datacontenttype"])
@@ -157,7 +157,7 @@ func testRetention(t *testing.T, b *testBundle) {
 	require.Equal(t, "completed", op["state"])
 	require.Nil(t, op["response"])
 	require.Equal(t, loc, op["resource"])
-	require.Equal(t, 1, b.notes("acme"))
+	require.Equal(t, 1, b.notes(b.tenantA))
 
 	// Past the key retention the key is forgotten: a request executes again.
 	b.clock.advance(keyRetention)
@@ -166,7 +166,7 @@ func testRetention(t *testing.T, b *testBundle) {
 	require.Equal(t, http.StatusCreated, r.status)
 	require.Empty(t, r.header.Get("Idempotent-Replayed"))
 	require.NotEqual(t, loc, r.header.Get("Location"))
-	require.Equal(t, 2, b.notes("acme"))
+	require.Equal(t, 2, b.notes(b.tenantA))
 	// And cleanup removes forgotten records.
 	b.clock.advance(keyRetention + time.Hour)
 	n, err = idempotency.Forget(t.Context(), b.pool, b.clock.now(), 100)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -30,18 +31,21 @@ import (
 
 // testBundle is one API over a fresh schema, with two tenants' tokens.
 type testBundle struct {
-	t        *testing.T
-	pool     *pgxpool.Pool
-	srv      *httptest.Server
-	svc      *notes.Service
-	reg      *prometheus.Registry
-	tokenA   string // tenant "acme"
-	tokenB   string // tenant "globex"
-	clock    *fakeClock
-	hook     atomic.Pointer[func(ctx context.Context, q idempotency.Querier, noteID uuid.UUID) error]
-	inFlight atomic.Int64
-	wrap     atomic.Pointer[func(http.Handler) http.Handler]
-	proxy    *dbtest.Proxy
+	t    *testing.T
+	pool *pgxpool.Pool
+	srv  *httptest.Server
+	svc  *notes.Service
+	reg  *prometheus.Registry
+	// Two tenants, named uniquely per bundle: advisory locks are per
+	// database, not per schema, so parallel tests must not share a
+	// (tenant, key).
+	tenantA, tokenA string
+	tenantB, tokenB string
+	clock           *fakeClock
+	hook            atomic.Pointer[func(ctx context.Context, q idempotency.Querier, noteID uuid.UUID) error]
+	inFlight        atomic.Int64
+	wrap            atomic.Pointer[func(http.Handler) http.Handler]
+	proxy           *dbtest.Proxy
 }
 
 type setupOpts struct {
@@ -124,9 +128,11 @@ func setup(t *testing.T, opts ...setupOpts) *testBundle {
 	}))
 	t.Cleanup(b.srv.Close)
 	ctx := context.Background()
-	b.tokenA, err = auth.Create(ctx, pool, "acme", time.Now())
+	suffix := strings.ToLower(uuid.NewString()[:8])
+	b.tenantA, b.tenantB = "acme-"+suffix, "globex-"+suffix
+	b.tokenA, err = auth.Create(ctx, pool, b.tenantA, time.Now())
 	require.NoError(t, err)
-	b.tokenB, err = auth.Create(ctx, pool, "globex", time.Now())
+	b.tokenB, err = auth.Create(ctx, pool, b.tenantB, time.Now())
 	require.NoError(t, err)
 	return b
 }
