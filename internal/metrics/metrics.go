@@ -102,3 +102,40 @@ func AdminHandler(reg *prometheus.Registry, checks map[string]ReadyFunc) http.Ha
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	return mux
 }
+
+// Relay holds the relay's metrics.
+type Relay struct {
+	Pending    prometheus.Gauge
+	OldestAge  prometheus.Gauge
+	Published  prometheus.Counter
+	Errors     prometheus.Counter
+	Duplicates prometheus.Counter
+}
+
+// NewRelay registers the relay's metrics on reg; all start at zero.
+func NewRelay(reg prometheus.Registerer) *Relay {
+	m := &Relay{
+		Pending: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "quill_outbox_pending_events",
+			Help: "Committed events not yet published (parked ones included).",
+		}),
+		OldestAge: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "quill_outbox_oldest_pending_age_seconds",
+			Help: "Age of the oldest unpublished event; 0 when none.",
+		}),
+		Published: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "quill_relay_published_total",
+			Help: "Events the stream acknowledged, duplicates included.",
+		}),
+		Errors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "quill_relay_publish_errors_total",
+			Help: "Publish attempts that failed (transient or permanent).",
+		}),
+		Duplicates: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "quill_relay_duplicates_total",
+			Help: "Acknowledgements JetStream marked duplicate: an event republished within the duplicate window.",
+		}),
+	}
+	reg.MustRegister(m.Pending, m.OldestAge, m.Published, m.Errors, m.Duplicates)
+	return m
+}

@@ -1,0 +1,244 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/go-json-experiment/json"
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/quillhq/quill/internal/config"
+	"github.com/quillhq/quill/internal/db"
+	"github.com/quillhq/quill/internal/logging"
+	"github.com/quillhq/quill/internal/metrics"
+	"github.com/quillhq/quill/internal/outbox"
+	"github.com/quillhq/quill/internal/relay"
+)
+
+const overview = `usage: relay [run] [flags]           publish committed outbox events to JetStream (default)
+       relay events list --parked [--json]  list parked events
+       relay events retry ID                return a parked event to the queue
+
+Run "relay run --help" for the settings.`
+
+const (
+	defaultNATSURL   = "nats://127.0.0.1:4222"
+	defaultAdminAddr = ":9091"
+	shutdownTimeout  = 30 * time.Second
+)
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cmd := "run"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		cmd, args = args[0], args[1:]
+	} else if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
+		fmt.Fprintln(stdout, overview)
+		return nil
+	}
+	switch cmd {
+	case "run":
+		return daemon(ctx, args, getenv, stdout, stderr)
+	case "events":
+		return events(ctx, args, getenv, stdout, stderr)
+	case "help":
+		fmt.Fprintln(stdout, overview)
+		return nil
+	default:
+		return usageError{fmt.Sprintf("unknown command %q; run \"relay --help\" for the commands", cmd)}
+	}
+}
+
+func parse(s *config.Set, args []string) error {
+	err := s.Parse(args)
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return err
+	}
+	return usageError{err.Error()}
+}
+
+type settings struct {
+	databaseURL, natsURL, adminAddr, logLevel string
+	relay                                     relay.Config
+}
+
+func define(s *config.Set, c *settings) {
+	s.String(&c.databaseURL, "database-url", "DATABASE_URL", db.DefaultURL, "PostgreSQL URL")
+	s.String(&c.natsURL, "nats-url", "NATS_URL", defaultNATSURL, "NATS URL (JetStream enabled)")
+	s.String(&c.adminAddr, "admin-addr", "QUILL_ADMIN_ADDR", defaultAdminAddr, "/healthz, /readyz and /metrics listen address")
+	s.String(&c.logLevel, "log-level", "QUILL_LOG_LEVEL", "info", "log level: trace, debug, info, warn, error")
+	r := &c.relay
+	s.String(&r.Stream, "stream", "QUILL_STREAM", relay.DefaultStream, "JetStream stream name")
+	s.String(&r.SubjectPrefix, "subject-prefix", "QUILL_SUBJECT_PREFIX", relay.DefaultSubjectPrefix, "first token of every subject")
+	s.Duration(&r.DuplicateWindow, "duplicate-window", "QUILL_DUPLICATE_WINDOW", relay.DefaultDuplicateWindow, "the stream's Duplicates window")
+	s.Duration(&r.MaxAge, "stream-max-age", "QUILL_STREAM_MAX_AGE", relay.DefaultMaxAge, "the stream's MaxAge; at least the duplicate window, at most the inbox retention")
+	s.Duration(&r.Lease, "lease", "QUILL_RELAY_LEASE", relay.DefaultLease, "how long a claimed event is reserved for its relay")
+	s.Duration(&r.PollInterval, "poll-interval", "QUILL_RELAY_POLL_INTERVAL", relay.DefaultPollInterval, "polling fallback when notifications are lost")
+	s.Duration(&r.MaxBackoff, "max-backoff", "QUILL_RELAY_MAX_BACKOFF", relay.DefaultMaxBackoff, "longest backoff while NATS or PostgreSQL fail")
+	s.Int(&r.Batch, "batch", "QUILL_RELAY_BATCH", relay.DefaultBatch, 1, "events claimed per pass")
+	s.Duration(&r.OutboxRetention, "outbox-retention", "QUILL_OUTBOX_RETENTION", relay.DefaultOutboxRetention, "how long published events stay in the outbox")
+	s.Duration(&r.InboxRetention, "inbox-retention", "QUILL_INBOX_RETENTION", relay.DefaultInboxRetention, "how long consumers remember processed event ids; at least the stream's MaxAge")
+}
+
+func daemon(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	var c settings
+	s := config.New("relay run", "usage: relay [run] [flags]\n\nPublishes committed outbox events to NATS JetStream and runs the retention cleanup.", getenv, stdout)
+	define(s, &c)
+	if err := parse(s, args); err != nil {
+		return err
+	}
+	if len(s.Args()) > 0 {
+		return usageError{fmt.Sprintf("unexpected arguments: %q", s.Args())}
+	}
+	cfg := c.relay.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return usageError{err.Error()}
+	}
+	log, err := logging.New(stderr, c.logLevel, "relay")
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	pool, err := db.Open(ctx, c.databaseURL, 8)
+	if err != nil {
+		log.Error().Err(err).Str("error_category", "database_unreachable").Msg("cannot start: PostgreSQL is not reachable at DATABASE_URL")
+		return loggedError{err}
+	}
+	defer pool.Close()
+	nc, err := nats.Connect(c.natsURL, nats.Name("quill-relay"), nats.MaxReconnects(-1),
+		nats.ReconnectWait(time.Second), nats.RetryOnFailedConnect(false),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err == nil {
+				return // our own Close at shutdown
+			}
+			log.Warn().Err(err).Str("error_category", "nats_disconnected").Msg("NATS connection lost; events wait in the outbox")
+		}),
+		nats.ReconnectHandler(func(*nats.Conn) { log.Info().Msg("NATS connection restored") }))
+	if err != nil {
+		log.Error().Err(err).Str("error_category", "nats_unreachable").Msg("cannot start: NATS is not reachable at NATS_URL")
+		return loggedError{err}
+	}
+	defer nc.Close()
+
+	reg := metrics.NewRegistry()
+	r, err := relay.New(pool, nc, cfg, log, metrics.NewRelay(reg))
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err = r.Provision(pctx)
+	cancel()
+	if err != nil {
+		log.Error().Err(err).Str("error_category", "stream_provisioning_failed").Msg("cannot start: the stream could not be created or updated")
+		return loggedError{err}
+	}
+	log.Info().Str("stream", cfg.Stream).Str("subjects", cfg.SubjectPrefix+".>").Dur("duplicate_window", cfg.DuplicateWindow).
+		Dur("max_age", cfg.MaxAge).Msg("stream provisioned")
+
+	ln, err := net.Listen("tcp", c.adminAddr)
+	if err != nil {
+		log.Error().Err(err).Msg("cannot listen on the admin address")
+		return loggedError{err}
+	}
+	admin := &http.Server{Handler: metrics.AdminHandler(reg, map[string]metrics.ReadyFunc{"relay": r.Ready}), ReadHeaderTimeout: 10 * time.Second}
+	log.Info().Str("listener", "admin").Str("addr", ln.Addr().String()).Msg("listening")
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := admin.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-gctx.Done()
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(gctx), shutdownTimeout)
+		defer cancel()
+		return admin.Shutdown(sctx)
+	})
+	g.Go(func() error { return r.Run(gctx) })
+	err = g.Wait()
+	log.Info().Msg("stopped")
+	return err
+}
+
+func events(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	const usage = "usage: relay events list --parked [--json] | relay events retry ID"
+	if len(args) == 0 {
+		return usageError{usage}
+	}
+	sub, args := args[0], args[1:]
+	var databaseURL, logLevel string
+	var parked, asJSON bool
+	s := config.New("relay events "+sub, usage, getenv, stdout)
+	s.String(&databaseURL, "database-url", "DATABASE_URL", db.DefaultURL, "PostgreSQL URL")
+	s.String(&logLevel, "log-level", "QUILL_LOG_LEVEL", "info", "log level")
+	if sub == "list" {
+		s.FlagSet().BoolVar(&parked, "parked", false, "list parked events (the only listing so far)")
+		s.FlagSet().BoolVar(&asJSON, "json", false, "one JSON object per line")
+	}
+	if err := parse(s, args); err != nil {
+		return err
+	}
+	var id uuid.UUID
+	switch sub {
+	case "list":
+		if !parked || len(s.Args()) > 0 {
+			return usageError{usage}
+		}
+	case "retry":
+		if len(s.Args()) != 1 {
+			return usageError{usage}
+		}
+		var err error
+		if id, err = uuid.Parse(s.Args()[0]); err != nil {
+			return usageError{fmt.Sprintf("%q is not an event id (a UUID)", s.Args()[0])}
+		}
+	default:
+		return usageError{fmt.Sprintf("unknown events command %q; %s", sub, usage)}
+	}
+	log, err := logging.New(stderr, logLevel, "relay")
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	pool, err := db.Open(ctx, databaseURL, 2)
+	if err != nil {
+		log.Error().Err(err).Str("error_category", "database_unreachable").Msg("PostgreSQL is not reachable at DATABASE_URL")
+		return loggedError{err}
+	}
+	defer pool.Close()
+	if sub == "retry" {
+		if err := outbox.Unpark(ctx, pool, id); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "event %s returned to the queue; a relay publishes it on its next pass\n", id)
+		return nil
+	}
+	list, err := outbox.ListParked(ctx, pool)
+	if err != nil {
+		return err
+	}
+	for _, p := range list {
+		if asJSON {
+			b, err := json.Marshal(p)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(stdout, string(b))
+			continue
+		}
+		fmt.Fprintf(stdout, "%s  %s.%s  note %s  created %s  parked %s  attempts %d  reason: %s\n", p.ID,
+			p.Tenant, p.Type, p.NoteID, p.CreatedAt.UTC().Format(time.RFC3339), p.ParkedAt.UTC().Format(time.RFC3339), p.Attempts, p.Reason)
+	}
+	if len(list) == 0 && !asJSON {
+		fmt.Fprintln(stdout, "no parked events")
+	}
+	return nil
+}

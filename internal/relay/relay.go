@@ -1,0 +1,524 @@
+// Package relay publishes committed outbox events to NATS JetStream: it
+// provisions the stream, claims events with a lease in short transactions,
+// publishes each with its event id as Nats-Msg-Id, waits for the stream's
+// acknowledgement and only then marks it published. It wakes on
+// LISTEN/NOTIFY, polls as a fallback, backs off with jitter while NATS or
+// PostgreSQL is down, parks events that can never be published, and runs the
+// retention cleanup. Several relays may run at once.
+package relay
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/quillhq/quill/internal/idempotency"
+	"github.com/quillhq/quill/internal/inbox"
+	"github.com/quillhq/quill/internal/metrics"
+	"github.com/quillhq/quill/internal/outbox"
+)
+
+// Defaults of Config.
+const (
+	DefaultStream          = "QUILL_EVENTS"
+	DefaultSubjectPrefix   = "quill"
+	DefaultDuplicateWindow = 10 * time.Minute
+	DefaultMaxAge          = 168 * time.Hour
+	DefaultLease           = 30 * time.Second
+	DefaultPollInterval    = time.Second
+	DefaultMaxBackoff      = 30 * time.Second
+	DefaultAckTimeout      = 10 * time.Second
+	DefaultBatch           = 256
+	DefaultOutboxRetention = 168 * time.Hour
+	DefaultInboxRetention  = 336 * time.Hour
+	DefaultCleanupInterval = time.Minute
+	DefaultCleanupBatch    = 500
+	statsInterval          = 5 * time.Second
+)
+
+// Config tunes a relay. Every zero field takes its default.
+type Config struct {
+	// Stream is the JetStream stream (QUILL_STREAM). Default QUILL_EVENTS.
+	Stream string
+	// SubjectPrefix is the first token of every subject
+	// (QUILL_SUBJECT_PREFIX). Default quill.
+	SubjectPrefix string
+	// DuplicateWindow is the stream's Duplicates window
+	// (QUILL_DUPLICATE_WINDOW). Default 10m.
+	DuplicateWindow time.Duration
+	// MaxAge is the stream's MaxAge (QUILL_STREAM_MAX_AGE). Default 168h.
+	MaxAge time.Duration
+	// Lease is how long a claimed event is reserved for its relay
+	// (QUILL_RELAY_LEASE). Default 30s.
+	Lease time.Duration
+	// PollInterval is the longest a committed event waits when its
+	// notification is lost (QUILL_RELAY_POLL_INTERVAL). Default 1s.
+	PollInterval time.Duration
+	// MaxBackoff caps the jittered backoff while NATS or PostgreSQL fail
+	// (QUILL_RELAY_MAX_BACKOFF). Default 30s.
+	MaxBackoff time.Duration
+	// AckTimeout bounds the wait for the stream's acknowledgement.
+	// Default 10s.
+	AckTimeout time.Duration
+	// Batch is how many events one pass claims (QUILL_RELAY_BATCH).
+	// Default 256.
+	Batch int
+	// OutboxRetention: published events are deleted after it
+	// (QUILL_OUTBOX_RETENTION). Default 168h.
+	OutboxRetention time.Duration
+	// InboxRetention: consumers' inbox rows are deleted after it
+	// (QUILL_INBOX_RETENTION); at least MaxAge. Default 336h.
+	InboxRetention time.Duration
+	// CleanupInterval is how often cleanup runs. Default 1m.
+	CleanupInterval time.Duration
+	// CleanupBatch is how many rows one cleanup statement touches.
+	// Default 500.
+	CleanupBatch int
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	if c.Stream == "" {
+		c.Stream = DefaultStream
+	}
+	if c.SubjectPrefix == "" {
+		c.SubjectPrefix = DefaultSubjectPrefix
+	}
+	def(&c.DuplicateWindow, DefaultDuplicateWindow)
+	def(&c.MaxAge, DefaultMaxAge)
+	def(&c.Lease, DefaultLease)
+	def(&c.PollInterval, DefaultPollInterval)
+	def(&c.MaxBackoff, DefaultMaxBackoff)
+	def(&c.AckTimeout, DefaultAckTimeout)
+	def(&c.OutboxRetention, DefaultOutboxRetention)
+	def(&c.InboxRetention, DefaultInboxRetention)
+	def(&c.CleanupInterval, DefaultCleanupInterval)
+	if c.Batch == 0 {
+		c.Batch = DefaultBatch
+	}
+	if c.CleanupBatch == 0 {
+		c.CleanupBatch = DefaultCleanupBatch
+	}
+	return c
+}
+
+// WorstRepublishDelay is the longest time between a relay's publish of an
+// event and its republish by another relay after a crash before the mark:
+// the lease must end, the taker may be backing off, and it may sleep a poll
+// interval.
+func (c Config) WorstRepublishDelay() time.Duration {
+	return c.AckTimeout + c.Lease + c.MaxBackoff + c.PollInterval
+}
+
+// Validate checks that the horizons nest: a republish after a crash falls
+// inside the duplicate window (so JetStream drops it), the duplicate window
+// fits in the stream's MaxAge, and consumers remember processed events for
+// at least as long as the stream can redeliver them. The error names the
+// settings involved.
+func (c Config) Validate() error {
+	switch {
+	case c.Batch < 1:
+		return errors.New("QUILL_RELAY_BATCH must be at least 1")
+	case c.WorstRepublishDelay() >= c.DuplicateWindow:
+		return fmt.Errorf("the worst-case republish delay, ack timeout %s + QUILL_RELAY_LEASE %s + QUILL_RELAY_MAX_BACKOFF %s + QUILL_RELAY_POLL_INTERVAL %s = %s, must be shorter than QUILL_DUPLICATE_WINDOW %s, or a relay crash could publish an event twice",
+			c.AckTimeout, c.Lease, c.MaxBackoff, c.PollInterval, c.WorstRepublishDelay(), c.DuplicateWindow)
+	case c.DuplicateWindow > c.MaxAge:
+		return fmt.Errorf("QUILL_DUPLICATE_WINDOW %s must not exceed QUILL_STREAM_MAX_AGE %s", c.DuplicateWindow, c.MaxAge)
+	case c.InboxRetention < c.MaxAge:
+		return fmt.Errorf("QUILL_INBOX_RETENTION %s must be at least QUILL_STREAM_MAX_AGE %s: consumers must remember an event for as long as the stream can redeliver it", c.InboxRetention, c.MaxAge)
+	case c.OutboxRetention <= 0 || c.CleanupInterval <= 0 || c.CleanupBatch < 1:
+		return errors.New("QUILL_OUTBOX_RETENTION and the cleanup interval and batch must be positive")
+	}
+	return nil
+}
+
+// Hooks let tests act at points a crash could hit. Nil hooks cost nothing.
+type Hooks struct {
+	// AfterAck runs after the stream acknowledged a pass's events and
+	// before they are marked; an error abandons the pass as a crash would:
+	// nothing is marked and the leases run out.
+	AfterAck func(acked []outbox.Published) error
+}
+
+// Relay moves events from the outbox to the stream.
+type Relay struct {
+	pool  *pgxpool.Pool
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	cfg   Config
+	log   zerolog.Logger
+	m     *metrics.Relay
+	id    string
+	wake  chan struct{}
+	hooks Hooks
+}
+
+// Option configures a Relay.
+type Option func(*Relay)
+
+// WithHooks installs test hooks.
+func WithHooks(h Hooks) Option { return func(r *Relay) { r.hooks = h } }
+
+// WithID names the relay in its claims (default host-pid-random).
+func WithID(id string) Option { return func(r *Relay) { r.id = id } }
+
+// New returns a relay over pool and nc. It returns an error when the
+// configuration does not validate or JetStream cannot be set up.
+func New(pool *pgxpool.Pool, nc *nats.Conn, cfg Config, log zerolog.Logger, m *metrics.Relay, opts ...Option) (*Relay, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(cfg.AckTimeout),
+		jetstream.WithPublishAsyncMaxPending(2*cfg.Batch))
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	r := &Relay{pool: pool, nc: nc, js: js, cfg: cfg, log: log, m: m, id: defaultID(), wake: make(chan struct{}, 1)}
+	for _, o := range opts {
+		o(r)
+	}
+	return r, nil
+}
+
+func defaultID() string {
+	host, _ := os.Hostname()
+	var b [4]byte
+	_, _ = crand.Read(b[:])
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+}
+
+// Provision creates the stream, or updates it to the configuration:
+// subjects <prefix>.>, file storage, the duplicate window and MaxAge.
+func (r *Relay) Provision(ctx context.Context) error {
+	_, err := r.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:       r.cfg.Stream,
+		Subjects:   []string{r.cfg.SubjectPrefix + ".>"},
+		Storage:    jetstream.FileStorage,
+		Duplicates: r.cfg.DuplicateWindow,
+		MaxAge:     r.cfg.MaxAge,
+	})
+	if err != nil {
+		return fmt.Errorf("provision stream %s: %w", r.cfg.Stream, err)
+	}
+	return nil
+}
+
+// Ready reports whether NATS is connected and PostgreSQL answers.
+func (r *Relay) Ready(ctx context.Context) error {
+	if s := r.nc.Status(); s != nats.CONNECTED {
+		return fmt.Errorf("nats: %s", s)
+	}
+	if err := r.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
+	return nil
+}
+
+// Wake asks for a pass now.
+func (r *Relay) Wake() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run relays events until ctx ends, then finishes the pass in flight and
+// returns nil. Failures of NATS or PostgreSQL are retried with backoff.
+func (r *Relay) Run(ctx context.Context) error {
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return r.publishLoop(ctx) })
+	g.Go(func() error { return r.listenLoop(ctx) })
+	g.Go(func() error { return r.statsLoop(ctx) })
+	g.Go(func() error { return r.cleanupLoop(ctx) })
+	return g.Wait()
+}
+
+func (r *Relay) publishLoop(ctx context.Context) error {
+	b := backoff{base: 50 * time.Millisecond, max: r.cfg.MaxBackoff}
+	for ctx.Err() == nil {
+		n, err := r.Pass(ctx)
+		if err != nil {
+			d := b.next()
+			r.log.Warn().Err(err).Str("error_category", category(err)).Dur("retry_in", d).Msg("relay pass failed; backing off")
+			sleep(ctx, d, nil)
+			continue
+		}
+		b.reset()
+		if n == r.cfg.Batch {
+			continue // more waiting
+		}
+		sleep(ctx, r.cfg.PollInterval, r.wake)
+	}
+	return nil
+}
+
+// errTransient wraps failures a later pass can overcome.
+var errTransient = errors.New("transient")
+
+func category(err error) string {
+	switch {
+	case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrTimeout),
+		errors.Is(err, jetstream.ErrAsyncPublishTimeout), errors.Is(err, nats.ErrNoResponders),
+		errors.Is(err, nats.ErrConnectionReconnecting), errors.Is(err, nats.ErrDisconnected):
+		return "nats_unavailable"
+	case errors.Is(err, errDatabase):
+		return "database_unavailable"
+	default:
+		return "publish_failed"
+	}
+}
+
+var errDatabase = errors.New("database")
+
+// Pass claims one batch, publishes it, waits for the acknowledgements and
+// marks the acknowledged events published. It returns how many events it
+// claimed. Permanent failures park their event; transient ones release it
+// and return an error, so the caller backs off. A pass in flight completes
+// even when ctx ends.
+func (r *Relay) Pass(ctx context.Context) (int, error) {
+	events, err := outbox.Claim(ctx, r.pool, r.id, r.cfg.Lease, r.cfg.Batch)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", errDatabase, err)
+	}
+	if len(events) == 0 {
+		return 0, nil
+	}
+	// From here on the batch is ours: finish it whatever happens to ctx.
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.AckTimeout+r.cfg.Lease)
+	defer cancel()
+
+	futures := make([]jetstream.PubAckFuture, len(events))
+	failed := make([]error, len(events))
+	for i, e := range events {
+		futures[i], failed[i] = r.js.PublishMsgAsync(r.message(e))
+	}
+	var acks []outbox.Published
+	for i, f := range futures {
+		if f == nil {
+			continue
+		}
+		select {
+		case ack := <-f.Ok():
+			acks = append(acks, outbox.Published{Seq: events[i].Seq, StreamSeq: ack.Sequence})
+			r.m.Published.Inc()
+			if ack.Duplicate {
+				r.m.Duplicates.Inc()
+			}
+		case err := <-f.Err():
+			failed[i] = err
+		case <-pctx.Done():
+			failed[i] = pctx.Err()
+		}
+	}
+	if r.hooks.AfterAck != nil {
+		if err := r.hooks.AfterAck(acks); err != nil {
+			return len(events), err
+		}
+	}
+	if err := outbox.MarkPublished(pctx, r.pool, acks); err != nil {
+		// Published but not marked: the leases run out and a later pass
+		// republishes them; the stream drops the duplicates.
+		return len(events), fmt.Errorf("%w: %w", errDatabase, err)
+	}
+	var release []int64
+	var firstTransient error
+	for i, err := range failed {
+		if err == nil {
+			continue
+		}
+		r.m.Errors.Inc()
+		e := events[i]
+		if reason, permanent := r.permanent(pctx, e, err); permanent {
+			r.log.Error().Str("event_id", e.ID.String()).Str("type", e.Type).Str("tenant", e.Tenant).
+				Str("error_category", "event_parked").Str("reason", reason).Msg("event parked: it cannot be published as it is")
+			if perr := outbox.Park(pctx, r.pool, e.Seq, reason); perr != nil {
+				return len(events), fmt.Errorf("%w: %w", errDatabase, perr)
+			}
+			continue
+		}
+		release = append(release, e.Seq)
+		if firstTransient == nil {
+			firstTransient = err
+		}
+	}
+	if len(release) > 0 {
+		if err := outbox.Release(pctx, r.pool, release, firstTransient.Error()); err != nil {
+			return len(events), fmt.Errorf("%w: %w", errDatabase, err)
+		}
+		return len(events), fmt.Errorf("%w: publish %d of %d events: %w", errTransient, len(release), len(events), firstTransient)
+	}
+	return len(events), nil
+}
+
+func (r *Relay) message(e outbox.Pending) *nats.Msg {
+	msg := nats.NewMsg(outbox.Subject(r.cfg.SubjectPrefix, e.Tenant, e.Type))
+	msg.Data = e.Payload
+	msg.Header.Set(jetstream.MsgIDHeader, e.ID.String())
+	msg.Header.Set("Content-Type", "application/cloudevents+json")
+	if e.Traceparent != "" {
+		msg.Header.Set("traceparent", e.Traceparent)
+	}
+	return msg
+}
+
+// permanent decides whether a publish failure can never succeed as the
+// event is: a payload over the server's limit, a subject no stream captures,
+// or the stream refusing the message. Anything else — no responders while
+// JetStream restarts, timeouts, a closed connection — is transient.
+func (r *Relay) permanent(ctx context.Context, e outbox.Pending, err error) (string, bool) {
+	var apiErr *jetstream.APIError
+	switch {
+	case errors.Is(err, nats.ErrMaxPayload):
+		return fmt.Sprintf("payload of %d bytes exceeds the NATS server's max_payload of %d", len(e.Payload), r.nc.MaxPayload()), true
+	case errors.As(err, &apiErr) && apiErr.Code >= 400 && apiErr.Code < 500:
+		return "the stream refused the message: " + apiErr.Error(), true
+	case errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrNoResponders):
+		subject := outbox.Subject(r.cfg.SubjectPrefix, e.Tenant, e.Type)
+		_, lerr := r.js.StreamNameBySubject(ctx, subject)
+		if errors.Is(lerr, jetstream.ErrStreamNotFound) {
+			return "no stream captures subject " + subject, true
+		}
+	}
+	return "", false
+}
+
+// listenLoop keeps a connection LISTENing to the outbox channel and wakes
+// the publish loop on each notification; polling covers its outages.
+func (r *Relay) listenLoop(ctx context.Context) error {
+	b := backoff{base: 100 * time.Millisecond, max: r.cfg.MaxBackoff}
+	for ctx.Err() == nil {
+		err := r.listen(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		d := b.next()
+		r.log.Warn().Err(err).Str("error_category", "listen_failed").Dur("retry_in", d).Msg("LISTEN connection lost; polling meanwhile")
+		sleep(ctx, d, nil)
+	}
+	return nil
+}
+
+func (r *Relay) listen(ctx context.Context) error {
+	conn, err := pgx.ConnectConfig(ctx, r.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "LISTEN "+outbox.NotifyChannel); err != nil {
+		return err
+	}
+	r.Wake() // catch up with whatever committed while not listening
+	for {
+		if _, err := conn.WaitForNotification(ctx); err != nil {
+			return err
+		}
+		r.Wake()
+	}
+}
+
+func (r *Relay) statsLoop(ctx context.Context) error {
+	for {
+		if pending, age, err := outbox.Backlog(ctx, r.pool); err == nil {
+			r.m.Pending.Set(float64(pending))
+			r.m.OldestAge.Set(age)
+		}
+		if !sleep(ctx, statsInterval, nil) {
+			return nil
+		}
+	}
+}
+
+// cleanupLoop applies the retention horizons in small batches.
+func (r *Relay) cleanupLoop(ctx context.Context) error {
+	for {
+		if err := r.Cleanup(ctx, time.Now()); err != nil && ctx.Err() == nil {
+			r.log.Warn().Err(err).Str("error_category", "cleanup_failed").Msg("cleanup failed; it runs again later")
+		}
+		if !sleep(ctx, r.cfg.CleanupInterval, nil) {
+			return nil
+		}
+	}
+}
+
+// Cleanup deletes published events past the outbox retention, compacts
+// operation records past their response retention to tombstones, deletes
+// records past their key retention, and deletes inbox rows past the inbox
+// retention — each in batches of CleanupBatch until nothing is left. Several
+// relays may run it at once.
+func (r *Relay) Cleanup(ctx context.Context, now time.Time) error {
+	steps := []struct {
+		name string
+		run  func() (int64, error)
+	}{
+		{"outbox", func() (int64, error) { return outbox.DeletePublished(ctx, r.pool, r.cfg.OutboxRetention, r.cfg.CleanupBatch) }},
+		{"compact", func() (int64, error) { return idempotency.Compact(ctx, r.pool, now, r.cfg.CleanupBatch) }},
+		{"forget", func() (int64, error) { return idempotency.Forget(ctx, r.pool, now, r.cfg.CleanupBatch) }},
+		{"inbox", func() (int64, error) { return inbox.DeleteExpired(ctx, r.pool, r.cfg.InboxRetention, r.cfg.CleanupBatch) }},
+	}
+	for _, s := range steps {
+		total := int64(0)
+		for {
+			n, err := s.run()
+			if err != nil {
+				return fmt.Errorf("cleanup %s: %w", s.name, err)
+			}
+			total += n
+			if n < int64(r.cfg.CleanupBatch) || ctx.Err() != nil {
+				break
+			}
+		}
+		if total > 0 {
+			r.log.Info().Str("step", s.name).Int64("rows", total).Msg("cleanup")
+		}
+	}
+	return nil
+}
+
+// backoff is exponential with full jitter.
+type backoff struct {
+	base, max time.Duration
+	attempt   int
+}
+
+func (b *backoff) next() time.Duration {
+	d := b.base << min(b.attempt, 20)
+	if d <= 0 || d > b.max {
+		d = b.max
+	}
+	b.attempt++
+	return time.Duration(rand.Int64N(int64(d))) + time.Millisecond
+}
+
+func (b *backoff) reset() { b.attempt = 0 }
+
+// sleep waits d, or until wake fires, or ctx ends; it reports false when
+// ctx ended.
+func sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+	case <-wake:
+	}
+	return true
+}
