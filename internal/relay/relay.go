@@ -468,10 +468,14 @@ func (r *Relay) Cleanup(ctx context.Context, now time.Time) error {
 		name string
 		run  func() (int64, error)
 	}{
-		{"outbox", func() (int64, error) { return outbox.DeletePublished(ctx, r.pool, r.cfg.OutboxRetention, r.cfg.CleanupBatch) }},
+		{"outbox", func() (int64, error) {
+			return outbox.DeletePublished(ctx, r.pool, r.cfg.OutboxRetention, r.cfg.CleanupBatch)
+		}},
 		{"compact", func() (int64, error) { return idempotency.Compact(ctx, r.pool, now, r.cfg.CleanupBatch) }},
 		{"forget", func() (int64, error) { return idempotency.Forget(ctx, r.pool, now, r.cfg.CleanupBatch) }},
-		{"inbox", func() (int64, error) { return inbox.DeleteExpired(ctx, r.pool, r.cfg.InboxRetention, r.cfg.CleanupBatch) }},
+		{"inbox", func() (int64, error) {
+			return inbox.DeleteExpired(ctx, r.pool, r.cfg.InboxRetention, r.cfg.CleanupBatch)
+		}},
 	}
 	for _, s := range steps {
 		total := int64(0)
