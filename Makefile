@@ -18,11 +18,8 @@ services: ## make sure PostgreSQL (and NATS) answer, starting them when needed
 	@bash scripts/ensure-postgres.sh
 	@bash scripts/ensure-nats.sh
 
-dev: services build ## run the whole system against the local PostgreSQL
-	./bin/api migrate
-	@echo "demo tenant token (export QUILL_TOKEN=...):"
-	@./bin/api token create --tenant demo
-	./bin/api serve
+dev: ## run the whole system (API + relay) against the local PostgreSQL and NATS
+	bash scripts/dev.sh
 
 test: ## all tests against real PostgreSQL (QUILL_TEST_DATABASE_URL or the local quill_test database)
 	@bash scripts/ensure-postgres.sh
