@@ -9,7 +9,7 @@ RACE := $(if $(filter true,$(CI)),-race,)
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME ?= 10s
 
-.PHONY: dev test lint fuzz bench-api build services
+.PHONY: dev test lint fuzz bench-api bench-relay build services
 
 build: ## build every binary into ./bin
 	$(GO) build -o bin/ ./cmd/...
@@ -39,3 +39,6 @@ fuzz: ## run every fuzz target for FUZZTIME each
 
 bench-api: ## load benchmark of the API against a raw pgbench ceiling (see README)
 	bash scripts/bench-api.sh
+
+bench-relay: ## relay throughput vs raw JetStream, and commit → ack latency (see bench/README.md)
+	bash scripts/bench-relay.sh
