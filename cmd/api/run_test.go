@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quillhq/quill/internal/dbtest"
+	"github.com/quillhq/quill/migrations"
 )
 
 // syncBuffer is a goroutine-safe buffer for a process's output.
@@ -247,7 +249,10 @@ func TestMigrateCreatesDatabaseAndIsSafeConcurrently(t *testing.T) {
 	}
 	_, stderr, err := runOut(t, getenv, "migrate")
 	require.NoError(t, err)
-	require.Contains(t, stderr, `"version":1`)
+	files, err := fs.Glob(migrations.FS, "*.sql")
+	require.NoError(t, err)
+	require.Contains(t, stderr, fmt.Sprintf(`"version":%d`, len(files)), "every embedded migration applied")
+	require.Contains(t, stderr, `"applied":[]`, "a second run applies nothing")
 	require.Contains(t, stderr, `"created_database":false`)
 }
 

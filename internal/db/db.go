@@ -68,14 +68,15 @@ func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error
 
 // Beginner is what WithTx needs: a pool or a connection.
 type Beginner interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
+	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
 }
 
-// WithTx runs fn in a transaction and commits it when fn returns nil. The
+// WithTx runs fn in a READ COMMITTED transaction (whatever the session's
+// default) and commits it when fn returns nil. The
 // rollback after a failure runs even when ctx is already cancelled, so a
 // cancelled caller never leaves a transaction open. Errors are translated.
 func WithTx(ctx context.Context, b Beginner, fn func(pgx.Tx) error) error {
-	tx, err := b.Begin(ctx)
+	tx, err := b.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return fmt.Errorf("begin: %w", Translate(err))
 	}

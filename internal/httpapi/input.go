@@ -34,6 +34,9 @@ func isJSON(contentType string) bool {
 // decodeBody decodes the request body, which must be exactly one JSON object
 // of at most limit bytes, into dst. The limit is enforced while reading.
 func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, dst any) *problem.Problem {
+	if r.ContentLength == 0 && len(r.TransferEncoding) == 0 {
+		return problem.New(http.StatusBadRequest, problem.CodeInvalidJSON, "the body is empty; send one JSON object")
+	}
 	if !isJSON(r.Header.Get("Content-Type")) {
 		return problem.New(http.StatusUnsupportedMediaType, problem.CodeUnsupportedMedia,
 			"send the body as JSON with Content-Type: application/json")

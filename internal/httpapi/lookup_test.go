@@ -69,7 +69,7 @@ func TestLookupCompletedOperation(t *testing.T) {
 
 func TestLookupWhileExecutingIsInProgressNeverNotFound(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	b := setup(t, hooked)
 	entered := make(chan struct{})
 	release := make(chan struct{})
 	b.setHook(func(context.Context, idempotency.Querier, uuid.UUID) error {

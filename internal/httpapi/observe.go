@@ -16,6 +16,7 @@ type ctxKey struct{}
 // reqInfo collects what a request's log line reports; handlers fill it in.
 type reqInfo struct {
 	id       string
+	route    string // set when routed outside the mux
 	tenant   string
 	action   string
 	keyHash  string
@@ -89,6 +90,9 @@ func (s *server) observe(next http.Handler) http.Handler {
 				}
 			}
 			route := r.Pattern
+			if ri.route != "" {
+				route = ri.route
+			}
 			if route == "" || route == "/" {
 				route = "unmatched"
 			}

@@ -7,6 +7,8 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -84,12 +86,29 @@ func NewServer(d Deps) http.Handler {
 	mux.Handle("/v1/notes/{id}/attachment", s.authed(methods{http.MethodGet: s.getAttachment}))
 	mux.Handle("/v1/notes/{id}/attachment/content", s.authed(methods{http.MethodGet: s.getAttachmentContent}))
 	mux.Handle("/v1/notes/{id}/attachment/thumbnail", s.authed(methods{http.MethodGet: s.getThumbnail}))
-	mux.Handle("/v1/operations/{key}", s.authed(methods{http.MethodGet: s.getOperation}))
+	operations := s.authed(methods{http.MethodGet: s.getOperation})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, problem.New(http.StatusNotFound, problem.CodeNotFound, "no such resource"))
 	})
-	return s.observe(mux)
+	return s.observe(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Operation keys may be "." or ".." or hold "/" (any of 0x21–0x7E
+		// but '"' and ','), which the mux would clean or split: they are
+		// routed on the raw path, before it.
+		if key, ok := strings.CutPrefix(r.URL.EscapedPath(), operationsPrefix); ok {
+			k, err := url.PathUnescape(key)
+			if err != nil {
+				k = "\x00" // invalid: the handler answers idempotency_key_invalid
+			}
+			r.SetPathValue("key", k)
+			info(r).route = operationsPrefix + "{key}"
+			operations.ServeHTTP(w, r)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	}))
 }
+
+const operationsPrefix = "/v1/operations/"
 
 // methods dispatches by method and answers 405 as problem+json.
 type methods map[string]http.HandlerFunc

@@ -46,6 +46,7 @@ type testBundle struct {
 	inFlight        atomic.Int64
 	wrap            atomic.Pointer[func(http.Handler) http.Handler]
 	proxy           *dbtest.Proxy
+	hooked          bool
 }
 
 type setupOpts struct {
@@ -55,7 +56,15 @@ type setupOpts struct {
 	proxy bool
 	// noCache turns the replay cache off: every replay reads the database.
 	noCache bool
+	// hooks installs the AfterEffect hook (setHook). It moves writes off the
+	// production path — one round trip — onto the two-round-trip one that
+	// lets a test act between the effect and the record; only tests that
+	// need it ask for it.
+	hooks bool
 }
+
+// hooked is the default setup with hooks.
+var hooked = setupOpts{maxConns: 8, wait: 2 * time.Second, hooks: true}
 
 type fakeClock struct {
 	mu     sync.Mutex
@@ -86,7 +95,7 @@ func setup(t *testing.T, opts ...setupOpts) *testBundle {
 		o = opts[0]
 	}
 	pool, dbURL := dbtest.Pool(t, o.maxConns)
-	b := &testBundle{t: t, pool: pool, clock: &fakeClock{}}
+	b := &testBundle{t: t, pool: pool, clock: &fakeClock{}, hooked: o.hooks}
 	apiPool := pool
 	if o.proxy {
 		var proxied string
@@ -102,18 +111,21 @@ func setup(t *testing.T, opts ...setupOpts) *testBundle {
 	if testing.Verbose() {
 		log = zerolog.New(zerolog.NewTestWriter(t))
 	}
+	var hooks notes.Hooks
+	if o.hooks {
+		hooks.AfterEffect = func(ctx context.Context, q idempotency.Querier, id uuid.UUID) error {
+			if h := b.hook.Load(); h != nil {
+				return (*h)(ctx, q, id)
+			}
+			return nil
+		}
+	}
 	cacheBytes := 0
 	if o.noCache {
 		cacheBytes = -1
 	}
 	svc, err := notes.NewService(apiPool, notes.Config{ResponseRetention: responseRetention, KeyRetention: keyRetention, Wait: o.wait, ReplayCacheBytes: cacheBytes},
-		log, notes.WithObserver(m), notes.WithClock(b.clock.now),
-		notes.WithHooks(notes.Hooks{AfterEffect: func(ctx context.Context, q idempotency.Querier, id uuid.UUID) error {
-			if h := b.hook.Load(); h != nil {
-				return (*h)(ctx, q, id)
-			}
-			return nil
-		}}))
+		log, notes.WithObserver(m), notes.WithClock(b.clock.now), notes.WithHooks(hooks))
 	require.NoError(t, err)
 	b.svc = svc
 	api := httpapi.NewServer(httpapi.Deps{Pool: apiPool, Notes: svc, Log: log, Metrics: m})
@@ -137,8 +149,11 @@ func setup(t *testing.T, opts ...setupOpts) *testBundle {
 	return b
 }
 
-// setHook installs the AfterEffect hook for the rest of the test.
+// setHook installs the AfterEffect hook for the rest of the test; the
+// bundle must have been set up with hooks.
 func (b *testBundle) setHook(h func(ctx context.Context, q idempotency.Querier, noteID uuid.UUID) error) {
+	b.t.Helper()
+	require.True(b.t, b.hooked, "setHook needs setupOpts.hooks")
 	b.hook.Store(&h)
 }
 

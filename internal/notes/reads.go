@@ -188,8 +188,10 @@ const (
 )
 
 const (
+	// created_at bound: a key executed again after it was forgotten lists
+	// only the events of its current operation.
 	sqlOperationEvents = `SELECT id, type, published_at, stream_seq FROM outbox_events
-	WHERE tenant = $1 AND operation_key = $2 ORDER BY seq`
+	WHERE tenant = $1 AND operation_key = $2 AND created_at >= $3 ORDER BY seq`
 
 	sqlOperationAttachment = `SELECT id, status, processed_at FROM attachments
 	WHERE tenant = $1 AND note_id = $2`
@@ -251,7 +253,7 @@ func (s *Service) describe(ctx context.Context, tx pgx.Tx, rec *idempotency.Reco
 	if !rec.Expired(s.clock()) {
 		op.Response = &Response{Status: rec.Status, Body: jsontext.Value(rec.Body)}
 	}
-	rows, err := tx.Query(ctx, sqlOperationEvents, rec.Tenant, rec.Key)
+	rows, err := tx.Query(ctx, sqlOperationEvents, rec.Tenant, rec.Key, rec.CreatedAt)
 	if err != nil {
 		return nil, err
 	}

@@ -277,8 +277,10 @@ func (s *Service) run(ctx context.Context, r Request, fp idempotency.Fingerprint
 			}
 			continue
 		}
-		out, err := s.attempt(ctx, r, fp, exec)
-		leave()
+		out, err := func() (Outcome, error) {
+			defer leave()
+			return s.attempt(ctx, r, fp, exec)
+		}()
 		if !errors.Is(err, errBusy) {
 			return out, err
 		}
@@ -381,7 +383,9 @@ func (s *Service) unavailable(err error, unknown bool) error {
 }
 
 const (
-	sqlBegin    = "BEGIN"
+	// Pinned: the claim relies on READ COMMITTED (a statement sees rows
+	// committed before it started; the unique check sees all committed rows).
+	sqlBegin    = "BEGIN ISOLATION LEVEL READ COMMITTED"
 	sqlCommit   = "COMMIT"
 	sqlRollback = "ROLLBACK"
 )
@@ -412,6 +416,7 @@ func (s *Service) attempt(reqCtx context.Context, r Request, fp idempotency.Fing
 			conn.Release()
 		}
 	}()
+	sessionSince := time.Now()
 
 	var claim idempotency.Claim
 	b := &pgx.Batch{}
@@ -431,13 +436,9 @@ func (s *Service) attempt(reqCtx context.Context, r Request, fp idempotency.Fing
 			return Outcome{}, s.unavailable(err, false)
 		}
 		if !claim.Claimed {
-			// The answer is known: give it now and end the read-only
-			// transaction after, off the request's path.
-			detached = true
-			go func() {
-				rollback(ctx, conn)
-				conn.Release()
-			}()
+			// End the transaction before answering: until then it holds
+			// the key's lock, and a lookup would see "in progress".
+			rollback(ctx, conn)
 			return s.unclaimed(claim, fp)
 		}
 		b = &pgx.Batch{}
@@ -491,9 +492,13 @@ func (s *Service) attempt(reqCtx context.Context, r Request, fp idempotency.Fing
 		return Outcome{}, fmt.Errorf("write %s: %w", fp.Action, err)
 	}
 	// The connection failed somewhere in the final round trip: the COMMIT
-	// may or may not have happened. Find out on a fresh connection.
-	conn.Conn().Close(ctx) //nolint:errcheck // it is broken; make sure the pool drops it
-	return s.recheck(reqCtx, r, fp, record, eff, err)
+	// may or may not have happened. Give the connection back (closed, so the
+	// pool drops it) and find out on another one.
+	pid := conn.Conn().PgConn().PID()
+	conn.Conn().Close(ctx) //nolint:errcheck // it is broken
+	conn.Release()
+	detached = true
+	return s.recheck(reqCtx, r, fp, record, eff, err, pid, sessionSince)
 }
 
 // unclaimed answers an attempt whose claim failed: the recorded outcome, or
@@ -536,35 +541,47 @@ func rollback(ctx context.Context, conn *pgxpool.Conn) {
 	}
 }
 
-// recheck establishes whether a write whose COMMIT reply was lost committed.
-// While the old transaction is still resolving, its advisory lock is held,
-// so the check waits for the lock before reading the record.
-func (s *Service) recheck(reqCtx context.Context, r Request, fp idempotency.Fingerprint, mine *idempotency.Record, eff *effect, cause error) (Outcome, error) {
+// recheck establishes whether a write whose COMMIT reply was lost
+// committed. First the old session must be gone — until it is, a batch still
+// on its way to it could take the key's lock and commit — so the recheck ends
+// it (pg_terminate_backend on its pid, only if that session started before
+// the attempt) and waits for it to disappear. Then it takes the key's lock and
+// reads the record: found means committed; absent means nothing was.
+func (s *Service) recheck(reqCtx context.Context, r Request, fp idempotency.Fingerprint, mine *idempotency.Record, eff *effect, cause error, pid uint32, sessionSince time.Time) (Outcome, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(reqCtx), recheckTimeout)
 	defer cancel()
 	s.log.Warn().Err(cause).Str("action", fp.Action).Str("key_hash", idempotency.KeyHash(r.Tenant, r.Key)).
 		Str("error_category", "commit_reply_lost").Msg("commit reply lost; re-checking the outcome")
+	gone := false
 	for delay := 20 * time.Millisecond; ; delay = min(delay*2, 500*time.Millisecond) {
-		var locked bool
-		var rec *idempotency.Record
-		err := db.WithTx(ctx, s.pool, func(tx pgx.Tx) error {
-			b := &pgx.Batch{}
-			idempotency.QueueClaim(b, r.Tenant, r.Key, &locked, &rec)
-			return tx.SendBatch(ctx, b).Close()
-		})
-		switch {
-		case err == nil && rec != nil && rec.Resource == mine.Resource && rec.CreatedAt.Equal(mine.CreatedAt):
-			s.committed(fp, eff)
-			s.cache.Put(rec)
-			return Outcome{Status: rec.Status, Body: rec.Body, Location: rec.Location}, nil
-		case err == nil && rec != nil:
-			out, err, done := s.answerRecorded(rec, fp)
-			if done {
-				return out, err
+		if !gone {
+			err := s.pool.QueryRow(ctx, sqlEndSession, int64(pid), sessionSince).Scan(&gone)
+			if err != nil {
+				gone = false
 			}
-			return Outcome{}, &UnavailableError{Err: cause}
-		case err == nil && locked:
-			return Outcome{}, &UnavailableError{Err: cause}
+		}
+		if gone {
+			var locked bool
+			var rec *idempotency.Record
+			err := db.WithTx(ctx, s.pool, func(tx pgx.Tx) error {
+				b := &pgx.Batch{}
+				idempotency.QueueClaim(b, r.Tenant, r.Key, &locked, &rec)
+				return tx.SendBatch(ctx, b).Close()
+			})
+			switch {
+			case err == nil && rec != nil && rec.Resource == mine.Resource && rec.CreatedAt.Equal(mine.CreatedAt):
+				s.committed(fp, eff)
+				s.cache.Put(rec)
+				return Outcome{Status: rec.Status, Body: rec.Body, Location: rec.Location}, nil
+			case err == nil && rec != nil:
+				out, err, done := s.answerRecorded(rec, fp)
+				if done {
+					return out, err
+				}
+				return Outcome{}, &UnavailableError{Err: cause}
+			case err == nil && locked:
+				return Outcome{}, &UnavailableError{Err: cause}
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -573,6 +590,14 @@ func (s *Service) recheck(reqCtx context.Context, r Request, fp idempotency.Fing
 		}
 	}
 }
+
+// sqlEndSession terminates the session with pid if it started before $2 (so
+// that a reused pid is left alone), waiting up to a second, and reports
+// whether no such session is left.
+const sqlEndSession = `SELECT CASE
+	WHEN EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND backend_start <= $2)
+	THEN pg_terminate_backend($1::int, 1000) AND NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND backend_start <= $2)
+	ELSE true END`
 
 const (
 	// Guarded: they run only when the transaction claimed the operation.
