@@ -175,6 +175,11 @@ func events(ctx context.Context, args []string, getenv func(string) string, stdo
 		return usageError{usage}
 	}
 	sub, args := args[0], args[1:]
+	switch sub {
+	case "-h", "-help", "--help", "help":
+		fmt.Fprintln(stdout, usage)
+		return nil
+	}
 	var databaseURL, logLevel string
 	var parked, asJSON bool
 	s := config.New("relay events "+sub, usage, getenv, stdout)

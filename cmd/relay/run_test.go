@@ -1,0 +1,469 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-json-experiment/json"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quillhq/quill/internal/db"
+	"github.com/quillhq/quill/internal/dbtest"
+	"github.com/quillhq/quill/internal/natstest"
+	"github.com/quillhq/quill/internal/outbox"
+)
+
+const waitLong = 30 * time.Second
+
+// syncBuffer is a goroutine-safe buffer for a process's output.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	return addr
+}
+
+func env(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+// process runs the real program in-process until stop is called.
+type process struct {
+	stop   func() error
+	stderr *syncBuffer
+}
+
+func start(t *testing.T, getenv func(string) string, args ...string) *process {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	stderr := &syncBuffer{}
+	errc := make(chan error, 1)
+	go func() { errc <- run(ctx, args, getenv, io.Discard, stderr) }()
+	var once sync.Once
+	var err error
+	p := &process{stderr: stderr, stop: func() error {
+		once.Do(func() {
+			cancel() // what SIGTERM does through signal.NotifyContext
+			select {
+			case err = <-errc:
+			case <-time.After(waitLong):
+				err = errors.New("the relay did not stop")
+			}
+		})
+		return err
+	}}
+	t.Cleanup(func() { _ = p.stop() })
+	return p
+}
+
+func runOut(t *testing.T, getenv func(string) string, args ...string) (string, string, error) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	err := run(t.Context(), args, getenv, &stdout, &stderr)
+	return stdout.String(), stderr.String(), err
+}
+
+// waitStatus polls url until it answers status, and returns the body.
+func waitStatus(t *testing.T, url string, status int) string {
+	t.Helper()
+	var body string
+	natstest.WaitFor(t, waitLong, func() bool {
+		res, err := http.Get(url)
+		if err != nil {
+			return false
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		body = string(b)
+		return res.StatusCode == status
+	}, url+" to answer "+http.StatusText(status))
+	return body
+}
+
+// world is what a relay process needs: a fresh schema, an in-process NATS
+// server, and a stream, subject prefix and tenant named uniquely (LISTEN
+// channels and advisory locks are per database, shared by parallel tests).
+type world struct {
+	t      *testing.T
+	pool   *pgxpool.Pool
+	srv    *natstest.Server
+	js     jetstream.JetStream
+	vars   map[string]string
+	suffix string
+	stream string
+	prefix string
+	tenant string
+	admin  string
+}
+
+func newWorld(t *testing.T) *world {
+	t.Helper()
+	pool, dbURL := dbtest.Pool(t, 4)
+	srv := natstest.Start(t)
+	_, js := srv.Connect(t)
+	suffix := strings.ReplaceAll(uuid.NewString(), "-", "")[:10]
+	w := &world{t: t, pool: pool, srv: srv, js: js, suffix: suffix,
+		stream: "RELAY_" + strings.ToUpper(suffix), prefix: "q" + suffix, tenant: "acme-" + suffix, admin: freeAddr(t)}
+	w.vars = map[string]string{
+		"DATABASE_URL":              dbURL,
+		"NATS_URL":                  srv.URL(),
+		"QUILL_ADMIN_ADDR":          w.admin,
+		"QUILL_STREAM":              w.stream,
+		"QUILL_SUBJECT_PREFIX":      w.prefix,
+		"QUILL_DUPLICATE_WINDOW":    "1m",
+		"QUILL_STREAM_MAX_AGE":      "1h",
+		"QUILL_RELAY_LEASE":         "1s",
+		"QUILL_RELAY_POLL_INTERVAL": "100ms",
+		"QUILL_RELAY_MAX_BACKOFF":   "250ms",
+	}
+	return w
+}
+
+func (w *world) ctx() context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
+	w.t.Cleanup(cancel)
+	return ctx
+}
+
+// write commits one event for tenant and notifies the relays, as the API
+// does; it returns the event id.
+func (w *world) write(tenant string) uuid.UUID {
+	w.t.Helper()
+	ctx := w.ctx()
+	note := uuid.New()
+	e := outbox.Event{ID: uuid.Must(uuid.NewV7()), Tenant: tenant, AggregateID: note, Type: outbox.TypeNoteCreated,
+		Time: time.Now(), Data: map[string]any{"id": note.String()}}
+	require.NoError(w.t, db.WithTx(ctx, w.pool, func(tx pgx.Tx) error { return outbox.Insert(ctx, tx, e) }))
+	_, err := w.pool.Exec(ctx, `SELECT pg_notify($1, '')`, outbox.NotifyChannel)
+	require.NoError(w.t, err)
+	return e.ID
+}
+
+func (w *world) count(sql string, args ...any) int {
+	w.t.Helper()
+	var n int
+	require.NoError(w.t, w.pool.QueryRow(w.ctx(), sql, args...).Scan(&n))
+	return n
+}
+
+func (w *world) waitPublished(n int) {
+	w.t.Helper()
+	natstest.WaitFor(w.t, waitLong, func() bool {
+		return w.count(`SELECT count(*) FROM outbox_events WHERE published_at IS NOT NULL`) == n
+	}, "events published")
+}
+
+// streamIDs returns the Nats-Msg-Id of every message in the stream, failing
+// if one appears twice.
+func (w *world) streamIDs() map[string]string {
+	w.t.Helper()
+	ids := map[string]string{}
+	for _, m := range natstest.StreamMessages(w.t, w.js, w.stream, "") {
+		id := m.Header.Get(jetstream.MsgIDHeader)
+		_, twice := ids[id]
+		require.False(w.t, twice, "event %s is in the stream twice", id)
+		ids[id] = m.Subject
+	}
+	return ids
+}
+
+func TestHelp(t *testing.T) {
+	t.Parallel()
+	getenv := env(nil)
+	for _, args := range [][]string{{"--help"}, {"-h"}, {"help"}} {
+		out, _, err := runOut(t, getenv, args...)
+		require.NoError(t, err, "%q", args)
+		require.Contains(t, out, "relay events list --parked")
+		require.Contains(t, out, "relay events retry ID")
+	}
+
+	out, _, err := runOut(t, getenv, "run", "--help")
+	require.ErrorIs(t, err, flag.ErrHelp)
+	var stderr bytes.Buffer
+	require.Zero(t, exitCode(err, &stderr))
+	require.Empty(t, stderr.String())
+	for _, v := range []string{"DATABASE_URL", "NATS_URL", "QUILL_ADMIN_ADDR", "QUILL_STREAM", "QUILL_SUBJECT_PREFIX",
+		"QUILL_DUPLICATE_WINDOW", "QUILL_STREAM_MAX_AGE", "QUILL_RELAY_LEASE", "QUILL_RELAY_POLL_INTERVAL",
+		"QUILL_RELAY_MAX_BACKOFF", "QUILL_RELAY_BATCH", "QUILL_OUTBOX_RETENTION", "QUILL_INBOX_RETENTION", "QUILL_LOG_LEVEL"} {
+		require.Contains(t, out, v)
+	}
+
+	for _, args := range [][]string{{"events", "--help"}, {"events", "list", "--help"}, {"events", "retry", "--help"}} {
+		out, _, err := runOut(t, getenv, args...)
+		require.Zero(t, exitCode(err, io.Discard), "%q: %v", args, err)
+		require.Contains(t, out, "relay events list --parked", "%q", args)
+	}
+}
+
+func TestCommandLineErrors(t *testing.T) {
+	t.Parallel()
+	// Nothing listens here: a command that reached PostgreSQL or NATS
+	// would fail with a logged error (exit 1), not a usage error (exit 2).
+	getenv := env(map[string]string{
+		"DATABASE_URL": "postgres://postgres@127.0.0.1:1/none?sslmode=disable&connect_timeout=2",
+		"NATS_URL":     "nats://127.0.0.1:1",
+	})
+	cases := []struct {
+		args []string
+		env  map[string]string
+		want []string
+	}{
+		{args: []string{"publish"}, want: []string{`unknown command "publish"`}},
+		{args: []string{"run", "extra"}, want: []string{"unexpected arguments"}},
+		{env: map[string]string{"QUILL_DUPLICATE_WINDOW": "banana"}, want: []string{`invalid QUILL_DUPLICATE_WINDOW "banana"`}},
+		{args: []string{"--lease", "soon"}, want: []string{`invalid --lease "soon"`}},
+		{env: map[string]string{"QUILL_RELAY_LEASE": "-1s"}, want: []string{"QUILL_RELAY_LEASE", "negative"}},
+		{env: map[string]string{"QUILL_RELAY_BATCH": "0"}, want: []string{"QUILL_RELAY_BATCH", "at least 1"}},
+		{env: map[string]string{"QUILL_OUTBOX_RETENTION": "a week"}, want: []string{"QUILL_OUTBOX_RETENTION"}},
+		{env: map[string]string{"QUILL_LOG_LEVEL": "loud"}, want: []string{"QUILL_LOG_LEVEL"}},
+		// Horizons that do not nest name the settings involved.
+		{env: map[string]string{"QUILL_RELAY_LEASE": "20m"}, want: []string{"QUILL_RELAY_LEASE 20m0s", "QUILL_DUPLICATE_WINDOW 10m0s"}},
+		{env: map[string]string{"QUILL_DUPLICATE_WINDOW": "2m", "QUILL_RELAY_MAX_BACKOFF": "2m"}, want: []string{"QUILL_RELAY_MAX_BACKOFF 2m0s", "QUILL_DUPLICATE_WINDOW 2m0s"}},
+		{env: map[string]string{"QUILL_DUPLICATE_WINDOW": "200h"}, want: []string{"QUILL_DUPLICATE_WINDOW 200h0m0s", "QUILL_STREAM_MAX_AGE 168h0m0s"}},
+		{env: map[string]string{"QUILL_STREAM_MAX_AGE": "400h"}, want: []string{"QUILL_INBOX_RETENTION 336h0m0s", "QUILL_STREAM_MAX_AGE 400h0m0s"}},
+		{args: []string{"events"}, want: []string{"usage: relay events"}},
+		{args: []string{"events", "bogus"}, want: []string{`unknown events command "bogus"`}},
+		{args: []string{"events", "list"}, want: []string{"usage: relay events"}},
+		{args: []string{"events", "list", "--parked", "extra"}, want: []string{"usage: relay events"}},
+		{args: []string{"events", "retry"}, want: []string{"usage: relay events"}},
+		{args: []string{"events", "retry", "not-an-id"}, want: []string{`"not-an-id" is not an event id`}},
+	}
+	for _, tc := range cases {
+		name := strings.Join(tc.args, " ")
+		for k, v := range tc.env {
+			name += " " + k + "=" + v
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			g := func(k string) string {
+				if v, ok := tc.env[k]; ok {
+					return v
+				}
+				return getenv(k)
+			}
+			_, _, err := runOut(t, g, tc.args...)
+			var uerr usageError
+			require.ErrorAs(t, err, &uerr)
+			var stderr bytes.Buffer
+			require.Equal(t, 2, exitCode(err, &stderr))
+			for _, w := range tc.want {
+				require.Contains(t, stderr.String(), w)
+			}
+			require.True(t, strings.HasPrefix(stderr.String(), "relay: "))
+			require.NotContains(t, strings.TrimSpace(stderr.String()), "\n", "one line")
+		})
+	}
+}
+
+// TestUnreachableDependencyAtStart: a dependency that is not there at start
+// is one clear error log line and exit status 1 — no retry loop, no stack.
+func TestUnreachableDependencyAtStart(t *testing.T) {
+	t.Parallel()
+	schema := dbtest.Schema(t)
+	cases := []struct {
+		name     string
+		args     []string
+		vars     map[string]string
+		category string
+		names    string
+	}{
+		{name: "NATS", vars: map[string]string{"DATABASE_URL": schema, "NATS_URL": "nats://" + freeAddr(t)},
+			category: "nats_unreachable", names: "NATS_URL"},
+		{name: "PostgreSQL", vars: map[string]string{"DATABASE_URL": "postgres://postgres@" + freeAddr(t) + "/quill?sslmode=disable&connect_timeout=2"},
+			category: "database_unreachable", names: "DATABASE_URL"},
+		{name: "PostgreSQL for events list", args: []string{"events", "list", "--parked"},
+			vars:     map[string]string{"DATABASE_URL": "postgres://postgres@" + freeAddr(t) + "/quill?sslmode=disable&connect_timeout=2"},
+			category: "database_unreachable", names: "DATABASE_URL"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.vars["QUILL_ADMIN_ADDR"] = freeAddr(t)
+			start := time.Now()
+			_, logs, err := runOut(t, env(tc.vars), tc.args...)
+			require.Error(t, err)
+			require.Less(t, time.Since(start), 10*time.Second, "no retry loop at start")
+			var stderr bytes.Buffer
+			require.Equal(t, 1, exitCode(err, &stderr))
+			require.Empty(t, stderr.String(), "the error is not printed twice")
+			lines := strings.Split(strings.TrimSpace(logs), "\n")
+			require.Len(t, lines, 1, "one line: %q", logs)
+			var line map[string]any
+			require.NoError(t, json.Unmarshal([]byte(lines[0]), &line), "a JSON log line: %s", lines[0])
+			require.Equal(t, "error", line["level"])
+			require.Equal(t, tc.category, line["error_category"])
+			require.Equal(t, "relay", line["process"])
+			require.Contains(t, line["message"], tc.names)
+			require.NotContains(t, logs, "goroutine ")
+		})
+	}
+}
+
+// TestDaemon runs the relay as operators do: it provisions the stream,
+// publishes committed events, reports not ready while NATS is down and
+// publishes what was written meanwhile once NATS is back, exports its
+// metrics, and stops cleanly (exit 0) on SIGTERM.
+func TestDaemon(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	p := start(t, env(w.vars)) // run is the default command
+	readyz := "http://" + w.admin + "/readyz"
+	waitStatus(t, readyz, http.StatusOK)
+
+	st, err := w.js.Stream(w.ctx(), w.stream)
+	require.NoError(t, err)
+	cfg := st.CachedInfo().Config
+	require.Equal(t, []string{w.prefix + ".>"}, cfg.Subjects)
+	require.Equal(t, jetstream.FileStorage, cfg.Storage)
+	require.Equal(t, time.Minute, cfg.Duplicates)
+	require.Equal(t, time.Hour, cfg.MaxAge)
+
+	var ids []uuid.UUID
+	for range 3 {
+		ids = append(ids, w.write(w.tenant))
+	}
+	w.waitPublished(3)
+
+	w.srv.Stop()
+	body := waitStatus(t, readyz, http.StatusServiceUnavailable)
+	require.Contains(t, body, "nats")
+	for range 3 {
+		ids = append(ids, w.write(w.tenant))
+	}
+	w.srv.Restart(t)
+	waitStatus(t, readyz, http.StatusOK)
+	w.waitPublished(6)
+	inStream := w.streamIDs()
+	require.Len(t, inStream, 6)
+	for _, id := range ids {
+		require.Equal(t, w.prefix+"."+w.tenant+".note.created", inStream[id.String()], "event %s", id)
+	}
+
+	res, err := http.Get("http://" + w.admin + "/metrics")
+	require.NoError(t, err)
+	metrics, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	for _, m := range []string{"quill_relay_published_total", "quill_relay_publish_errors_total", "quill_relay_duplicates_total",
+		"quill_outbox_pending_events", "quill_outbox_oldest_pending_age_seconds"} {
+		require.Contains(t, string(metrics), "\n"+m+" ", "metric %s", m)
+	}
+	res, err = http.Get("http://" + w.admin + "/healthz")
+	require.NoError(t, err)
+	res.Body.Close()
+	require.Equal(t, http.StatusOK, res.StatusCode)
+
+	err = p.stop()
+	require.NoError(t, err, "SIGTERM: a graceful stop")
+	require.Zero(t, exitCode(err, io.Discard))
+	logs := p.stderr.String()
+	require.Contains(t, logs, `"message":"stream provisioned"`)
+	require.Contains(t, logs, `"error_category":"nats_disconnected"`)
+	require.Contains(t, logs, `"message":"stopped"`)
+	require.NotContains(t, logs, `"level":"error"`)
+}
+
+// TestParkedEventRetryFromTheCommandLine: an event whose subject no stream
+// captures (an operator narrowed the stream's subjects) is parked with its
+// reason while the other events flow; `relay events list --parked` shows it,
+// and after the stream is fixed `relay events retry ID` has it published.
+func TestParkedEventRetryFromTheCommandLine(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	getenv := env(w.vars)
+	start(t, getenv)
+	waitStatus(t, "http://"+w.admin+"/readyz", http.StatusOK)
+
+	st, err := w.js.Stream(w.ctx(), w.stream)
+	require.NoError(t, err)
+	cfg := st.CachedInfo().Config
+	cfg.Subjects = []string{w.prefix + "." + w.tenant + ".>"}
+	_, err = w.js.UpdateStream(w.ctx(), cfg)
+	require.NoError(t, err)
+
+	other := "globex-" + w.suffix
+	first := w.write(w.tenant)
+	stuck := w.write(other)
+	later := w.write(w.tenant)
+	natstest.WaitFor(t, waitLong, func() bool {
+		return w.count(`SELECT count(*) FROM outbox_events WHERE id = $1 AND parked_at IS NOT NULL`, stuck) == 1
+	}, "the uncaptured event to be parked")
+	w.waitPublished(2)
+	inStream := w.streamIDs()
+	require.Contains(t, inStream, first.String())
+	require.Contains(t, inStream, later.String(), "a later event is not held back")
+
+	out, _, err := runOut(t, getenv, "events", "list", "--parked", "--json")
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, 1, "one JSON object per parked event: %q", out)
+	var parked outbox.ParkedEvent
+	require.NoError(t, json.Unmarshal([]byte(lines[0]), &parked), lines[0])
+	require.Equal(t, stuck, parked.ID)
+	require.Equal(t, other, parked.Tenant)
+	require.Equal(t, outbox.TypeNoteCreated, parked.Type)
+	require.Equal(t, "no stream captures subject "+w.prefix+"."+other+".note.created", parked.Reason)
+	require.GreaterOrEqual(t, parked.Attempts, 1)
+	require.False(t, parked.ParkedAt.IsZero())
+
+	out, _, err = runOut(t, getenv, "events", "list", "--parked")
+	require.NoError(t, err)
+	require.Contains(t, out, stuck.String())
+	require.Contains(t, out, "reason: no stream captures subject")
+
+	// The cause is fixed; the operator retries the event.
+	cfg.Subjects = []string{w.prefix + ".>"}
+	_, err = w.js.UpdateStream(w.ctx(), cfg)
+	require.NoError(t, err)
+	out, _, err = runOut(t, getenv, "events", "retry", stuck.String())
+	require.NoError(t, err)
+	require.Contains(t, out, "returned to the queue")
+	w.waitPublished(3)
+	inStream = w.streamIDs()
+	require.Len(t, inStream, 3)
+	require.Equal(t, w.prefix+"."+other+".note.created", inStream[stuck.String()])
+
+	out, _, err = runOut(t, getenv, "events", "list", "--parked")
+	require.NoError(t, err)
+	require.Equal(t, "no parked events\n", out)
+	out, _, err = runOut(t, getenv, "events", "list", "--parked", "--json")
+	require.NoError(t, err)
+	require.Empty(t, out)
+
+	_, _, err = runOut(t, getenv, "events", "retry", stuck.String())
+	require.ErrorIs(t, err, outbox.ErrNotParked, "a published event is not retried")
+	var stderr bytes.Buffer
+	require.Equal(t, 1, exitCode(err, &stderr))
+	require.Contains(t, stderr.String(), "no parked event with this id")
+}

@@ -1,0 +1,852 @@
+package relay_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-json-experiment/json"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/quillhq/quill/internal/db"
+	"github.com/quillhq/quill/internal/dbtest"
+	"github.com/quillhq/quill/internal/inbox"
+	"github.com/quillhq/quill/internal/metrics"
+	"github.com/quillhq/quill/internal/natstest"
+	"github.com/quillhq/quill/internal/notes"
+	"github.com/quillhq/quill/internal/outbox"
+	"github.com/quillhq/quill/internal/relay"
+)
+
+// waitLong bounds every wait for the relay to catch up; the polls end as
+// soon as the condition holds.
+const waitLong = 30 * time.Second
+
+// harness is one test's world: a fresh schema, its own in-process NATS
+// server, and a stream, subject prefix and tenant named uniquely — advisory
+// locks and LISTEN/NOTIFY channels are per database, which parallel tests
+// share.
+type harness struct {
+	t      *testing.T
+	url    string
+	pool   *pgxpool.Pool // the test's own connections: writes and checks
+	srv    *natstest.Server
+	js     jetstream.JetStream // an observer's connection
+	suffix string
+	stream string
+	prefix string
+	tenant string
+}
+
+func newHarness(t *testing.T, opts ...natstest.Option) *harness {
+	t.Helper()
+	pool, u := dbtest.Pool(t, 8)
+	srv := natstest.Start(t, opts...)
+	_, js := srv.Connect(t)
+	suffix := strings.ReplaceAll(uuid.NewString(), "-", "")[:10]
+	return &harness{t: t, url: u, pool: pool, srv: srv, js: js, suffix: suffix,
+		stream: "RELAY_" + strings.ToUpper(suffix), prefix: "q" + suffix, tenant: "acme-" + suffix}
+}
+
+// config is a relay configuration with short horizons that still nest.
+func (h *harness) config() relay.Config {
+	return relay.Config{
+		Stream:          h.stream,
+		SubjectPrefix:   h.prefix,
+		DuplicateWindow: time.Minute,
+		MaxAge:          time.Hour,
+		Lease:           time.Second,
+		PollInterval:    100 * time.Millisecond,
+		MaxBackoff:      250 * time.Millisecond,
+		AckTimeout:      time.Second,
+		Batch:           64,
+	}
+}
+
+func testLogger(t *testing.T) zerolog.Logger {
+	if testing.Verbose() {
+		return zerolog.New(zerolog.NewTestWriter(t)).With().Timestamp().Logger()
+	}
+	return zerolog.Nop()
+}
+
+// newRelay returns a relay named id with its own pool — whose sessions carry
+// application_name = id, so a test can find its backends — and its own NATS
+// connection, and the relay's metrics.
+func (h *harness) newRelay(cfg relay.Config, id string, opts ...relay.Option) (*relay.Relay, *metrics.Relay) {
+	h.t.Helper()
+	return h.newRelayLogging(cfg, id, testLogger(h.t), opts...)
+}
+
+func (h *harness) newRelayLogging(cfg relay.Config, id string, log zerolog.Logger, opts ...relay.Option) (*relay.Relay, *metrics.Relay) {
+	t := h.t
+	t.Helper()
+	u, err := url.Parse(h.url)
+	require.NoError(t, err)
+	q := u.Query()
+	q.Set("application_name", id)
+	u.RawQuery = q.Encode()
+	pool, err := db.Open(context.Background(), u.String(), 4)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	nc, _ := h.srv.Connect(t)
+	m := metrics.NewRelay(prometheus.NewRegistry())
+	r, err := relay.New(pool, nc, cfg, log, m, append([]relay.Option{relay.WithID(id)}, opts...)...)
+	require.NoError(t, err)
+	return r, m
+}
+
+// value reads a counter or gauge, as prometheus/testutil.ToFloat64 would
+// (testutil needs a module this one does not require).
+func value(c prometheus.Metric) float64 {
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		panic(err)
+	}
+	if m.Counter != nil {
+		return m.Counter.GetValue()
+	}
+	return m.Gauge.GetValue()
+}
+
+func (h *harness) relayID(name string) string { return "relay-" + h.suffix + "-" + name }
+
+// start runs r until stop is called or the test ends; stop returns what Run
+// returned. Registered after the relay's pool and connection, it runs first
+// at cleanup.
+func start(t *testing.T, r *relay.Relay) (stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	var once sync.Once
+	var err error
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case err = <-done:
+			case <-time.After(waitLong):
+				err = errors.New("Run did not return after its context ended")
+			}
+		})
+		return err
+	}
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
+			t.Errorf("relay run: %v", err)
+		}
+	})
+	return stop
+}
+
+func (h *harness) ctx() context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
+	h.t.Cleanup(cancel)
+	return ctx
+}
+
+func (h *harness) event(tenant string, note uuid.UUID, typ string, data any) outbox.Event {
+	if data == nil {
+		data = map[string]any{"note_id": note.String()}
+	}
+	return outbox.Event{ID: uuid.Must(uuid.NewV7()), Tenant: tenant, AggregateID: note, Type: typ,
+		Time: time.Now(), Data: data}
+}
+
+// write commits one event in its own transaction and, like the API after a
+// commit, notifies the relays. It returns the event id.
+func (h *harness) write(tenant string, note uuid.UUID, typ string) uuid.UUID {
+	h.t.Helper()
+	return h.writeEvent(h.event(tenant, note, typ, nil))
+}
+
+func (h *harness) writeEvent(e outbox.Event) uuid.UUID {
+	h.t.Helper()
+	ctx := h.ctx()
+	require.NoError(h.t, db.WithTx(ctx, h.pool, func(tx pgx.Tx) error { return outbox.Insert(ctx, tx, e) }))
+	h.notify()
+	return e.ID
+}
+
+func (h *harness) notify() {
+	h.t.Helper()
+	_, err := h.pool.Exec(h.ctx(), `SELECT pg_notify($1, '')`, outbox.NotifyChannel)
+	require.NoError(h.t, err)
+}
+
+func (h *harness) count(sql string, args ...any) int {
+	h.t.Helper()
+	var n int
+	require.NoError(h.t, h.pool.QueryRow(h.ctx(), sql, args...).Scan(&n))
+	return n
+}
+
+func (h *harness) published() int {
+	return h.count(`SELECT count(*) FROM outbox_events WHERE published_at IS NOT NULL`)
+}
+
+// waitPublished polls until n events are marked published.
+func (h *harness) waitPublished(n int) {
+	h.t.Helper()
+	natstest.WaitFor(h.t, waitLong, func() bool { return h.published() >= n }, fmt.Sprintf("%d events published", n))
+	require.Equal(h.t, n, h.published())
+}
+
+type outboxRow struct {
+	Seq          int64
+	ID           uuid.UUID
+	Aggregate    uuid.UUID
+	Type         string
+	Published    bool
+	StreamSeq    int64
+	Attempts     int
+	ClaimedBy    string
+	Parked       bool
+	ParkedReason string
+}
+
+// rows returns the outbox in seq order.
+func (h *harness) rows() []outboxRow {
+	h.t.Helper()
+	rows, err := h.pool.Query(h.ctx(), `SELECT seq, id, aggregate_id, type, published_at IS NOT NULL,
+		coalesce(stream_seq, 0), attempts, coalesce(claimed_by, ''), parked_at IS NOT NULL, coalesce(parked_reason, '')
+		FROM outbox_events ORDER BY seq`)
+	require.NoError(h.t, err)
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[outboxRow])
+	require.NoError(h.t, err)
+	return out
+}
+
+func (h *harness) row(id uuid.UUID) outboxRow {
+	h.t.Helper()
+	for _, r := range h.rows() {
+		if r.ID == id {
+			return r
+		}
+	}
+	require.FailNow(h.t, "no outbox row", "event %s", id)
+	return outboxRow{}
+}
+
+// syncBuffer is a goroutine-safe buffer for a relay's log.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// cloudEvent is the part of a message's CloudEvents body the tests read.
+type cloudEvent struct {
+	ID      string `json:"id"`
+	Source  string `json:"source"`
+	Type    string `json:"type"`
+	Subject string `json:"subject"`
+}
+
+// requireExactlyOnce checks that the outbox holds want events, all marked
+// published, and that the stream holds each exactly once — no Nats-Msg-Id
+// twice, nothing else — at the stream sequence the outbox recorded, on the
+// event's subject, as CloudEvents whose id is the Nats-Msg-Id. It returns
+// the stream's messages in stream order.
+func (h *harness) requireExactlyOnce(want int) []*jetstream.RawStreamMsg {
+	t := h.t
+	t.Helper()
+	rows := h.rows()
+	require.Len(t, rows, want, "events in the outbox")
+	msgs := natstest.StreamMessages(t, h.js, h.stream, "")
+	seqOf := make(map[string]uint64, len(msgs))
+	for _, m := range msgs {
+		id := m.Header.Get(jetstream.MsgIDHeader)
+		_, twice := seqOf[id]
+		require.False(t, twice, "event %s is in the stream twice", id)
+		seqOf[id] = m.Sequence
+		var ce cloudEvent
+		require.NoError(t, json.Unmarshal(m.Data, &ce), "message %d", m.Sequence)
+		require.Equal(t, id, ce.ID, "Nats-Msg-Id is the CloudEvents id")
+		require.Equal(t, "application/cloudevents+json", m.Header.Get("Content-Type"))
+	}
+	require.Len(t, msgs, want, "messages in the stream")
+	for _, r := range rows {
+		require.True(t, r.Published, "event %s (seq %d) is marked published", r.ID, r.Seq)
+		seq, ok := seqOf[r.ID.String()]
+		require.True(t, ok, "event %s (seq %d) is in the stream", r.ID, r.Seq)
+		require.Equal(t, int64(seq), r.StreamSeq, "the outbox records the stream sequence of event %s", r.ID)
+	}
+	for _, m := range msgs {
+		require.True(t, strings.HasPrefix(m.Subject, h.prefix+"."), "subject %s", m.Subject)
+	}
+	return msgs
+}
+
+// requireCommitOrderPerNote checks that, for every note (the CloudEvents
+// subject), the stream holds its events in outbox seq order — the order of
+// their commits when one writer commits them one after another.
+func (h *harness) requireCommitOrderPerNote(msgs []*jetstream.RawStreamMsg) map[string][]string {
+	t := h.t
+	t.Helper()
+	want := map[string][]string{}
+	for _, r := range h.rows() {
+		want[r.Aggregate.String()] = append(want[r.Aggregate.String()], r.ID.String())
+	}
+	got := map[string][]string{}
+	types := map[string][]string{}
+	for _, m := range msgs {
+		var ce cloudEvent
+		require.NoError(t, json.Unmarshal(m.Data, &ce))
+		got[ce.Subject] = append(got[ce.Subject], ce.ID)
+		types[ce.Subject] = append(types[ce.Subject], ce.Type)
+	}
+	require.Equal(t, len(want), len(got), "notes in the stream")
+	for note, ids := range want {
+		require.Equal(t, ids, got[note], "events of note %s in the stream, in commit order", note)
+	}
+	return types
+}
+
+func TestConfigValidateRefusesHorizonsThatDoNotNest(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		cfg  relay.Config
+		want []string // substrings of the error; nil: valid
+	}{
+		{name: "defaults nest", cfg: relay.Config{}},
+		{name: "short test horizons nest", cfg: relay.Config{DuplicateWindow: time.Minute, MaxAge: time.Hour,
+			Lease: 300 * time.Millisecond, PollInterval: 100 * time.Millisecond, MaxBackoff: 250 * time.Millisecond, AckTimeout: time.Second}},
+		{name: "lease longer than the duplicate window", cfg: relay.Config{Lease: 15 * time.Minute},
+			want: []string{"QUILL_RELAY_LEASE 15m0s", "QUILL_DUPLICATE_WINDOW 10m0s", "QUILL_RELAY_MAX_BACKOFF", "QUILL_RELAY_POLL_INTERVAL", "ack timeout"}},
+		{name: "lease, backoff, poll and ack timeout together reach the window",
+			// 10s + 30s + 30s + 1s = 71s: equal is refused, shorter than the window is required.
+			cfg:  relay.Config{DuplicateWindow: 71 * time.Second},
+			want: []string{"= 1m11s", "QUILL_DUPLICATE_WINDOW 1m11s"}},
+		{name: "one more second and they fit", cfg: relay.Config{DuplicateWindow: 72 * time.Second}},
+		{name: "backoff alone breaks a short window", cfg: relay.Config{DuplicateWindow: time.Minute, MaxBackoff: time.Minute, Lease: time.Second},
+			want: []string{"QUILL_RELAY_MAX_BACKOFF 1m0s", "QUILL_DUPLICATE_WINDOW 1m0s"}},
+		{name: "duplicate window longer than the stream keeps messages", cfg: relay.Config{DuplicateWindow: 2 * time.Hour, MaxAge: time.Hour},
+			want: []string{"QUILL_DUPLICATE_WINDOW 2h0m0s", "QUILL_STREAM_MAX_AGE 1h0m0s"}},
+		{name: "duplicate window equal to MaxAge", cfg: relay.Config{DuplicateWindow: time.Hour, MaxAge: time.Hour}},
+		{name: "inbox forgets before the stream does", cfg: relay.Config{MaxAge: 400 * time.Hour},
+			want: []string{"QUILL_INBOX_RETENTION 336h0m0s", "QUILL_STREAM_MAX_AGE 400h0m0s"}},
+		{name: "inbox retention equal to MaxAge", cfg: relay.Config{MaxAge: 400 * time.Hour, InboxRetention: 400 * time.Hour}},
+		{name: "negative batch", cfg: relay.Config{Batch: -1}, want: []string{"QUILL_RELAY_BATCH"}},
+		{name: "negative outbox retention", cfg: relay.Config{OutboxRetention: -time.Hour}, want: []string{"QUILL_OUTBOX_RETENTION"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := tc.cfg.WithDefaults()
+			err := cfg.Validate()
+			if tc.want == nil {
+				require.NoError(t, err)
+				require.Less(t, cfg.WorstRepublishDelay(), cfg.DuplicateWindow)
+				return
+			}
+			require.Error(t, err)
+			for _, w := range tc.want {
+				require.Contains(t, err.Error(), w)
+			}
+			// New refuses the same configurations before touching NATS.
+			_, newErr := relay.New(nil, nil, tc.cfg, zerolog.Nop(), nil)
+			require.EqualError(t, newErr, err.Error())
+		})
+	}
+}
+
+// TestNATSOutageLosesAndDuplicatesNothing stops NATS while 100 events are
+// written and restarts it on the same store: every event reaches the
+// stream once — the republishes the outage caused are dropped by the
+// duplicate window — and the outbox records each one's stream sequence.
+func TestNATSOutageLosesAndDuplicatesNothing(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	cfg := h.config()
+	cfg.AckTimeout = 500 * time.Millisecond
+	r, m := h.newRelay(cfg, h.relayID("a"))
+	require.NoError(t, r.Provision(h.ctx()))
+	start(t, r)
+
+	h.write(h.tenant, uuid.New(), outbox.TypeNoteCreated)
+	h.waitPublished(1)
+	require.NoError(t, r.Ready(h.ctx()))
+
+	h.srv.Stop()
+	natstest.WaitFor(t, waitLong, func() bool { return r.Ready(h.ctx()) != nil }, "the relay to notice NATS is down")
+	// 100 events of 20 notes, five each, interleaved.
+	noteIDs := make([]uuid.UUID, 20)
+	for i := range noteIDs {
+		noteIDs[i] = uuid.New()
+	}
+	for i := range 100 {
+		typ := outbox.TypeAttachmentProcessed
+		switch i / 20 {
+		case 0:
+			typ = outbox.TypeNoteCreated
+		case 4:
+			typ = outbox.TypeNoteDeleted
+		}
+		h.write(h.tenant, noteIDs[i%20], typ)
+	}
+	// Only each note's oldest event may be in flight: the relay tries the
+	// 20 first events, and fails, until NATS is back.
+	natstest.WaitFor(t, waitLong, func() bool {
+		return h.count(`SELECT count(DISTINCT aggregate_id) FROM outbox_events
+			WHERE published_at IS NULL AND attempts > 0 AND last_error IS NOT NULL`) == 20
+	}, "the relay to try every note's first event during the outage, and fail")
+	require.Equal(t, 1, h.published(), "nothing is marked published while NATS is down")
+	require.Equal(t, 20, h.count(`SELECT count(*) FROM outbox_events WHERE attempts > 0 AND published_at IS NULL`),
+		"a note's later events wait behind its first")
+	require.GreaterOrEqual(t, value(m.Errors), 20.0)
+
+	h.srv.Restart(t)
+	h.waitPublished(101)
+	msgs := h.requireExactlyOnce(101)
+	h.requireCommitOrderPerNote(msgs)
+	require.NoError(t, r.Ready(h.ctx()))
+	t.Logf("publish errors %v, duplicates %v, acks %v", value(m.Errors),
+		value(m.Duplicates), value(m.Published))
+}
+
+// TestCrashBetweenAckAndMarkRepublishesAsDuplicate kills a pass after the
+// stream acknowledged its events and before they were marked: the leases run
+// out, the next pass publishes them again, JetStream reports duplicates, and
+// the stream holds one message per event.
+func TestCrashBetweenAckAndMarkRepublishesAsDuplicate(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	cfg := h.config()
+	cfg.Lease = 300 * time.Millisecond
+	require.NoError(t, cfg.WithDefaults().Validate())
+
+	var (
+		crashed      atomic.Bool
+		crashedAcks  atomic.Int64
+		retakeAcks   atomic.Int64
+		unmarkedSeen atomic.Int64 // published events in the outbox when the retake was acked
+	)
+	hooks := relay.Hooks{AfterAck: func(acked []outbox.Published) error {
+		if len(acked) == 0 {
+			return nil
+		}
+		if crashed.CompareAndSwap(false, true) {
+			crashedAcks.Store(int64(len(acked)))
+			return errors.New("injected crash between the ack and the mark")
+		}
+		if retakeAcks.Load() == 0 {
+			retakeAcks.Store(int64(len(acked)))
+			var n int64
+			if err := h.pool.QueryRow(context.Background(),
+				`SELECT count(*) FROM outbox_events WHERE published_at IS NOT NULL`).Scan(&n); err != nil {
+				n = -1
+			}
+			unmarkedSeen.Store(n)
+		}
+		return nil
+	}}
+	r, m := h.newRelay(cfg, h.relayID("crashy"), relay.WithHooks(hooks))
+	require.NoError(t, r.Provision(h.ctx()))
+	for range 5 {
+		h.write(h.tenant, uuid.New(), outbox.TypeNoteCreated)
+	}
+	start(t, r)
+
+	h.waitPublished(5)
+	require.True(t, crashed.Load())
+	require.EqualValues(t, 5, crashedAcks.Load(), "the crashed pass had all five acknowledged")
+	require.EqualValues(t, 5, retakeAcks.Load(), "the next pass published all five again")
+	require.Zero(t, unmarkedSeen.Load(), "nothing was marked by the crashed pass")
+	require.GreaterOrEqual(t, value(m.Duplicates), 5.0, "JetStream reported the republished events as duplicates")
+	require.GreaterOrEqual(t, value(m.Published), 10.0)
+	h.requireExactlyOnce(5)
+	for _, row := range h.rows() {
+		require.GreaterOrEqual(t, row.Attempts, 2, "event %s was claimed again after its lease", row.ID)
+	}
+}
+
+// TestShutdownFinishesTheBatchInFlight ends the relay's context after the
+// stream acknowledged a batch: the pass still marks it, and Run returns nil.
+func TestShutdownFinishesTheBatchInFlight(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var acked atomic.Int64
+	r, _ := h.newRelay(h.config(), h.relayID("stopping"), relay.WithHooks(relay.Hooks{AfterAck: func(a []outbox.Published) error {
+		if len(a) > 0 {
+			acked.Add(int64(len(a)))
+			cancel() // SIGTERM arrives while the batch is in flight
+		}
+		return nil
+	}}))
+	require.NoError(t, r.Provision(h.ctx()))
+	for range 5 {
+		h.write(h.tenant, uuid.New(), outbox.TypeNoteCreated)
+	}
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	select {
+	case err := <-done:
+		require.NoError(t, err, "a graceful stop returns nil")
+	case <-time.After(waitLong):
+		require.FailNow(t, "Run did not return after its context ended")
+	}
+	require.EqualValues(t, 5, acked.Load())
+	require.Equal(t, 5, h.published(), "the batch in flight was marked before Run returned")
+	h.requireExactlyOnce(5)
+}
+
+// TestTwoRelaysPublishEveryEventOnceInCommitOrderPerNote runs two relays
+// over 2,000 events of 200 notes: four writers each take notes through their
+// life — the API creates the note, eight processing events are committed,
+// the API deletes it — so creates and deletes of different notes interleave
+// and each note's events commit one after another. Half the notes are
+// written before the relays start (a backlog in which a note's events sit
+// side by side, as after an outage), half while they run. Every event is in
+// the stream exactly once and, per note, in commit order.
+func TestTwoRelaysPublishEveryEventOnceInCommitOrderPerNote(t *testing.T) {
+	t.Parallel()
+	const (
+		noteCount    = 200
+		extraPerNote = 8
+		perNote      = extraPerNote + 2
+		writers      = 4
+		total        = noteCount * perNote
+	)
+	h := newHarness(t)
+	cfg := h.config()
+	cfg.Batch = 16
+	cfg.Lease = 5 * time.Second // a slow pass under -race must not lose its claim
+	a, ma := h.newRelay(cfg, h.relayID("a"))
+	b, mb := h.newRelay(cfg, h.relayID("b"))
+	require.NoError(t, a.Provision(h.ctx()))
+	require.NoError(t, b.Provision(h.ctx()), "a second relay's provisioning updates the stream in place")
+
+	ctx := h.ctx()
+	notifier := outbox.NewNotifier(h.pool, nil)
+	nctx, stopNotifier := context.WithCancel(ctx)
+	defer stopNotifier()
+	go func() { _ = notifier.Run(nctx) }()
+	svc, err := notes.NewService(h.pool, notes.Config{}, testLogger(t), notes.WithNotifier(notifier))
+	require.NoError(t, err)
+
+	life := func(ctx context.Context, n int) error {
+		out, err := svc.Create(ctx, notes.Request{Tenant: h.tenant, Key: fmt.Sprintf("create-%d", n), Wait: -1},
+			notes.CreateParams{Title: fmt.Sprintf("note %d", n)})
+		if err != nil {
+			return err
+		}
+		id, err := uuid.Parse(strings.TrimPrefix(out.Location, "/v1/notes/"))
+		if err != nil {
+			return fmt.Errorf("create %d: location %q: %w", n, out.Location, err)
+		}
+		for step := range extraPerNote {
+			e := h.event(h.tenant, id, outbox.TypeAttachmentProcessed, map[string]any{"note_id": id.String(), "step": step})
+			if err := db.WithTx(ctx, h.pool, func(tx pgx.Tx) error { return outbox.Insert(ctx, tx, e) }); err != nil {
+				return err
+			}
+			notifier.Signal()
+		}
+		out, err = svc.Delete(ctx, notes.Request{Tenant: h.tenant, Key: fmt.Sprintf("delete-%d", n), Wait: -1}, id)
+		if err != nil {
+			return err
+		}
+		if out.Status != 200 {
+			return fmt.Errorf("delete %d: status %d: %s", n, out.Status, out.Body)
+		}
+		return nil
+	}
+	// write takes notes [from, to) through their lives, four at a time.
+	write := func(from, to int) error {
+		g, gctx := errgroup.WithContext(ctx)
+		for w := range writers {
+			g.Go(func() error {
+				for n := from + w; n < to; n += writers {
+					if err := life(gctx, n); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		}
+		return g.Wait()
+	}
+
+	require.NoError(t, write(0, noteCount/2))
+	start(t, a)
+	start(t, b)
+	require.NoError(t, write(noteCount/2, noteCount))
+
+	h.waitPublished(total)
+	msgs := h.requireExactlyOnce(total)
+	types := h.requireCommitOrderPerNote(msgs)
+	require.Len(t, types, noteCount)
+	for note, ts := range types {
+		require.Len(t, ts, perNote, "note %s", note)
+		require.Equal(t, "quill.note.created.v1", ts[0], "note %s", note)
+		require.Equal(t, "quill.note.deleted.v1", ts[perNote-1], "note %s", note)
+	}
+	by := map[string]int{}
+	for _, r := range h.rows() {
+		by[r.ClaimedBy]++
+	}
+	t.Logf("published by %v; duplicates a=%v b=%v", by, value(ma.Duplicates), value(mb.Duplicates))
+	require.Len(t, by, 2, "both relays took part")
+}
+
+// TestLateCommitIsPublished holds a transaction with an event open while
+// later events commit and are published; once it commits, its event — the
+// lowest seq of all — is published too: there is no "seq > last seen"
+// cursor to skip it.
+func TestLateCommitIsPublished(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	r, _ := h.newRelay(h.config(), h.relayID("a"))
+	require.NoError(t, r.Provision(h.ctx()))
+	start(t, r)
+
+	ctx := h.ctx()
+	tx, err := h.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	held := h.event(h.tenant, uuid.New(), outbox.TypeNoteCreated, nil)
+	require.NoError(t, outbox.Insert(ctx, tx, held))
+
+	var later []uuid.UUID
+	for range 10 {
+		later = append(later, h.write(h.tenant, uuid.New(), outbox.TypeNoteCreated))
+	}
+	h.waitPublished(10)
+	require.Equal(t, 10, h.count(`SELECT count(*) FROM outbox_events`), "the held event is not visible yet")
+
+	require.NoError(t, tx.Commit(ctx))
+	h.notify()
+	h.waitPublished(11)
+	msgs := h.requireExactlyOnce(11)
+
+	heldRow := h.row(held.ID)
+	for _, id := range later {
+		lr := h.row(id)
+		require.Less(t, heldRow.Seq, lr.Seq, "the held event was written first")
+		require.Greater(t, heldRow.StreamSeq, lr.StreamSeq, "and reached the stream last")
+	}
+	require.Equal(t, held.ID.String(), msgs[len(msgs)-1].Header.Get(jetstream.MsgIDHeader))
+}
+
+// TestParkedEventDoesNotBlockOthers makes one event unpublishable — its
+// payload is over the server's max_payload — and checks that it is parked
+// with its reason, that other notes' events, earlier and later, are
+// published, and that only its own note's later events wait behind it.
+// Retrying it unchanged parks it again without blocking anything. (The
+// operator's retry after fixing the cause, through the command line, is in
+// cmd/relay.)
+func TestParkedEventDoesNotBlockOthers(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, natstest.WithMaxPayload(4096))
+	r, m := h.newRelay(h.config(), h.relayID("a"))
+	require.NoError(t, r.Provision(h.ctx()))
+
+	noteA, noteB, noteC := uuid.New(), uuid.New(), uuid.New()
+	before := h.write(h.tenant, noteB, outbox.TypeNoteCreated)
+	big := h.writeEvent(h.event(h.tenant, noteA, outbox.TypeNoteCreated,
+		map[string]any{"note_id": noteA.String(), "body": strings.Repeat("x", 8192)}))
+	behind := h.write(h.tenant, noteA, outbox.TypeNoteDeleted)
+	after := h.write(h.tenant, noteC, outbox.TypeNoteCreated)
+	start(t, r)
+
+	natstest.WaitFor(t, waitLong, func() bool { return h.row(big).Parked }, "the oversized event to be parked")
+	h.waitPublished(2)
+	parked := h.row(big)
+	require.False(t, parked.Published)
+	require.Contains(t, parked.ParkedReason, "max_payload of 4096")
+	require.True(t, h.row(before).Published)
+	require.True(t, h.row(after).Published, "a later event of another note is published")
+	require.GreaterOrEqual(t, value(m.Errors), 1.0)
+
+	// Events written after the park flow too, and the parked event's own
+	// note waits behind it (its order must hold).
+	later := h.write(h.tenant, uuid.New(), outbox.TypeNoteCreated)
+	natstest.WaitFor(t, waitLong, func() bool { return h.row(later).Published }, "a new event to be published")
+	b := h.row(behind)
+	require.False(t, b.Published, "the parked event's note keeps its order")
+	require.False(t, b.Parked)
+	require.Zero(t, b.Attempts, "it was never claimed")
+
+	list, err := outbox.ListParked(h.ctx(), h.pool)
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	require.Equal(t, big, list[0].ID)
+	require.Equal(t, noteA, list[0].NoteID)
+	require.Equal(t, parked.ParkedReason, list[0].Reason)
+
+	// Retried with its cause unfixed, it is parked again; nothing else stops.
+	require.NoError(t, outbox.Unpark(h.ctx(), h.pool, big))
+	require.ErrorIs(t, outbox.Unpark(h.ctx(), h.pool, big), outbox.ErrNotParked)
+	h.notify()
+	natstest.WaitFor(t, waitLong, func() bool { r := h.row(big); return r.Parked && r.Attempts == 2 }, "the retried event to be parked again")
+	last := h.write(h.tenant, uuid.New(), outbox.TypeNoteCreated)
+	natstest.WaitFor(t, waitLong, func() bool { return h.row(last).Published }, "a new event to be published")
+	require.Equal(t, 4, h.published())
+	require.Len(t, natstest.StreamMessages(t, h.js, h.stream, ""), 4)
+}
+
+// TestPostgresConnectionLossRecovers terminates the relay's PostgreSQL
+// sessions — its pool's and its LISTEN connection — repeatedly while events
+// are written: the relay reconnects by itself, LISTENs again, and publishes
+// every event exactly once.
+func TestPostgresConnectionLossRecovers(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	id := h.relayID("pgloss")
+	var logs syncBuffer
+	r, m := h.newRelayLogging(h.config(), id, zerolog.New(&logs))
+	require.NoError(t, r.Provision(h.ctx()))
+	start(t, r)
+
+	listener := func() int {
+		var pid int
+		err := h.pool.QueryRow(h.ctx(), `SELECT coalesce(max(pid), 0) FROM pg_stat_activity
+			WHERE application_name = $1 AND query LIKE 'LISTEN%'`, id).Scan(&pid)
+		require.NoError(t, err)
+		return pid
+	}
+	terminate := func() int {
+		return h.count(`SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+			WHERE application_name = $1 AND pid <> pg_backend_pid()) t`, id)
+	}
+
+	written := 0
+	writeSome := func(n int) {
+		for range n {
+			h.write(h.tenant, uuid.New(), outbox.TypeNoteCreated)
+			written++
+		}
+	}
+	writeSome(5)
+	h.waitPublished(written)
+	natstest.WaitFor(t, waitLong, func() bool { return listener() != 0 }, "the relay's LISTEN session")
+	oldListener := listener()
+
+	for round := range 3 {
+		killed := terminate()
+		if round == 0 {
+			require.GreaterOrEqual(t, killed, 2, "the relay's pool and LISTEN sessions were terminated")
+		}
+		writeSome(5) // written while the relay reconnects
+	}
+	h.waitPublished(written)
+	natstest.WaitFor(t, waitLong, func() bool { l := listener(); return l != 0 && l != oldListener },
+		"the relay to LISTEN again on a new session")
+	require.NoError(t, r.Ready(h.ctx()))
+
+	writeSome(5)
+	h.waitPublished(written)
+	h.requireExactlyOnce(written)
+	require.Contains(t, logs.String(), `"error_category":"listen_failed"`, "the relay saw its LISTEN session end")
+	t.Logf("publish errors %v, duplicates %v; warnings:\n%s", value(m.Errors), value(m.Duplicates), logs.String())
+}
+
+// TestCleanupHonoursRetention deletes published events older than the
+// outbox retention in small batches, keeps recent and unpublished ones,
+// compacts and forgets operation records past their horizons, and deletes
+// old inbox rows — with two relays cleaning at once.
+func TestCleanupHonoursRetention(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	cfg := h.config()
+	cfg.CleanupBatch = 2
+	a, _ := h.newRelay(cfg, h.relayID("a"))
+	b, _ := h.newRelay(cfg, h.relayID("b"))
+	ctx := h.ctx()
+
+	age := func(id uuid.UUID, ago string) {
+		_, err := h.pool.Exec(ctx, `UPDATE outbox_events SET published_at = now() - $2::interval, stream_seq = seq WHERE id = $1`, id, ago)
+		require.NoError(t, err)
+	}
+	var old []uuid.UUID
+	for range 5 {
+		id := h.write(h.tenant, uuid.New(), outbox.TypeNoteCreated)
+		age(id, "169 hours")
+		old = append(old, id)
+	}
+	recent := h.write(h.tenant, uuid.New(), outbox.TypeNoteCreated)
+	age(recent, "167 hours")
+	pending := h.write(h.tenant, uuid.New(), outbox.TypeNoteCreated)
+	oldPending := h.write(h.tenant, uuid.New(), outbox.TypeNoteCreated)
+	_, err := h.pool.Exec(ctx, `UPDATE outbox_events SET created_at = now() - interval '400 hours' WHERE id = $1`, oldPending)
+	require.NoError(t, err)
+
+	// Operation records: one past its key retention, one past its response
+	// retention only, one fresh. (Their note.created events stay pending.)
+	svc, err := notes.NewService(h.pool, notes.Config{}, zerolog.Nop())
+	require.NoError(t, err)
+	for _, key := range []string{"forgotten", "compacted", "fresh"} {
+		_, err := svc.Create(ctx, notes.Request{Tenant: h.tenant, Key: key, Wait: -1}, notes.CreateParams{Title: key})
+		require.NoError(t, err)
+	}
+	_, err = h.pool.Exec(ctx, `UPDATE operations SET expires_at = now() - interval '1 hour', forget_at = now() - interval '1 minute' WHERE key = 'forgotten'`)
+	require.NoError(t, err)
+	_, err = h.pool.Exec(ctx, `UPDATE operations SET expires_at = now() - interval '1 hour' WHERE key = 'compacted'`)
+	require.NoError(t, err)
+	keep := []uuid.UUID{recent, pending, oldPending}
+	rows, err := h.pool.Query(ctx, `SELECT id FROM outbox_events WHERE operation_key IS NOT NULL`)
+	require.NoError(t, err)
+	opEvents, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	require.NoError(t, err)
+	require.Len(t, opEvents, 3)
+	keep = append(keep, opEvents...)
+
+	// Inbox rows: three past the inbox retention (336h), one within it.
+	for i, ago := range []time.Duration{337 * time.Hour, 400 * time.Hour, 1000 * time.Hour, 335 * time.Hour} {
+		ok, err := inbox.Insert(ctx, h.pool, "worker-"+h.suffix, uuid.New(), time.Now().Add(-ago))
+		require.NoError(t, err)
+		require.True(t, ok, "inbox row %d", i)
+	}
+
+	now := time.Now()
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return a.Cleanup(gctx, now) })
+	g.Go(func() error { return b.Cleanup(gctx, now) })
+	require.NoError(t, g.Wait())
+
+	var left []uuid.UUID
+	for _, r := range h.rows() {
+		left = append(left, r.ID)
+	}
+	require.ElementsMatch(t, keep, left,
+		"published events past the retention are deleted; recent and unpublished ones stay")
+	require.Zero(t, h.count(`SELECT count(*) FROM operations WHERE key = 'forgotten'`))
+	require.Equal(t, 1, h.count(`SELECT count(*) FROM operations WHERE key = 'compacted' AND response_body IS NULL AND compacted_at IS NOT NULL`),
+		"a record past its response retention is compacted to a tombstone")
+	require.Equal(t, 1, h.count(`SELECT count(*) FROM operations WHERE key = 'fresh' AND response_body IS NOT NULL AND compacted_at IS NULL`))
+	require.Equal(t, 1, h.count(`SELECT count(*) FROM inbox WHERE consumer = $1`, "worker-"+h.suffix),
+		"only the inbox row within the retention is kept")
+
+	// Nothing left to do is not an error.
+	require.NoError(t, a.Cleanup(ctx, time.Now()))
+	require.Len(t, h.rows(), len(keep))
+}
