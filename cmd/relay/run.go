@@ -170,7 +170,7 @@ func daemon(ctx context.Context, args []string, getenv func(string) string, stdo
 }
 
 func events(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	const usage = "usage: relay events list --parked [--json] | relay events retry ID"
+	const usage = "usage: relay events list --parked [--json] | relay events retry ID | relay events retry --all"
 	if len(args) == 0 {
 		return usageError{usage}
 	}
@@ -181,13 +181,16 @@ func events(ctx context.Context, args []string, getenv func(string) string, stdo
 		return nil
 	}
 	var databaseURL, logLevel string
-	var parked, asJSON bool
+	var parked, asJSON, all bool
 	s := config.New("relay events "+sub, usage, getenv, stdout)
 	s.String(&databaseURL, "database-url", "DATABASE_URL", db.DefaultURL, "PostgreSQL URL")
 	s.String(&logLevel, "log-level", "QUILL_LOG_LEVEL", "info", "log level")
 	if sub == "list" {
 		s.FlagSet().BoolVar(&parked, "parked", false, "list parked events (the only listing so far)")
 		s.FlagSet().BoolVar(&asJSON, "json", false, "one JSON object per line")
+	}
+	if sub == "retry" {
+		s.FlagSet().BoolVar(&all, "all", false, "return every parked event to the queue (after fixing a cause that parked many)")
 	}
 	if err := parse(s, args); err != nil {
 		return err
@@ -199,12 +202,14 @@ func events(ctx context.Context, args []string, getenv func(string) string, stdo
 			return usageError{usage}
 		}
 	case "retry":
-		if len(s.Args()) != 1 {
+		if all != (len(s.Args()) == 0) || len(s.Args()) > 1 {
 			return usageError{usage}
 		}
-		var err error
-		if id, err = uuid.Parse(s.Args()[0]); err != nil {
-			return usageError{fmt.Sprintf("%q is not an event id (a UUID)", s.Args()[0])}
+		if !all {
+			var err error
+			if id, err = uuid.Parse(s.Args()[0]); err != nil {
+				return usageError{fmt.Sprintf("%q is not an event id (a UUID)", s.Args()[0])}
+			}
 		}
 	default:
 		return usageError{fmt.Sprintf("unknown events command %q; %s", sub, usage)}
@@ -219,6 +224,14 @@ func events(ctx context.Context, args []string, getenv func(string) string, stdo
 		return loggedError{err}
 	}
 	defer pool.Close()
+	if sub == "retry" && all {
+		n, err := outbox.UnparkAll(ctx, pool)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%d parked events returned to the queue\n", n)
+		return nil
+	}
 	if sub == "retry" {
 		if err := outbox.Unpark(ctx, pool, id); err != nil {
 			return err

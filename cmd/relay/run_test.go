@@ -259,6 +259,7 @@ func TestCommandLineErrors(t *testing.T) {
 		{args: []string{"events", "list", "--parked", "extra"}, want: []string{"usage: relay events"}},
 		{args: []string{"events", "retry"}, want: []string{"usage: relay events"}},
 		{args: []string{"events", "retry", "not-an-id"}, want: []string{`"not-an-id" is not an event id`}},
+		{args: []string{"events", "retry", "--all", "0190c6b8-0000-7000-8000-000000000000"}, want: []string{"usage: relay events"}},
 	}
 	for _, tc := range cases {
 		name := strings.Join(tc.args, " ")
@@ -466,4 +467,9 @@ func TestParkedEventRetryFromTheCommandLine(t *testing.T) {
 	var stderr bytes.Buffer
 	require.Equal(t, 1, exitCode(err, &stderr))
 	require.Contains(t, stderr.String(), "no parked event with this id")
+
+	// With nothing parked, retry --all returns none.
+	out, _, err = runOut(t, getenv, "events", "retry", "--all")
+	require.NoError(t, err)
+	require.Equal(t, "0 parked events returned to the queue\n", out)
 }

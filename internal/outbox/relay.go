@@ -73,6 +73,9 @@ const (
 	sqlUnpark = `UPDATE outbox_events SET parked_at = NULL, parked_reason = NULL, claimed_until = NULL
 	WHERE id = $1 AND parked_at IS NOT NULL AND published_at IS NULL`
 
+	sqlUnparkAll = `UPDATE outbox_events SET parked_at = NULL, parked_reason = NULL, claimed_until = NULL
+	WHERE parked_at IS NOT NULL AND published_at IS NULL`
+
 	sqlBacklog = `SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8
 	FROM outbox_events WHERE published_at IS NULL`
 
@@ -189,6 +192,15 @@ func Unpark(ctx context.Context, q Querier, id uuid.UUID) error {
 		return fmt.Errorf("%w: %s", ErrNotParked, id)
 	}
 	return nil
+}
+
+// UnparkAll returns every parked event to the queue and says how many.
+func UnparkAll(ctx context.Context, q Querier) (int64, error) {
+	tag, err := q.Exec(ctx, sqlUnparkAll)
+	if err != nil {
+		return 0, fmt.Errorf("retry parked events: %w", err)
+	}
+	return tag.RowsAffected(), nil
 }
 
 // Backlog returns how many events are unpublished and the age of the

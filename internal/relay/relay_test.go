@@ -850,3 +850,42 @@ func TestCleanupHonoursRetention(t *testing.T) {
 	require.NoError(t, a.Cleanup(ctx, time.Now()))
 	require.Len(t, h.rows(), len(keep))
 }
+
+// After a cause that parked many events is fixed, one command returns them
+// all to the queue and they are published.
+func TestUnparkAllPublishesEveryParkedEvent(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	r, _ := h.newRelay(h.config(), h.relayID("a"))
+	require.NoError(t, r.Provision(h.ctx()))
+	var ids []uuid.UUID
+	for range 3 {
+		ids = append(ids, h.write(h.tenant, uuid.New(), outbox.TypeNoteCreated))
+	}
+	var seqs []int64
+	require.NoError(t, pgx.BeginFunc(h.ctx(), h.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(h.ctx(), `SELECT seq FROM outbox_events ORDER BY seq`)
+		if err != nil {
+			return err
+		}
+		seqs, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+		return err
+	}))
+	for _, seq := range seqs {
+		require.NoError(t, outbox.Park(h.ctx(), h.pool, seq, "test: parked by hand"))
+	}
+	parked, err := outbox.ListParked(h.ctx(), h.pool)
+	require.NoError(t, err)
+	require.Len(t, parked, 3)
+	n, err := r.Pass(h.ctx())
+	require.NoError(t, err)
+	require.Zero(t, n, "parked events are not claimed")
+
+	unparked, err := outbox.UnparkAll(h.ctx(), h.pool)
+	require.NoError(t, err)
+	require.EqualValues(t, 3, unparked)
+	_, err = r.Pass(h.ctx())
+	require.NoError(t, err)
+	msgs := h.requireExactlyOnce(3)
+	require.Len(t, msgs, len(ids))
+}
