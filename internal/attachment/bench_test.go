@@ -1,0 +1,32 @@
+package attachment_test
+
+import (
+	"testing"
+
+	"github.com/quillhq/quill/internal/attachment"
+)
+
+// BenchmarkProcess is the raw processing rate the worker benchmark (make
+// bench-worker) compares its pipeline with: the same fixtures, processed in
+// memory with nothing around them. It reports attachments/s besides ns/op.
+func BenchmarkProcess(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		data []byte
+	}{
+		{"png64k", attachment.BenchFixturePNG64K()},
+		{"text4k", attachment.BenchFixtureText4K()},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			in := inputOf(bc.data, "application/octet-stream")
+			b.SetBytes(int64(len(bc.data)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := attachment.Process(in, attachment.Limits{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "attachments/s")
+		})
+	}
+}
