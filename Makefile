@@ -9,7 +9,7 @@ RACE := $(if $(filter true,$(CI)),-race,)
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME ?= 10s
 
-.PHONY: dev test lint fuzz bench-api bench-relay build services
+.PHONY: dev test lint fuzz bench-api bench-relay bench-worker build services
 
 build: ## build every binary into ./bin
 	$(GO) build -o bin/ ./cmd/...
@@ -42,3 +42,7 @@ bench-api: ## load benchmark of the API against a raw pgbench ceiling (see READM
 
 bench-relay: ## relay throughput vs raw JetStream, and commit → ack latency (see bench/README.md)
 	bash scripts/bench-relay.sh
+
+bench-worker: ## attachments/s through JetStream → worker → commit vs the raw processing rate
+	$(GO) test -run '^$$' -bench 'Pipeline' -benchtime 2000x ./internal/worker/
+	$(GO) test -run '^$$' -bench 'Process' -cpu 1,4 ./internal/attachment/

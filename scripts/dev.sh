@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make dev: run the whole system locally — PostgreSQL and NATS (started when
-# none answers), migrations, a token for the tenant "demo", then the API and
-# the relay side by side with their JSON logs. Ctrl-C stops them all; each
+# none answers), migrations, a token for the tenant "demo", then the API, the
+# relay and the attachment worker side by side with their JSON logs. Ctrl-C stops them all; each
 # finishes its in-flight work first.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -16,6 +16,7 @@ cat <<TXT
 
   Quill is starting.  API:   http://127.0.0.1:8080   (admin :9090)
                       relay: admin http://127.0.0.1:9091/metrics
+                      attachment-worker: admin http://127.0.0.1:9092/metrics
   Demo tenant token:  export QUILL_TOKEN=$token
 
   curl -s localhost:8080/v1/notes -H "Authorization: Bearer \$QUILL_TOKEN" \\
@@ -35,6 +36,8 @@ trap stop INT TERM EXIT
 ./bin/api serve &
 pids+=($!)
 ./bin/relay run &
+pids+=($!)
+./bin/attachment-worker run &
 pids+=($!)
 # Stop everything as soon as one process exits.
 wait -n

@@ -139,3 +139,48 @@ func NewRelay(reg prometheus.Registerer) *Relay {
 	reg.MustRegister(m.Pending, m.OldestAge, m.Published, m.Errors, m.Duplicates)
 	return m
 }
+
+// Worker results of quill_worker_messages_total.
+const (
+	WorkerProcessed    = "processed"
+	WorkerDuplicate    = "duplicate"
+	WorkerSkipped      = "skipped"
+	WorkerFailed       = "failed"
+	WorkerDeadLettered = "dead_lettered"
+)
+
+// Worker holds the attachment worker's metrics.
+type Worker struct {
+	messages *prometheus.CounterVec
+	// EndToEnd observes, per processed event, the seconds from the event's
+	// CloudEvents time (its outbox transaction) to the worker's commit.
+	EndToEnd prometheus.Histogram
+}
+
+// NewWorker registers the worker's metrics on reg, every result at zero.
+func NewWorker(reg prometheus.Registerer) *Worker {
+	m := &Worker{
+		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "quill_worker_messages_total",
+			Help: "Messages the attachment worker finished, by result (processed, duplicate, skipped, failed, dead_lettered).",
+		}, []string{"result"}),
+		EndToEnd: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "quill_event_end_to_end_seconds",
+			Help:    "Seconds from an event's outbox commit (its CloudEvents time) to the worker's commit of its effect.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
+		}),
+	}
+	reg.MustRegister(m.messages, m.EndToEnd)
+	for _, r := range []string{WorkerProcessed, WorkerDuplicate, WorkerSkipped, WorkerFailed, WorkerDeadLettered} {
+		m.messages.WithLabelValues(r)
+	}
+	return m
+}
+
+// Message counts one finished message with its result.
+func (m *Worker) Message(result string) { m.messages.WithLabelValues(result).Inc() }
+
+// Messages returns the counter of one result, for tests and benchmarks.
+func (m *Worker) Messages(result string) prometheus.Counter {
+	return m.messages.WithLabelValues(result)
+}

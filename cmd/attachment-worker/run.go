@@ -1,0 +1,279 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-json-experiment/json"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/quillhq/quill/internal/config"
+	"github.com/quillhq/quill/internal/db"
+	"github.com/quillhq/quill/internal/deadletter"
+	"github.com/quillhq/quill/internal/logging"
+	"github.com/quillhq/quill/internal/metrics"
+	"github.com/quillhq/quill/internal/outbox"
+	"github.com/quillhq/quill/internal/relay"
+	"github.com/quillhq/quill/internal/worker"
+)
+
+const overview = `usage: attachment-worker [run] [flags]                 process note.created events (default)
+       attachment-worker dead-letters list [--all] [--json]  list dead letters
+       attachment-worker dead-letters retry ID               re-drive a dead letter to its subject
+
+Run "attachment-worker run --help" for the settings.`
+
+const (
+	defaultNATSURL   = "nats://127.0.0.1:4222"
+	defaultAdminAddr = ":9092"
+	shutdownTimeout  = 30 * time.Second
+)
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cmd := "run"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		cmd, args = args[0], args[1:]
+	} else if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
+		fmt.Fprintln(stdout, overview)
+		return nil
+	}
+	switch cmd {
+	case "run":
+		return daemon(ctx, args, getenv, stdout, stderr)
+	case "dead-letters":
+		return deadLetters(ctx, args, getenv, stdout, stderr)
+	case "help":
+		fmt.Fprintln(stdout, overview)
+		return nil
+	default:
+		return usageError{fmt.Sprintf("unknown command %q; run \"attachment-worker --help\" for the commands", cmd)}
+	}
+}
+
+func parse(s *config.Set, args []string) error {
+	err := s.Parse(args)
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return err
+	}
+	return usageError{err.Error()}
+}
+
+type settings struct {
+	databaseURL, natsURL, adminAddr, logLevel string
+	worker                                    worker.Config
+}
+
+func define(s *config.Set, c *settings) {
+	s.String(&c.databaseURL, "database-url", "DATABASE_URL", db.DefaultURL, "PostgreSQL URL")
+	s.String(&c.natsURL, "nats-url", "NATS_URL", defaultNATSURL, "NATS URL (JetStream enabled)")
+	s.String(&c.adminAddr, "admin-addr", "QUILL_ADMIN_ADDR", defaultAdminAddr, "/healthz, /readyz and /metrics listen address")
+	s.String(&c.logLevel, "log-level", "QUILL_LOG_LEVEL", "info", "log level: trace, debug, info, warn, error")
+	w := &c.worker
+	s.String(&w.Stream, "stream", "QUILL_STREAM", relay.DefaultStream, "JetStream stream name")
+	s.String(&w.SubjectPrefix, "subject-prefix", "QUILL_SUBJECT_PREFIX", relay.DefaultSubjectPrefix, "first token of every subject")
+	s.Duration(&w.DuplicateWindow, "duplicate-window", "QUILL_DUPLICATE_WINDOW", relay.DefaultDuplicateWindow, "the stream's Duplicates window, used only if the worker creates the stream")
+	s.Duration(&w.MaxAge, "stream-max-age", "QUILL_STREAM_MAX_AGE", relay.DefaultMaxAge, "the stream's MaxAge, used only if the worker creates the stream")
+	s.String(&w.Consumer, "consumer", "QUILL_CONSUMER", worker.DefaultConsumer, "durable consumer name (and the inbox's consumer)")
+	s.Int(&w.MaxDeliver, "max-deliver", "QUILL_MAX_DELIVER", worker.DefaultMaxDeliver, 1, "deliveries before a failing event becomes a dead letter")
+	s.Duration(&w.AckWait, "ack-wait", "QUILL_ACK_WAIT", worker.DefaultAckWait, "the consumer's ack wait")
+	s.Int(&w.Concurrency, "concurrency", "QUILL_WORKER_CONCURRENCY", worker.DefaultConcurrency, 1, "events processed at once")
+}
+
+func daemon(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	var c settings
+	s := config.New("attachment-worker run", "usage: attachment-worker [run] [flags]\n\nConsumes note.created events and processes their attachments, once per event.", getenv, stdout)
+	define(s, &c)
+	if err := parse(s, args); err != nil {
+		return err
+	}
+	if len(s.Args()) > 0 {
+		return usageError{fmt.Sprintf("unexpected arguments: %q", s.Args())}
+	}
+	cfg := c.worker.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return usageError{err.Error()}
+	}
+	log, err := logging.New(stderr, c.logLevel, "attachment-worker")
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	pool, err := db.Open(ctx, c.databaseURL, int32(cfg.Concurrency+4))
+	if err != nil {
+		log.Error().Err(err).Str("error_category", "database_unreachable").Msg("cannot start: PostgreSQL is not reachable at DATABASE_URL")
+		return loggedError{err}
+	}
+	defer pool.Close()
+	nc, err := nats.Connect(c.natsURL, nats.Name("quill-attachment-worker"), nats.MaxReconnects(-1),
+		nats.ReconnectWait(time.Second), nats.RetryOnFailedConnect(false),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err == nil {
+				return
+			}
+			log.Warn().Err(err).Str("error_category", "nats_disconnected").Msg("NATS connection lost; reconnecting")
+		}),
+		nats.ReconnectHandler(func(*nats.Conn) { log.Info().Msg("NATS connection restored") }))
+	if err != nil {
+		log.Error().Err(err).Str("error_category", "nats_unreachable").Msg("cannot start: NATS is not reachable at NATS_URL")
+		return loggedError{err}
+	}
+	defer nc.Close()
+
+	reg := metrics.NewRegistry()
+	notifier := outbox.NewNotifier(pool, func(err error) { log.Warn().Err(err).Msg("notify relays") })
+	w, err := worker.New(pool, nc, cfg, log, metrics.NewWorker(reg), worker.WithNotifier(notifier))
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err = w.Provision(pctx)
+	cancel()
+	if err != nil {
+		log.Error().Err(err).Str("error_category", "consumer_provisioning_failed").Msg("cannot start: the stream or the durable consumer could not be set up")
+		return loggedError{err}
+	}
+	ln, err := net.Listen("tcp", c.adminAddr)
+	if err != nil {
+		log.Error().Err(err).Msg("cannot listen on the admin address")
+		return loggedError{err}
+	}
+	admin := &http.Server{Handler: metrics.AdminHandler(reg, map[string]metrics.ReadyFunc{"worker": w.Ready}), ReadHeaderTimeout: 10 * time.Second}
+	log.Info().Str("listener", "admin").Str("addr", ln.Addr().String()).Msg("listening")
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := admin.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-gctx.Done()
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(gctx), shutdownTimeout)
+		defer cancel()
+		return admin.Shutdown(sctx)
+	})
+	// The notifier outlives the worker by a moment: it is stopped after
+	// the worker returned, so the last commits still wake the relays.
+	nctx, stopNotifier := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopNotifier()
+	notified := make(chan struct{})
+	go func() { defer close(notified); _ = notifier.Run(nctx) }()
+	g.Go(func() error { return w.Run(gctx) })
+	err = g.Wait()
+	stopNotifier()
+	<-notified
+	log.Info().Msg("stopped")
+	return err
+}
+
+func deadLetters(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	const usage = "usage: attachment-worker dead-letters list [--all] [--json] | attachment-worker dead-letters retry ID"
+	if len(args) == 0 {
+		return usageError{usage}
+	}
+	sub, args := args[0], args[1:]
+	switch sub {
+	case "-h", "-help", "--help", "help":
+		fmt.Fprintln(stdout, usage)
+		return nil
+	case "list", "retry":
+	default:
+		return usageError{fmt.Sprintf("unknown dead-letters command %q; %s", sub, usage)}
+	}
+	var databaseURL, natsURL, consumer, logLevel string
+	var all, asJSON bool
+	s := config.New("attachment-worker dead-letters "+sub, usage, getenv, stdout)
+	s.String(&databaseURL, "database-url", "DATABASE_URL", db.DefaultURL, "PostgreSQL URL")
+	s.String(&logLevel, "log-level", "QUILL_LOG_LEVEL", "info", "log level")
+	if sub == "list" {
+		s.String(&consumer, "consumer", "QUILL_CONSUMER", worker.DefaultConsumer, "the consumer whose dead letters to list")
+		s.FlagSet().BoolVar(&all, "all", false, "include dead letters already re-driven")
+		s.FlagSet().BoolVar(&asJSON, "json", false, "one JSON object per line")
+	} else {
+		s.String(&natsURL, "nats-url", "NATS_URL", defaultNATSURL, "NATS URL (JetStream enabled)")
+	}
+	if err := parse(s, args); err != nil {
+		return err
+	}
+	var id int64
+	switch {
+	case sub == "list" && len(s.Args()) > 0, sub == "retry" && len(s.Args()) != 1:
+		return usageError{usage}
+	case sub == "retry":
+		var err error
+		if id, err = strconv.ParseInt(s.Args()[0], 10, 64); err != nil || id < 1 {
+			return usageError{fmt.Sprintf("%q is not a dead letter id (a positive integer)", s.Args()[0])}
+		}
+	}
+	log, err := logging.New(stderr, logLevel, "attachment-worker")
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	pool, err := db.Open(ctx, databaseURL, 2)
+	if err != nil {
+		log.Error().Err(err).Str("error_category", "database_unreachable").Msg("PostgreSQL is not reachable at DATABASE_URL")
+		return loggedError{err}
+	}
+	defer pool.Close()
+	if sub == "retry" {
+		nc, err := nats.Connect(natsURL, nats.Name("quill-attachment-worker-cli"))
+		if err != nil {
+			log.Error().Err(err).Str("error_category", "nats_unreachable").Msg("NATS is not reachable at NATS_URL")
+			return loggedError{err}
+		}
+		defer nc.Close()
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return err
+		}
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		l, ack, err := deadletter.Redrive(rctx, pool, js, id, time.Now())
+		if errors.Is(err, deadletter.ErrNotFound) {
+			return usageError{err.Error()}
+		}
+		if err != nil {
+			return err
+		}
+		dup := ""
+		if ack.Duplicate {
+			dup = " (already re-driven within the duplicate window: not published again)"
+		}
+		fmt.Fprintf(stdout, "dead letter %d (event %s) republished to %s as stream sequence %d%s\n", l.ID, l.EventID, l.Subject, ack.Sequence, dup)
+		return nil
+	}
+	list, err := deadletter.List(ctx, pool, consumer, all)
+	if err != nil {
+		return err
+	}
+	for _, l := range list {
+		if asJSON {
+			b, err := json.Marshal(l)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(stdout, string(b))
+			continue
+		}
+		retried := ""
+		if l.RetriedAt != nil {
+			retried = "  retried " + l.RetriedAt.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(stdout, "%d  event %s  %s  stream seq %d  deliveries %d  created %s%s  error: %s\n", l.ID, l.EventID, l.Subject,
+			l.StreamSeq, l.Deliveries, l.CreatedAt.UTC().Format(time.RFC3339), retried, l.Error)
+	}
+	if len(list) == 0 && !asJSON {
+		fmt.Fprintln(stdout, "no dead letters")
+	}
+	return nil
+}

@@ -1,0 +1,181 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quillhq/quill/internal/dbtest"
+	"github.com/quillhq/quill/internal/natstest"
+	"github.com/quillhq/quill/internal/notes"
+)
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func freeAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+// The real program, in-process: it provisions the stream and consumer,
+// processes an attachment, serves the admin endpoints, dead-letters an
+// unparseable event that the CLI lists and re-drives, and exits 0 when its
+// context ends.
+func TestRunProcessesAndDeadLetters(t *testing.T) {
+	pool, dbURL := dbtest.Pool(t, 4)
+	srv := natstest.Start(t)
+	_, js := srv.Connect(t)
+	suffix := strings.ReplaceAll(uuid.NewString(), "-", "")[:10]
+	admin := freeAddr(t)
+	vars := map[string]string{"DATABASE_URL": dbURL, "NATS_URL": srv.URL(), "QUILL_STREAM": "CMD_" + suffix,
+		"QUILL_SUBJECT_PREFIX": "q" + suffix, "QUILL_CONSUMER": "w-" + suffix, "QUILL_ADMIN_ADDR": admin,
+		"QUILL_MAX_DELIVER": "2", "QUILL_ACK_WAIT": "5s", "QUILL_LOG_LEVEL": "debug"}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stderr := &syncBuffer{}
+	errc := make(chan error, 1)
+	go func() { errc <- run(ctx, nil, env(vars), io.Discard, stderr) }()
+	natstest.WaitFor(t, 30*time.Second, func() bool {
+		resp, err := http.Get("http://" + admin + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, "/readyz ok")
+
+	// A note.created event as the relay publishes it.
+	svc, err := notes.NewService(pool, notes.Config{}, zerolog.Nop())
+	require.NoError(t, err)
+	data := []byte("hello\nworld\n")
+	sum := sha256.Sum256(data)
+	tenant := "t-" + suffix
+	_, err = svc.Create(t.Context(), notes.Request{Tenant: tenant, Key: "k1", Wait: -1},
+		notes.CreateParams{Title: "x", Attachment: &notes.NewAttachment{Filename: "a.txt", ContentType: "text/plain", Data: data, SHA256: hex.EncodeToString(sum[:])}})
+	require.NoError(t, err)
+	var payload []byte
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT payload FROM outbox_events`).Scan(&payload))
+	subject := "q" + suffix + "." + tenant + ".note.created"
+	m := nats.NewMsg(subject)
+	m.Data = payload
+	_, err = js.PublishMsg(t.Context(), m)
+	require.NoError(t, err)
+	natstest.WaitFor(t, 30*time.Second, func() bool {
+		var status string
+		require.NoError(t, pool.QueryRow(t.Context(), `SELECT status FROM attachments`).Scan(&status))
+		return status == "processed"
+	}, "processed")
+
+	// An unparseable event becomes a dead letter at once.
+	bad := nats.NewMsg(subject)
+	bad.Data = []byte("not an event")
+	bad.Header.Set(nats.MsgIdHdr, "bad-1")
+	_, err = js.PublishMsg(t.Context(), bad)
+	require.NoError(t, err)
+	natstest.WaitFor(t, 30*time.Second, func() bool {
+		resp, err := http.Get("http://" + admin + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return strings.Contains(string(b), `quill_worker_messages_total{result="dead_lettered"} 1`) &&
+			strings.Contains(string(b), `quill_worker_messages_total{result="processed"} 1`)
+	}, "metrics show one processed and one dead letter")
+
+	var out bytes.Buffer
+	cli := map[string]string{"DATABASE_URL": dbURL, "NATS_URL": srv.URL(), "QUILL_CONSUMER": "w-" + suffix}
+	require.NoError(t, run(t.Context(), []string{"dead-letters", "list"}, env(cli), &out, io.Discard))
+	require.Contains(t, out.String(), "event bad-1")
+	require.Contains(t, out.String(), "unparseable event")
+	out.Reset()
+	require.NoError(t, run(t.Context(), []string{"dead-letters", "list", "--json"}, env(cli), &out, io.Discard))
+	require.Contains(t, out.String(), `"event_id":"bad-1"`)
+	var id int64
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT id FROM dead_letters`).Scan(&id))
+	out.Reset()
+	require.NoError(t, run(t.Context(), []string{"dead-letters", "retry", fmt.Sprint(id)}, env(cli), &out, io.Discard))
+	require.Contains(t, out.String(), "republished to "+subject)
+	// Still unparseable: it comes back as a second dead letter.
+	natstest.WaitFor(t, 30*time.Second, func() bool {
+		var n int
+		require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM dead_letters`).Scan(&n))
+		return n == 2
+	}, "the re-driven message dead-lettered again")
+	out.Reset()
+	require.NoError(t, run(t.Context(), []string{"dead-letters", "list"}, env(cli), &out, io.Discard))
+	require.Equal(t, 1, strings.Count(out.String(), "\n"), out.String())
+
+	cancel()
+	select {
+	case err := <-errc:
+		require.NoError(t, err, stderr.String())
+	case <-time.After(30 * time.Second):
+		t.Fatal("run did not return after SIGTERM")
+	}
+	require.Contains(t, stderr.String(), `"message":"stopped"`)
+}
+
+func TestRunErrors(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		args []string
+		vars map[string]string
+		code int
+	}{
+		{"bad max deliver", nil, map[string]string{"QUILL_MAX_DELIVER": "zero"}, 2},
+		{"bad ack wait", nil, map[string]string{"QUILL_ACK_WAIT": "soon"}, 2},
+		{"bad concurrency", nil, map[string]string{"QUILL_WORKER_CONCURRENCY": "0"}, 2},
+		{"bad log level", nil, map[string]string{"QUILL_LOG_LEVEL": "loud"}, 2},
+		{"unknown command", []string{"frobnicate"}, nil, 2},
+		{"retry without id", []string{"dead-letters", "retry"}, nil, 2},
+		{"retry bad id", []string{"dead-letters", "retry", "abc"}, nil, 2},
+		{"database unreachable", nil, map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:1/x?sslmode=disable"}, 1},
+		{"help", []string{"--help"}, nil, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var stderr bytes.Buffer
+			err := run(t.Context(), tc.args, env(tc.vars), io.Discard, &stderr)
+			require.Equal(t, tc.code, exitCode(err, &stderr), "%v", err)
+			if tc.code == 1 {
+				require.Equal(t, 1, strings.Count(stderr.String(), "\n"), "one JSON log line: %s", stderr.String())
+				require.Contains(t, stderr.String(), `"error_category":"database_unreachable"`)
+			}
+		})
+	}
+}

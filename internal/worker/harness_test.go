@@ -1,0 +1,289 @@
+package worker_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-json-experiment/json"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/quillhq/quill/internal/db"
+	"github.com/quillhq/quill/internal/dbtest"
+	"github.com/quillhq/quill/internal/metrics"
+	"github.com/quillhq/quill/internal/natstest"
+	"github.com/quillhq/quill/internal/notes"
+	"github.com/quillhq/quill/internal/relay"
+	"github.com/quillhq/quill/internal/worker"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// pgx's pool health checker and nats-server's background
+		// goroutines end shortly after Close; give them a moment.
+		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).startGoRoutine.func1"),
+		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*stream).internalLoop"),
+	)
+}
+
+const waitLong = 30 * time.Second
+
+// harness is one test's world: a fresh schema, its own NATS server, a
+// stream, subject prefix and tenant named uniquely, the API's notes service
+// and a relay publishing its outbox.
+type harness struct {
+	t      testing.TB
+	url    string
+	pool   *pgxpool.Pool
+	srv    *natstest.Server
+	js     jetstream.JetStream
+	svc    *notes.Service
+	suffix string
+	stream string
+	prefix string
+	tenant string
+}
+
+func newHarness(t testing.TB) *harness {
+	t.Helper()
+	pool, u := dbtest.Pool(t, 8)
+	srv := natstest.Start(t)
+	_, js := srv.Connect(t)
+	suffix := strings.ReplaceAll(uuid.NewString(), "-", "")[:10]
+	svc, err := notes.NewService(pool, notes.Config{}, zerolog.Nop())
+	require.NoError(t, err)
+	h := &harness{t: t, url: u, pool: pool, srv: srv, js: js, svc: svc, suffix: suffix,
+		stream: "W_" + strings.ToUpper(suffix), prefix: "q" + suffix, tenant: "acme-" + suffix}
+	h.startRelay()
+	return h
+}
+
+func testLogger(t testing.TB) zerolog.Logger {
+	if testing.Verbose() {
+		return zerolog.New(zerolog.NewTestWriter(t)).With().Timestamp().Logger()
+	}
+	return zerolog.Nop()
+}
+
+func (h *harness) relayConfig() relay.Config {
+	return relay.Config{Stream: h.stream, SubjectPrefix: h.prefix, DuplicateWindow: time.Minute, MaxAge: time.Hour,
+		Lease: time.Second, PollInterval: 50 * time.Millisecond, MaxBackoff: 250 * time.Millisecond, AckTimeout: time.Second, Batch: 256}
+}
+
+func (h *harness) startRelay() {
+	t := h.t
+	pool, err := db.Open(context.Background(), h.url, 4)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	nc, _ := h.srv.Connect(t)
+	r, err := relay.New(pool, nc, h.relayConfig(), testLogger(t), metrics.NewRelay(prometheus.NewRegistry()))
+	require.NoError(t, err)
+	require.NoError(t, r.Provision(t.Context()))
+	runUntilCleanup(t, r.Run)
+}
+
+// config is a worker configuration with short horizons for tests.
+func (h *harness) config() worker.Config {
+	return worker.Config{Stream: h.stream, SubjectPrefix: h.prefix, Consumer: "attachment-worker-" + h.suffix,
+		AckWait: 5 * time.Second, Concurrency: 4, MaxDeliver: 10, RetryInterval: 20 * time.Millisecond,
+		NakDelay: 100 * time.Millisecond, MaxNakDelay: 500 * time.Millisecond}
+}
+
+// startWorker runs a worker with its own pool (on dbURL, default the
+// test's) and NATS connection until the test ends; it returns the worker's
+// metrics and a stop function.
+func (h *harness) startWorker(cfg worker.Config, dbURL string, opts ...worker.Option) (*metrics.Worker, func()) {
+	t := h.t
+	t.Helper()
+	if dbURL == "" {
+		dbURL = h.url
+	}
+	pool, err := db.Open(context.Background(), dbURL, int32(cfg.Concurrency+2))
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	nc, _ := h.srv.Connect(t)
+	m := metrics.NewWorker(prometheus.NewRegistry())
+	w, err := worker.New(pool, nc, cfg, testLogger(t), m, opts...)
+	require.NoError(t, err)
+	require.NoError(t, w.Provision(t.Context()))
+	stop := runUntilCleanup(t, w.Run)
+	return m, stop
+}
+
+// runUntilCleanup runs fn until stop is called or the test ends.
+func runUntilCleanup(t testing.TB, fn func(context.Context) error) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- fn(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("run: %v", err)
+				}
+			case <-time.After(waitLong):
+				t.Errorf("Run did not return after its context ended")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// create creates a note with an attachment through the notes service and
+// returns its id.
+func (h *harness) create(title, contentType string, data []byte) uuid.UUID {
+	h.t.Helper()
+	sum := sha256.Sum256(data)
+	out, err := h.svc.Create(context.Background(), notes.Request{Tenant: h.tenant, Key: "k-" + uuid.NewString(), Wait: -1},
+		notes.CreateParams{Title: title, Attachment: &notes.NewAttachment{Filename: title, ContentType: contentType, Data: data, SHA256: hex.EncodeToString(sum[:])}})
+	require.NoError(h.t, err)
+	var v struct {
+		ID string `json:"id"`
+	}
+	require.NoError(h.t, json.Unmarshal(out.Body, &v))
+	return uuid.MustParse(v.ID)
+}
+
+type attRow struct {
+	Status    string
+	Result    []byte
+	Reason    *string
+	Thumbnail []byte
+}
+
+func (h *harness) attachment(note uuid.UUID) attRow {
+	h.t.Helper()
+	var r attRow
+	require.NoError(h.t, h.pool.QueryRow(context.Background(),
+		`SELECT status, result, reason, thumbnail FROM attachments WHERE note_id = $1`, note).Scan(&r.Status, &r.Result, &r.Reason, &r.Thumbnail))
+	return r
+}
+
+func (h *harness) waitStatus(note uuid.UUID, status string) attRow {
+	h.t.Helper()
+	natstest.WaitFor(h.t, waitLong, func() bool { return h.attachment(note).Status == status }, "attachment "+status)
+	return h.attachment(note)
+}
+
+func (h *harness) count(sql string, args ...any) int {
+	h.t.Helper()
+	var n int
+	require.NoError(h.t, h.pool.QueryRow(context.Background(), sql, args...).Scan(&n))
+	return n
+}
+
+// processedEvents counts the attachment.processed events in the outbox for a note.
+func (h *harness) processedEvents(note uuid.UUID) int {
+	return h.count(`SELECT count(*) FROM outbox_events WHERE type = 'attachment.processed' AND aggregate_id = $1`, note)
+}
+
+func value(c prometheus.Metric) float64 {
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		panic(err)
+	}
+	if m.Counter != nil {
+		return m.Counter.GetValue()
+	}
+	if m.Histogram != nil {
+		return float64(m.Histogram.GetSampleCount())
+	}
+	return m.Gauge.GetValue()
+}
+
+// cutProxy is a TCP proxy in front of PostgreSQL that can refuse and cut
+// every connection for a while: the database is "down" for its clients.
+type cutProxy struct {
+	target string
+	ln     net.Listener
+	mu     sync.Mutex
+	down   bool
+	conns  map[net.Conn]struct{}
+	wg     sync.WaitGroup
+}
+
+func newCutProxy(t *testing.T, dbURL string) (*cutProxy, string) {
+	u, err := url.Parse(dbURL)
+	require.NoError(t, err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &cutProxy{target: u.Host, ln: ln, conns: map[net.Conn]struct{}{}}
+	p.wg.Go(p.accept)
+	t.Cleanup(func() {
+		ln.Close()
+		p.setDown(true)
+		p.wg.Wait()
+	})
+	u.Host = ln.Addr().String()
+	return p, u.String()
+}
+
+func (p *cutProxy) accept() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		down := p.down
+		p.mu.Unlock()
+		if down {
+			c.Close()
+			continue
+		}
+		s, err := net.Dial("tcp", p.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns[c], p.conns[s] = struct{}{}, struct{}{}
+		p.mu.Unlock()
+		pipe := func(dst, src net.Conn) {
+			_, _ = io.Copy(dst, src)
+			dst.Close()
+			src.Close()
+		}
+		p.wg.Go(func() { pipe(s, c) })
+		p.wg.Go(func() { pipe(c, s) })
+	}
+}
+
+// setDown refuses new connections and cuts the open ones (true), or lets
+// them through again (false).
+func (p *cutProxy) setDown(down bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = down
+	if down {
+		for c := range p.conns {
+			c.Close()
+		}
+		clear(p.conns)
+	}
+}
+
+var errInjected = errors.New("injected failure")
+
+func title(i int) string { return fmt.Sprintf("note-%04d", i) }
