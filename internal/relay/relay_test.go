@@ -837,6 +837,9 @@ func TestCleanupHonoursRetention(t *testing.T) {
 	for _, r := range h.rows() {
 		left = append(left, r.ID)
 	}
+	for _, id := range old {
+		require.NotContains(t, left, id, "published 169h ago: deleted")
+	}
 	require.ElementsMatch(t, keep, left,
 		"published events past the retention are deleted; recent and unpublished ones stay")
 	require.Zero(t, h.count(`SELECT count(*) FROM operations WHERE key = 'forgotten'`))
