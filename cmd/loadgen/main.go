@@ -10,6 +10,12 @@
 //     those same requests again (same keys, same bodies); every answer must be
 //     a 201 with Idempotent-Replayed: true, anything else counts as an error.
 //
+// With --rate R the load is open-loop instead: requests start on a fixed
+// schedule, R per second, taken by whichever client is free (--concurrency
+// caps the requests in flight), and latency counts from each request's
+// scheduled start, so a server that falls behind shows as latency rather
+// than as fewer requests.
+//
 // Requests started during --warmup are sent but not measured; the measured
 // window is the --duration after it. Latency is kept per request (one slice
 // per client, sorted at the end), so percentiles are exact. Any non-2xx
@@ -18,7 +24,7 @@
 // Usage:
 //
 //	loadgen --url http://127.0.0.1:8080 --token qt_... --concurrency 16 \
-//	        --duration 10s --warmup 2s --mode create [--json]
+//	        --duration 10s --warmup 2s --mode create [--rate 500] [--json]
 //
 // Run "loadgen --help" for every flag. The token may also come from
 // QUILL_TOKEN and the URL from QUILL_URL.

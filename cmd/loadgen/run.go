@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -59,6 +60,9 @@ type config struct {
 	bodyBytes   int
 	keyPrefix   string
 	jsonOut     bool
+	// rate > 0: requests start on a fixed schedule, rate per second
+	// (open loop), instead of each client sending as soon as it can.
+	rate float64
 }
 
 var keyPrefixRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
@@ -88,6 +92,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.IntVar(&c.bodyBytes, "body-bytes", defaultBodyBytes, "length of each note's body text")
 	fs.StringVar(&c.keyPrefix, "key-prefix", "", "prefix of the generated Idempotency-Keys (default: random per run, so runs never collide)")
 	fs.BoolVar(&c.jsonOut, "json", false, "print the result as one JSON object")
+	fs.Float64Var(&c.rate, "rate", 0, "requests per second on a fixed schedule, whatever the answers take (0: every client sends as soon as its previous request answered); --concurrency caps the requests in flight, and latency counts from each request's scheduled start")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return c, err
@@ -113,6 +118,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		return c, usageError{"--timeout must be positive"}
 	case c.mode != modeCreate && c.mode != modeReplay:
 		return c, usageError{fmt.Sprintf("--mode %q: use %s or %s", c.mode, modeCreate, modeReplay)}
+	case c.rate < 0 || math.IsInf(c.rate, 0) || math.IsNaN(c.rate):
+		return c, usageError{"--rate must be a non-negative number of requests per second"}
 	case c.replayKeys < 0:
 		return c, usageError{"--replay-keys must not be negative"}
 	case c.bodyBytes < 0:
@@ -312,6 +319,23 @@ type workerStats struct {
 	lat      []time.Duration // successful measured requests
 	errs     map[string]int
 	firstErr string
+	maxLag   time.Duration // rate mode: the latest start after its schedule
+}
+
+// sleepUntil waits until t; it reports false when ctx ended first.
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // result is a run's report.
@@ -338,10 +362,17 @@ type result struct {
 	// measured window, CPUCores that divided by the window (-1: unknown).
 	CPUSeconds float64 `json:"cpu_seconds"`
 	CPUCores   float64 `json:"cpu_cores"`
+
+	// TargetRate is --rate; MaxSendLagMs the longest a request started
+	// after its scheduled time (all clients busy, or the scheduler late).
+	TargetRate   float64 `json:"target_rate,omitempty"`
+	MaxSendLagMs float64 `json:"max_send_lag_ms,omitempty"`
 }
 
 // measure runs the load: c.concurrency clients, each sending its next
-// request as soon as the previous one answered, for c.warmup unmeasured and
+// request as soon as the previous one answered — or, with c.rate, when the
+// next slot of the fixed schedule comes (start + i/rate for the i-th
+// request, whichever client is free takes it) — for c.warmup unmeasured and
 // then c.duration measured. In replay mode client w cycles over the targets
 // w, w+c, w+2c, ... Progress lines go to progress: "warming up" at the start
 // and "measuring" when the measured window opens (scripts sample other
@@ -367,6 +398,7 @@ func measure(ctx context.Context, cl *client, c config, targets []target, progre
 	}()
 
 	stats := make([]workerStats, c.concurrency)
+	var slots atomic.Int64 // c.rate > 0: the next schedule slot to take
 	var wg sync.WaitGroup
 	for w := range c.concurrency {
 		wg.Go(func() {
@@ -375,6 +407,17 @@ func measure(ctx context.Context, cl *client, c config, targets []target, progre
 			st.errs = map[string]int{}
 			for seq := 0; ; seq++ {
 				t0 := time.Now()
+				if c.rate > 0 {
+					// Latency counts from the scheduled start, so that a
+					// late start (every client busy) is not hidden.
+					slot := slots.Add(1) - 1
+					due := start.Add(time.Duration(float64(slot) * float64(time.Second) / c.rate))
+					if !due.Before(end) || !sleepUntil(ctx, due) {
+						return
+					}
+					st.maxLag = max(st.maxLag, time.Since(due))
+					t0 = due
+				}
 				if !t0.Before(end) || ctx.Err() != nil {
 					return
 				}
@@ -413,6 +456,14 @@ func measure(ctx context.Context, cl *client, c config, targets []target, progre
 	}
 	if c.mode == modeReplay {
 		res.ReplayKeys = len(targets)
+	}
+	if c.rate > 0 {
+		res.TargetRate = c.rate
+		var lag time.Duration
+		for _, st := range stats {
+			lag = max(lag, st.maxLag)
+		}
+		res.MaxSendLagMs = ms(lag)
 	}
 	var all []time.Duration
 	errs := map[string]int{}
@@ -524,7 +575,11 @@ func writeText(w io.Writer, r result) {
 		fmt.Fprintf(w, " (%s; first: %s)", r.ErrorKinds, r.FirstError)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "  throughput   %.1f/s\n", r.OpsPerSec)
+	fmt.Fprintf(w, "  throughput   %.1f/s", r.OpsPerSec)
+	if r.TargetRate > 0 {
+		fmt.Fprintf(w, " (target %g/s; latest start %.2fms after its schedule)", r.TargetRate, r.MaxSendLagMs)
+	}
+	fmt.Fprintln(w)
 	fmt.Fprintf(w, "  latency      p50 %.2fms  p90 %.2fms  p99 %.2fms  p99.9 %.2fms  max %.2fms  mean %.2fms\n",
 		r.P50Ms, r.P90Ms, r.P99Ms, r.P999Ms, r.MaxMs, r.MeanMs)
 	if r.CPUCores >= 0 {

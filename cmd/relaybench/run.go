@@ -1,0 +1,792 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/quillhq/quill/internal/db"
+	"github.com/quillhq/quill/internal/idempotency"
+	"github.com/quillhq/quill/internal/notes"
+	"github.com/quillhq/quill/internal/outbox"
+	"github.com/quillhq/quill/internal/relay"
+)
+
+const overview = `usage: relaybench seed|raw|wait|latency|reset [flags]
+
+  seed     write --count pending events over --notes notes into outbox_events
+  raw      publish --count messages of the same size into a fresh stream of the
+           relay's kind (the JetStream ceiling) and report the rate
+  wait     wait until --stream holds --count messages and no event is pending;
+           report the publish rate
+  latency  commit → stream store and commit → marked, per event of a window
+  reset    delete --stream if it exists
+
+Each prints one JSON object. "relaybench SUBCOMMAND --help" lists its flags.`
+
+// clockTicks is Linux's USER_HZ, the unit of /proc/self/stat times.
+const clockTicks = 100
+
+// common holds the flags every subcommand may use.
+type common struct {
+	natsURL, databaseURL, stream, prefix, tenant string
+	count, notes, bodyBytes, maxPending          int
+	duplicateWindow, maxAge, timeout             time.Duration
+	from, to, apiLog                             string
+	// progress gets the lines scripts wait for ("publishing").
+	progress io.Writer
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprintln(stdout, overview)
+		if len(args) == 0 {
+			return usageError{"a subcommand is required"}
+		}
+		return nil
+	}
+	sub, args := args[0], args[1:]
+	envOr := func(name, def string) string {
+		if v := getenv(name); v != "" {
+			return v
+		}
+		return def
+	}
+	c := common{progress: stderr}
+	fs := flag.NewFlagSet("relaybench "+sub, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	natsFlags := func() {
+		fs.StringVar(&c.natsURL, "nats-url", envOr("NATS_URL", nats.DefaultURL), "NATS URL (env NATS_URL)")
+	}
+	pgFlags := func() {
+		fs.StringVar(&c.databaseURL, "database-url", envOr("DATABASE_URL", db.DefaultURL), "PostgreSQL URL (env DATABASE_URL)")
+	}
+	streamFlags := func() {
+		fs.StringVar(&c.stream, "stream", envOr("QUILL_STREAM", relay.DefaultStream), "stream name (env QUILL_STREAM)")
+	}
+	genFlags := func() {
+		fs.IntVar(&c.count, "count", 100_000, "number of events (messages)")
+		fs.IntVar(&c.notes, "notes", 20_000, "number of notes the events belong to")
+		fs.StringVar(&c.tenant, "tenant", "bench", "tenant of the events")
+		fs.IntVar(&c.bodyBytes, "body-bytes", 200, "length of each note's body text (loadgen's default)")
+	}
+	var do func(context.Context, common, io.Writer) error
+	switch sub {
+	case "seed":
+		pgFlags()
+		genFlags()
+		do = seed
+	case "raw":
+		natsFlags()
+		streamFlags()
+		genFlags()
+		fs.StringVar(&c.prefix, "subject-prefix", envOr("QUILL_SUBJECT_PREFIX", relay.DefaultSubjectPrefix), "first token of the subjects (env QUILL_SUBJECT_PREFIX)")
+		fs.IntVar(&c.maxPending, "max-pending", 2*relay.DefaultBatch, "most unacknowledged publishes at once (the relay allows 2 × its batch)")
+		fs.DurationVar(&c.duplicateWindow, "duplicate-window", relay.DefaultDuplicateWindow, "the stream's Duplicates window (the relay's default)")
+		fs.DurationVar(&c.maxAge, "max-age", relay.DefaultMaxAge, "the stream's MaxAge (the relay's default)")
+		fs.DurationVar(&c.timeout, "timeout", 10*time.Minute, "give up after")
+		do = raw
+	case "wait":
+		natsFlags()
+		pgFlags()
+		streamFlags()
+		fs.IntVar(&c.count, "count", 100_000, "messages the stream must hold")
+		fs.DurationVar(&c.timeout, "timeout", 10*time.Minute, "give up after")
+		do = wait
+	case "latency":
+		natsFlags()
+		pgFlags()
+		streamFlags()
+		fs.StringVar(&c.from, "from", "", "window start, Unix seconds (date +%s.%N): events created from then on")
+		fs.StringVar(&c.to, "to", "", "window end, Unix seconds: events created before then (default: no end)")
+		fs.StringVar(&c.apiLog, "api-log", "", "the API's JSON log: its request lines (time, key_hash) give each create's answer time, after its commit")
+		do = latency
+	case "reset":
+		natsFlags()
+		streamFlags()
+		do = reset
+	default:
+		return usageError{fmt.Sprintf("unknown subcommand %q; run \"relaybench --help\"", sub)}
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err.Error()}
+	}
+	switch {
+	case fs.NArg() > 0:
+		return usageError{fmt.Sprintf("unexpected arguments %q", fs.Args())}
+	case (sub == "seed" || sub == "raw") && (c.count < 1 || c.notes < 1 || c.notes > c.count):
+		return usageError{"--count and --notes must be positive, with --notes ≤ --count"}
+	case sub == "raw" && c.maxPending < 1:
+		return usageError{"--max-pending must be positive"}
+	case sub == "wait" && c.count < 1:
+		return usageError{"--count must be positive"}
+	case sub == "latency" && c.from == "":
+		return usageError{"--from is required"}
+	}
+	return do(ctx, c, stdout)
+}
+
+func writeJSON(w io.Writer, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}
+
+// --- events ------------------------------------------------------------------------
+
+// event is one generated outbox event.
+type event struct {
+	id, note uuid.UUID
+	key      string
+	payload  []byte
+}
+
+// generate returns count events over nNotes notes (count/nNotes each, the
+// remainder spread), in a random but reproducible note order, each with the
+// CloudEvents JSON the API writes for a created note: the note's view with
+// a loadgen-like title and a body of bodyBytes characters. Only the shape
+// matters to the relay; every event is a note.created.
+func generate(count, nNotes, bodyBytes int, tenant string, at time.Time) ([]event, error) {
+	noteIDs := make([]uuid.UUID, nNotes)
+	for i := range noteIDs {
+		noteIDs[i] = uuid.Must(uuid.NewV7())
+	}
+	order := make([]int, count)
+	for i := range order {
+		order[i] = i % nNotes
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+
+	var rb [6]byte
+	for i := range rb {
+		rb[i] = byte(rng.UintN(256))
+	}
+	run := fmt.Sprintf("seed-%x", rb)
+	filler := strings.Repeat("lorem ipsum dolor sit amet ", bodyBytes/27+1)[:bodyBytes]
+	created := notes.FormatTime(at)
+	events := make([]event, count)
+	for i, n := range order {
+		id, err := uuid.NewV7()
+		if err != nil {
+			return nil, err
+		}
+		key := run + "-" + strconv.Itoa(i)
+		view := notes.NoteView{ID: noteIDs[n].String(), Title: "bench note " + key, Body: filler, CreatedAt: created}
+		payload, err := outbox.Envelope(outbox.Event{ID: id, Tenant: tenant, OperationKey: key, AggregateID: noteIDs[n],
+			Type: outbox.TypeNoteCreated, Time: at, Data: view})
+		if err != nil {
+			return nil, err
+		}
+		events[i] = event{id: id, note: noteIDs[n], key: key, payload: payload}
+	}
+	return events, nil
+}
+
+func avgPayload(events []event) float64 {
+	total := 0
+	for _, e := range events {
+		total += len(e.payload)
+	}
+	return round(float64(total)/float64(len(events)), 1)
+}
+
+func pgUUID(u uuid.UUID) pgtype.UUID { return pgtype.UUID{Bytes: u, Valid: true} }
+
+// seed writes the events as pending rows with COPY, in seq order.
+func seed(ctx context.Context, c common, stdout io.Writer) error {
+	at := time.Now().UTC().Truncate(time.Microsecond)
+	events, err := generate(c.count, c.notes, c.bodyBytes, c.tenant, at)
+	if err != nil {
+		return err
+	}
+	pool, err := db.Open(ctx, c.databaseURL, 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	t0 := time.Now()
+	rows := make([][]any, len(events))
+	for i, e := range events {
+		rows[i] = []any{pgUUID(e.id), c.tenant, e.key, pgUUID(e.note), outbox.TypeNoteCreated, e.payload, at}
+	}
+	n, err := pool.CopyFrom(ctx, pgx.Identifier{"outbox_events"},
+		[]string{"id", "tenant", "operation_key", "aggregate_id", "type", "payload", "created_at"}, pgx.CopyFromRows(rows))
+	if err != nil {
+		return fmt.Errorf("copy events: %w", err)
+	}
+	return writeJSON(stdout, map[string]any{
+		"events": n, "notes": c.notes, "payload_avg_bytes": avgPayload(events), "copy_s": round(time.Since(t0).Seconds(), 3),
+	})
+}
+
+// --- NATS --------------------------------------------------------------------------
+
+func connect(url, name string) (*nats.Conn, error) {
+	nc, err := nats.Connect(url, nats.Name(name), nats.MaxReconnects(-1))
+	if err != nil {
+		return nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
+	}
+	return nc, nil
+}
+
+func reset(ctx context.Context, c common, stdout io.Writer) error {
+	nc, err := connect(c.natsURL, "quill-relaybench")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	deleted, err := deleteStream(ctx, js, c.stream)
+	if err != nil {
+		return err
+	}
+	return writeJSON(stdout, map[string]any{"stream": c.stream, "deleted": deleted})
+}
+
+func deleteStream(ctx context.Context, js jetstream.JetStream, name string) (bool, error) {
+	err := js.DeleteStream(ctx, name)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("delete stream %s: %w", name, err)
+	}
+	return true, nil
+}
+
+// span is the stream's first and last message store times.
+type span struct {
+	Messages uint64  `json:"messages"`
+	LastSeq  uint64  `json:"last_seq"`
+	First    string  `json:"first_stored"`
+	Last     string  `json:"last_stored"`
+	SpanS    float64 `json:"span_s"`
+	// Rate is (messages − 1) ÷ span: messages stored per second from the
+	// first to the last.
+	Rate       float64 `json:"rate"`
+	Storage    string  `json:"storage"`
+	Duplicates string  `json:"duplicate_window"`
+}
+
+func streamSpan(ctx context.Context, js jetstream.JetStream, name string) (span, error) {
+	s, err := js.Stream(ctx, name)
+	if err != nil {
+		return span{}, fmt.Errorf("stream %s: %w", name, err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return span{}, fmt.Errorf("stream %s info: %w", name, err)
+	}
+	st := info.State
+	out := span{Messages: st.Msgs, LastSeq: st.LastSeq, Storage: info.Config.Storage.String(), Duplicates: info.Config.Duplicates.String()}
+	if st.Msgs == 0 {
+		return out, nil
+	}
+	first, err := s.GetMsg(ctx, st.FirstSeq)
+	if err != nil {
+		return span{}, fmt.Errorf("stream %s message %d: %w", name, st.FirstSeq, err)
+	}
+	last, err := s.GetMsg(ctx, st.LastSeq)
+	if err != nil {
+		return span{}, fmt.Errorf("stream %s message %d: %w", name, st.LastSeq, err)
+	}
+	d := last.Time.Sub(first.Time)
+	out.First, out.Last = first.Time.UTC().Format(time.RFC3339Nano), last.Time.UTC().Format(time.RFC3339Nano)
+	out.SpanS = round(d.Seconds(), 4)
+	if d > 0 {
+		out.Rate = round(float64(st.Msgs-1)/d.Seconds(), 1)
+	}
+	return out, nil
+}
+
+// raw publishes like the relay does — jetstream.PublishMsgAsync with the
+// relay's options (10 s ack timeout, bounded pending acks), the event id as
+// Nats-Msg-Id and the same headers — but with nothing else to do: no claim,
+// no mark, no pauses between batches.
+func raw(ctx context.Context, c common, stdout io.Writer) error {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	events, err := generate(c.count, c.notes, c.bodyBytes, c.tenant, time.Now().UTC().Truncate(time.Microsecond))
+	if err != nil {
+		return err
+	}
+	nc, err := connect(c.natsURL, "quill-relaybench-raw")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(relay.DefaultAckTimeout),
+		jetstream.WithPublishAsyncMaxPending(c.maxPending))
+	if err != nil {
+		return err
+	}
+	if _, err := deleteStream(ctx, js, c.stream); err != nil {
+		return err
+	}
+	// The relay's Provision, field for field.
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{
+		Name: c.stream, Subjects: []string{c.prefix + ".>"}, Storage: jetstream.FileStorage,
+		Duplicates: c.duplicateWindow, MaxAge: c.maxAge,
+	}); err != nil {
+		return fmt.Errorf("create stream %s: %w", c.stream, err)
+	}
+	subject := outbox.Subject(c.prefix, c.tenant, outbox.TypeNoteCreated)
+
+	futures := make([]jetstream.PubAckFuture, len(events))
+	fmt.Fprintf(c.progress, "relaybench: publishing %d messages to %s\n", len(events), subject)
+	cpu0 := processCPUSeconds()
+	t0 := time.Now()
+	var pubErrs int
+	var firstErr error
+	for i, e := range events {
+		msg := nats.NewMsg(subject)
+		msg.Data = e.payload
+		msg.Header.Set(jetstream.MsgIDHeader, e.id.String())
+		msg.Header.Set("Content-Type", "application/cloudevents+json")
+		// A full window waits for a free slot (up to the ack timeout)
+		// instead of failing after nats.go's default 200 ms: the relay
+		// never has more than a batch (half the bound) in flight, so it
+		// never stalls; with sync_interval always an ack can take longer.
+		if futures[i], err = js.PublishMsgAsync(msg, jetstream.WithStallWait(relay.DefaultAckTimeout)); err != nil {
+			if firstErr == nil {
+				firstErr = err
+			}
+			pubErrs++
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for acknowledgements: %w", ctx.Err())
+	}
+	wall := time.Since(t0)
+	cpu1 := processCPUSeconds()
+
+	acked, dups, ackErrs := 0, 0, 0
+	for _, f := range futures {
+		if f == nil {
+			continue
+		}
+		select {
+		case ack := <-f.Ok():
+			acked++
+			if ack.Duplicate {
+				dups++
+			}
+		case err := <-f.Err():
+			if firstErr == nil {
+				firstErr = err
+			}
+			ackErrs++
+		default:
+			ackErrs++ // PublishAsyncComplete closed: nothing is outstanding
+		}
+	}
+	sp, err := streamSpan(ctx, js, c.stream)
+	if err != nil {
+		return err
+	}
+	out := map[string]any{
+		"messages": len(events), "acked": acked, "duplicates": dups, "errors": pubErrs + ackErrs,
+		"publish_errors": pubErrs, "ack_errors": ackErrs,
+		"payload_avg_bytes": avgPayload(events), "max_pending": c.maxPending,
+		"client_s": round(wall.Seconds(), 4), "client_rate": round(float64(acked)/wall.Seconds(), 1),
+		"stream": sp, "cpu_cores": -1.0,
+	}
+	if cpu0 >= 0 && cpu1 >= 0 {
+		out["cpu_cores"] = round((cpu1-cpu0)/wall.Seconds(), 2)
+	}
+	if firstErr != nil {
+		// Reported, not fatal: the rate of what was stored still stands,
+		// and the script shows the errors.
+		out["first_error"] = firstErr.Error()
+		fmt.Fprintf(c.progress, "relaybench: %d of %d messages acknowledged; first error: %v\n", acked, len(events), firstErr)
+	}
+	return writeJSON(stdout, out)
+}
+
+// wait polls the stream (cheap) until it holds c.count messages, then the
+// outbox until no event is pending (the last marks), and reports the rate.
+func wait(ctx context.Context, c common, stdout io.Writer) error {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	t0 := time.Now()
+	nc, err := connect(c.natsURL, "quill-relaybench-wait")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	pool, err := db.Open(ctx, c.databaseURL, 1)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	var msgs uint64
+	for msgs < uint64(c.count) {
+		s, err := js.Stream(ctx, c.stream)
+		switch {
+		case err == nil:
+			msgs = s.CachedInfo().State.Msgs
+		case !errors.Is(err, jetstream.ErrStreamNotFound) && ctx.Err() == nil:
+			return fmt.Errorf("stream %s: %w", c.stream, err)
+		}
+		if msgs >= uint64(c.count) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("stream %s holds %d of %d messages: %w", c.stream, msgs, c.count, ctx.Err())
+		case <-tick.C:
+		}
+	}
+	stored := time.Since(t0)
+	for {
+		pending, err := pendingEvents(ctx, pool)
+		if err != nil {
+			return err
+		}
+		if pending == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d events still pending: %w", pending, ctx.Err())
+		case <-tick.C:
+		}
+	}
+	marked := time.Since(t0)
+	sp, err := streamSpan(ctx, js, c.stream)
+	if err != nil {
+		return err
+	}
+	return writeJSON(stdout, map[string]any{
+		"stream": sp, "all_stored_s": round(stored.Seconds(), 3), "all_marked_s": round(marked.Seconds(), 3),
+	})
+}
+
+func pendingEvents(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
+	var n int64
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE published_at IS NULL`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count pending events: %w", err)
+	}
+	return n, nil
+}
+
+// --- latency -----------------------------------------------------------------------
+
+// stored is what the stream says about one event.
+type stored struct {
+	at     time.Time // the server's store timestamp
+	ceTime time.Time // the CloudEvents time in the payload
+}
+
+// latency joins the outbox rows created in [from, to) with their messages
+// in the stream and reports, per event:
+//
+//   - store: stream store timestamp − CloudEvents time. The CloudEvents time
+//     (= created_at) is the API's clock when it planned the transaction,
+//     before BEGIN, so this is commit → stored plus the transaction's own
+//     duration; the acknowledgement leaves the server right after the store
+//     (after the fsync with sync_interval always);
+//   - answered (with --api-log): stream store timestamp − the time the API
+//     logged the create's answer, which it does after the commit: a lower
+//     bound of commit → stored (negative when the relay was faster than the
+//     API's log line);
+//   - mark: published_at − created_at: published_at is now() of the relay's
+//     mark transaction, which starts after the whole batch's acks — an upper
+//     bound of commit → ack.
+func latency(ctx context.Context, c common, stdout io.Writer) error {
+	from, err := parseUnix(c.from)
+	if err != nil {
+		return usageError{"--from: " + err.Error()}
+	}
+	to := time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+	if c.to != "" {
+		if to, err = parseUnix(c.to); err != nil {
+			return usageError{"--to: " + err.Error()}
+		}
+	}
+	nc, err := connect(c.natsURL, "quill-relaybench-latency")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	msgs, err := readStream(ctx, js, c.stream)
+	if err != nil {
+		return err
+	}
+	pool, err := db.Open(ctx, c.databaseURL, 1)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	var answered map[string]time.Time
+	if c.apiLog != "" {
+		if answered, err = readAPILog(c.apiLog); err != nil {
+			return err
+		}
+	}
+	rows, err := pool.Query(ctx, `SELECT id, tenant, coalesce(operation_key, ''), created_at, published_at
+		FROM outbox_events WHERE created_at >= $1 AND created_at < $2`, from, to)
+	if err != nil {
+		return fmt.Errorf("read events: %w", err)
+	}
+	var storeLat, markLat, answeredLat []time.Duration
+	events, unpublished, notInStream, timeMismatch := 0, 0, 0, 0
+	for rows.Next() {
+		var id uuid.UUID
+		var tenant, key string
+		var created time.Time
+		var published *time.Time
+		if err := rows.Scan(&id, &tenant, &key, &created, &published); err != nil {
+			return fmt.Errorf("read events: %w", err)
+		}
+		events++
+		if published == nil {
+			unpublished++
+			continue
+		}
+		markLat = append(markLat, published.Sub(created))
+		m, ok := msgs[id]
+		if !ok {
+			notInStream++
+			continue
+		}
+		if !m.ceTime.Equal(created) {
+			timeMismatch++
+		}
+		storeLat = append(storeLat, m.at.Sub(m.ceTime))
+		if at, ok := answered[idempotency.KeyHash(tenant, key)]; ok && key != "" {
+			answeredLat = append(answeredLat, m.at.Sub(at))
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read events: %w", err)
+	}
+	out := map[string]any{
+		"events": events, "unpublished": unpublished, "not_in_stream": notInStream,
+		"ce_time_ne_created_at": timeMismatch, "stream_messages": len(msgs),
+		"store": summary(storeLat), "mark": summary(markLat),
+	}
+	if c.apiLog != "" {
+		out["answered"] = summary(answeredLat)
+	}
+	if err := writeJSON(stdout, out); err != nil {
+		return err
+	}
+	if events == 0 {
+		return errors.New("no events in the window")
+	}
+	return nil
+}
+
+// readAPILog returns, by key hash, when the API logged its answer to each
+// successful (201) create: the request log line is written after the
+// handler returned, so after the commit.
+func readAPILog(path string) (map[string]time.Time, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("API log: %w", err)
+	}
+	out := map[string]time.Time{}
+	for line := range bytes.Lines(b) {
+		if !bytes.Contains(line, []byte(`"key_hash"`)) {
+			continue
+		}
+		var l struct {
+			Message string `json:"message"`
+			Method  string `json:"method"`
+			Status  int    `json:"status"`
+			KeyHash string `json:"key_hash"`
+			Time    string `json:"time"`
+		}
+		if err := json.Unmarshal(line, &l); err != nil || l.Message != "request" || l.Method != "POST" || l.Status != 201 {
+			continue
+		}
+		t, err := time.Parse(time.RFC3339Nano, l.Time)
+		if err != nil {
+			return nil, fmt.Errorf("API log: time %q: %w", l.Time, err)
+		}
+		if _, seen := out[l.KeyHash]; !seen {
+			out[l.KeyHash] = t
+		}
+	}
+	return out, nil
+}
+
+func parseUnix(s string) (time.Time, error) {
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || f <= 0 {
+		return time.Time{}, fmt.Errorf("%q is not Unix seconds", s)
+	}
+	sec, frac := math.Modf(f)
+	return time.Unix(int64(sec), int64(frac*1e9)).UTC(), nil
+}
+
+// readStream reads every message of the stream with an ordered consumer and
+// returns, by event id (Nats-Msg-Id), its store time and CloudEvents time.
+func readStream(ctx context.Context, js jetstream.JetStream, name string) (map[uuid.UUID]stored, error) {
+	s, err := js.Stream(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", name, err)
+	}
+	total := s.CachedInfo().State.Msgs
+	out := make(map[uuid.UUID]stored, total)
+	if total == 0 {
+		return out, nil
+	}
+	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		return nil, fmt.Errorf("ordered consumer on %s: %w", name, err)
+	}
+	var seen uint64
+	for seen < total {
+		batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(2*time.Second))
+		if err != nil {
+			return nil, fmt.Errorf("fetch from %s: %w", name, err)
+		}
+		got := 0
+		for m := range batch.Messages() {
+			got++
+			seen++
+			md, err := m.Metadata()
+			if err != nil {
+				return nil, err
+			}
+			id, err := uuid.Parse(m.Headers().Get(jetstream.MsgIDHeader))
+			if err != nil {
+				return nil, fmt.Errorf("message %d: Nats-Msg-Id: %w", md.Sequence.Stream, err)
+			}
+			ce, err := ceTime(m.Data())
+			if err != nil {
+				return nil, fmt.Errorf("message %d: %w", md.Sequence.Stream, err)
+			}
+			out[id] = stored{at: md.Timestamp, ceTime: ce}
+		}
+		if err := batch.Error(); err != nil {
+			return nil, fmt.Errorf("fetch from %s: %w", name, err)
+		}
+		if got == 0 {
+			return nil, fmt.Errorf("stream %s: read %d of %d messages, then nothing more", name, seen, total)
+		}
+	}
+	return out, nil
+}
+
+func ceTime(payload []byte) (time.Time, error) {
+	var ce struct {
+		Time string `json:"time"`
+	}
+	if err := json.NewDecoder(bytes.NewReader(payload)).Decode(&ce); err != nil {
+		return time.Time{}, fmt.Errorf("payload is not CloudEvents JSON: %w", err)
+	}
+	t, err := time.Parse(time.RFC3339Nano, ce.Time)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("CloudEvents time %q: %w", ce.Time, err)
+	}
+	return t, nil
+}
+
+// dist is a latency distribution in milliseconds.
+type dist struct {
+	N    int     `json:"n"`
+	Min  float64 `json:"min_ms"`
+	P50  float64 `json:"p50_ms"`
+	P90  float64 `json:"p90_ms"`
+	P99  float64 `json:"p99_ms"`
+	P999 float64 `json:"p999_ms"`
+	Max  float64 `json:"max_ms"`
+	Mean float64 `json:"mean_ms"`
+}
+
+func summary(d []time.Duration) dist {
+	if len(d) == 0 {
+		return dist{}
+	}
+	slices.Sort(d)
+	var sum time.Duration
+	for _, v := range d {
+		sum += v
+	}
+	return dist{N: len(d), Min: ms(d[0]), P50: ms(percentile(d, 50)), P90: ms(percentile(d, 90)),
+		P99: ms(percentile(d, 99)), P999: ms(percentile(d, 99.9)), Max: ms(d[len(d)-1]),
+		Mean: ms(sum / time.Duration(len(d)))}
+}
+
+// percentile returns the nearest-rank p-th percentile of sorted.
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	i := int(math.Ceil(p/100*float64(len(sorted)))) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+func ms(d time.Duration) float64 { return round(float64(d)/float64(time.Millisecond), 3) }
+
+func round(v float64, places int) float64 {
+	p := math.Pow(10, float64(places))
+	return math.Round(v*p) / p
+}
+
+// processCPUSeconds returns this process's user+system CPU time from
+// /proc/self/stat, or -1 where there is no such file.
+func processCPUSeconds() float64 {
+	b, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		return -1
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return -1
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return -1
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return -1
+	}
+	return float64(utime+stime) / clockTicks
+}

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/quillhq/quill/internal/idempotency"
+)
+
+func TestGenerateSpreadsEventsOverNotes(t *testing.T) {
+	at := time.Date(2026, 1, 2, 3, 4, 5, 123456000, time.UTC)
+	events, err := generate(1000, 200, 200, "bench", at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	perNote := map[uuid.UUID]int{}
+	ids := map[uuid.UUID]bool{}
+	for _, e := range events {
+		perNote[e.note]++
+		if ids[e.id] {
+			t.Fatalf("event id %s twice", e.id)
+		}
+		ids[e.id] = true
+		var ce struct {
+			ID, Subject, Time string
+		}
+		if err := json.Unmarshal(e.payload, &ce); err != nil {
+			t.Fatalf("payload: %v", err)
+		}
+		if ce.ID != e.id.String() || ce.Subject != e.note.String() {
+			t.Fatalf("payload id/subject %s/%s, want %s/%s", ce.ID, ce.Subject, e.id, e.note)
+		}
+		if got, err := ceTime(e.payload); err != nil || !got.Equal(at) {
+			t.Fatalf("ceTime = %v, %v; want %v", got, err, at)
+		}
+	}
+	if len(perNote) != 200 {
+		t.Fatalf("%d notes, want 200", len(perNote))
+	}
+	for n, c := range perNote {
+		if c != 5 {
+			t.Fatalf("note %s has %d events, want 5", n, c)
+		}
+	}
+	if avg := avgPayload(events); avg < 550 || avg > 700 {
+		t.Errorf("average payload %v bytes, want about 600", avg)
+	}
+}
+
+func TestReadAPILogKeepsSuccessfulCreates(t *testing.T) {
+	hash := idempotency.KeyHash("bench", "k1")
+	lines := []string{
+		`{"level":"info","message":"listening"}`,
+		`{"level":"info","method":"POST","status":201,"key_hash":"` + hash + `","time":"2026-01-02T03:04:05.5Z","message":"request"}`,
+		`{"level":"info","method":"POST","status":201,"key_hash":"` + hash + `","time":"2026-01-02T03:04:06Z","message":"request"}`,
+		`{"level":"info","method":"POST","status":409,"key_hash":"other","time":"2026-01-02T03:04:05Z","message":"request"}`,
+	}
+	path := filepath.Join(t.TempDir(), "api.log")
+	if err := os.WriteFile(path, []byte(lines[0]+"\n"+lines[1]+"\n"+lines[2]+"\n"+lines[3]+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, err := readAPILog(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := time.Date(2026, 1, 2, 3, 4, 5, 500_000_000, time.UTC)
+	if len(got) != 1 || !got[hash].Equal(want) {
+		t.Fatalf("readAPILog = %v, want only %s at %v (the first answer)", got, hash, want)
+	}
+}
+
+func TestSummaryAndParseUnix(t *testing.T) {
+	var d []time.Duration
+	for i := 100; i >= 1; i-- {
+		d = append(d, time.Duration(i)*time.Millisecond)
+	}
+	s := summary(d)
+	if s.N != 100 || s.P50 != 50 || s.P99 != 99 || s.Max != 100 || s.Min != 1 {
+		t.Fatalf("summary = %+v", s)
+	}
+	tm, err := parseUnix("1767323045.25")
+	if err != nil || tm.UnixMilli() != 1767323045250 {
+		t.Fatalf("parseUnix = %v, %v", tm, err)
+	}
+	if _, err := parseUnix("yesterday"); err == nil {
+		t.Fatal("parseUnix accepted a word")
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	env := func(string) string { return "" }
+	for _, args := range [][]string{nil, {"nope"}, {"latency"}, {"seed", "--notes", "10", "--count", "5"}, {"wait", "extra"}} {
+		var out, errOut bytes.Buffer
+		err := run(context.Background(), args, env, &out, &errOut)
+		if _, ok := err.(usageError); !ok {
+			t.Errorf("run %q: err = %v, want a usage error", args, err)
+		}
+	}
+}

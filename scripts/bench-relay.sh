@@ -1,0 +1,608 @@
+#!/usr/bin/env bash
+# bench-relay.sh: `make bench-relay` — the relay's publish throughput against
+# the raw JetStream ceiling, and the end-to-end latency commit → stream ack
+# under API load (see bench/README.md).
+#
+#   1. builds ./bin (api, relay, loadgen, relaybench) and nats-server v2.15.2
+#      from the Go module into .data/bin; drops and recreates the database
+#      quill_bench_relay on the server of $DATABASE_URL (`api migrate`);
+#      starts `api serve` on free loopback ports and creates a token;
+#   2. for each NATS mode (defaults; sync_interval: always) starts its own
+#      nats-server on a free port with a fresh store directory, then:
+#      a. seeds 100,000 pending events (relaybench seed), runs 1 relay until
+#         all are published and marked; re-seeds, the same with 2 relays;
+#      b. the raw ceiling, 3 times between those runs (before, between,
+#         after): relaybench raw, the same number and size of messages into
+#         the same kind of stream, async with message ids, pending acks
+#         bounded like the relay's;
+#      c. API + 1 relay while loadgen creates notes at a fixed rate (500/s):
+#         per event, commit → stored in the stream and commit → marked;
+#   3. prints the table, target verdicts and CPU use per phase, and writes
+#      them to bench/results/relay-latest.txt. Everything it started is
+#      stopped on exit.
+#
+# Settings (environment): DATABASE_URL (only its server and credentials are
+# used), BENCH_EVENTS (100000), BENCH_NOTES (20000), BENCH_RAW_RUNS (3),
+# BENCH_RATE (500, creates/s), BENCH_E2E_DURATION (20, seconds),
+# BENCH_E2E_WARMUP (2, seconds), BENCH_E2E_CONCURRENCY (32, most creates in
+# flight), BENCH_NATS_MODES ("default always"), BENCH_RELAY_BATCH (the
+# relay's default), BENCH_STRICT=1 to exit 1 when a target is missed,
+# BENCH_WAIT_QUIET (0, seconds to wait for an otherwise idle machine).
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+DATABASE_URL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/quill?sslmode=disable}
+EVENTS=${BENCH_EVENTS:-100000}
+NOTES=${BENCH_NOTES:-20000}
+RAW_RUNS=${BENCH_RAW_RUNS:-3}
+RATE=${BENCH_RATE:-500}
+E2E_DURATION=${BENCH_E2E_DURATION:-20}
+E2E_WARMUP=${BENCH_E2E_WARMUP:-2}
+E2E_CONCURRENCY=${BENCH_E2E_CONCURRENCY:-32}
+MODES=${BENCH_NATS_MODES:-default always}
+RELAY_BATCH=${BENCH_RELAY_BATCH:-}
+STRICT=${BENCH_STRICT:-0}
+GO=${GO:-go}
+NATS_SERVER_VERSION=v2.15.2
+NATS_SERVER=.data/bin/nats-server
+BENCH_DB=quill_bench_relay
+STREAM=QUILL_BENCH
+PREFIX=quillbench
+TENANT=bench
+RESULTS=bench/results/relay-latest.txt
+
+log() { printf 'bench-relay: %s\n' "$*" >&2; }
+die() {
+	printf 'bench-relay: ERROR: %s\n' "$*" >&2
+	exit 1
+}
+
+posint() { [[ $2 =~ ^[1-9][0-9]*$ ]] || die "$1 must be a positive integer, got '$2'"; }
+posint BENCH_EVENTS "$EVENTS"
+posint BENCH_NOTES "$NOTES"
+posint BENCH_RAW_RUNS "$RAW_RUNS"
+posint BENCH_RATE "$RATE"
+posint BENCH_E2E_DURATION "$E2E_DURATION"
+posint BENCH_E2E_CONCURRENCY "$E2E_CONCURRENCY"
+[[ $E2E_WARMUP =~ ^[0-9]+$ ]] || die "BENCH_E2E_WARMUP must be whole seconds, got '$E2E_WARMUP'"
+[[ -z $RELAY_BATCH ]] || posint BENCH_RELAY_BATCH "$RELAY_BATCH"
+((NOTES <= EVENTS)) || die "BENCH_NOTES ($NOTES) must not exceed BENCH_EVENTS ($EVENTS)"
+for m in $MODES; do
+	case $m in default | always) ;; *) die "BENCH_NATS_MODES holds '$m'; use default and/or always" ;; esac
+done
+
+# --- PostgreSQL URLs and tools --------------------------------------------------
+# with_db URL DB: URL with its database replaced (postgres[ql]:// URLs only).
+with_db() {
+	local url=$1 db=$2 scheme rest query=""
+	[[ $url == postgres://* || $url == postgresql://* ]] ||
+		die "DATABASE_URL must be a postgres:// URL (got a keyword/value string?)"
+	scheme=${url%%://*}
+	rest=${url#*://}
+	if [[ $rest == *\?* ]]; then
+		query="?${rest#*\?}"
+		rest=${rest%%\?*}
+	fi
+	printf '%s://%s/%s%s' "$scheme" "${rest%%/*}" "$db" "$query"
+}
+ADMIN_URL=$(with_db "$DATABASE_URL" postgres)
+BENCH_URL=$(with_db "$DATABASE_URL" "$BENCH_DB")
+
+# pg_tool NAME: NAME from PATH, else from the newest /usr/lib/postgresql/*/bin.
+pg_tool() {
+	if command -v "$1" >/dev/null 2>&1; then
+		command -v "$1"
+		return 0
+	fi
+	local found
+	found=$(printf '%s\n' /usr/lib/postgresql/*/bin/"$1" | sort -V | tail -1)
+	[[ -n $found && -x $found ]] || return 1
+	echo "$found"
+}
+PSQL=$(pg_tool psql) || die "psql not found (PATH or /usr/lib/postgresql/*/bin); install the PostgreSQL client"
+command -v curl >/dev/null 2>&1 || die "curl not found (it reads the relays' /metrics)"
+
+psql_admin() { PGOPTIONS='-c client_min_messages=warning' "$PSQL" -X -q -v ON_ERROR_STOP=1 "$ADMIN_URL" "$@"; }
+psql_bench() { PGOPTIONS='-c client_min_messages=warning' "$PSQL" -X -q -v ON_ERROR_STOP=1 "$BENCH_URL" "$@"; }
+
+# --- work directory and cleanup -------------------------------------------------
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/quill-bench-relay.XXXXXX")
+API_PID=""
+NATS_PID=""
+RELAY_PIDS=()
+OK=false
+stop_pid() {
+	if [[ -n $1 ]] && kill -0 "$1" 2>/dev/null; then
+		kill -TERM "$1" 2>/dev/null || true
+		wait "$1" 2>/dev/null || true
+	fi
+}
+cleanup() {
+	local p
+	for p in "${RELAY_PIDS[@]}"; do stop_pid "$p"; done
+	stop_pid "$API_PID"
+	stop_pid "$NATS_PID"
+	if $OK; then
+		rm -rf "$WORK"
+	else
+		log "logs kept in $WORK"
+	fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# --- build, database ------------------------------------------------------------
+log "building ./bin and $NATS_SERVER ($NATS_SERVER_VERSION, from go.mod)"
+"$GO" build -o bin/ ./cmd/...
+mkdir -p "$(dirname "$NATS_SERVER")"
+"$GO" build -o "$NATS_SERVER" github.com/nats-io/nats-server/v2
+got=$("$NATS_SERVER" --version)
+[[ $got == *"$NATS_SERVER_VERSION"* ]] || die "$NATS_SERVER is '$got', not $NATS_SERVER_VERSION (see go.mod)"
+
+psql_admin -c 'SELECT 1' >/dev/null 2>"$WORK/psql.err" ||
+	die "cannot connect to $ADMIN_URL: $(cat "$WORK/psql.err") (is PostgreSQL running? try: bash scripts/ensure-postgres.sh)"
+log "recreating database $BENCH_DB"
+psql_admin -c "DROP DATABASE IF EXISTS $BENCH_DB WITH (FORCE)"
+DATABASE_URL=$BENCH_URL ./bin/api migrate 2>>"$WORK/api-cli.log" || die "api migrate failed (see $WORK/api-cli.log)"
+
+# --- CPU accounting ---------------------------------------------------------------
+# Two snapshots bracket each measured phase and give the cores used by: the
+# client (relaybench raw or loadgen), the API, the relays, nats-server,
+# PostgreSQL ($BENCH_DB's backends plus the postmaster and its background
+# processes: WAL writer, checkpointer, autovacuum, ...), and the whole machine
+# (/proc/stat). "other" is the rest: the kernel's loopback networking and
+# interrupts, and whatever else runs on the machine (a noisy neighbour).
+NCPU=$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN)
+CLK_TCK=$(getconf CLK_TCK 2>/dev/null || echo 100)
+now_s() { date +%s.%N; }
+elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", b - a }'; }
+
+# ROLE[pid] = client, api, relay or nats for the processes of the phase.
+declare -A ROLE
+
+# cpu_snapshot: "pid class ticks" for every process of interest, then
+# "sys busy total" (all CPUs, clock ticks).
+cpu_snapshot() {
+	local d pid stat comm cmd class
+	local -a f
+	for d in /proc/[0-9]*; do
+		pid=${d#/proc/}
+		read -r stat 2>/dev/null <"$d/stat" || continue # gone meanwhile
+		comm=${stat#* (}
+		comm=${comm%%) *}
+		read -r -a f <<<"${stat##*) }"
+		class=${ROLE[$pid]:-}
+		if [[ -z $class && $comm == postgres ]]; then
+			# The process title (postgres: ... DB HOST(PORT) state) is the
+			# first NUL-terminated string of cmdline.
+			cmd=""
+			IFS= read -r -d '' cmd 2>/dev/null <"$d/cmdline" || [[ -n $cmd ]] || continue
+			if [[ $cmd != *" $BENCH_DB "* && ($cmd == *"("[0-9]*")"* || $cmd == *"[local]"*) ]]; then
+				continue # a backend of another database: not ours
+			fi
+			class=pg
+		fi
+		[[ -n $class ]] || continue
+		echo "$pid $class $((f[11] + f[12]))"
+	done
+	awk '/^cpu / { t = 0; for (i = 2; i <= NF; i++) t += $i; print "sys", t - $5 - $6, t; exit }' /proc/stat
+}
+
+# cpu_report PHASE SNAP0 SNAP1 SECONDS [CLIENT_CORES]: appends
+# "phase client api relay nats postgres other busy" (cores) to $WORK/cpu.
+# A process missing from SNAP0 started inside the window (counted from 0);
+# CLIENT_CORES, when given, replaces the client's share (a client that has
+# exited by SNAP1 reports its own).
+cpu_report() {
+	awk -v phase="$1" -v s="$4" -v hz="$CLK_TCK" -v n="$NCPU" -v cc="${5:-}" '
+		FNR == NR { if ($1 == "sys") { b0 = $2; t0 = $3 } else t[$1] = $3; next }
+		$1 == "sys" { busy = ($2 - b0) / ($3 - t0) * n; next }
+		{ d[$2] += $3 - (($1 in t) ? t[$1] : 0); seen[$2] = 1 }
+		function cores(c) { return d[c] / hz / s }
+		function show(c, v) { return (c in seen || v != "") ? sprintf("%.2f", v == "" ? cores(c) : v) : "-" }
+		END {
+			o = busy - cores("api") - cores("relay") - cores("nats") - cores("pg") - (cc != "" ? cc : cores("client"))
+			if (o < 0) o = 0
+			printf "%s %s %s %s %s %s %.2f %.2f\n", phase, show("client", cc), show("api", ""), show("relay", ""),
+				show("nats", ""), show("pg", ""), o, busy
+		}' "$2" "$3" >>"$WORK/cpu"
+}
+
+# --- a quiet machine? --------------------------------------------------------------
+sys_busy() { awk '/^cpu / { t = 0; for (i = 2; i <= NF; i++) t += $i; print t - $5 - $6, t; exit }' /proc/stat; }
+background_cores() {
+	local b0 t0 b1 t1
+	read -r b0 t0 < <(sys_busy)
+	sleep 2
+	read -r b1 t1 < <(sys_busy)
+	awk -v b=$((b1 - b0)) -v t=$((t1 - t0)) -v n="$NCPU" 'BEGIN { printf "%.2f", (t > 0 ? b / t * n : 0) }'
+}
+# With BENCH_WAIT_QUIET=N, every measured phase first waits (up to N s) for
+# the machine to quiet down: a relay run lasts seconds, and other work that
+# starts meanwhile skews it (it shows as "other" in the CPU table).
+QUIET_LIMIT=0.25
+WAIT_QUIET=${BENCH_WAIT_QUIET:-0}
+[[ $WAIT_QUIET =~ ^[0-9]+$ ]] || die "BENCH_WAIT_QUIET must be whole seconds, got '$WAIT_QUIET'"
+# wait_quiet: sets BG to the cores busy now, after waiting for at most
+# WAIT_QUIET seconds for it to fall under QUIET_LIMIT.
+wait_quiet() {
+	local waited=0
+	BG=$(background_cores)
+	while awk -v b="$BG" -v l="$QUIET_LIMIT" 'BEGIN { exit !(b > l) }' && ((waited < WAIT_QUIET)); do
+		log "the machine is busy ($BG cores in use); waiting for it to quiet down (${waited}s of ${WAIT_QUIET}s)"
+		sleep 3
+		waited=$((waited + 5))
+		BG=$(background_cores)
+	done
+}
+wait_quiet
+if awk -v b="$BG" -v l="$QUIET_LIMIT" 'BEGIN { exit !(b > l) }'; then
+	log "WARNING: $BG of $NCPU cores were busy before the benchmark started; results will be low and noisy"
+fi
+BG_START=$BG
+QUIET_NOTE=""
+if ((WAIT_QUIET > 0)); then QUIET_NOTE=" (BENCH_WAIT_QUIET=$WAIT_QUIET: each phase first waited for fewer than $QUIET_LIMIT busy cores)"; fi
+# quiet_phase: wait_quiet before a measured phase when asked to.
+quiet_phase() { if ((WAIT_QUIET > 0)); then wait_quiet; fi; }
+
+# --- helpers ------------------------------------------------------------------------
+# jget JSON FIELD: the first scalar FIELD in a JSON object (names are unique
+# enough in relaybench's and loadgen's output; nested objects are searched
+# too, so ask for a name that occurs once).
+jget() { sed -n "s/.*\"$2\":\"\{0,1\}\([^,\"}]*\).*/\1/p" <<<"$1" | head -1; }
+# jobj JSON NAME: the flat nested object NAME of a JSON object.
+jobj() { sed -n "s/.*\"$2\":\({[^{}]*}\).*/\1/p" <<<"$1" | head -1; }
+# wait_for_line FILE PATTERN PID SECONDS: until grep finds PATTERN in FILE;
+# fails when PID exits or time runs out.
+wait_for_line() {
+	local i
+	for ((i = 0; i < $4 * 50; i++)); do
+		grep -qs -- "$2" "$1" && return 0
+		kill -0 "$3" 2>/dev/null || return 1
+		sleep 0.02
+	done
+	return 1
+}
+relaybench() { ./bin/relaybench "$@"; }
+
+# --- API ------------------------------------------------------------------------
+log "starting the API (log: $WORK/api.log)"
+env -u GOMAXPROCS DATABASE_URL="$BENCH_URL" ./bin/api serve --http-addr 127.0.0.1:0 --admin-addr 127.0.0.1:0 \
+	>"$WORK/api.out" 2>"$WORK/api.log" &
+API_PID=$!
+wait_for_line "$WORK/api.log" '"listener":"api","addr":"' "$API_PID" 15 ||
+	die "the API did not report its listening address (see $WORK/api.log)"
+API_URL="http://$(grep -o '"listener":"api","addr":"[^"]*"' "$WORK/api.log" | head -1 | sed 's/.*"addr":"//; s/"$//')"
+TOKEN=$(DATABASE_URL=$BENCH_URL ./bin/api token create --tenant "$TENANT" 2>>"$WORK/api-cli.log") ||
+	die "api token create failed (see $WORK/api-cli.log)"
+log "API pid $API_PID at $API_URL"
+
+# --- NATS -------------------------------------------------------------------------
+# start_nats MODE: a nats-server on a free loopback port, JetStream storing
+# in a fresh directory; sets NATS_PID and NATS_URL.
+start_nats() {
+	local dir="$WORK/nats-$1"
+	mkdir -p "$dir/store"
+	{
+		echo 'host: 127.0.0.1'
+		echo 'port: -1'
+		if [[ $1 == always ]]; then
+			echo "jetstream { store_dir: \"$dir/store\", sync_interval: always }"
+		else
+			echo "jetstream { store_dir: \"$dir/store\" }"
+		fi
+	} >"$dir/nats.conf"
+	env -u GOMAXPROCS "$NATS_SERVER" -c "$dir/nats.conf" >"$dir/nats.log" 2>&1 &
+	NATS_PID=$!
+	ROLE[$NATS_PID]=nats
+	wait_for_line "$dir/nats.log" 'Server is ready' "$NATS_PID" 15 ||
+		die "nats-server did not start (see $dir/nats.log)"
+	NATS_URL="nats://$(sed -n 's/.*Listening for client connections on \([0-9.]*:[0-9]*\).*/\1/p' "$dir/nats.log" | head -1)"
+	[[ $NATS_URL != nats:// ]] || die "no client port in $dir/nats.log"
+	log "nats-server ($1) pid $NATS_PID at $NATS_URL, store $dir/store"
+}
+stop_nats() {
+	stop_pid "$NATS_PID"
+	unset "ROLE[$NATS_PID]"
+	NATS_PID=""
+	rm -rf "$WORK/nats-$1/store"
+}
+
+# --- relays -------------------------------------------------------------------------
+# start_relays N LABEL: N relays on the bench database and stream; appends
+# their pids to RELAY_PIDS.
+start_relays() {
+	local i
+	for ((i = 1; i <= $1; i++)); do
+		env -u GOMAXPROCS DATABASE_URL="$BENCH_URL" NATS_URL="$NATS_URL" QUILL_STREAM="$STREAM" \
+			QUILL_SUBJECT_PREFIX="$PREFIX" QUILL_ADMIN_ADDR=127.0.0.1:0 ${RELAY_BATCH:+QUILL_RELAY_BATCH=$RELAY_BATCH} \
+			./bin/relay run >"$WORK/$2-relay$i.out" 2>"$WORK/$2-relay$i.log" &
+		RELAY_PIDS+=($!)
+		ROLE[$!]=relay
+	done
+}
+# relay_metrics LABEL: "published duplicates errors" summed over the relays'
+# /metrics.
+relay_metrics() {
+	local f addr pub=0 dup=0 err=0 m p d e
+	for f in "$WORK/$1"-relay*.log; do
+		addr=$(grep -o '"listener":"admin","addr":"[^"]*"' "$f" | head -1 | sed 's/.*"addr":"//; s/"$//')
+		[[ -n $addr ]] || continue
+		m=$(curl -fsS "http://$addr/metrics") || continue
+		read -r p d e < <(awk '$1 == "quill_relay_published_total" { p = $2 } $1 == "quill_relay_duplicates_total" { d = $2 }
+			$1 == "quill_relay_publish_errors_total" { e = $2 } END { printf "%d %d %d\n", p, d, e }' <<<"$m")
+		pub=$((pub + p)) dup=$((dup + d)) err=$((err + e))
+	done
+	echo "$pub $dup $err"
+}
+stop_relays() {
+	local p rc=0
+	for p in "${RELAY_PIDS[@]}"; do
+		kill -TERM "$p" 2>/dev/null || true
+		wait "$p" || rc=$?
+		unset "ROLE[$p]"
+	done
+	RELAY_PIDS=()
+	((rc == 0)) || die "a relay exited with status $rc on SIGTERM (logs in $WORK)"
+}
+
+# --- phases ---------------------------------------------------------------------------
+fresh_outbox() {
+	psql_bench -c 'TRUNCATE outbox_events RESTART IDENTITY'
+	SEED=$(relaybench seed --database-url "$BENCH_URL" --count "$EVENTS" --notes "$NOTES" --tenant "$TENANT") ||
+		die "relaybench seed failed"
+	# A backlog this size has been analysed by autovacuum long before a
+	# relay drains it; without statistics the claim's plan is a guess.
+	psql_bench -c 'VACUUM ANALYZE outbox_events' -c CHECKPOINT
+}
+
+declare -A RAW_RATES RAW_CLIENT RAW_ERR RELAY_RATE RELAY_MARKED RELAY_METRICS RELAY_MSGS RELAY_CPU_US
+declare -A E2E LG RAW_DONE
+# raw_run MODE: one raw ceiling run; appends its rate to RAW_RATES[MODE].
+raw_run() {
+	local mode=$1 i out pid t0 t1 j
+	i=$((${RAW_DONE[$mode]:-0} + 1))
+	RAW_DONE[$mode]=$i
+	out="$WORK/$mode-raw$i"
+	quiet_phase
+	log "[$mode] raw JetStream ceiling, run $i of $RAW_RUNS ($EVENTS messages)"
+	relaybench raw --nats-url "$NATS_URL" --stream "$STREAM" --subject-prefix "$PREFIX" --tenant "$TENANT" \
+		--count "$EVENTS" --notes "$NOTES" >"$out.json" 2>"$out.err" &
+	pid=$!
+	ROLE[$pid]=client
+	wait_for_line "$out.err" 'publishing' "$pid" 120 || true
+	t0=$(now_s)
+	cpu_snapshot >"$WORK/snap0"
+	wait "$pid" || die "relaybench raw failed: $(tail -3 "$out.err")"
+	t1=$(now_s)
+	cpu_snapshot >"$WORK/snap1"
+	unset "ROLE[$pid]"
+	j=$(<"$out.json")
+	RAW_RATES[$mode]="${RAW_RATES[$mode]:-} $(jget "$(jobj "$j" stream)" rate)"
+	RAW_CLIENT[$mode]="${RAW_CLIENT[$mode]:-} $(jget "$j" client_rate)"
+	RAW_ERR[$mode]=$((${RAW_ERR[$mode]:-0} + $(jget "$j" errors)))
+	cpu_report "$mode-raw$i" "$WORK/snap0" "$WORK/snap1" "$(elapsed "$t0" "$t1")" "$(jget "$j" cpu_cores)"
+	relaybench reset --nats-url "$NATS_URL" --stream "$STREAM" >/dev/null
+}
+
+# relay_run MODE N: N relays drain a fresh backlog.
+relay_run() {
+	local mode=$1 n=$2 label="$1-relays$2" t0 t1 j sp pub dup err
+	log "[$mode] $n relay(s): seeding $EVENTS pending events over $NOTES notes"
+	relaybench reset --nats-url "$NATS_URL" --stream "$STREAM" >/dev/null
+	fresh_outbox
+	quiet_phase
+	log "[$mode] $n relay(s): publishing"
+	t0=$(now_s)
+	cpu_snapshot >"$WORK/snap0"
+	start_relays "$n" "$label"
+	j=$(relaybench wait --nats-url "$NATS_URL" --database-url "$BENCH_URL" --stream "$STREAM" --count "$EVENTS") ||
+		die "$label: the relays did not publish the backlog (logs in $WORK)"
+	t1=$(now_s)
+	cpu_snapshot >"$WORK/snap1"
+	cpu_report "$label" "$WORK/snap0" "$WORK/snap1" "$(elapsed "$t0" "$t1")"
+	read -r pub dup err < <(relay_metrics "$label")
+	stop_relays
+	sp=$(jobj "$j" stream)
+	RELAY_RATE[$label]=$(jget "$sp" rate)
+	RELAY_MSGS[$label]=$(jget "$sp" messages)
+	RELAY_MARKED[$label]=$(jget "$j" all_marked_s)
+	RELAY_METRICS[$label]="$pub $dup $err"
+	# CPU per event, µs: cores × window ÷ events, for relay, nats, postgres.
+	RELAY_CPU_US[$label]=$(tail -1 "$WORK/cpu" | awk -v s="$(elapsed "$t0" "$t1")" -v n="$EVENTS" \
+		'{ printf "%.0f %.0f %.0f", $4 * s / n * 1e6, $5 * s / n * 1e6, $6 * s / n * 1e6 }')
+	echo "$j" >>"$WORK/relay-runs.jsonl"
+}
+
+# e2e_run MODE: API + 1 relay, loadgen at RATE creates/s.
+e2e_run() {
+	local mode=$1 label="$1-e2e" pid t_start t_from t_to n j
+	log "[$mode] end to end: API + 1 relay, $RATE creates/s (${E2E_WARMUP}s warmup + ${E2E_DURATION}s)"
+	relaybench reset --nats-url "$NATS_URL" --stream "$STREAM" >/dev/null
+	# The published backlog of the last run stays, as the outbox retention
+	# keeps published events for days; the API's own tables start empty.
+	psql_bench -c 'TRUNCATE notes, attachments, operations' -c 'VACUUM ANALYZE outbox_events' -c CHECKPOINT
+	quiet_phase
+	start_relays 1 "$label"
+	wait_for_line "$WORK/$label-relay1.log" '"listener":"admin"' "${RELAY_PIDS[0]}" 15 ||
+		die "$label: the relay did not start (see $WORK/$label-relay1.log)"
+	t_start=$(now_s)
+	./bin/loadgen --url "$API_URL" --token "$TOKEN" --mode create --rate "$RATE" --concurrency "$E2E_CONCURRENCY" \
+		--duration "${E2E_DURATION}s" --warmup "${E2E_WARMUP}s" --json >"$WORK/$label-loadgen.json" 2>"$WORK/$label-loadgen.err" &
+	pid=$!
+	ROLE[$pid]=client
+	ROLE[$API_PID]=api
+	wait_for_line "$WORK/$label-loadgen.err" 'measuring' "$pid" $((E2E_WARMUP + 30)) ||
+		die "loadgen failed: $(tail -3 "$WORK/$label-loadgen.err")"
+	t_from=$(now_s)
+	# Sample inside the measured window: from 1 s in to 1.5 s before its end.
+	local s0 s1
+	sleep 1
+	s0=$(now_s)
+	cpu_snapshot >"$WORK/snap0"
+	sleep "$(awk -v d="$E2E_DURATION" 'BEGIN { print (d > 3 ? d - 2.5 : d / 2) }')"
+	s1=$(now_s)
+	cpu_snapshot >"$WORK/snap1"
+	cpu_report "$label" "$WORK/snap0" "$WORK/snap1" "$(elapsed "$s0" "$s1")"
+	wait "$pid" || die "loadgen failed: $(tail -3 "$WORK/$label-loadgen.err")"
+	t_to=$(now_s)
+	unset "ROLE[$pid]" "ROLE[$API_PID]"
+	LG[$mode]=$(<"$WORK/$label-loadgen.json")
+	n=$(psql_bench -Atc "SELECT count(*) FROM outbox_events WHERE created_at >= to_timestamp($t_start)")
+	relaybench wait --nats-url "$NATS_URL" --database-url "$BENCH_URL" --stream "$STREAM" --count "$n" --timeout 2m >/dev/null ||
+		die "$label: the relay did not publish the $n events created (logs in $WORK)"
+	j=$(relaybench latency --nats-url "$NATS_URL" --database-url "$BENCH_URL" --stream "$STREAM" --from "$t_from" --to "$t_to" \
+		--api-log "$WORK/api.log") ||
+		die "relaybench latency failed"
+	E2E[$mode]=$j
+	RELAY_METRICS[$label]=$(relay_metrics "$label")
+	stop_relays
+}
+
+for mode in $MODES; do
+	start_nats "$mode"
+	raw_run "$mode"
+	relay_run "$mode" 1
+	if ((${RAW_DONE[$mode]} < RAW_RUNS)); then raw_run "$mode"; fi
+	relay_run "$mode" 2
+	while ((${RAW_DONE[$mode]} < RAW_RUNS)); do raw_run "$mode"; done
+	e2e_run "$mode"
+	stop_nats "$mode"
+done
+
+# --- report ---------------------------------------------------------------------
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
+ge() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a >= b) }'; }
+gt() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a > b) }'; }
+lt() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a < b) }'; }
+median() { tr ' ' '\n' <<<"$1" | awk 'NF' | sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.1f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+int() { awk -v v="$1" 'BEGIN { printf "%.0f\n", v }'; }
+mode_name() { if [[ $1 == always ]]; then echo "sync always"; else echo "defaults"; fi; }
+
+PG_VERSION=$(psql_bench -Atc 'SHOW server_version')
+PG_SETTINGS=$(psql_bench -Atc "SELECT string_agg(name || '=' || setting, ' ' ORDER BY name) FROM pg_settings
+	WHERE name IN ('synchronous_commit', 'fsync', 'shared_buffers', 'autovacuum')")
+REV=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+[[ -z $(git status --porcelain 2>/dev/null) ]] || REV="$REV (+ uncommitted changes)"
+
+MISSED=0
+check() {
+	if "$@"; then VERDICT=met; else
+		VERDICT=MISSED
+		MISSED=$((MISSED + 1))
+	fi
+}
+
+{
+	echo "Quill bench-relay — $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+	echo "commit $REV; $("$GO" version | cut -d' ' -f3-); $NCPU CPUs ($(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo 2>/dev/null || echo unknown)), $(($(awk '/^MemTotal/ { print $2 }' /proc/meminfo) / 1024)) MiB"
+	echo "PostgreSQL $PG_VERSION at ${BENCH_URL%%\?*} ($PG_SETTINGS)"
+	echo "nats-server $NATS_SERVER_VERSION (built from go.mod) on a free loopback port, fresh file store; 'sync always' = jetstream { sync_interval: always }"
+	echo "stream as the relay provisions it: file storage, Duplicates 10m, MaxAge 168h, subjects $PREFIX.>; deleted before every run"
+	echo "relay: QUILL_RELAY_BATCH=${RELAY_BATCH:-256 (default)}, so up to $((2 * ${RELAY_BATCH:-256})) pending acks; raw: the same message ids, headers, sizes and pending bound"
+	echo "backlog: $(jget "$SEED" events) pending events over $NOTES notes, payload avg $(jget "$SEED" payload_avg_bytes) B (the API's CloudEvents JSON of a note), random note order; VACUUM ANALYZE + CHECKPOINT before each run"
+	echo "relays, nats-server, PostgreSQL, API and clients share the $NCPU CPUs (GOMAXPROCS unset); before the start, $BG_START cores were busy with other work$QUIET_NOTE"
+	echo
+	echo "Publish throughput, events/s from the first to the last message stored (the stream's own timestamps):"
+	printf '%-11s | %9s | %-26s | %9s | %5s | %10s | %5s | %7s\n' "NATS" "raw /s" "raw runs /s" "1 relay/s" ratio "2 relays/s" ratio "2 vs 1"
+	printf '%s\n' "------------+-----------+----------------------------+-----------+-------+------------+-------+--------"
+	for mode in $MODES; do
+		raw=$(median "${RAW_RATES[$mode]}")
+		r1=${RELAY_RATE[$mode-relays1]} r2=${RELAY_RATE[$mode-relays2]}
+		runs=$(for v in ${RAW_RATES[$mode]}; do int "$v"; done | paste -sd' ')
+		printf '%-11s | %9s | %-26s | %9s | %5s | %10s | %5s | %6s\n' "$(mode_name "$mode")" "$(int "$raw")" "$runs" \
+			"$(int "$r1")" "$(ratio "$r1" "$raw")" "$(int "$r2")" "$(ratio "$r2" "$raw")" "$(ratio "$r2" "$r1")x"
+	done
+	echo
+	echo "raw /s = median of the raw runs; ratio = relay ÷ raw; 2 vs 1 = 2 relays ÷ 1 relay."
+	echo
+	echo "End to end at $RATE creates/s (API + 1 relay; ${E2E_WARMUP}s warmup, ${E2E_DURATION}s measured), commit → stored in ms,"
+	echo "bracketed: 'BEGIN→' counts from before the transaction (≥ the truth), 'answer→' from the API's answer (≤ the truth):"
+	printf '%-11s | %9s | %10s | %6s | %10s | %7s | %7s | %11s | %7s | %10s\n' "NATS" creates/s "create p99" events "BEGIN→ p50" p99 max "answer→ p50" p99 "marked p99"
+	printf '%s\n' "------------+-----------+------------+--------+------------+---------+---------+-------------+---------+-----------"
+	for mode in $MODES; do
+		j=${E2E[$mode]} st=$(jobj "${E2E[$mode]}" store) an=$(jobj "${E2E[$mode]}" answered) mk=$(jobj "${E2E[$mode]}" mark)
+		printf '%-11s | %9s | %10s | %6s | %10s | %7s | %7s | %11s | %7s | %10s\n' "$(mode_name "$mode")" \
+			"$(jget "${LG[$mode]}" ops_per_sec)" "$(jget "${LG[$mode]}" p99_ms)" "$(jget "$j" events)" \
+			"$(jget "$st" p50_ms)" "$(jget "$st" p99_ms)" "$(jget "$st" max_ms)" "$(jget "$an" p50_ms)" "$(jget "$an" p99_ms)" "$(jget "$mk" p99_ms)"
+	done
+	echo
+	echo "Per event, by event id: stored = the message's store timestamp in the stream (JetStream acknowledges right"
+	echo "after storing; after the fsync with sync always). BEGIN→ = stored − the event's CloudEvents time (= created_at),"
+	echo "the API's clock when it planned the transaction, before BEGIN: commit → stored plus the transaction itself."
+	echo "answer→ = stored − the time the API logged its 201 (after the commit): commit → stored minus the answer's delay."
+	echo "marked = published_at − created_at: now() of the relay's mark, after the whole batch's acks (≥ commit → ack)."
+	echo
+	echo "Targets:"
+	for mode in $MODES; do
+		raw=$(median "${RAW_RATES[$mode]}")
+		r1=$(ratio "${RELAY_RATE[$mode-relays1]}" "$raw") r2=$(ratio "${RELAY_RATE[$mode-relays2]}" "$raw")
+		if [[ $mode == default ]]; then
+			check ge "$r1" 0.35
+			printf '  %-11s 1 relay ≥ 0.35 × raw: %s (%s)\n' "$(mode_name "$mode"):" "$r1" "$VERDICT"
+			check gt "${RELAY_RATE[$mode-relays2]}" "${RELAY_RATE[$mode-relays1]}"
+			printf '  %-11s 2 relays > 1 relay: %s × raw vs %s (%s)\n' "$(mode_name "$mode"):" "$r2" "$r1" "$VERDICT"
+		else
+			check ge "$r1" 0.8
+			printf '  %-11s 1 relay ≥ 0.8 × raw: %s (%s)\n' "$(mode_name "$mode"):" "$r1" "$VERDICT"
+			check ge "$r2" 0.8
+			printf '  %-11s 2 relays ≥ 0.8 × raw: %s (%s)\n' "$(mode_name "$mode"):" "$r2" "$VERDICT"
+		fi
+		hi=$(jget "$(jobj "${E2E[$mode]}" store)" p99_ms) lo=$(jget "$(jobj "${E2E[$mode]}" answered)" p99_ms)
+		check lt "$hi" 50
+		if [[ $VERDICT == MISSED ]] && lt "${lo:-0}" 50; then VERDICT="MISSED: not shown — only the lower bound is under 50 ms"; fi
+		printf '  %-11s commit → ack p99 < 50 ms: between %s and %s ms (%s)\n' "$(mode_name "$mode"):" "${lo:-?}" "$hi" "$VERDICT"
+	done
+	echo
+	echo "Checks and details:"
+	for mode in $MODES; do
+		for n in 1 2; do
+			l="$mode-relays$n"
+			read -r pub dup err <<<"${RELAY_METRICS[$l]}"
+			read -r ur un up <<<"${RELAY_CPU_US[$l]}"
+			printf '  %-11s %d relay(s): stream holds %s messages; relays published %s (duplicates %s, errors %s); all marked after %ss; CPU µs/event: relay %s, nats %s, postgres %s\n' \
+				"$(mode_name "$mode"):" "$n" "${RELAY_MSGS[$l]}" "$pub" "$dup" "$err" "${RELAY_MARKED[$l]}" "$ur" "$un" "$up"
+		done
+		printf '  %-11s raw: client-side rates (first publish → last ack) %s /s; errors %s\n' "$(mode_name "$mode"):" \
+			"$(for v in ${RAW_CLIENT[$mode]}; do int "$v"; done | paste -sd' ')" "${RAW_ERR[$mode]}"
+		j=${E2E[$mode]}
+		read -r pub dup err <<<"${RELAY_METRICS[$mode-e2e]}"
+		printf '  %-11s end to end: loadgen %s ok, %s errors, create p50 %s ms, latest start %s ms late; events unpublished %s, missing from the stream %s, CloudEvents time ≠ created_at %s; → stored p90 %s, p99.9 %s ms; relay duplicates %s, errors %s\n' \
+			"$(mode_name "$mode"):" "$(jget "${LG[$mode]}" ok)" "$(jget "${LG[$mode]}" errors)" "$(jget "${LG[$mode]}" p50_ms)" \
+			"$(jget "${LG[$mode]}" max_send_lag_ms)" "$(jget "$j" unpublished)" "$(jget "$j" not_in_stream)" "$(jget "$j" ce_time_ne_created_at)" \
+			"$(jget "$(jobj "$j" store)" p90_ms)" "$(jget "$(jobj "$j" store)" p999_ms)" "$dup" "$err"
+	done
+	echo
+	echo "CPU, cores used inside each measured window (of $NCPU): client = relaybench raw (its own account) or loadgen;"
+	echo "postgres = $BENCH_DB's backends + PostgreSQL's background processes (autovacuum too); other = busy − the rest"
+	echo "(kernel loopback networking and interrupts, anything else running on the machine)"
+	printf '  %-16s | %6s | %5s | %5s | %5s | %8s | %5s | %5s\n' phase client api relay nats postgres other busy
+	while read -r phase client api relay nats pg other busy; do
+		printf '  %-16s | %6s | %5s | %5s | %5s | %8s | %5s | %5s\n' "$phase" "$client" "$api" "$relay" "$nats" "$pg" "$other" "$busy"
+	done <"$WORK/cpu"
+	for l in "${!RELAY_MSGS[@]}"; do
+		if [[ ${RELAY_MSGS[$l]} != "$EVENTS" ]]; then
+			echo "  WARNING: $l: the stream holds ${RELAY_MSGS[$l]} messages, not $EVENTS — events lost or stored twice"
+		fi
+	done
+	for mode in $MODES; do
+		if ((${RAW_ERR[$mode]} > 0)); then
+			echo "  WARNING: $(mode_name "$mode"): ${RAW_ERR[$mode]} raw publishes failed or were not acknowledged within 10 s (see relaybench's first_error) — a stalled disk?"
+		fi
+	done
+	noisy=$(awk '$7 > 0.35 { printf "%s%s", (n++ ? ", " : ""), $1 }' "$WORK/cpu")
+	if [[ -n $noisy ]]; then
+		echo "  WARNING: more than 0.35 cores went to other work during: $noisy — a busy machine; compare with care"
+	fi
+} >"$WORK/report.txt"
+
+mkdir -p "$(dirname "$RESULTS")"
+cp "$WORK/report.txt" "$RESULTS"
+cat "$RESULTS"
+echo
+log "written to $RESULTS"
+OK=true
+if [[ $STRICT == 1 ]] && ((MISSED > 0)); then
+	exit 1
+fi
