@@ -262,8 +262,11 @@ func (r *Relay) publishLoop(ctx context.Context) error {
 			continue
 		}
 		b.reset()
-		if n == r.cfg.Batch {
-			continue // more waiting
+		if n > 0 {
+			// Claim again at once: a partial batch does not mean the
+			// queue is empty — later events of the notes just published
+			// were held back until now, and nothing else would wake us.
+			continue
 		}
 		sleep(ctx, r.cfg.PollInterval, r.wake)
 	}
