@@ -45,4 +45,4 @@ bench-relay: ## relay throughput vs raw JetStream, and commit → ack latency (s
 
 bench-worker: ## attachments/s through JetStream → worker → commit vs the raw processing rate
 	$(GO) test -run '^$$' -bench 'Pipeline' -benchtime 2000x ./internal/worker/
-	$(GO) test -run '^$$' -bench 'Process' -cpu 1,4 ./internal/attachment/
+	$(GO) test -run '^$$' -bench 'Process' ./internal/attachment/

@@ -30,3 +30,30 @@ func BenchmarkProcess(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkProcessParallel is the raw rate with every core busy (one
+// goroutine per GOMAXPROCS), the like-for-like ceiling of a worker that
+// processes several attachments at once.
+func BenchmarkProcessParallel(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		data []byte
+	}{
+		{"png64k", attachment.BenchFixturePNG64K()},
+		{"text4k", attachment.BenchFixtureText4K()},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			in := inputOf(bc.data, "application/octet-stream")
+			b.SetBytes(int64(len(bc.data)))
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, err := attachment.Process(in, attachment.Limits{}); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "attachments/s")
+		})
+	}
+}
