@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/quillhq/quill/internal/auth"
+	"github.com/quillhq/quill/internal/cli"
 	"github.com/quillhq/quill/internal/config"
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/httpapi"
@@ -64,7 +65,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintln(stdout, overview)
 		return nil
 	default:
-		return usageError{fmt.Sprintf("unknown command %q; run \"api --help\" for the commands", cmd)}
+		return cli.UsageError{Msg: fmt.Sprintf("unknown command %q; run \"api --help\" for the commands", cmd)}
 	}
 }
 
@@ -84,7 +85,7 @@ func parse(s *config.Set, args []string) error {
 	if err == nil || errors.Is(err, flag.ErrHelp) {
 		return err
 	}
-	return usageError{err.Error()}
+	return cli.UsageError{Msg: err.Error()}
 }
 
 type serveConfig struct {
@@ -114,23 +115,23 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return err
 	}
 	if len(s.Args()) > 0 {
-		return usageError{fmt.Sprintf("unexpected arguments: %q", s.Args())}
+		return cli.UsageError{Msg: fmt.Sprintf("unexpected arguments: %q", s.Args())}
 	}
 	if c.responseRetention <= 0 {
-		return usageError{"QUILL_IDEMPOTENCY_RETENTION must be positive"}
+		return cli.UsageError{Msg: "QUILL_IDEMPOTENCY_RETENTION must be positive"}
 	}
 	if c.keyRetention < c.responseRetention {
-		return usageError{fmt.Sprintf("QUILL_KEY_RETENTION (%s) must be at least QUILL_IDEMPOTENCY_RETENTION (%s): a key must be remembered for as long as its response", c.keyRetention, c.responseRetention)}
+		return cli.UsageError{Msg: fmt.Sprintf("QUILL_KEY_RETENTION (%s) must be at least QUILL_IDEMPOTENCY_RETENTION (%s): a key must be remembered for as long as its response", c.keyRetention, c.responseRetention)}
 	}
 	log, err := logging.New(stderr, c.logLevel, "api")
 	if err != nil {
-		return usageError{err.Error()}
+		return cli.UsageError{Msg: err.Error()}
 	}
 
 	pool, err := db.Open(ctx, c.databaseURL, int32(c.dbMaxConns))
 	if err != nil {
 		log.Error().Err(err).Str("error_category", "database_unreachable").Msg("cannot start: PostgreSQL is not reachable at DATABASE_URL")
-		return loggedError{fmt.Errorf("start: %w", err)}
+		return cli.LoggedError{Err: fmt.Errorf("start: %w", err)}
 	}
 	defer pool.Close()
 
@@ -147,7 +148,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		ReplayCacheBytes: c.replayCacheBytes,
 	}, log, notes.WithObserver(m), notes.WithNotifier(notifier))
 	if err != nil {
-		return usageError{err.Error()}
+		return cli.UsageError{Msg: err.Error()}
 	}
 	api := httpapi.NewServer(httpapi.Deps{Pool: pool, Auth: auth.NewAuthenticator(pool, c.tokenCacheTTL),
 		Notes: svc, Log: log, Metrics: m,
@@ -187,7 +188,7 @@ func serveHTTP(ctx context.Context, log zerolog.Logger, servers map[string]serve
 		ln, err := net.Listen("tcp", s.addr)
 		if err != nil {
 			log.Error().Err(err).Str("listener", name).Msg("cannot listen")
-			return loggedError{fmt.Errorf("listen %s on %s: %w", name, s.addr, err)}
+			return cli.LoggedError{Err: fmt.Errorf("listen %s on %s: %w", name, s.addr, err)}
 		}
 		srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
 		log.Info().Str("listener", name).Str("addr", ln.Addr().String()).Msg("listening")
@@ -218,12 +219,12 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 	}
 	log, err := logging.New(stderr, c.logLevel, "api")
 	if err != nil {
-		return usageError{err.Error()}
+		return cli.UsageError{Msg: err.Error()}
 	}
 	res, err := db.Migrate(ctx, c.databaseURL)
 	if err != nil {
 		log.Error().Err(err).Str("error_category", "migrate_failed").Msg("migration failed")
-		return loggedError{err}
+		return cli.LoggedError{Err: err}
 	}
 	log.Info().Bool("created_database", res.CreatedDatabase).Strs("applied", res.Applied).Int64("version", res.Version).Msg("database migrated")
 	return nil
@@ -232,7 +233,7 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 func token(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	const usage = "usage: api token create --tenant T | api token revoke TOKEN_PREFIX"
 	if len(args) == 0 {
-		return usageError{usage}
+		return cli.UsageError{Msg: usage}
 	}
 	sub, args := args[0], args[1:]
 	var c common
@@ -247,33 +248,33 @@ func token(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	log, err := logging.New(stderr, c.logLevel, "api")
 	if err != nil {
-		return usageError{err.Error()}
+		return cli.UsageError{Msg: err.Error()}
 	}
 	switch sub {
 	case "create":
 		if len(s.Args()) > 0 {
-			return usageError{fmt.Sprintf("unexpected arguments %q; %s", s.Args(), usage)}
+			return cli.UsageError{Msg: fmt.Sprintf("unexpected arguments %q; %s", s.Args(), usage)}
 		}
 		if tenant == "" {
-			return usageError{"--tenant is required; " + usage}
+			return cli.UsageError{Msg: "--tenant is required; " + usage}
 		}
 		if !auth.ValidTenant(tenant) {
-			return usageError{fmt.Sprintf("%v: %q", auth.ErrInvalidTenant, tenant)}
+			return cli.UsageError{Msg: fmt.Sprintf("%v: %q", auth.ErrInvalidTenant, tenant)}
 		}
 	case "revoke":
 		if len(s.Args()) != 1 {
-			return usageError{usage}
+			return cli.UsageError{Msg: usage}
 		}
 		if _, err := auth.PrefixOf(s.Args()[0]); err != nil {
-			return usageError{err.Error()}
+			return cli.UsageError{Msg: err.Error()}
 		}
 	default:
-		return usageError{fmt.Sprintf("unknown token command %q; %s", sub, usage)}
+		return cli.UsageError{Msg: fmt.Sprintf("unknown token command %q; %s", sub, usage)}
 	}
 	pool, err := db.Open(ctx, c.databaseURL, 2)
 	if err != nil {
 		log.Error().Err(err).Str("error_category", "database_unreachable").Msg("PostgreSQL is not reachable at DATABASE_URL")
-		return loggedError{err}
+		return cli.LoggedError{Err: err}
 	}
 	defer pool.Close()
 	if sub == "create" {

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/quillhq/quill/internal/cli"
 	"github.com/quillhq/quill/internal/config"
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/deadletter"
@@ -56,7 +57,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintln(stdout, overview)
 		return nil
 	default:
-		return usageError{fmt.Sprintf("unknown command %q; run \"attachment-worker --help\" for the commands", cmd)}
+		return cli.UsageError{Msg: fmt.Sprintf("unknown command %q; run \"attachment-worker --help\" for the commands", cmd)}
 	}
 }
 
@@ -65,7 +66,7 @@ func parse(s *config.Set, args []string) error {
 	if err == nil || errors.Is(err, flag.ErrHelp) {
 		return err
 	}
-	return usageError{err.Error()}
+	return cli.UsageError{Msg: err.Error()}
 }
 
 type settings struct {
@@ -97,20 +98,20 @@ func daemon(ctx context.Context, args []string, getenv func(string) string, stdo
 		return err
 	}
 	if len(s.Args()) > 0 {
-		return usageError{fmt.Sprintf("unexpected arguments: %q", s.Args())}
+		return cli.UsageError{Msg: fmt.Sprintf("unexpected arguments: %q", s.Args())}
 	}
 	cfg := c.worker.WithDefaults()
 	if err := cfg.Validate(); err != nil {
-		return usageError{err.Error()}
+		return cli.UsageError{Msg: err.Error()}
 	}
 	log, err := logging.New(stderr, c.logLevel, "attachment-worker")
 	if err != nil {
-		return usageError{err.Error()}
+		return cli.UsageError{Msg: err.Error()}
 	}
 	pool, err := db.Open(ctx, c.databaseURL, int32(cfg.Concurrency+4))
 	if err != nil {
 		log.Error().Err(err).Str("error_category", "database_unreachable").Msg("cannot start: PostgreSQL is not reachable at DATABASE_URL")
-		return loggedError{err}
+		return cli.LoggedError{Err: err}
 	}
 	defer pool.Close()
 	nc, err := nats.Connect(c.natsURL, nats.Name("quill-attachment-worker"), nats.MaxReconnects(-1),
@@ -124,7 +125,7 @@ func daemon(ctx context.Context, args []string, getenv func(string) string, stdo
 		nats.ReconnectHandler(func(*nats.Conn) { log.Info().Msg("NATS connection restored") }))
 	if err != nil {
 		log.Error().Err(err).Str("error_category", "nats_unreachable").Msg("cannot start: NATS is not reachable at NATS_URL")
-		return loggedError{err}
+		return cli.LoggedError{Err: err}
 	}
 	defer nc.Close()
 
@@ -132,19 +133,19 @@ func daemon(ctx context.Context, args []string, getenv func(string) string, stdo
 	notifier := outbox.NewNotifier(pool, func(err error) { log.Warn().Err(err).Msg("notify relays") })
 	w, err := worker.New(pool, nc, cfg, log, metrics.NewWorker(reg), worker.WithNotifier(notifier))
 	if err != nil {
-		return usageError{err.Error()}
+		return cli.UsageError{Msg: err.Error()}
 	}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	err = w.Provision(pctx)
 	cancel()
 	if err != nil {
 		log.Error().Err(err).Str("error_category", "consumer_provisioning_failed").Msg("cannot start: the stream or the durable consumer could not be set up")
-		return loggedError{err}
+		return cli.LoggedError{Err: err}
 	}
 	ln, err := net.Listen("tcp", c.adminAddr)
 	if err != nil {
 		log.Error().Err(err).Msg("cannot listen on the admin address")
-		return loggedError{err}
+		return cli.LoggedError{Err: err}
 	}
 	admin := &http.Server{Handler: metrics.AdminHandler(reg, map[string]metrics.ReadyFunc{"worker": w.Ready}), ReadHeaderTimeout: 10 * time.Second}
 	log.Info().Str("listener", "admin").Str("addr", ln.Addr().String()).Msg("listening")
@@ -179,7 +180,7 @@ func daemon(ctx context.Context, args []string, getenv func(string) string, stdo
 func deadLetters(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	const usage = "usage: attachment-worker dead-letters list [--all] [--json] | attachment-worker dead-letters retry ID"
 	if len(args) == 0 {
-		return usageError{usage}
+		return cli.UsageError{Msg: usage}
 	}
 	sub, args := args[0], args[1:]
 	switch sub {
@@ -188,7 +189,7 @@ func deadLetters(ctx context.Context, args []string, getenv func(string) string,
 		return nil
 	case "list", "retry":
 	default:
-		return usageError{fmt.Sprintf("unknown dead-letters command %q; %s", sub, usage)}
+		return cli.UsageError{Msg: fmt.Sprintf("unknown dead-letters command %q; %s", sub, usage)}
 	}
 	var databaseURL, natsURL, consumer, logLevel string
 	var all, asJSON bool
@@ -208,28 +209,28 @@ func deadLetters(ctx context.Context, args []string, getenv func(string) string,
 	var id int64
 	switch {
 	case sub == "list" && len(s.Args()) > 0, sub == "retry" && len(s.Args()) != 1:
-		return usageError{usage}
+		return cli.UsageError{Msg: usage}
 	case sub == "retry":
 		var err error
 		if id, err = strconv.ParseInt(s.Args()[0], 10, 64); err != nil || id < 1 {
-			return usageError{fmt.Sprintf("%q is not a dead letter id (a positive integer)", s.Args()[0])}
+			return cli.UsageError{Msg: fmt.Sprintf("%q is not a dead letter id (a positive integer)", s.Args()[0])}
 		}
 	}
 	log, err := logging.New(stderr, logLevel, "attachment-worker")
 	if err != nil {
-		return usageError{err.Error()}
+		return cli.UsageError{Msg: err.Error()}
 	}
 	pool, err := db.Open(ctx, databaseURL, 2)
 	if err != nil {
 		log.Error().Err(err).Str("error_category", "database_unreachable").Msg("PostgreSQL is not reachable at DATABASE_URL")
-		return loggedError{err}
+		return cli.LoggedError{Err: err}
 	}
 	defer pool.Close()
 	if sub == "retry" {
 		nc, err := nats.Connect(natsURL, nats.Name("quill-attachment-worker-cli"))
 		if err != nil {
 			log.Error().Err(err).Str("error_category", "nats_unreachable").Msg("NATS is not reachable at NATS_URL")
-			return loggedError{err}
+			return cli.LoggedError{Err: err}
 		}
 		defer nc.Close()
 		js, err := jetstream.New(nc)
@@ -240,7 +241,7 @@ func deadLetters(ctx context.Context, args []string, getenv func(string) string,
 		defer cancel()
 		l, ack, err := deadletter.Redrive(rctx, pool, js, id, time.Now())
 		if errors.Is(err, deadletter.ErrNotFound) {
-			return usageError{err.Error()}
+			return cli.UsageError{Msg: err.Error()}
 		}
 		if err != nil {
 			return err

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/quillhq/quill/internal/cli"
 	"github.com/quillhq/quill/internal/config"
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/logging"
@@ -53,7 +54,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintln(stdout, overview)
 		return nil
 	default:
-		return usageError{fmt.Sprintf("unknown command %q; run \"relay --help\" for the commands", cmd)}
+		return cli.UsageError{Msg: fmt.Sprintf("unknown command %q; run \"relay --help\" for the commands", cmd)}
 	}
 }
 
@@ -62,7 +63,7 @@ func parse(s *config.Set, args []string) error {
 	if err == nil || errors.Is(err, flag.ErrHelp) {
 		return err
 	}
-	return usageError{err.Error()}
+	return cli.UsageError{Msg: err.Error()}
 }
 
 type settings struct {
@@ -96,20 +97,20 @@ func daemon(ctx context.Context, args []string, getenv func(string) string, stdo
 		return err
 	}
 	if len(s.Args()) > 0 {
-		return usageError{fmt.Sprintf("unexpected arguments: %q", s.Args())}
+		return cli.UsageError{Msg: fmt.Sprintf("unexpected arguments: %q", s.Args())}
 	}
 	cfg := c.relay.WithDefaults()
 	if err := cfg.Validate(); err != nil {
-		return usageError{err.Error()}
+		return cli.UsageError{Msg: err.Error()}
 	}
 	log, err := logging.New(stderr, c.logLevel, "relay")
 	if err != nil {
-		return usageError{err.Error()}
+		return cli.UsageError{Msg: err.Error()}
 	}
 	pool, err := db.Open(ctx, c.databaseURL, 8)
 	if err != nil {
 		log.Error().Err(err).Str("error_category", "database_unreachable").Msg("cannot start: PostgreSQL is not reachable at DATABASE_URL")
-		return loggedError{err}
+		return cli.LoggedError{Err: err}
 	}
 	defer pool.Close()
 	nc, err := nats.Connect(c.natsURL, nats.Name("quill-relay"), nats.MaxReconnects(-1),
@@ -123,21 +124,21 @@ func daemon(ctx context.Context, args []string, getenv func(string) string, stdo
 		nats.ReconnectHandler(func(*nats.Conn) { log.Info().Msg("NATS connection restored") }))
 	if err != nil {
 		log.Error().Err(err).Str("error_category", "nats_unreachable").Msg("cannot start: NATS is not reachable at NATS_URL")
-		return loggedError{err}
+		return cli.LoggedError{Err: err}
 	}
 	defer nc.Close()
 
 	reg := metrics.NewRegistry()
 	r, err := relay.New(pool, nc, cfg, log, metrics.NewRelay(reg))
 	if err != nil {
-		return usageError{err.Error()}
+		return cli.UsageError{Msg: err.Error()}
 	}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	err = r.Provision(pctx)
 	cancel()
 	if err != nil {
 		log.Error().Err(err).Str("error_category", "stream_provisioning_failed").Msg("cannot start: the stream could not be created or updated")
-		return loggedError{err}
+		return cli.LoggedError{Err: err}
 	}
 	log.Info().Str("stream", cfg.Stream).Str("subjects", cfg.SubjectPrefix+".>").Dur("duplicate_window", cfg.DuplicateWindow).
 		Dur("max_age", cfg.MaxAge).Msg("stream provisioned")
@@ -145,7 +146,7 @@ func daemon(ctx context.Context, args []string, getenv func(string) string, stdo
 	ln, err := net.Listen("tcp", c.adminAddr)
 	if err != nil {
 		log.Error().Err(err).Msg("cannot listen on the admin address")
-		return loggedError{err}
+		return cli.LoggedError{Err: err}
 	}
 	admin := &http.Server{Handler: metrics.AdminHandler(reg, map[string]metrics.ReadyFunc{"relay": r.Ready}), ReadHeaderTimeout: 10 * time.Second}
 	log.Info().Str("listener", "admin").Str("addr", ln.Addr().String()).Msg("listening")
@@ -172,7 +173,7 @@ func daemon(ctx context.Context, args []string, getenv func(string) string, stdo
 func events(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	const usage = "usage: relay events list --parked [--json] | relay events retry ID | relay events retry --all"
 	if len(args) == 0 {
-		return usageError{usage}
+		return cli.UsageError{Msg: usage}
 	}
 	sub, args := args[0], args[1:]
 	switch sub {
@@ -199,29 +200,29 @@ func events(ctx context.Context, args []string, getenv func(string) string, stdo
 	switch sub {
 	case "list":
 		if !parked || len(s.Args()) > 0 {
-			return usageError{usage}
+			return cli.UsageError{Msg: usage}
 		}
 	case "retry":
 		if all != (len(s.Args()) == 0) || len(s.Args()) > 1 {
-			return usageError{usage}
+			return cli.UsageError{Msg: usage}
 		}
 		if !all {
 			var err error
 			if id, err = uuid.Parse(s.Args()[0]); err != nil {
-				return usageError{fmt.Sprintf("%q is not an event id (a UUID)", s.Args()[0])}
+				return cli.UsageError{Msg: fmt.Sprintf("%q is not an event id (a UUID)", s.Args()[0])}
 			}
 		}
 	default:
-		return usageError{fmt.Sprintf("unknown events command %q; %s", sub, usage)}
+		return cli.UsageError{Msg: fmt.Sprintf("unknown events command %q; %s", sub, usage)}
 	}
 	log, err := logging.New(stderr, logLevel, "relay")
 	if err != nil {
-		return usageError{err.Error()}
+		return cli.UsageError{Msg: err.Error()}
 	}
 	pool, err := db.Open(ctx, databaseURL, 2)
 	if err != nil {
 		log.Error().Err(err).Str("error_category", "database_unreachable").Msg("PostgreSQL is not reachable at DATABASE_URL")
-		return loggedError{err}
+		return cli.LoggedError{Err: err}
 	}
 	defer pool.Close()
 	if sub == "retry" && all {

@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/quillhq/quill/internal/cli"
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/dbtest"
 	"github.com/quillhq/quill/internal/natstest"
@@ -275,7 +276,7 @@ func TestCommandLineErrors(t *testing.T) {
 				return getenv(k)
 			}
 			_, _, err := runOut(t, g, tc.args...)
-			var uerr usageError
+			var uerr cli.UsageError
 			require.ErrorAs(t, err, &uerr)
 			var stderr bytes.Buffer
 			require.Equal(t, 2, exitCode(err, &stderr))

@@ -1,0 +1,63 @@
+// Package cli holds what every Quill command shares at its edge: the two
+// error kinds that decide the exit status, and main's wiring of signals to
+// run(ctx, args, getenv, stdout, stderr).
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// UsageError is a mistake in the command line or the settings, caught
+// before anything was done: exit status 2.
+type UsageError struct{ Msg string }
+
+func (e UsageError) Error() string { return e.Msg }
+
+// LoggedError has been written to the log already: exit status 1 without
+// printing it again, so a failure is one line.
+type LoggedError struct{ Err error }
+
+func (e LoggedError) Error() string { return e.Err.Error() }
+
+func (e LoggedError) Unwrap() error { return e.Err }
+
+// ExitCode returns the exit status for run's error and prints the error,
+// prefixed with the program's name, unless it was logged: 0 for nil and for
+// --help, 2 for a UsageError, 1 otherwise.
+func ExitCode(prog string, err error, stderr io.Writer) int {
+	var (
+		uerr   UsageError
+		logged LoggedError
+	)
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &logged):
+		return 1
+	case errors.As(err, &uerr):
+		fmt.Fprintln(stderr, prog+":", err)
+		return 2
+	default:
+		fmt.Fprintln(stderr, prog+":", err)
+		return 1
+	}
+}
+
+// RunFunc is a command's whole program.
+type RunFunc func(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error
+
+// Main runs run with the process's arguments, environment and streams,
+// cancelling its context on SIGINT or SIGTERM, and exits with ExitCode.
+func Main(prog string, run RunFunc) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(ExitCode(prog, err, os.Stderr))
+}
