@@ -892,3 +892,60 @@ func TestUnparkAllPublishesEveryParkedEvent(t *testing.T) {
 	msgs := h.requireExactlyOnce(3)
 	require.Len(t, msgs, len(ids))
 }
+
+// After a pass that published something, the relay claims again at once: a
+// note's later events, held back while its earlier one was in flight, are
+// claimable now and nothing else would wake the relay for them. The test runs
+// in a database of its own, because NOTIFY is per database and other tests'
+// notifications would wake this relay and hide the difference; the poll
+// interval is far longer than the wait.
+func TestHeldBackEventsFollowWithoutWaitingForThePoll(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	base, err := url.Parse(dbtest.URL())
+	require.NoError(t, err)
+	name := "quill_relay_" + strings.ReplaceAll(uuid.NewString(), "-", "")[:12]
+	admin := *base
+	base.Path = "/" + name
+	_, err = db.Migrate(ctx, base.String()) // creates the database
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		admin.Path = "/postgres"
+		conn, err := pgx.Connect(context.Background(), admin.String())
+		if err != nil {
+			return
+		}
+		defer conn.Close(context.Background())
+		_, _ = conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+	})
+	pool, err := db.Open(ctx, base.String(), 4)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+
+	srv := natstest.Start(t)
+	nc, js := srv.Connect(t)
+	suffix := strings.ReplaceAll(uuid.NewString(), "-", "")[:10]
+	cfg := relay.Config{Stream: "HELD_" + strings.ToUpper(suffix), SubjectPrefix: "q" + suffix,
+		DuplicateWindow: 2 * time.Minute, MaxAge: time.Hour, Lease: time.Second, AckTimeout: time.Second,
+		MaxBackoff: 250 * time.Millisecond, PollInterval: time.Minute, Batch: 64}
+	note := uuid.New()
+	const events = 5
+	for range events {
+		e := outbox.Event{ID: uuid.Must(uuid.NewV7()), Tenant: "acme-" + suffix, AggregateID: note,
+			Type: outbox.TypeAttachmentProcessed, Time: time.Now(), Data: map[string]any{"n": 1}}
+		require.NoError(t, db.WithTx(ctx, pool, func(tx pgx.Tx) error { return outbox.Insert(ctx, tx, e) }))
+	}
+	r, err := relay.New(pool, nc, cfg, testLogger(t), metrics.NewRelay(prometheus.NewRegistry()))
+	require.NoError(t, err)
+	require.NoError(t, r.Provision(ctx))
+	start(t, r)
+	// One event per pass (one note); the relay's own start-up wake gives at
+	// most one extra pass, so five events in well under the poll interval
+	// need the immediate re-claim.
+	natstest.WaitFor(t, 10*time.Second, func() bool {
+		var n int
+		_ = pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE published_at IS NOT NULL`).Scan(&n)
+		return n == events
+	}, "all of the note's events published before the next poll")
+	require.Len(t, natstest.StreamMessages(t, js, cfg.Stream, ""), events)
+}
