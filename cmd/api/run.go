@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -80,14 +79,6 @@ func (c *common) define(s *config.Set) {
 	s.String(&c.logLevel, "log-level", "QUILL_LOG_LEVEL", defaultLogLevel, "log level: trace, debug, info, warn, error")
 }
 
-func parse(s *config.Set, args []string) error {
-	err := s.Parse(args)
-	if err == nil || errors.Is(err, flag.ErrHelp) {
-		return err
-	}
-	return cli.UsageError{Msg: err.Error()}
-}
-
 type serveConfig struct {
 	common
 	httpAddr, adminAddr                   string
@@ -111,7 +102,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	s.Int(&c.dbMaxConns, "db-max-conns", "QUILL_DB_MAX_CONNS", defaultDBMaxConns, 2, "PostgreSQL connection pool size")
 	s.Int(&c.replayCacheBytes, "replay-cache-bytes", "QUILL_REPLAY_CACHE_BYTES", notes.DefaultReplayCacheBytes, 0, "memory for recently committed operation records that answer replays without a database round trip (0 disables)")
 	s.Duration(&c.tokenCacheTTL, "token-cache-ttl", "QUILL_TOKEN_CACHE_TTL", defaultTokenCacheTTL, "how long a valid token's tenant is remembered; a revocation takes effect within it (0 disables)")
-	if err := parse(s, args); err != nil {
+	if err := cli.Parse(s, args); err != nil {
 		return err
 	}
 	if len(s.Args()) > 0 {
@@ -214,7 +205,7 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 	var c common
 	s := config.New("api migrate", "usage: api migrate [flags]\n\nCreates the database when it is missing (and the role may) and applies the embedded migrations. Safe to run from several processes at once.", getenv, stdout)
 	c.define(s)
-	if err := parse(s, args); err != nil {
+	if err := cli.Parse(s, args); err != nil {
 		return err
 	}
 	log, err := logging.New(stderr, c.logLevel, "api")
@@ -243,7 +234,7 @@ func token(ctx context.Context, args []string, getenv func(string) string, stdou
 	if sub == "create" {
 		s.FlagSet().StringVar(&tenant, "tenant", "", "tenant the token acts for (^[a-z0-9][a-z0-9-]{0,62}$)")
 	}
-	if err := parse(s, args); err != nil {
+	if err := cli.Parse(s, args); err != nil {
 		return err
 	}
 	log, err := logging.New(stderr, c.logLevel, "api")

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -61,14 +60,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 }
 
-func parse(s *config.Set, args []string) error {
-	err := s.Parse(args)
-	if err == nil || errors.Is(err, flag.ErrHelp) {
-		return err
-	}
-	return cli.UsageError{Msg: err.Error()}
-}
-
 type settings struct {
 	databaseURL, natsURL, adminAddr, logLevel string
 	worker                                    worker.Config
@@ -94,7 +85,7 @@ func daemon(ctx context.Context, args []string, getenv func(string) string, stdo
 	var c settings
 	s := config.New("attachment-worker run", "usage: attachment-worker [run] [flags]\n\nConsumes note.created events and processes their attachments, once per event.", getenv, stdout)
 	define(s, &c)
-	if err := parse(s, args); err != nil {
+	if err := cli.Parse(s, args); err != nil {
 		return err
 	}
 	if len(s.Args()) > 0 {
@@ -203,7 +194,7 @@ func deadLetters(ctx context.Context, args []string, getenv func(string) string,
 	} else {
 		s.String(&natsURL, "nats-url", "NATS_URL", defaultNATSURL, "NATS URL (JetStream enabled)")
 	}
-	if err := parse(s, args); err != nil {
+	if err := cli.Parse(s, args); err != nil {
 		return err
 	}
 	var id int64

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -58,14 +57,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 }
 
-func parse(s *config.Set, args []string) error {
-	err := s.Parse(args)
-	if err == nil || errors.Is(err, flag.ErrHelp) {
-		return err
-	}
-	return cli.UsageError{Msg: err.Error()}
-}
-
 type settings struct {
 	databaseURL, natsURL, adminAddr, logLevel string
 	relay                                     relay.Config
@@ -93,7 +84,7 @@ func daemon(ctx context.Context, args []string, getenv func(string) string, stdo
 	var c settings
 	s := config.New("relay run", "usage: relay [run] [flags]\n\nPublishes committed outbox events to NATS JetStream and runs the retention cleanup.", getenv, stdout)
 	define(s, &c)
-	if err := parse(s, args); err != nil {
+	if err := cli.Parse(s, args); err != nil {
 		return err
 	}
 	if len(s.Args()) > 0 {
@@ -193,7 +184,7 @@ func events(ctx context.Context, args []string, getenv func(string) string, stdo
 	if sub == "retry" {
 		s.FlagSet().BoolVar(&all, "all", false, "return every parked event to the queue (after fixing a cause that parked many)")
 	}
-	if err := parse(s, args); err != nil {
+	if err := cli.Parse(s, args); err != nil {
 		return err
 	}
 	var id uuid.UUID

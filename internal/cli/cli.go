@@ -12,6 +12,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/quillhq/quill/internal/config"
 )
 
 // UsageError is a mistake in the command line or the settings, caught
@@ -60,4 +62,14 @@ func Main(prog string, run RunFunc) {
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(ExitCode(prog, err, os.Stderr))
+}
+
+// Parse reads a command's settings; a bad flag or value becomes a
+// UsageError, --help stays flag.ErrHelp.
+func Parse(s *config.Set, args []string) error {
+	err := s.Parse(args)
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return err
+	}
+	return UsageError{Msg: err.Error()}
 }
