@@ -43,6 +43,5 @@ bench-api: ## load benchmark of the API against a raw pgbench ceiling (see READM
 bench-relay: ## relay throughput vs raw JetStream, and commit → ack latency (see bench/README.md)
 	bash scripts/bench-relay.sh
 
-bench-worker: ## attachments/s through JetStream → worker → commit vs the raw processing rate
-	$(GO) test -run '^$$' -bench 'Pipeline' -benchtime 2000x ./internal/worker/
-	$(GO) test -run '^$$' -bench 'Process' ./internal/attachment/
+bench-worker: ## attachments/s through JetStream → worker → commit vs the raw processing rate, with the ratio
+	bash scripts/bench-worker.sh
