@@ -68,7 +68,7 @@ const TimeFormat = "2006-01-02T15:04:05.000000Z"
 
 // Envelope returns e as CloudEvents 1.0 structured JSON.
 func Envelope(e Event) ([]byte, error) {
-	data, err := json.Marshal(e.Data)
+	data, err := json.Marshal(e.Data, json.Deterministic(true))
 	if err != nil {
 		return nil, fmt.Errorf("marshal event data: %w", err)
 	}
