@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -46,26 +45,11 @@ const (
 
 // run is the whole program: main only wires signals and the exit status.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	cmd := "serve"
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		cmd, args = args[0], args[1:]
-	} else if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
-		fmt.Fprintln(stdout, overview)
-		return nil
-	}
-	switch cmd {
-	case "serve":
-		return serve(ctx, args, getenv, stdout, stderr)
-	case "migrate":
-		return migrate(ctx, args, getenv, stdout, stderr)
-	case "token":
-		return token(ctx, args, getenv, stdout, stderr)
-	case "help":
-		fmt.Fprintln(stdout, overview)
-		return nil
-	default:
-		return cli.UsageError{Msg: fmt.Sprintf("unknown command %q; run \"api --help\" for the commands", cmd)}
-	}
+	return cli.Dispatch(ctx, "api", overview, "serve", map[string]cli.RunFunc{
+		"serve":   serve,
+		"migrate": migrate,
+		"token":   token,
+	}, args, getenv, stdout, stderr)
 }
 
 // common settings of every subcommand.

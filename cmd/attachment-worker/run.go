@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/go-json-experiment/json"
@@ -34,42 +33,24 @@ const overview = `usage: attachment-worker [run] [flags]                 process
 Run "attachment-worker run --help" for the settings.`
 
 const (
-	defaultNATSURL   = "nats://127.0.0.1:4222"
 	defaultAdminAddr = ":9092"
 	shutdownTimeout  = 30 * time.Second
 )
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	cmd := "run"
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		cmd, args = args[0], args[1:]
-	} else if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
-		fmt.Fprintln(stdout, overview)
-		return nil
-	}
-	switch cmd {
-	case "run":
-		return daemon(ctx, args, getenv, stdout, stderr)
-	case "dead-letters":
-		return deadLetters(ctx, args, getenv, stdout, stderr)
-	case "help":
-		fmt.Fprintln(stdout, overview)
-		return nil
-	default:
-		return cli.UsageError{Msg: fmt.Sprintf("unknown command %q; run \"attachment-worker --help\" for the commands", cmd)}
-	}
+	return cli.Dispatch(ctx, "attachment-worker", overview, "run", map[string]cli.RunFunc{
+		"run":          daemon,
+		"dead-letters": deadLetters,
+	}, args, getenv, stdout, stderr)
 }
 
 type settings struct {
-	databaseURL, natsURL, adminAddr, logLevel string
-	worker                                    worker.Config
+	cli.Daemon
+	worker worker.Config
 }
 
 func define(s *config.Set, c *settings) {
-	s.String(&c.databaseURL, "database-url", "DATABASE_URL", db.DefaultURL, "PostgreSQL URL")
-	s.String(&c.natsURL, "nats-url", "NATS_URL", defaultNATSURL, "NATS URL (JetStream enabled)")
-	s.String(&c.adminAddr, "admin-addr", "QUILL_ADMIN_ADDR", defaultAdminAddr, "/healthz, /readyz and /metrics listen address")
-	s.String(&c.logLevel, "log-level", "QUILL_LOG_LEVEL", "info", "log level: trace, debug, info, warn, error")
+	c.Daemon.Define(s, defaultAdminAddr)
 	w := &c.worker
 	s.String(&w.Stream, "stream", "QUILL_STREAM", relay.DefaultStream, "JetStream stream name")
 	s.String(&w.SubjectPrefix, "subject-prefix", "QUILL_SUBJECT_PREFIX", relay.DefaultSubjectPrefix, "first token of every subject")
@@ -95,17 +76,17 @@ func daemon(ctx context.Context, args []string, getenv func(string) string, stdo
 	if err := cfg.Validate(); err != nil {
 		return cli.UsageError{Msg: err.Error()}
 	}
-	log, err := logging.New(stderr, c.logLevel, "attachment-worker")
+	log, err := logging.New(stderr, c.LogLevel, "attachment-worker")
 	if err != nil {
 		return cli.UsageError{Msg: err.Error()}
 	}
-	pool, err := db.Open(ctx, c.databaseURL, int32(cfg.Concurrency+4))
+	pool, err := db.Open(ctx, c.DatabaseURL, int32(cfg.Concurrency+4))
 	if err != nil {
 		log.Error().Err(err).Str("error_category", "database_unreachable").Msg("cannot start: PostgreSQL is not reachable at DATABASE_URL")
 		return cli.LoggedError{Err: err}
 	}
 	defer pool.Close()
-	nc, err := nats.Connect(c.natsURL, nats.Name("quill-attachment-worker"), nats.MaxReconnects(-1),
+	nc, err := nats.Connect(c.NATSURL, nats.Name("quill-attachment-worker"), nats.MaxReconnects(-1),
 		nats.ReconnectWait(time.Second), nats.RetryOnFailedConnect(false),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err == nil {
@@ -133,7 +114,7 @@ func daemon(ctx context.Context, args []string, getenv func(string) string, stdo
 		log.Error().Err(err).Str("error_category", "consumer_provisioning_failed").Msg("cannot start: the stream or the durable consumer could not be set up")
 		return cli.LoggedError{Err: err}
 	}
-	ln, err := net.Listen("tcp", c.adminAddr)
+	ln, err := net.Listen("tcp", c.AdminAddr)
 	if err != nil {
 		log.Error().Err(err).Msg("cannot listen on the admin address")
 		return cli.LoggedError{Err: err}
@@ -192,7 +173,7 @@ func deadLetters(ctx context.Context, args []string, getenv func(string) string,
 		s.FlagSet().BoolVar(&all, "all", false, "include dead letters already re-driven")
 		s.FlagSet().BoolVar(&asJSON, "json", false, "one JSON object per line")
 	} else {
-		s.String(&natsURL, "nats-url", "NATS_URL", defaultNATSURL, "NATS URL (JetStream enabled)")
+		s.String(&natsURL, "nats-url", "NATS_URL", cli.DefaultNATSURL, "NATS URL (JetStream enabled)")
 	}
 	if err := cli.Parse(s, args); err != nil {
 		return err

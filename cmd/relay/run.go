@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/go-json-experiment/json"
@@ -31,42 +30,24 @@ const overview = `usage: relay [run] [flags]           publish committed outbox 
 Run "relay run --help" for the settings.`
 
 const (
-	defaultNATSURL   = "nats://127.0.0.1:4222"
 	defaultAdminAddr = ":9091"
 	shutdownTimeout  = 30 * time.Second
 )
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	cmd := "run"
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		cmd, args = args[0], args[1:]
-	} else if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
-		fmt.Fprintln(stdout, overview)
-		return nil
-	}
-	switch cmd {
-	case "run":
-		return daemon(ctx, args, getenv, stdout, stderr)
-	case "events":
-		return events(ctx, args, getenv, stdout, stderr)
-	case "help":
-		fmt.Fprintln(stdout, overview)
-		return nil
-	default:
-		return cli.UsageError{Msg: fmt.Sprintf("unknown command %q; run \"relay --help\" for the commands", cmd)}
-	}
+	return cli.Dispatch(ctx, "relay", overview, "run", map[string]cli.RunFunc{
+		"run":    daemon,
+		"events": events,
+	}, args, getenv, stdout, stderr)
 }
 
 type settings struct {
-	databaseURL, natsURL, adminAddr, logLevel string
-	relay                                     relay.Config
+	cli.Daemon
+	relay relay.Config
 }
 
 func define(s *config.Set, c *settings) {
-	s.String(&c.databaseURL, "database-url", "DATABASE_URL", db.DefaultURL, "PostgreSQL URL")
-	s.String(&c.natsURL, "nats-url", "NATS_URL", defaultNATSURL, "NATS URL (JetStream enabled)")
-	s.String(&c.adminAddr, "admin-addr", "QUILL_ADMIN_ADDR", defaultAdminAddr, "/healthz, /readyz and /metrics listen address")
-	s.String(&c.logLevel, "log-level", "QUILL_LOG_LEVEL", "info", "log level: trace, debug, info, warn, error")
+	c.Daemon.Define(s, defaultAdminAddr)
 	r := &c.relay
 	s.String(&r.Stream, "stream", "QUILL_STREAM", relay.DefaultStream, "JetStream stream name")
 	s.String(&r.SubjectPrefix, "subject-prefix", "QUILL_SUBJECT_PREFIX", relay.DefaultSubjectPrefix, "first token of every subject")
@@ -94,17 +75,17 @@ func daemon(ctx context.Context, args []string, getenv func(string) string, stdo
 	if err := cfg.Validate(); err != nil {
 		return cli.UsageError{Msg: err.Error()}
 	}
-	log, err := logging.New(stderr, c.logLevel, "relay")
+	log, err := logging.New(stderr, c.LogLevel, "relay")
 	if err != nil {
 		return cli.UsageError{Msg: err.Error()}
 	}
-	pool, err := db.Open(ctx, c.databaseURL, 8)
+	pool, err := db.Open(ctx, c.DatabaseURL, 8)
 	if err != nil {
 		log.Error().Err(err).Str("error_category", "database_unreachable").Msg("cannot start: PostgreSQL is not reachable at DATABASE_URL")
 		return cli.LoggedError{Err: err}
 	}
 	defer pool.Close()
-	nc, err := nats.Connect(c.natsURL, nats.Name("quill-relay"), nats.MaxReconnects(-1),
+	nc, err := nats.Connect(c.NATSURL, nats.Name("quill-relay"), nats.MaxReconnects(-1),
 		nats.ReconnectWait(time.Second), nats.RetryOnFailedConnect(false),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err == nil {
@@ -134,7 +115,7 @@ func daemon(ctx context.Context, args []string, getenv func(string) string, stdo
 	log.Info().Str("stream", cfg.Stream).Str("subjects", cfg.SubjectPrefix+".>").Dur("duplicate_window", cfg.DuplicateWindow).
 		Dur("max_age", cfg.MaxAge).Msg("stream provisioned")
 
-	ln, err := net.Listen("tcp", c.adminAddr)
+	ln, err := net.Listen("tcp", c.AdminAddr)
 	if err != nil {
 		log.Error().Err(err).Msg("cannot listen on the admin address")
 		return cli.LoggedError{Err: err}

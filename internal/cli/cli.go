@@ -11,9 +11,11 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/quillhq/quill/internal/config"
+	"github.com/quillhq/quill/internal/db"
 )
 
 // UsageError is a mistake in the command line or the settings, caught
@@ -72,4 +74,41 @@ func Parse(s *config.Set, args []string) error {
 		return err
 	}
 	return UsageError{Msg: err.Error()}
+}
+
+// Dispatch runs the subcommand named by args[0] (def when args is empty or
+// starts with a flag), answers -h/--help/help with overview, and refuses an
+// unknown command with a UsageError.
+func Dispatch(ctx context.Context, prog, overview, def string, cmds map[string]RunFunc,
+	args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cmd := def
+	switch {
+	case len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help" || args[0] == "help"):
+		fmt.Fprintln(stdout, overview)
+		return nil
+	case len(args) > 0 && !strings.HasPrefix(args[0], "-"):
+		cmd, args = args[0], args[1:]
+	}
+	run, ok := cmds[cmd]
+	if !ok {
+		return UsageError{Msg: fmt.Sprintf("unknown command %q; run \"%s --help\" for the commands", cmd, prog)}
+	}
+	return run(ctx, args, getenv, stdout, stderr)
+}
+
+// DefaultNATSURL is the NATS server used when NATS_URL is not set.
+const DefaultNATSURL = "nats://127.0.0.1:4222"
+
+// Daemon holds the settings every daemon shares.
+type Daemon struct {
+	DatabaseURL, NATSURL, AdminAddr, LogLevel string
+}
+
+// Define registers the shared settings on s; adminAddr is the process's
+// default admin address.
+func (d *Daemon) Define(s *config.Set, adminAddr string) {
+	s.String(&d.DatabaseURL, "database-url", "DATABASE_URL", db.DefaultURL, "PostgreSQL URL")
+	s.String(&d.NATSURL, "nats-url", "NATS_URL", DefaultNATSURL, "NATS URL (JetStream enabled)")
+	s.String(&d.AdminAddr, "admin-addr", "QUILL_ADMIN_ADDR", adminAddr, "/healthz, /readyz and /metrics listen address")
+	s.String(&d.LogLevel, "log-level", "QUILL_LOG_LEVEL", "info", "log level: trace, debug, info, warn, error")
 }
