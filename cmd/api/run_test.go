@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -16,68 +15,26 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/quillhq/quill/internal/clitest"
 	"github.com/quillhq/quill/internal/dbtest"
 	"github.com/quillhq/quill/migrations"
 )
 
-// syncBuffer is a goroutine-safe buffer for a process's output.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
+// The shared in-process helpers, under this file's names.
+type syncBuffer = clitest.SyncBuffer
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
+func freeAddr(t *testing.T) string { return clitest.FreeAddr(t) }
 
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+func env(m map[string]string) func(string) string { return clitest.Env(m) }
 
-func freeAddr(t *testing.T) string {
+func start(t *testing.T, getenv func(string) string, args ...string) *clitest.Process {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	return addr
-}
-
-func env(m map[string]string) func(string) string {
-	return func(k string) string { return m[k] }
-}
-
-// process runs the real program in-process until stop is called.
-type process struct {
-	stop   func() error
-	stderr *syncBuffer
-}
-
-func start(t *testing.T, getenv func(string) string, args ...string) *process {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	stderr := &syncBuffer{}
-	errc := make(chan error, 1)
-	go func() { errc <- run(ctx, args, getenv, io.Discard, stderr) }()
-	var once sync.Once
-	var err error
-	p := &process{stderr: stderr, stop: func() error {
-		once.Do(func() { cancel(); err = <-errc })
-		return err
-	}}
-	t.Cleanup(func() { _ = p.stop() })
-	return p
+	return clitest.Start(t, run, getenv, args...)
 }
 
 func runOut(t *testing.T, getenv func(string) string, args ...string) (string, string, error) {
 	t.Helper()
-	var stdout, stderr bytes.Buffer
-	err := run(t.Context(), args, getenv, &stdout, &stderr)
-	return stdout.String(), stderr.String(), err
+	return clitest.RunOut(t, run, getenv, args...)
 }
 
 func waitReady(t *testing.T, url string) {
@@ -125,8 +82,8 @@ func TestReplayAfterProcessRestart(t *testing.T) {
 	waitReady(t, "http://"+vars["QUILL_ADMIN_ADDR"]+"/readyz")
 	res, first := post(t, base, tok, "restart-1", `{"title":"survives"}`)
 	require.Equal(t, http.StatusCreated, res.StatusCode, first)
-	require.NoError(t, p.stop(), "graceful shutdown returns nil")
-	require.Contains(t, p.stderr.String(), `"message":"stopped"`)
+	require.NoError(t, p.Stop(), "graceful shutdown returns nil")
+	require.Contains(t, p.Stderr.String(), `"message":"stopped"`)
 
 	p = start(t, getenv) // serve is the default command
 	waitReady(t, "http://"+vars["QUILL_ADMIN_ADDR"]+"/readyz")
@@ -146,10 +103,10 @@ func TestReplayAfterProcessRestart(t *testing.T) {
 	require.NoError(t, err)
 	hres.Body.Close()
 	require.Equal(t, http.StatusOK, hres.StatusCode)
-	require.NoError(t, p.stop())
+	require.NoError(t, p.Stop())
 
 	// Logs carry the key's hash, never the key, title or token.
-	logs := p.stderr.String()
+	logs := p.Stderr.String()
 	require.Contains(t, logs, `"key_hash"`)
 	require.NotContains(t, logs, "restart-1")
 	require.NotContains(t, logs, "survives")

@@ -3,13 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"flag"
 	"io"
-	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quillhq/quill/internal/cli"
+	"github.com/quillhq/quill/internal/clitest"
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/dbtest"
 	"github.com/quillhq/quill/internal/natstest"
@@ -29,71 +27,21 @@ import (
 
 const waitLong = 30 * time.Second
 
-// syncBuffer is a goroutine-safe buffer for a process's output.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
+// The shared in-process helpers, under this file's names.
+type syncBuffer = clitest.SyncBuffer
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
+func freeAddr(t *testing.T) string { return clitest.FreeAddr(t) }
 
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+func env(m map[string]string) func(string) string { return clitest.Env(m) }
 
-func freeAddr(t *testing.T) string {
+func start(t *testing.T, getenv func(string) string, args ...string) *clitest.Process {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	return addr
-}
-
-func env(m map[string]string) func(string) string {
-	return func(k string) string { return m[k] }
-}
-
-// process runs the real program in-process until stop is called.
-type process struct {
-	stop   func() error
-	stderr *syncBuffer
-}
-
-func start(t *testing.T, getenv func(string) string, args ...string) *process {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	stderr := &syncBuffer{}
-	errc := make(chan error, 1)
-	go func() { errc <- run(ctx, args, getenv, io.Discard, stderr) }()
-	var once sync.Once
-	var err error
-	p := &process{stderr: stderr, stop: func() error {
-		once.Do(func() {
-			cancel() // what SIGTERM does through signal.NotifyContext
-			select {
-			case err = <-errc:
-			case <-time.After(waitLong):
-				err = errors.New("the relay did not stop")
-			}
-		})
-		return err
-	}}
-	t.Cleanup(func() { _ = p.stop() })
-	return p
+	return clitest.Start(t, run, getenv, args...)
 }
 
 func runOut(t *testing.T, getenv func(string) string, args ...string) (string, string, error) {
 	t.Helper()
-	var stdout, stderr bytes.Buffer
-	err := run(t.Context(), args, getenv, &stdout, &stderr)
-	return stdout.String(), stderr.String(), err
+	return clitest.RunOut(t, run, getenv, args...)
 }
 
 // waitStatus polls url until it answers status, and returns the body.
@@ -386,10 +334,10 @@ func TestDaemon(t *testing.T) {
 	res.Body.Close()
 	require.Equal(t, http.StatusOK, res.StatusCode)
 
-	err = p.stop()
+	err = p.Stop()
 	require.NoError(t, err, "SIGTERM: a graceful stop")
 	require.Zero(t, exitCode(err, io.Discard))
-	logs := p.stderr.String()
+	logs := p.Stderr.String()
 	require.Contains(t, logs, `"message":"stream provisioned"`)
 	require.Contains(t, logs, `"error_category":"nats_disconnected"`)
 	require.Contains(t, logs, `"message":"stopped"`)
