@@ -21,7 +21,6 @@ import (
 )
 
 // The shared in-process helpers, under this file's names.
-type syncBuffer = clitest.SyncBuffer
 
 func freeAddr(t *testing.T) string { return clitest.FreeAddr(t) }
 

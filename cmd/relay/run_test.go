@@ -28,7 +28,6 @@ import (
 const waitLong = 30 * time.Second
 
 // The shared in-process helpers, under this file's names.
-type syncBuffer = clitest.SyncBuffer
 
 func freeAddr(t *testing.T) string { return clitest.FreeAddr(t) }
 
