@@ -1,16 +1,22 @@
 #!/usr/bin/env bash
 # make dev: run the whole system locally — PostgreSQL and NATS (started when
 # none answers), migrations, a token for the tenant "demo", then the API, the
-# relay and the attachment worker side by side with their JSON logs. Ctrl-C stops them all; each
-# finishes its in-flight work first.
+# relay and the attachment worker side by side. Their JSON logs are shown one
+# readable line each (tools/devlog); QUILL_DEV_LOG=json shows the raw JSON.
+# Ctrl-C stops them all; each finishes its in-flight work first. State lives
+# in PostgreSQL and, when this script started NATS, in ./.data/nats, so a
+# restart of make dev keeps every note, key and stream.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 bash scripts/ensure-postgres.sh
 bash scripts/ensure-nats.sh
-go build -o bin/ ./cmd/...
+go build -o bin/ ./cmd/... ./tools/devlog
 
-./bin/api migrate
+logs() {
+	if [[ ${QUILL_DEV_LOG:-} == json ]]; then cat; else ./bin/devlog; fi
+}
+./bin/api migrate 2> >(logs >&2)
 token=$(./bin/api token create --tenant demo)
 cat <<TXT
 
@@ -33,11 +39,11 @@ stop() {
 }
 trap stop INT TERM EXIT
 
-./bin/api serve &
+./bin/api serve 2> >(logs >&2) &
 pids+=($!)
-./bin/relay run &
+./bin/relay run 2> >(logs >&2) &
 pids+=($!)
-./bin/attachment-worker run &
+./bin/attachment-worker run 2> >(logs >&2) &
 pids+=($!)
 # Stop everything as soon as one process exits.
 wait -n

@@ -4,10 +4,10 @@
 # something already listens there it changes nothing.
 #
 # Otherwise it starts, in the background, with JetStream storing in ./.data/nats
-# and logging to ./.data/nats.log:
-#   1. nats-server from PATH, else
-#   2. nats-server built from the Go module proxy (github.com/nats-io/nats-server
-#      at $NATS_SERVER_VERSION) into ./.data/bin, kept there for the next run.
+# (so streams survive a restart) and logging to ./.data/nats.log:
+#   1. the nats-server pinned in go.mod (a `tool` of this module), built with
+#      go into ./.data/bin and kept there for the next run, else
+#   2. nats-server from PATH (a machine without go).
 # It prints one line saying what it did, then waits (30 s) for the port.
 set -euo pipefail
 
@@ -15,7 +15,6 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 REPO_ROOT=$PWD
 
 NATS_URL=${NATS_URL:-nats://127.0.0.1:4222}
-NATS_SERVER_VERSION=${NATS_SERVER_VERSION:-v2.15.2}
 WAIT_SECONDS=${ENSURE_NATS_TIMEOUT:-30}
 DATA_DIR=$REPO_ROOT/.data
 STORE_DIR=$DATA_DIR/nats
@@ -54,22 +53,27 @@ esac
 
 mkdir -p "$STORE_DIR"
 
-if command -v nats-server >/dev/null 2>&1; then
+if command -v go >/dev/null 2>&1; then
+	# The version go.mod pins, so that dev, CI and the tests' in-process
+	# server are the same nats-server.
+	version=$(go list -m -f '{{.Version}}' github.com/nats-io/nats-server/v2) ||
+		die "go list -m github.com/nats-io/nats-server/v2 failed"
+	SERVER=$GO_BIN_DIR/nats-server
+	if [[ -x $SERVER && -f $SERVER.version && $(<"$SERVER.version") == "$version" ]]; then
+		did="started .data/bin/nats-server $version (the module's tool)"
+	else
+		# Built in the foreground, so that compiling does not eat the start-up wait.
+		mkdir -p "$GO_BIN_DIR"
+		go build -o "$SERVER" github.com/nats-io/nats-server/v2 ||
+			die "go build github.com/nats-io/nats-server/v2 ($version, from go.mod) failed"
+		echo "$version" >"$SERVER.version"
+		did="built nats-server $version (pinned in go.mod) into .data/bin and started it"
+	fi
+elif command -v nats-server >/dev/null 2>&1; then
 	SERVER=$(command -v nats-server)
-	did="started $SERVER"
-elif [[ -x $GO_BIN_DIR/nats-server && -f $GO_BIN_DIR/nats-server.version &&
-	$(<"$GO_BIN_DIR/nats-server.version") == "$NATS_SERVER_VERSION" ]]; then
-	SERVER=$GO_BIN_DIR/nats-server
-	did="started .data/bin/nats-server $NATS_SERVER_VERSION"
+	did="started $SERVER (no go on PATH to build the pinned one)"
 else
-	command -v go >/dev/null 2>&1 ||
-		die "nothing listens at $HOST:$PORT, nats-server is not on PATH and there is no go to build it (apt-get install nats-server)"
-	# Built in the foreground, so that compiling does not eat the start-up wait.
-	GOBIN=$GO_BIN_DIR go install "github.com/nats-io/nats-server/v2@$NATS_SERVER_VERSION" ||
-		die "go install github.com/nats-io/nats-server/v2@$NATS_SERVER_VERSION failed"
-	echo "$NATS_SERVER_VERSION" >"$GO_BIN_DIR/nats-server.version"
-	SERVER=$GO_BIN_DIR/nats-server
-	did="built nats-server $NATS_SERVER_VERSION with go install into .data/bin and started it"
+	die "nothing listens at $HOST:$PORT, and there is neither go (to build the nats-server pinned in go.mod) nor nats-server on PATH"
 fi
 
 # Detached from this shell (its own session, no stdin), so that it outlives
