@@ -12,7 +12,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # (golang/go#75804, fixed in Go 1.27); a count has no deadline to race.
 FUZZTIME ?= 200000x
 
-.PHONY: dev test lint fuzz bench-api bench-relay bench-worker build services
+.PHONY: dev demo test soak lint fuzz bench-api bench-relay bench-worker build services
 
 build: ## build every binary into ./bin
 	$(GO) build -o bin/ ./cmd/...
@@ -24,9 +24,16 @@ services: ## make sure PostgreSQL (and NATS) answer, starting them when needed
 dev: ## run the whole system (API + relay) against the local PostgreSQL and NATS
 	bash scripts/dev.sh
 
+demo: ## the article's story against the running system (run make dev first)
+	bash scripts/demo.sh
+
 test: ## all tests against real PostgreSQL (QUILL_TEST_DATABASE_URL or the local quill_test database)
 	@bash scripts/ensure-postgres.sh
 	$(GO) test $(RACE) -count=1 -timeout 20m ./...
+
+soak: ## the fault suite's long profile (50,000 operations, ~10 min here) with its figures
+	@bash scripts/ensure-postgres.sh
+	QUILL_E2E_PROFILE=soak $(GO) test -count=1 -run '^TestFaults$$' -v -timeout 60m ./e2e/
 
 lint: ## gofmt, go vet and staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

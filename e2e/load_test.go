@@ -1,0 +1,407 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"image"
+	"image/color"
+	"image/png"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Operation kinds.
+const (
+	opCreate = "create"
+	opDelete = "delete"
+)
+
+// Attachment kinds of a create.
+const (
+	attPNG  = "png"
+	attText = "text"
+	attNone = "none"
+)
+
+// answer is a decided response: the status and body a client may act on.
+type answer struct {
+	Status   int
+	Body     []byte
+	Replayed bool
+}
+
+// op is one business operation — one Idempotency-Key — and everything its
+// requests saw.
+type op struct {
+	Kind         string
+	Client       int
+	Tenant, Key  string
+	token        string
+	Title        string
+	request      []byte // create: the JSON body
+	Att          string // create: attPNG, attText or attNone
+	AttSHA       string
+	Lines, Words int    // attText: the expected statistics
+	NoteID       string // delete: the target; create: from the decided answer
+	ExpectStatus int    // delete: 200 (a live note) or 404 (already deleted)
+	Copies       int    // sends of the operation (1, or 2–5 for a resent one)
+	Concurrent   bool   // the copies were sent at once
+	// Impatient: the client gives up after the first request without a
+	// decided answer, like an agent whose deadline passed; its outcome is
+	// unknown to it and only the lookup after the run tells.
+	Impatient bool
+
+	mu        sync.Mutex
+	requests  int
+	undecided map[string]int // transport, http_409, http_503, ...
+	decided   []answer
+	gaveUp    int // copies that ran out of time without a decided answer
+}
+
+func (o *op) record(kind string, a *answer) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.requests++
+	if a != nil {
+		o.decided = append(o.decided, *a)
+		return
+	}
+	if o.undecided == nil {
+		o.undecided = map[string]int{}
+	}
+	o.undecided[kind]++
+}
+
+// Decided returns the first decided answer, or nil when every request's
+// outcome stayed unknown.
+func (o *op) Decided() *answer {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.decided) == 0 {
+		return nil
+	}
+	a := o.decided[0]
+	return &a
+}
+
+// tenant is one tenant of the run and its bearer token.
+type tenant struct{ Name, Token string }
+
+// loadStats counts the requests clients sent and what came back.
+type loadStats struct {
+	requests, transport atomic.Int64
+	mu                  sync.Mutex
+	status              map[int]int64
+}
+
+// loadGen drives the API through the fault proxy: clients goroutines take
+// operation slots from a fixed schedule (rate per second), each operation
+// a create (with a PNG, a text or no attachment) or a delete of a note the
+// client created; ResendShare of them are sent 2–5 times under their key,
+// half of those concurrently. Every request without a decided answer
+// (transport error, 409, 5xx) is retried under the same key until
+// opDeadline.
+type loadGen struct {
+	base       string
+	http       *http.Client
+	tenants    []tenant
+	runID      string
+	seed       uint64
+	clients    int
+	total      int
+	rate       float64
+	opDeadline time.Duration
+
+	slots atomic.Int64
+	stats loadStats
+
+	mu  sync.Mutex
+	ops []*op
+}
+
+func newLoadGen(base string, tenants []tenant, runID string, seed uint64, p profile) *loadGen {
+	tr := &http.Transport{
+		Proxy:       nil,
+		DialContext: (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
+		// A new connection per request: with keep-alive, net/http itself
+		// resends a request carrying Idempotency-Key when a reused
+		// connection breaks, and the suite would not see that attempt.
+		DisableKeepAlives:  true,
+		DisableCompression: true,
+	}
+	return &loadGen{base: strings.TrimRight(base, "/"), http: &http.Client{Transport: tr}, tenants: tenants,
+		runID: runID, seed: seed, clients: p.Clients, total: p.Ops, rate: p.Rate, opDeadline: p.OpDeadline,
+		stats: loadStats{status: map[int]int64{}}}
+}
+
+// Run runs every client until the operations are used up.
+func (l *loadGen) Run(ctx context.Context) {
+	start := time.Now()
+	var wg sync.WaitGroup
+	for c := range l.clients {
+		wg.Go(func() { l.client(ctx, c, start) })
+	}
+	wg.Wait()
+}
+
+// Ops returns every operation so far.
+func (l *loadGen) Ops() []*op {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]*op(nil), l.ops...)
+}
+
+// Done returns how many operations have been started.
+func (l *loadGen) Done() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.ops)
+}
+
+func (l *loadGen) client(ctx context.Context, c int, start time.Time) {
+	rng := rand.New(rand.NewPCG(l.seed, uint64(c)+1))
+	t := l.tenants[c%len(l.tenants)]
+	var live, deleted []string
+	for seq := 0; ; seq++ {
+		slot := l.slots.Add(1) - 1
+		if slot >= int64(l.total) {
+			return
+		}
+		due := start.Add(time.Duration(float64(slot) / l.rate * float64(time.Second)))
+		if !sleepCtx(ctx, time.Until(due)) {
+			return
+		}
+		var o *op
+		if len(live) > 0 && rng.Float64() < 0.3 {
+			o = &op{Kind: opDelete, Client: c, Tenant: t.Name, token: t.Token,
+				Key: fmt.Sprintf("e2e-%s-d%d-%d", l.runID, c, seq)}
+			if len(deleted) > 0 && rng.Float64() < 0.15 {
+				o.NoteID, o.ExpectStatus = deleted[rng.IntN(len(deleted))], http.StatusNotFound
+			} else {
+				i := rng.IntN(len(live))
+				o.NoteID, o.ExpectStatus = live[i], http.StatusOK
+				// Whatever the answer, the note is no longer surely live.
+				live = append(live[:i], live[i+1:]...)
+			}
+		} else {
+			o = l.newCreate(rng, c, seq, t)
+		}
+		o.Copies = 1
+		if rng.Float64() < resendShare {
+			o.Copies = 2 + rng.IntN(4)
+			o.Concurrent = rng.IntN(2) == 0
+		}
+		o.Impatient = rng.Float64() < impatientShare
+		l.mu.Lock()
+		l.ops = append(l.ops, o)
+		l.mu.Unlock()
+		l.run(ctx, o, rng)
+		a := o.Decided()
+		switch {
+		case a == nil:
+		case o.Kind == opCreate && a.Status == http.StatusCreated:
+			if id := noteIDOf(a.Body); id != "" {
+				o.mu.Lock()
+				o.NoteID = id
+				o.mu.Unlock()
+				live = append(live, id)
+			}
+		case o.Kind == opDelete && a.Status == http.StatusOK && o.ExpectStatus == http.StatusOK:
+			deleted = append(deleted, o.NoteID)
+		}
+	}
+}
+
+// resendShare is the share of operations sent more than once under their
+// key; impatientShare the share whose client gives up early.
+const (
+	resendShare    = 0.2
+	impatientShare = 0.03
+)
+
+func noteIDOf(body []byte) string {
+	var n struct {
+		ID string `json:"id"`
+	}
+	_ = json.Unmarshal(body, &n)
+	return n.ID
+}
+
+// newCreate makes a create operation: title "e2e <key>" (so a note names
+// its operation), a short body, and a PNG (40 %), a text (40 %) or nothing.
+func (l *loadGen) newCreate(rng *rand.Rand, c, seq int, t tenant) *op {
+	key := fmt.Sprintf("e2e-%s-c%d-%d", l.runID, c, seq)
+	o := &op{Kind: opCreate, Client: c, Tenant: t.Name, token: t.Token, Key: key, Title: "e2e " + key}
+	req := map[string]any{"title": o.Title, "body": fmt.Sprintf("client %d, operation %d, %s", c, seq, words(rng, 1+rng.IntN(12)))}
+	var data []byte
+	switch r := rng.Float64(); {
+	case r < 0.4:
+		o.Att, data = attPNG, randomPNG(rng)
+		req["attachment"] = map[string]string{"filename": fmt.Sprintf("pic-%d.png", seq), "content_type": "image/png",
+			"data": base64.StdEncoding.EncodeToString(data)}
+	case r < 0.8:
+		var text string
+		o.Att, text, o.Lines, o.Words = attText, "", 0, 0
+		for range 1 + rng.IntN(20) {
+			n := 1 + rng.IntN(12)
+			text += words(rng, n) + "\n"
+			o.Lines++
+			o.Words += n
+		}
+		data = []byte(text)
+		req["attachment"] = map[string]string{"filename": fmt.Sprintf("notes-%d.txt", seq), "content_type": "text/plain",
+			"data": base64.StdEncoding.EncodeToString(data)}
+	default:
+		o.Att = attNone
+	}
+	if data != nil {
+		sum := sha256.Sum256(data)
+		o.AttSHA = hex.EncodeToString(sum[:])
+	}
+	o.request, _ = json.Marshal(req)
+	return o
+}
+
+func words(rng *rand.Rand, n int) string {
+	w := make([]string, n)
+	for i := range w {
+		b := make([]byte, 1+rng.IntN(8))
+		for j := range b {
+			b[j] = byte('a' + rng.IntN(26))
+		}
+		w[i] = string(b)
+	}
+	return strings.Join(w, " ")
+}
+
+// randomPNG draws a small image (4–48 px a side) of a few rectangles.
+func randomPNG(rng *rand.Rand) []byte {
+	w, h := 4+rng.IntN(45), 4+rng.IntN(45)
+	img := image.NewNRGBA(image.Rect(0, 0, w, h))
+	for range 1 + rng.IntN(4) {
+		c := color.NRGBA{uint8(rng.IntN(256)), uint8(rng.IntN(256)), uint8(rng.IntN(256)), 255}
+		x0, y0 := rng.IntN(w), rng.IntN(h)
+		x1, y1 := x0+1+rng.IntN(w-x0), y0+1+rng.IntN(h-y0)
+		for y := y0; y < y1; y++ {
+			for x := x0; x < x1; x++ {
+				img.SetNRGBA(x, y, c)
+			}
+		}
+	}
+	var b bytes.Buffer
+	_ = png.Encode(&b, img)
+	return b.Bytes()
+}
+
+// run sends o's copies, at once or one after the other.
+func (l *loadGen) run(ctx context.Context, o *op, rng *rand.Rand) {
+	if o.Concurrent {
+		var wg sync.WaitGroup
+		for i := range o.Copies {
+			seed := rng.Uint64()
+			wg.Go(func() { l.sendUntilDecided(ctx, o, i, seed) })
+		}
+		wg.Wait()
+		return
+	}
+	for i := range o.Copies {
+		if i > 0 && !sleepCtx(ctx, time.Duration(rng.IntN(300))*time.Millisecond) {
+			return
+		}
+		if !l.sendUntilDecided(ctx, o, i, rng.Uint64()) {
+			return
+		}
+	}
+}
+
+// sendUntilDecided sends one copy of o until it gets a decided answer
+// (2xx, or a 4xx other than 409), retrying with the same key after
+// transport errors, 409 and 5xx with a jittered backoff and Retry-After. It
+// reports false when opDeadline passed first.
+func (l *loadGen) sendUntilDecided(ctx context.Context, o *op, copyIdx int, seed uint64) bool {
+	rng := rand.New(rand.NewPCG(seed, uint64(copyIdx)))
+	deadline := time.Now().Add(l.opDeadline)
+	backoff := 50 * time.Millisecond
+	for ctx.Err() == nil && time.Now().Before(deadline) {
+		a, kind, retryAfter := l.send(ctx, o)
+		o.record(kind, a)
+		if a != nil {
+			return true
+		}
+		if o.Impatient {
+			break
+		}
+		wait := time.Duration(rng.Int64N(int64(backoff))) + backoff/2
+		wait = max(wait, retryAfter)
+		backoff = min(2*backoff, 2*time.Second)
+		if !sleepCtx(ctx, wait) {
+			break
+		}
+	}
+	o.mu.Lock()
+	o.gaveUp++
+	o.mu.Unlock()
+	return false
+}
+
+// send sends one request of o and classifies the outcome: a decided
+// answer, or the kind of undecided outcome and the Retry-After.
+func (l *loadGen) send(ctx context.Context, o *op) (*answer, string, time.Duration) {
+	rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	var req *http.Request
+	if o.Kind == opCreate {
+		req, _ = http.NewRequestWithContext(rctx, http.MethodPost, l.base+"/v1/notes", bytes.NewReader(o.request))
+		req.Header.Set("Content-Type", "application/json")
+	} else {
+		req, _ = http.NewRequestWithContext(rctx, http.MethodDelete, l.base+"/v1/notes/"+o.NoteID, nil)
+	}
+	req.Header.Set("Authorization", "Bearer "+o.token)
+	req.Header.Set("Idempotency-Key", o.Key)
+	l.stats.requests.Add(1)
+	resp, err := l.http.Do(req)
+	var body []byte
+	if err == nil {
+		body, err = io.ReadAll(resp.Body)
+		resp.Body.Close()
+	}
+	if err != nil {
+		l.stats.transport.Add(1)
+		return nil, "transport", 0
+	}
+	l.stats.mu.Lock()
+	l.stats.status[resp.StatusCode]++
+	l.stats.mu.Unlock()
+	if resp.StatusCode == http.StatusConflict || resp.StatusCode >= 500 {
+		ra, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+		return nil, "http_" + strconv.Itoa(resp.StatusCode), time.Duration(ra) * time.Second
+	}
+	return &answer{Status: resp.StatusCode, Body: body, Replayed: resp.Header.Get("Idempotent-Replayed") == "true"}, "", 0
+}
+
+// sleepCtx sleeps d; it reports false when ctx ended first.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
