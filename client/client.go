@@ -1,0 +1,602 @@
+// Package client is the Go client of Quill's HTTP API, built for callers —
+// AI agents above all — on an unreliable network.
+//
+// Every write (CreateNote, DeleteNote) belongs to one operation named by an
+// operation key. Pass WithKey to name it yourself (one key per user intent);
+// otherwise the client makes one for the call. Retries of that call always
+// reuse the key, so however often the request is delivered the server
+// executes it once. Retries are bounded by an attempt limit and a total
+// deadline, spaced by exponential backoff with full jitter and Retry-After,
+// and only happen when they are safe: the problem's retry advice is
+// same_key, or the outcome is unknown (a timeout, a connection lost after the
+// request was sent, a 5xx without a problem document). When attempts run out
+// with the outcome unknown, the client looks the key up; if that cannot
+// settle it either, the write returns an *UnknownOutcomeError carrying the
+// key — never a plain failure.
+//
+// With a Journal (FileJournal), each write is recorded durably before its
+// first send and settled after its final answer, so that Resume, after a
+// crash or restart, finishes unsettled operations under their original keys
+// instead of planning them again.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"mime"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/quillhq/quill/internal/idempotency"
+)
+
+// Defaults of Config.
+const (
+	DefaultAttempts       = 5
+	DefaultDeadline       = 30 * time.Second
+	DefaultAttemptTimeout = 10 * time.Second
+	DefaultLookupTimeout  = 5 * time.Second
+	DefaultBaseDelay      = 100 * time.Millisecond
+	DefaultMaxDelay       = 5 * time.Second
+	// DefaultKeyRetention is the server's default QUILL_KEY_RETENTION.
+	DefaultKeyRetention = 720 * time.Hour
+)
+
+// maxResponseBytes bounds a response body the client reads.
+const maxResponseBytes = 16 << 20
+
+// Config configures a Client. BaseURL and Token are required.
+type Config struct {
+	// BaseURL is the API's address, such as http://127.0.0.1:8080.
+	BaseURL string
+	// Token is the bearer token; it decides the tenant.
+	Token string
+	// HTTPClient sends the requests. Default: a client with its own
+	// transport and no overall timeout (the client sets its own).
+	HTTPClient *http.Client
+	// Attempts is the most requests one call sends. Default 5.
+	Attempts int
+	// Deadline bounds one call in total: every attempt, every backoff
+	// delay and the final lookup. Default 30s.
+	Deadline time.Duration
+	// AttemptTimeout bounds one request. Default 10s.
+	AttemptTimeout time.Duration
+	// LookupTimeout is the part of Deadline kept for looking the key up
+	// when attempts run out (at most a quarter of Deadline). Default 5s.
+	LookupTimeout time.Duration
+	// BaseDelay is the backoff before the first retry; each further
+	// retry doubles it, up to MaxDelay, and the delay actually waited is
+	// uniformly random below that (full jitter). Defaults 100ms and 5s.
+	BaseDelay, MaxDelay time.Duration
+	// KeyRetention is the server's QUILL_KEY_RETENTION: a key first sent
+	// longer ago is never sent again (ErrKeyTooOld), as the server may
+	// have forgotten it. Default 720h.
+	KeyRetention time.Duration
+	// Journal, when set, records each write before its first send and
+	// its final outcome after. Default none.
+	Journal Journal
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+	// Rand returns a number in [0, 1) for jitter. Default math/rand/v2.
+	Rand func() float64
+	// NewKey makes an operation key for a write without one. Default: a
+	// UUIDv7 string.
+	NewKey func() string
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	if c.HTTPClient == nil {
+		c.HTTPClient = &http.Client{Transport: &http.Transport{
+			Proxy:               http.ProxyFromEnvironment,
+			MaxIdleConnsPerHost: 16,
+			IdleConnTimeout:     90 * time.Second,
+		}}
+	}
+	if c.Attempts == 0 {
+		c.Attempts = DefaultAttempts
+	}
+	if c.Deadline == 0 {
+		c.Deadline = DefaultDeadline
+	}
+	if c.AttemptTimeout == 0 {
+		c.AttemptTimeout = DefaultAttemptTimeout
+	}
+	if c.LookupTimeout == 0 {
+		c.LookupTimeout = DefaultLookupTimeout
+	}
+	if c.BaseDelay == 0 {
+		c.BaseDelay = DefaultBaseDelay
+	}
+	if c.MaxDelay == 0 {
+		c.MaxDelay = DefaultMaxDelay
+	}
+	if c.KeyRetention == 0 {
+		c.KeyRetention = DefaultKeyRetention
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Rand == nil {
+		c.Rand = rand.Float64
+	}
+	if c.NewKey == nil {
+		c.NewKey = func() string { return uuid.Must(uuid.NewV7()).String() }
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	u, err := url.Parse(c.BaseURL)
+	switch {
+	case c.BaseURL == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+		return fmt.Errorf("BaseURL %q must be an http(s) URL with a host", c.BaseURL)
+	case c.Token == "":
+		return errors.New("token is required")
+	case c.Attempts < 1:
+		return fmt.Errorf("attempts is %d, must be at least 1", c.Attempts)
+	case c.Deadline < 0, c.AttemptTimeout < 0, c.LookupTimeout < 0, c.BaseDelay < 0, c.MaxDelay < 0, c.KeyRetention < 0:
+		return errors.New("durations must not be negative")
+	}
+	return nil
+}
+
+// Client calls the Quill API. It is safe for concurrent use.
+type Client struct {
+	cfg  Config
+	base string
+}
+
+// New returns a client for cfg. It returns an error naming the field when
+// the configuration is invalid.
+func New(cfg Config) (*Client, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("client config: %w", err)
+	}
+	return &Client{cfg: cfg, base: strings.TrimRight(cfg.BaseURL, "/")}, nil
+}
+
+// Config returns the client's configuration, defaults applied.
+func (c *Client) Config() Config { return c.cfg }
+
+// WriteOption adjusts one write.
+type WriteOption func(*writeOpts)
+
+type writeOpts struct {
+	key       string
+	firstSent time.Time
+}
+
+// WithKey sends the write under key, the operation key of one user intent.
+// Use the same key for every retry of that intent, and a new key for a new
+// intent. A key is 1–255 characters of 0x21–0x7E except '"' and ','.
+func WithKey(key string) WriteOption { return func(o *writeOpts) { o.key = key } }
+
+// WithFirstSent says when key was first sent, when the caller keeps it
+// without a Journal: a key older than Config.KeyRetention is refused with
+// ErrKeyTooOld.
+func WithFirstSent(t time.Time) WriteOption { return func(o *writeOpts) { o.firstSent = t } }
+
+// NewKey returns a fresh operation key, for a caller that wants to hold the
+// key of an intent before its first call.
+func (c *Client) NewKey() string { return c.cfg.NewKey() }
+
+// CreateNote creates a note as one operation (POST /v1/notes). It returns
+// a *RefusedError for a final refusal (validation, 422 key reused, ...), an
+// *UnknownOutcomeError when the outcome could not be established, and
+// ErrKeyTooOld or a journal error before sending.
+func (c *Client) CreateNote(ctx context.Context, n NewNote, opts ...WriteOption) (*Created, error) {
+	params, err := json.Marshal(n)
+	if err != nil {
+		return nil, fmt.Errorf("encode note: %w", err)
+	}
+	var out Created
+	w, err := c.write(ctx, ActionCreateNote, http.MethodPost, "/v1/notes", params, &out.Note, opts)
+	out.Write = w
+	if err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// DeleteNote deletes a note as one operation (DELETE /v1/notes/{id}). Its
+// errors are CreateNote's.
+func (c *Client) DeleteNote(ctx context.Context, id string, opts ...WriteOption) (*Deleted, error) {
+	params, err := json.Marshal(deleteParams{ID: id})
+	if err != nil {
+		return nil, fmt.Errorf("encode delete: %w", err)
+	}
+	var out Deleted
+	w, err := c.write(ctx, ActionDeleteNote, http.MethodDelete, "/v1/notes/"+url.PathEscape(id), params, &out.Deletion, opts)
+	out.Write = w
+	if err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+type deleteParams struct {
+	ID string `json:"id"`
+}
+
+// GetNote returns a note (GET /v1/notes/{id}); a missing one is a *Problem
+// with code not_found.
+func (c *Client) GetNote(ctx context.Context, id string) (*Note, error) {
+	var n Note
+	if _, err := c.read(ctx, "/v1/notes/"+url.PathEscape(id), &n); err != nil {
+		return nil, err
+	}
+	return &n, nil
+}
+
+// ListOptions selects a page of ListNotes.
+type ListOptions struct {
+	// Limit is 1–100; 0 means the server's default (50).
+	Limit int
+	// Cursor is a previous page's NextCursor.
+	Cursor string
+}
+
+// ListNotes returns one page of notes, newest first (GET /v1/notes).
+func (c *Client) ListNotes(ctx context.Context, o ListOptions) (*NoteList, error) {
+	q := url.Values{}
+	if o.Limit != 0 {
+		q.Set("limit", strconv.Itoa(o.Limit))
+	}
+	if o.Cursor != "" {
+		q.Set("cursor", o.Cursor)
+	}
+	path := "/v1/notes"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	var l NoteList
+	if _, err := c.read(ctx, path, &l); err != nil {
+		return nil, err
+	}
+	return &l, nil
+}
+
+// GetOperation looks an operation key up (GET /v1/operations/{key}). A key
+// the server has no record of is a *Problem with code operation_not_found.
+func (c *Client) GetOperation(ctx context.Context, key string) (*Operation, error) {
+	k, err := idempotency.ParseKey(key)
+	if err != nil {
+		return nil, err
+	}
+	var op Operation
+	raw, err := c.read(ctx, operationPath(k), &op)
+	if err != nil {
+		return nil, err
+	}
+	op.Raw = raw
+	return &op, nil
+}
+
+func operationPath(key string) string { return "/v1/operations/" + url.PathEscape(key) }
+
+// answer is one HTTP exchange's result.
+type answer struct {
+	status   int
+	header   http.Header
+	body     []byte
+	problem  *Problem
+	replayed bool
+	err      error
+}
+
+// send makes one request within ctx.
+func (c *Client) send(ctx context.Context, method, path, key string, body []byte) answer {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return answer{err: err}
+	}
+	req.Header.Set("Authorization", "Bearer "+c.cfg.Token)
+	req.Header.Set("Accept", "application/json, application/problem+json")
+	req.Header.Set("User-Agent", "quill-go-client/1")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	resp, err := c.cfg.HTTPClient.Do(req)
+	if err != nil {
+		return answer{err: err}
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
+	if err != nil {
+		// The status arrived but not the whole body: as good as no
+		// answer.
+		return answer{err: fmt.Errorf("read response: %w", err)}
+	}
+	a := answer{status: resp.StatusCode, header: resp.Header, body: raw,
+		replayed: resp.Header.Get("Idempotent-Replayed") == "true"}
+	if resp.StatusCode >= 300 {
+		a.problem = parseProblem(resp.Header.Get("Content-Type"), raw, resp.StatusCode)
+		if a.problem != nil {
+			a.problem.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), c.cfg.Now())
+		}
+	}
+	return a
+}
+
+// parseProblem decodes a problem document, or returns nil when the body is
+// not one (a proxy's or a crashed server's answer).
+func parseProblem(contentType string, body []byte, status int) *Problem {
+	mt, _, _ := mime.ParseMediaType(contentType)
+	if mt != "application/problem+json" && mt != "application/json" {
+		return nil
+	}
+	var p Problem
+	if err := json.Unmarshal(body, &p); err != nil || p.Code == "" {
+		return nil
+	}
+	if p.Status == 0 {
+		p.Status = status
+	}
+	return &p
+}
+
+// syntheticProblem stands for an error answer without a problem document.
+func syntheticProblem(a answer) *Problem {
+	detail := strings.TrimSpace(string(a.body))
+	if len(detail) > 200 {
+		detail = detail[:200] + "…"
+	}
+	return &Problem{Status: a.status, Title: http.StatusText(a.status), Detail: detail, Retry: RetryNo}
+}
+
+// attemptLoop sends a request until it is done, refused or out of attempts
+// or time. It returns the last answer, its verdict, the number of requests
+// sent and whether any of them may have reached the server.
+func (c *Client) attemptLoop(parent, ctx context.Context, method, path, key string, body []byte) (answer, verdict, int, bool) {
+	var (
+		a     answer
+		v     verdict
+		sent  bool
+		tries int
+	)
+	for tries < c.cfg.Attempts {
+		tries++
+		actx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout)
+		a = c.send(actx, method, path, key, body)
+		cancel()
+		v = classify(parent, a.status, a.problem, a.err)
+		if v != verdictRetryUnsent {
+			sent = true
+		}
+		if v == verdictDone || v == verdictRefused || v == verdictStop || tries == c.cfg.Attempts {
+			break
+		}
+		delay := backoff(tries, c.cfg.BaseDelay, c.cfg.MaxDelay, c.cfg.Rand)
+		if a.problem != nil && a.problem.RetryAfter > delay {
+			delay = a.problem.RetryAfter
+		} else if a.err == nil && a.problem == nil {
+			if ra := parseRetryAfter(a.header.Get("Retry-After"), c.cfg.Now()); ra > delay {
+				delay = ra
+			}
+		}
+		if dl, ok := ctx.Deadline(); ok && c.cfg.Now().Add(delay).After(dl) {
+			break // no time for another attempt
+		}
+		if !sleep(ctx, delay) {
+			break
+		}
+	}
+	if ctx.Err() != nil && parent.Err() != nil && v != verdictDone && v != verdictRefused {
+		v = verdictStop
+	}
+	return a, v, tries, sent
+}
+
+// sleep waits d or until ctx ends; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// read performs a GET with retries; reads are safe to repeat. It decodes a
+// 2xx body into out and returns the raw body.
+func (c *Client) read(parent context.Context, path string, out any) (json.RawMessage, error) {
+	ctx, cancel := context.WithTimeout(parent, c.cfg.Deadline)
+	defer cancel()
+	a, v, tries, _ := c.attemptLoop(parent, ctx, http.MethodGet, path, "", nil)
+	switch v {
+	case verdictDone:
+		if err := json.Unmarshal(a.body, out); err != nil {
+			return nil, fmt.Errorf("decode %s: %w", path, err)
+		}
+		return a.body, nil
+	case verdictRefused:
+		if a.problem != nil {
+			return nil, a.problem
+		}
+		return nil, syntheticProblem(a)
+	}
+	if a.err != nil {
+		return nil, fmt.Errorf("GET %s: no answer after %d attempts: %w", path, tries, a.err)
+	}
+	if a.problem != nil {
+		return nil, fmt.Errorf("GET %s: gave up after %d attempts: %w", path, tries, a.problem)
+	}
+	return nil, fmt.Errorf("GET %s: gave up after %d attempts: HTTP %d", path, tries, a.status)
+}
+
+// write runs one operation: journal, attempts, lookup, settlement.
+func (c *Client) write(ctx context.Context, action, method, path string, params []byte, out any, opts []WriteOption) (Write, error) {
+	var o writeOpts
+	for _, f := range opts {
+		f(&o)
+	}
+	key := o.key
+	if key == "" {
+		key = c.cfg.NewKey()
+	}
+	key, err := idempotency.ParseKey(key)
+	if err != nil {
+		return Write{Key: o.key}, fmt.Errorf("operation key: %w", err)
+	}
+	w := Write{Key: key}
+	firstSent := o.firstSent
+	if c.cfg.Journal != nil {
+		e, err := c.cfg.Journal.Begin(ctx, JournalEntry{Key: key, Action: action, Params: params, CreatedAt: c.cfg.Now().UTC()})
+		if err != nil {
+			return w, fmt.Errorf("journal operation %q before sending: %w", key, err)
+		}
+		if firstSent.IsZero() || e.CreatedAt.Before(firstSent) {
+			firstSent = e.CreatedAt
+		}
+	}
+	if !firstSent.IsZero() && c.cfg.Now().Sub(firstSent) >= c.cfg.KeyRetention {
+		return w, fmt.Errorf("%w: key %q was first sent at %s, the retention is %s; look it up instead of resending",
+			ErrKeyTooOld, key, firstSent.Format(time.RFC3339), c.cfg.KeyRetention)
+	}
+	body := params
+	if action == ActionDeleteNote {
+		body = nil
+	}
+
+	start := c.cfg.Now()
+	total, cancel := context.WithDeadline(ctx, start.Add(c.cfg.Deadline))
+	defer cancel()
+	reserve := min(c.cfg.LookupTimeout, c.cfg.Deadline/4)
+	attempts, cancelAttempts := context.WithDeadline(total, start.Add(c.cfg.Deadline-reserve))
+	defer cancelAttempts()
+
+	a, v, tries, sent := c.attemptLoop(ctx, attempts, method, path, key, body)
+	w.Attempts = tries
+	w.Replayed = a.replayed
+	switch v {
+	case verdictDone:
+		if err := json.Unmarshal(a.body, out); err != nil {
+			// The operation completed; only its answer is unreadable.
+			return w, fmt.Errorf("operation %q completed, but its answer could not be decoded: %w", key, err)
+		}
+		c.settle(ctx, key, Settlement{State: StateCompleted, Status: a.status, Body: a.body})
+		return w, nil
+	case verdictRefused:
+		p := a.problem
+		if p == nil {
+			p = syntheticProblem(a)
+		}
+		if p.Code != "" { // a synthetic problem is not the server's word
+			c.settle(ctx, key, Settlement{State: StateRefused, Status: a.status, Body: a.body})
+		}
+		return w, &RefusedError{Key: key, Replayed: a.replayed, Problem: p}
+	}
+
+	cause := a.err
+	if cause == nil {
+		if a.problem != nil {
+			cause = a.problem
+		} else {
+			cause = fmt.Errorf("HTTP %d without a problem document", a.status)
+		}
+	}
+	unknown := &UnknownOutcomeError{Key: key, Action: action, Attempts: tries, Cause: cause}
+	if !sent {
+		// No request ever reached the server; it did not execute.
+		unknown.Lookup = "not_sent"
+		return w, unknown
+	}
+	if ctx.Err() != nil {
+		unknown.Lookup = "skipped"
+		return w, unknown
+	}
+	op, lerr := c.lookupSettled(total, key)
+	switch {
+	case lerr != nil:
+		unknown.Lookup = "failed"
+		var p *Problem
+		if errors.As(lerr, &p) && p.Code == "operation_not_found" {
+			unknown.Lookup = "not_found"
+		}
+		return w, unknown
+	case op.State != OperationCompleted || op.Response == nil:
+		unknown.Lookup = "in_progress"
+		return w, unknown
+	}
+	// The lookup has the recorded answer: the operation's real outcome.
+	w.Replayed = true
+	st := op.Response.Status
+	if st >= 200 && st < 300 {
+		if err := json.Unmarshal(op.Response.Body, out); err != nil {
+			return w, fmt.Errorf("operation %q completed, but its recorded answer could not be decoded: %w", key, err)
+		}
+		c.settle(ctx, key, Settlement{State: StateCompleted, Status: st, Body: op.Response.Body})
+		return w, nil
+	}
+	p := parseProblem("application/problem+json", op.Response.Body, st)
+	if p == nil {
+		p = &Problem{Status: st, Retry: RetryNo, Detail: string(op.Response.Body)}
+	}
+	c.settle(ctx, key, Settlement{State: StateRefused, Status: st, Body: op.Response.Body})
+	return w, &RefusedError{Key: key, Replayed: true, Problem: p}
+}
+
+// lookupSettled looks key up, trying again within ctx while the lookup
+// itself gets no answer.
+func (c *Client) lookupSettled(ctx context.Context, key string) (*Operation, error) {
+	var err error
+	for i := 1; ; i++ {
+		var op *Operation
+		actx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout)
+		a := c.send(actx, http.MethodGet, operationPath(key), "", nil)
+		cancel()
+		switch {
+		case a.err == nil && a.status == http.StatusOK:
+			op = &Operation{}
+			if err := json.Unmarshal(a.body, op); err != nil {
+				return nil, fmt.Errorf("decode lookup: %w", err)
+			}
+			op.Raw = a.body
+			return op, nil
+		case a.err == nil && a.problem != nil && a.problem.Code != "operation_in_progress" && a.problem.Code != "unavailable":
+			return nil, a.problem
+		case a.err != nil:
+			err = a.err
+		default:
+			err = fmt.Errorf("lookup: HTTP %d", a.status)
+		}
+		if i >= 3 || !sleep(ctx, backoff(i, c.cfg.BaseDelay, c.cfg.MaxDelay, c.cfg.Rand)) {
+			return nil, err
+		}
+	}
+}
+
+// settle records a final outcome in the journal. A failure to record it is
+// not the write's failure: the operation stays unsettled, and a resume
+// replays its recorded answer.
+func (c *Client) settle(ctx context.Context, key string, s Settlement) {
+	if c.cfg.Journal == nil {
+		return
+	}
+	s.At = c.cfg.Now().UTC()
+	_ = c.cfg.Journal.Settle(context.WithoutCancel(ctx), key, s)
+}

@@ -1,0 +1,322 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/quillhq/quill/internal/idempotency"
+)
+
+// Settlement states: the final outcome of a journalled operation.
+const (
+	// StateCompleted: the server executed the operation (or had).
+	StateCompleted = "completed"
+	// StateRefused: the server's answer is final and not a success.
+	StateRefused = "refused"
+)
+
+// JournalEntry is one journalled operation: what is needed to send it again
+// under its original key, and its outcome once settled.
+type JournalEntry struct {
+	// Key is the operation key.
+	Key string `json:"key"`
+	// Action is create-note or delete-note.
+	Action string `json:"action"`
+	// Params are the write's parameters: a NewNote for create-note,
+	// {"id"} for delete-note.
+	Params json.RawMessage `json:"params"`
+	// CreatedAt is when the operation was first journalled, just before
+	// its first send: the key's age counts from it.
+	CreatedAt time.Time `json:"created_at"`
+	// Settled is the final outcome; nil while the operation is unsettled.
+	Settled *Settlement `json:"settled,omitempty"`
+}
+
+// Settlement is a journalled operation's final outcome.
+type Settlement struct {
+	// State is StateCompleted or StateRefused.
+	State string `json:"state"`
+	// Status is the HTTP status of the answer.
+	Status int `json:"status"`
+	// Body is the answer's body (the note, the delete response or the
+	// problem).
+	Body json.RawMessage `json:"body,omitempty"`
+	// At is when it was settled.
+	At time.Time `json:"at"`
+}
+
+// Journal records operations durably so that a restarted process finishes
+// them under their original keys. Implementations must be safe for
+// concurrent use.
+type Journal interface {
+	// Begin records e before its first send and returns the entry as
+	// recorded. When e.Key is recorded already, the recorded CreatedAt
+	// is kept (the key's age counts from its first send) and the entry
+	// becomes unsettled again with e's parameters.
+	Begin(ctx context.Context, e JournalEntry) (JournalEntry, error)
+	// Settle records key's final outcome. It returns ErrNotJournalled
+	// for a key never begun.
+	Settle(ctx context.Context, key string, s Settlement) error
+	// Unsettled returns the operations begun and not settled, oldest
+	// first. Records it cannot read are reported in the error (wrapping
+	// ErrCorruptRecord) while the readable ones are still returned.
+	Unsettled(ctx context.Context) ([]JournalEntry, error)
+	// Get returns key's entry, or ErrNotJournalled.
+	Get(ctx context.Context, key string) (JournalEntry, error)
+}
+
+// ErrNotJournalled is returned for a key the journal has no record of.
+var ErrNotJournalled = errors.New("operation is not in the journal")
+
+// ErrCorruptRecord is wrapped by errors about journal records that fail
+// their checksum or do not parse.
+var ErrCorruptRecord = errors.New("corrupt journal record")
+
+// recordMagic starts every journal record.
+const recordMagic = "quill-journal-v1"
+
+// maxRecordBytes bounds a record: a 1 MiB attachment in base64 and a
+// 64 KiB body fit with room to spare.
+const maxRecordBytes = 8 << 20
+
+// FileJournal is a Journal in a directory, one file per operation. Each
+// write goes to a temporary file that is fsynced, renamed over the
+// operation's file and followed by an fsync of the directory, so a crash
+// leaves either the old record or the new one, never a torn one; each
+// record also carries its length and SHA-256, so a damaged file is reported
+// rather than trusted.
+type FileJournal struct {
+	dir string
+}
+
+var _ Journal = (*FileJournal)(nil)
+
+// OpenFileJournal returns the journal in dir, creating the directory (mode
+// 0700: records hold note titles and bodies) when missing.
+func OpenFileJournal(dir string) (*FileJournal, error) {
+	if dir == "" {
+		return nil, errors.New("journal directory is empty")
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create journal directory: %w", err)
+	}
+	return &FileJournal{dir: dir}, nil
+}
+
+// Dir returns the journal's directory.
+func (j *FileJournal) Dir() string { return j.dir }
+
+func (j *FileJournal) path(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return filepath.Join(j.dir, hex.EncodeToString(sum[:16])+".op")
+}
+
+// Begin implements Journal.
+func (j *FileJournal) Begin(_ context.Context, e JournalEntry) (JournalEntry, error) {
+	if err := checkEntry(e); err != nil {
+		return JournalEntry{}, err
+	}
+	if old, err := j.read(j.path(e.Key)); err == nil && old.Key == e.Key && !old.CreatedAt.IsZero() {
+		e.CreatedAt = old.CreatedAt
+	}
+	e.Settled = nil
+	if err := j.write(e); err != nil {
+		return JournalEntry{}, err
+	}
+	return e, nil
+}
+
+// Settle implements Journal.
+func (j *FileJournal) Settle(_ context.Context, key string, s Settlement) error {
+	e, err := j.read(j.path(key))
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%w: %q", ErrNotJournalled, key)
+	}
+	if err != nil {
+		return err
+	}
+	e.Settled = &s
+	return j.write(e)
+}
+
+// Get implements Journal.
+func (j *FileJournal) Get(_ context.Context, key string) (JournalEntry, error) {
+	e, err := j.read(j.path(key))
+	if errors.Is(err, fs.ErrNotExist) {
+		return JournalEntry{}, fmt.Errorf("%w: %q", ErrNotJournalled, key)
+	}
+	if err == nil && e.Key != key {
+		return JournalEntry{}, fmt.Errorf("%w: %q", ErrNotJournalled, key)
+	}
+	return e, err
+}
+
+// Unsettled implements Journal. Temporary files left by a crash mid-write
+// are ignored (their rename never happened, so the previous record stands).
+func (j *FileJournal) Unsettled(_ context.Context) ([]JournalEntry, error) {
+	des, err := os.ReadDir(j.dir)
+	if err != nil {
+		return nil, fmt.Errorf("read journal: %w", err)
+	}
+	var (
+		out  []JournalEntry
+		errs []error
+	)
+	for _, de := range des {
+		if de.IsDir() || !strings.HasSuffix(de.Name(), ".op") {
+			continue
+		}
+		e, err := j.read(filepath.Join(j.dir, de.Name()))
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if e.Settled == nil {
+			out = append(out, e)
+		}
+	}
+	sort.SliceStable(out, func(a, b int) bool { return out[a].CreatedAt.Before(out[b].CreatedAt) })
+	return out, errors.Join(errs...)
+}
+
+func (j *FileJournal) read(path string) (JournalEntry, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return JournalEntry{}, err
+	}
+	e, err := ParseRecord(b)
+	if err != nil {
+		return JournalEntry{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return e, nil
+}
+
+// write replaces e's record atomically and durably.
+func (j *FileJournal) write(e JournalEntry) error {
+	rec, err := MarshalRecord(e)
+	if err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(j.dir, ".tmp-*")
+	if err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	tmp := f.Name()
+	ok := false
+	defer func() {
+		if !ok {
+			_ = f.Close()
+			_ = os.Remove(tmp)
+		}
+	}()
+	if _, err := f.Write(rec); err != nil {
+		return fmt.Errorf("journal write: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("journal fsync: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("journal close: %w", err)
+	}
+	if err := os.Rename(tmp, j.path(e.Key)); err != nil {
+		return fmt.Errorf("journal rename: %w", err)
+	}
+	ok = true
+	return syncDir(j.dir)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("journal fsync directory: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("journal fsync directory: %w", err)
+	}
+	return nil
+}
+
+func checkEntry(e JournalEntry) error {
+	if _, err := idempotency.ParseKey(e.Key); err != nil || strings.HasPrefix(e.Key, `"`) {
+		return fmt.Errorf("journal entry: bad key %q", e.Key)
+	}
+	if e.Action != ActionCreateNote && e.Action != ActionDeleteNote {
+		return fmt.Errorf("journal entry: unknown action %q", e.Action)
+	}
+	if !json.Valid(e.Params) {
+		return errors.New("journal entry: params are not JSON")
+	}
+	if e.CreatedAt.IsZero() {
+		return errors.New("journal entry: created_at is missing")
+	}
+	return nil
+}
+
+// MarshalRecord encodes e as a journal record: a header line
+// "quill-journal-v1 <length> <sha256 hex>" and the entry's JSON.
+func MarshalRecord(e JournalEntry) ([]byte, error) {
+	if err := checkEntry(e); err != nil {
+		return nil, err
+	}
+	payload, err := json.Marshal(e)
+	if err != nil {
+		return nil, fmt.Errorf("journal entry: %w", err)
+	}
+	sum := sha256.Sum256(payload)
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "%s %d %s\n", recordMagic, len(payload), hex.EncodeToString(sum[:]))
+	b.Write(payload)
+	return b.Bytes(), nil
+}
+
+// ParseRecord decodes a record written by MarshalRecord. A truncated,
+// extended or altered record is an error wrapping ErrCorruptRecord.
+func ParseRecord(b []byte) (JournalEntry, error) {
+	bad := func(why string) (JournalEntry, error) {
+		return JournalEntry{}, fmt.Errorf("%w: %s", ErrCorruptRecord, why)
+	}
+	if len(b) > maxRecordBytes {
+		return bad("too large")
+	}
+	nl := bytes.IndexByte(b, '\n')
+	if nl < 0 {
+		return bad("no header line")
+	}
+	f := strings.Split(string(b[:nl]), " ")
+	if len(f) != 3 || f[0] != recordMagic {
+		return bad("bad header")
+	}
+	n, err := strconv.Atoi(f[1])
+	payload := b[nl+1:]
+	if err != nil || n < 0 || strconv.Itoa(n) != f[1] || n != len(payload) {
+		return bad(fmt.Sprintf("length %q does not match the %d bytes present", f[1], len(payload)))
+	}
+	sum := sha256.Sum256(payload)
+	if want := hex.EncodeToString(sum[:]); f[2] != want {
+		return bad("checksum mismatch")
+	}
+	var e JournalEntry
+	if err := json.Unmarshal(payload, &e); err != nil {
+		return bad(err.Error())
+	}
+	if err := checkEntry(e); err != nil {
+		return bad(err.Error())
+	}
+	if e.Settled != nil && e.Settled.State != StateCompleted && e.Settled.State != StateRefused {
+		return bad(fmt.Sprintf("unknown settlement state %q", e.Settled.State))
+	}
+	return e, nil
+}

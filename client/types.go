@@ -1,0 +1,170 @@
+package client
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Actions, as the API's outcome lookup names them.
+const (
+	ActionCreateNote = "create-note"
+	ActionDeleteNote = "delete-note"
+)
+
+// Operation states, as the API's outcome lookup names them.
+const (
+	OperationCompleted  = "completed"
+	OperationInProgress = "in_progress"
+)
+
+// Retry advice of a Problem (SPEC §3).
+const (
+	RetrySameKey     = "same_key"
+	RetryAfterFixing = "after_fixing"
+	RetryNo          = "no"
+)
+
+// Note is a stored note, as the API answers it.
+type Note struct {
+	ID         string      `json:"id"`
+	Title      string      `json:"title"`
+	Body       string      `json:"body"`
+	CreatedAt  time.Time   `json:"created_at"`
+	Attachment *Attachment `json:"attachment"`
+}
+
+// Attachment is a note's attachment metadata.
+type Attachment struct {
+	ID          string `json:"id"`
+	Filename    string `json:"filename"`
+	ContentType string `json:"content_type"`
+	Size        int64  `json:"size"`
+	SHA256      string `json:"sha256"`
+	Status      string `json:"status"`
+}
+
+// NewNote is what CreateNote sends.
+type NewNote struct {
+	Title string `json:"title"`
+	// Body is optional; empty equals omitted.
+	Body string `json:"body,omitempty"`
+	// Attachment is optional.
+	Attachment *NewAttachment `json:"attachment,omitempty"`
+}
+
+// NewAttachment is an attachment to upload with a new note. Data is the raw
+// bytes; the client encodes them as standard base64 on the wire.
+type NewAttachment struct {
+	Filename    string `json:"filename"`
+	ContentType string `json:"content_type"`
+	Data        []byte `json:"data"` // encoding/json writes []byte as standard base64
+}
+
+// Deletion is the API's answer to a delete.
+type Deletion struct {
+	ID        string    `json:"id"`
+	DeletedAt time.Time `json:"deleted_at"`
+}
+
+// NoteList is one page of notes, newest first.
+type NoteList struct {
+	Items []Note `json:"items"`
+	// NextCursor is empty on the last page.
+	NextCursor string `json:"next_cursor"`
+}
+
+// Operation is the API's outcome lookup of one operation key (SPEC §4.6).
+type Operation struct {
+	Key         string             `json:"key"`
+	Action      string             `json:"action"`
+	State       string             `json:"state"`
+	CreatedAt   *time.Time         `json:"created_at"`
+	CompletedAt *time.Time         `json:"completed_at"`
+	ExpiresAt   *time.Time         `json:"expires_at"`
+	Resource    string             `json:"resource,omitempty"`
+	Response    *OperationResponse `json:"response"`
+	Effects     []Effect           `json:"effects"`
+	// Raw is the lookup's body exactly as the API sent it.
+	Raw json.RawMessage `json:"-"`
+}
+
+// OperationResponse is the response recorded for a completed operation.
+type OperationResponse struct {
+	Status int             `json:"status"`
+	Body   json.RawMessage `json:"body"`
+}
+
+// Effect is one downstream effect of an operation: an outbox event or an
+// attachment's processing.
+type Effect struct {
+	Kind        string     `json:"kind"`
+	ID          string     `json:"id"`
+	Type        string     `json:"type,omitempty"`
+	State       string     `json:"state"`
+	PublishedAt *time.Time `json:"published_at,omitempty"`
+	StreamSeq   *int64     `json:"stream_seq,omitempty"`
+	ProcessedAt *time.Time `json:"processed_at,omitempty"`
+}
+
+// FieldError names one invalid field of a request.
+type FieldError struct {
+	Field   string `json:"field"`
+	Message string `json:"message"`
+}
+
+// Problem is an RFC 9457 problem document the API answered. It is an error.
+type Problem struct {
+	Type     string       `json:"type"`
+	Title    string       `json:"title"`
+	Status   int          `json:"status"`
+	Detail   string       `json:"detail"`
+	Code     string       `json:"code"`
+	Retry    string       `json:"retry"`
+	Errors   []FieldError `json:"errors,omitempty"`
+	Fields   []string     `json:"fields,omitempty"`
+	Resource string       `json:"resource,omitempty"`
+	// RetryAfter is the Retry-After header's delay, when one was sent.
+	RetryAfter time.Duration `json:"-"`
+}
+
+func (p *Problem) Error() string {
+	msg := fmt.Sprintf("%d %s", p.Status, p.Code)
+	if p.Code == "" {
+		msg = fmt.Sprintf("HTTP %d", p.Status)
+	}
+	if p.Detail != "" {
+		msg += ": " + p.Detail
+	}
+	for _, f := range p.Errors {
+		msg += fmt.Sprintf("; %s: %s", f.Field, f.Message)
+	}
+	if len(p.Fields) > 0 {
+		msg += fmt.Sprintf(" (fields: %v)", p.Fields)
+	}
+	return msg
+}
+
+// Write is what every write returns besides its resource: the operation's
+// key and how the answer came.
+type Write struct {
+	// Key is the operation key the write was sent under.
+	Key string
+	// Replayed is true when the answer is the recorded one of an earlier
+	// delivery (Idempotent-Replayed: true, or recovered by lookup).
+	Replayed bool
+	// Attempts is the number of requests sent.
+	Attempts int
+}
+
+// Created is CreateNote's answer.
+type Created struct {
+	Write
+	Note Note
+}
+
+// Deleted is DeleteNote's answer.
+type Deleted struct {
+	Write
+	Deletion Deletion
+}

@@ -1,0 +1,388 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"os"
+	"path/filepath"
+	"unicode/utf8"
+
+	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/quillhq/quill/client"
+	"github.com/quillhq/quill/internal/cli"
+	"github.com/quillhq/quill/internal/config"
+	"github.com/quillhq/quill/internal/idempotency"
+	"github.com/quillhq/quill/internal/mcpserver"
+)
+
+func (e *env) set(name, synopsis string) *config.Set {
+	return config.New(name, synopsis, e.getenv, e.stderr)
+}
+
+// operationKey returns the key of a write: --key, checked before any send,
+// or a new one.
+func operationKey(cl *client.Client, flagKey string) (string, error) {
+	if flagKey == "" {
+		return cl.NewKey(), nil
+	}
+	k, err := idempotency.ParseKey(flagKey)
+	if err != nil {
+		return "", cli.UsageError{Msg: "--key: " + err.Error()}
+	}
+	return k, nil
+}
+
+// checkKey refuses a malformed --key before anything is opened or sent.
+func checkKey(fs *flag.FlagSet, flagKey string) error {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == "key" })
+	if !set {
+		return nil
+	}
+	if _, err := idempotency.ParseKey(flagKey); err != nil {
+		return cli.UsageError{Msg: "--key: " + err.Error()}
+	}
+	return nil
+}
+
+func (e *env) notesCreate(ctx context.Context, args []string) error {
+	var (
+		c                                     common
+		title, body, attach, contentType, key string
+	)
+	s := e.set("quill notes create", "quill notes create --title T [--body B] [--attach FILE] [--content-type CT] [--key K]")
+	e.define(s, &c, true)
+	fs := s.FlagSet()
+	fs.StringVar(&title, "title", "", "the note's title, 1–200 characters (required)")
+	fs.StringVar(&body, "body", "", "the note's body")
+	fs.StringVar(&attach, "attach", "", "a file to attach")
+	fs.StringVar(&contentType, "content-type", "", "the attachment's content type (default: from the file name, else sniffed)")
+	fs.StringVar(&key, "key", "", "the operation key of this intent (default: a new one); reuse it only to retry the same intent")
+	pos, err := parse(s, args)
+	if err != nil {
+		return err
+	}
+	switch {
+	case len(pos) > 0:
+		return cli.UsageError{Msg: fmt.Sprintf("unexpected argument %q", pos[0])}
+	case title == "":
+		return cli.UsageError{Msg: "--title is required"}
+	case utf8.RuneCountInString(title) > 200:
+		return cli.UsageError{Msg: "--title is longer than 200 characters"}
+	}
+	n := client.NewNote{Title: title, Body: body}
+	if attach != "" {
+		data, err := os.ReadFile(attach)
+		if err != nil {
+			return cli.UsageError{Msg: fmt.Sprintf("--attach: %v", err)}
+		}
+		if contentType == "" {
+			contentType = mime.TypeByExtension(filepath.Ext(attach))
+		}
+		if contentType == "" {
+			contentType = http.DetectContentType(data)
+		}
+		n.Attachment = &client.NewAttachment{Filename: filepath.Base(attach), ContentType: contentType, Data: data}
+	}
+	if err := checkKey(s.FlagSet(), key); err != nil {
+		return err
+	}
+	cl, err := e.newClient(c, true)
+	if err != nil {
+		return err
+	}
+	k, err := operationKey(cl, key)
+	if err != nil {
+		return err
+	}
+	res, err := cl.CreateNote(ctx, n, client.WithKey(k))
+	if err != nil {
+		return e.reportWrite(c.json, k, nil, nil, "", err)
+	}
+	how := "created"
+	if res.Replayed {
+		how = "created (replayed: an earlier delivery had executed it)"
+	}
+	return e.reportWrite(c.json, k, &res.Write, res.Note,
+		fmt.Sprintf("%s note %s %q\noperation key: %s", how, res.Note.ID, res.Note.Title, res.Key), nil)
+}
+
+func (e *env) notesDelete(ctx context.Context, args []string) error {
+	var (
+		c   common
+		key string
+	)
+	s := e.set("quill notes delete", "quill notes delete ID [--key K]")
+	e.define(s, &c, true)
+	s.FlagSet().StringVar(&key, "key", "", "the operation key of this intent (default: a new one)")
+	pos, err := parse(s, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 || pos[0] == "" {
+		return cli.UsageError{Msg: "usage: quill notes delete ID [--key K]"}
+	}
+	if err := checkKey(s.FlagSet(), key); err != nil {
+		return err
+	}
+	cl, err := e.newClient(c, true)
+	if err != nil {
+		return err
+	}
+	k, err := operationKey(cl, key)
+	if err != nil {
+		return err
+	}
+	res, err := cl.DeleteNote(ctx, pos[0], client.WithKey(k))
+	if err != nil {
+		return e.reportWrite(c.json, k, nil, nil, "", err)
+	}
+	return e.reportWrite(c.json, k, &res.Write, res.Deletion,
+		fmt.Sprintf("deleted note %s at %s\noperation key: %s", res.Deletion.ID,
+			res.Deletion.DeletedAt.Format("2006-01-02T15:04:05Z07:00"), res.Key), nil)
+}
+
+func (e *env) notesGet(ctx context.Context, args []string) error {
+	var c common
+	s := e.set("quill notes get", "quill notes get ID")
+	e.define(s, &c, false)
+	pos, err := parse(s, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 || pos[0] == "" {
+		return cli.UsageError{Msg: "usage: quill notes get ID"}
+	}
+	cl, err := e.newClient(c, false)
+	if err != nil {
+		return err
+	}
+	n, err := cl.GetNote(ctx, pos[0])
+	if err != nil {
+		return e.reportRead(c.json, err)
+	}
+	if c.json {
+		e.printJSON(n)
+		return nil
+	}
+	e.printNote(*n)
+	return nil
+}
+
+func (e *env) printNote(n client.Note) {
+	fmt.Fprintf(e.stdout, "id:      %s\ntitle:   %s\ncreated: %s\n", n.ID, n.Title, n.CreatedAt.Format("2006-01-02T15:04:05Z07:00"))
+	if a := n.Attachment; a != nil {
+		fmt.Fprintf(e.stdout, "attachment: %s (%s, %d bytes, %s)\n", a.Filename, a.ContentType, a.Size, a.Status)
+	}
+	if n.Body != "" {
+		fmt.Fprintf(e.stdout, "\n%s\n", n.Body)
+	}
+}
+
+func (e *env) notesList(ctx context.Context, args []string) error {
+	var (
+		c      common
+		limit  int
+		cursor string
+	)
+	s := e.set("quill notes list", "quill notes list [--limit N] [--cursor C]")
+	e.define(s, &c, false)
+	s.FlagSet().IntVar(&limit, "limit", 0, "notes per page, 1–100 (default: the server's, 50)")
+	s.FlagSet().StringVar(&cursor, "cursor", "", "the next_cursor of the previous page")
+	pos, err := parse(s, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return cli.UsageError{Msg: fmt.Sprintf("unexpected argument %q", pos[0])}
+	}
+	if limit < 0 || limit > 100 {
+		return cli.UsageError{Msg: "--limit must be 1–100"}
+	}
+	cl, err := e.newClient(c, false)
+	if err != nil {
+		return err
+	}
+	l, err := cl.ListNotes(ctx, client.ListOptions{Limit: limit, Cursor: cursor})
+	if err != nil {
+		return e.reportRead(c.json, err)
+	}
+	if c.json {
+		out := struct {
+			Items      []client.Note `json:"items"`
+			NextCursor *string       `json:"next_cursor"`
+		}{Items: l.Items}
+		if out.Items == nil {
+			out.Items = []client.Note{}
+		}
+		if l.NextCursor != "" {
+			out.NextCursor = &l.NextCursor
+		}
+		e.printJSON(out)
+		return nil
+	}
+	for _, n := range l.Items {
+		fmt.Fprintf(e.stdout, "%s  %s  %s\n", n.ID, n.CreatedAt.Format("2006-01-02T15:04:05Z"), n.Title)
+	}
+	if l.NextCursor != "" {
+		fmt.Fprintf(e.stdout, "more: quill notes list --cursor %s\n", l.NextCursor)
+	}
+	return nil
+}
+
+func (e *env) opsGet(ctx context.Context, args []string) error {
+	var c common
+	s := e.set("quill ops get", "quill ops get KEY")
+	e.define(s, &c, false)
+	pos, err := parse(s, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return cli.UsageError{Msg: "usage: quill ops get KEY"}
+	}
+	key, err := idempotency.ParseKey(pos[0])
+	if err != nil {
+		return cli.UsageError{Msg: "KEY: " + err.Error()}
+	}
+	cl, err := e.newClient(c, false)
+	if err != nil {
+		return err
+	}
+	op, err := cl.GetOperation(ctx, key)
+	var p *client.Problem
+	if errors.As(err, &p) && p.Code == "operation_not_found" {
+		// An answer, not a failure: nothing with this key is recorded or
+		// executing; sending the write again with it executes it.
+		if c.json {
+			e.printJSON(map[string]string{"operation_key": key, "state": "not_found"})
+		} else {
+			fmt.Fprintf(e.stdout, "operation %s: not_found (nothing recorded or executing with this key)\n", key)
+		}
+		return nil
+	}
+	if err != nil {
+		return e.reportRead(c.json, err)
+	}
+	if c.json {
+		fmt.Fprintln(e.stdout, string(op.Raw))
+		return nil
+	}
+	fmt.Fprintf(e.stdout, "operation %s: %s %s\n", op.Key, op.Action, op.State)
+	if op.Response != nil {
+		fmt.Fprintf(e.stdout, "response: %d %s\n", op.Response.Status, op.Response.Body)
+	}
+	for _, ef := range op.Effects {
+		fmt.Fprintf(e.stdout, "effect: %s %s %s %s\n", ef.Kind, ef.Type, ef.ID, ef.State)
+	}
+	return nil
+}
+
+// resumeLine is one --json line of ops resume.
+type resumeLine struct {
+	OperationKey string `json:"operation_key"`
+	Action       string `json:"action"`
+	State        string `json:"state"`
+	Replayed     bool   `json:"replayed,omitempty"`
+	Note         any    `json:"note,omitempty"`
+	Error        any    `json:"error,omitempty"`
+}
+
+func (e *env) opsResume(ctx context.Context, args []string) error {
+	var c common
+	s := e.set("quill ops resume", "quill ops resume")
+	e.define(s, &c, true)
+	pos, err := parse(s, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return cli.UsageError{Msg: fmt.Sprintf("unexpected argument %q", pos[0])}
+	}
+	cl, err := e.newClient(c, true)
+	if err != nil {
+		return err
+	}
+	results, jerr := cl.Resume(ctx)
+	if jerr != nil && !errors.Is(jerr, client.ErrCorruptRecord) {
+		return jerr
+	}
+	code := exitOK
+	for _, r := range results {
+		line := resumeLine{OperationKey: r.Entry.Key, Action: r.Entry.Action}
+		switch {
+		case r.Err == nil && r.Created != nil:
+			line.State, line.Replayed, line.Note = stateCompleted, r.Created.Replayed, r.Created.Note
+		case r.Err == nil && r.Deleted != nil:
+			line.State, line.Replayed, line.Note = stateCompleted, r.Deleted.Replayed, r.Deleted.Deletion
+		default:
+			line.State, line.Error, _ = describeWriteError(r.Err)
+			if line.State != stateRefused {
+				code = exitUnknown // still unsettled
+			}
+		}
+		if c.json {
+			e.printJSON(line)
+			continue
+		}
+		msg := ""
+		switch {
+		case r.Err != nil:
+			msg = r.Err.Error()
+		case r.Created != nil:
+			msg = fmt.Sprintf("note %s %q", r.Created.Note.ID, r.Created.Note.Title)
+		case r.Deleted != nil:
+			msg = "deleted note " + r.Deleted.Deletion.ID
+		}
+		fmt.Fprintf(e.stdout, "%s %s %s: %s\n", line.OperationKey, line.Action, line.State, msg)
+	}
+	if jerr != nil {
+		fmt.Fprintln(e.stderr, "quill: journal:", jerr)
+		if code == exitOK {
+			code = exitFailure
+		}
+	}
+	if !c.json && len(results) == 0 && jerr == nil {
+		fmt.Fprintln(e.stdout, "nothing to resume: every journalled operation is settled")
+	}
+	if code != exitOK {
+		return exitError{code: code, err: errors.New("not every operation is settled")}
+	}
+	return nil
+}
+
+// version is the MCP server's implementation version.
+const version = "1"
+
+func (e *env) mcp(ctx context.Context, args []string) error {
+	var c common
+	s := e.set("quill mcp", "quill mcp — an MCP server on stdin/stdout with the tools create_note, delete_note, get_note and get_operation")
+	e.define(s, &c, true)
+	pos, err := parse(s, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return cli.UsageError{Msg: fmt.Sprintf("unexpected argument %q", pos[0])}
+	}
+	cl, err := e.newClient(c, true)
+	if err != nil {
+		return err
+	}
+	srv := mcpserver.New(cl, version)
+	t := &mcpsdk.IOTransport{Reader: io.NopCloser(e.stdin), Writer: nopWriteCloser{e.stdout}}
+	if err := srv.Run(ctx, t); err != nil && ctx.Err() == nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("mcp: %w", err)
+	}
+	return nil
+}
+
+type nopWriteCloser struct{ io.Writer }
+
+func (nopWriteCloser) Close() error { return nil }

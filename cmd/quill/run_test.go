@@ -1,0 +1,290 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/quillhq/quill/internal/apitest"
+	"github.com/quillhq/quill/internal/faultproxy"
+)
+
+// testBundle is a real API (real PostgreSQL) behind a response-dropping
+// proxy, and the settings of a quill command aimed at it.
+type testBundle struct {
+	t        *testing.T
+	api      *apitest.API
+	proxy    *faultproxy.Proxy
+	env      map[string]string
+	journal  string
+	requests atomic.Int64
+}
+
+func setup(t *testing.T) *testBundle {
+	t.Helper()
+	b := &testBundle{t: t, api: apitest.Start(t)}
+	b.api.Wrap(func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			b.requests.Add(1)
+			next.ServeHTTP(w, r)
+		})
+	})
+	u, err := url.Parse(b.api.URL)
+	require.NoError(t, err)
+	b.proxy, err = faultproxy.New(faultproxy.Config{Upstream: u})
+	require.NoError(t, err)
+	t.Cleanup(b.proxy.Close)
+	front := httptest.NewServer(b.proxy)
+	t.Cleanup(front.Close)
+	home := t.TempDir()
+	b.journal = filepath.Join(home, "state", "quill", "journal")
+	b.env = map[string]string{"QUILL_URL": front.URL, "QUILL_TOKEN": b.api.Token, "HOME": home,
+		"XDG_STATE_HOME": filepath.Join(home, "state")}
+	return b
+}
+
+// quill runs the program in-process and returns stdout, stderr and the
+// exit status.
+func (b *testBundle) quill(args ...string) (string, string, int) {
+	b.t.Helper()
+	var stdout, stderr bytes.Buffer
+	err := run(b.t.Context(), args, func(k string) string { return b.env[k] }, strings.NewReader(""), &stdout, &stderr)
+	code := exitCode(err, &stderr)
+	return stdout.String(), stderr.String(), code
+}
+
+func decode(t *testing.T, s string) map[string]any {
+	t.Helper()
+	var m map[string]any
+	require.NoError(t, json.Unmarshal([]byte(s), &m), "output: %s", s)
+	return m
+}
+
+func TestCreateGetListDelete(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	file := filepath.Join(t.TempDir(), "list.txt")
+	require.NoError(t, os.WriteFile(file, []byte("milk\neggs\n"), 0o600))
+
+	out, errOut, code := b.quill("notes", "create", "--title", "Groceries", "--body", "b", "--attach", file, "--json")
+	require.Equal(t, 0, code, errOut)
+	res := decode(t, out)
+	require.Equal(t, "completed", res["state"])
+	key := res["operation_key"].(string)
+	require.NotEmpty(t, key)
+	note := res["note"].(map[string]any)
+	id := note["id"].(string)
+	require.Equal(t, "Groceries", note["title"])
+	require.Equal(t, "text/plain; charset=utf-8", note["attachment"].(map[string]any)["content_type"])
+
+	// The journal holds it, settled.
+	ents, err := os.ReadDir(b.journal)
+	require.NoError(t, err)
+	require.Len(t, ents, 1)
+
+	out, _, code = b.quill("notes", "get", id, "--json")
+	require.Equal(t, 0, code)
+	require.Equal(t, id, decode(t, out)["id"])
+
+	out, _, code = b.quill("notes", "get", id)
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "title:   Groceries")
+
+	out, _, code = b.quill("notes", "list", "--json", "--limit", "5")
+	require.Equal(t, 0, code)
+	require.Len(t, decode(t, out)["items"], 1)
+
+	out, _, code = b.quill("ops", "get", key, "--json")
+	require.Equal(t, 0, code)
+	op := decode(t, out)
+	require.Equal(t, "completed", op["state"])
+	require.Equal(t, "create-note", op["action"])
+
+	out, _, code = b.quill("ops", "get", "never-used", "--json")
+	require.Equal(t, 0, code)
+	require.Equal(t, "not_found", decode(t, out)["state"])
+
+	out, errOut, code = b.quill("notes", "delete", id, "--json", "--key", "del-"+id)
+	require.Equal(t, 0, code, errOut)
+	del := decode(t, out)
+	require.Equal(t, "completed", del["state"])
+	require.Equal(t, "del-"+id, del["operation_key"])
+	require.Equal(t, id, del["note"].(map[string]any)["id"])
+
+	// Reading a deleted note: the server's final answer, exit 3.
+	out, _, code = b.quill("notes", "get", id, "--json")
+	require.Equal(t, 3, code)
+	require.Equal(t, "not_found", decode(t, out)["error"].(map[string]any)["code"])
+}
+
+func TestDroppedResponseIsRetriedUnderTheSameKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.proxy.DropNext(1)
+	out, errOut, code := b.quill("notes", "create", "--title", "once", "--key", "cli-drop-1", "--json")
+	require.Equal(t, 0, code, errOut)
+	res := decode(t, out)
+	require.Equal(t, "completed", res["state"])
+	require.Equal(t, true, res["replayed"])
+	require.Equal(t, 1, b.api.Notes(t, "once"))
+
+	// Human output names the key.
+	out, _, code = b.quill("notes", "create", "--title", "twice")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "operation key: ")
+}
+
+func TestUsageErrorsAreCaughtBeforeAnySend(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, args := range [][]string{
+		{"notes", "create"},
+		{"notes", "create", "--title", "x", "--key", "has space"},
+		{"notes", "create", "--title", "x", "--key", ""},
+		{"notes", "create", "--title", strings.Repeat("x", 201)},
+		{"notes", "create", "--title", "x", "--attach", "/nonexistent/file"},
+		{"notes", "create", "--title", "x", "--attempts", "0"},
+		{"notes", "create", "--title", "x", "--deadline", "soon"},
+		{"notes", "create", "--title", "x", "--bogus"},
+		{"notes", "delete"},
+		{"notes", "get"},
+		{"ops", "get"},
+		{"ops", "get", "a,b"},
+		{"ops", "resume", "extra"},
+		{"nope"},
+		{"notes", "nope"},
+	} {
+		_, errOut, code := b.quill(args...)
+		require.Equal(t, 2, code, "%v: %s", args, errOut)
+	}
+	b.env["QUILL_TOKEN"] = ""
+	_, errOut, code := b.quill("notes", "create", "--title", "x")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, "QUILL_TOKEN")
+	require.Zero(t, b.requests.Load())
+}
+
+func TestRefusedIsExit3AndNotRetried(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, _, code := b.quill("notes", "create", "--title", "first", "--key", "k-422")
+	require.Equal(t, 0, code)
+	before := b.requests.Load()
+	out, _, code := b.quill("notes", "create", "--title", "second", "--key", "k-422", "--json")
+	require.Equal(t, 3, code)
+	res := decode(t, out)
+	require.Equal(t, "refused", res["state"])
+	require.Equal(t, "k-422", res["operation_key"])
+	require.Equal(t, "idempotency_key_reused", res["error"].(map[string]any)["code"])
+	require.Equal(t, before+1, b.requests.Load(), "a 422 is sent once")
+
+	_, errOut, code := b.quill("notes", "create", "--title", "second", "--key", "k-422")
+	require.Equal(t, 3, code)
+	require.Contains(t, errOut, "idempotency_key_reused")
+}
+
+func TestUnknownOutcomeThenResumeFinishesWithoutADuplicate(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	// Every answer is lost, lookups included: the process ends without
+	// knowing — as if it had died before the answer.
+	require.NoError(t, b.proxy.SetDropProbability(1))
+	out, errOut, code := b.quill("notes", "create", "--title", "resume me", "--attempts", "2", "--deadline", "3s", "--json")
+	require.Equal(t, 4, code, errOut)
+	res := decode(t, out)
+	require.Equal(t, "unknown", res["state"])
+	key := res["operation_key"].(string)
+	require.NotEmpty(t, key)
+	require.Equal(t, "outcome_unknown", res["error"].(map[string]any)["code"])
+	require.Equal(t, 1, b.api.Notes(t, "resume me"), "the API did commit it")
+
+	// Human output prints the key and what to do.
+	_, errOut, code = b.quill("notes", "create", "--title", "resume me too", "--attempts", "1", "--deadline", "2s")
+	require.Equal(t, 4, code)
+	require.Contains(t, errOut, "outcome unknown")
+	require.Contains(t, errOut, "quill ops resume")
+
+	// While the network is still down, resume cannot settle them: exit 4.
+	out, _, code = b.quill("ops", "resume", "--attempts", "1", "--deadline", "2s", "--json")
+	require.Equal(t, 4, code)
+	require.Len(t, strings.Split(strings.TrimSpace(out), "\n"), 2)
+
+	require.NoError(t, b.proxy.SetDropProbability(0))
+	out, errOut, code = b.quill("ops", "resume", "--json")
+	require.Equal(t, 0, code, errOut)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, 2)
+	first := decode(t, lines[0])
+	require.Equal(t, key, first["operation_key"], "oldest first, under its original key")
+	require.Equal(t, "completed", first["state"])
+	require.Equal(t, true, first["replayed"])
+	require.Equal(t, "resume me", first["note"].(map[string]any)["title"])
+	require.Equal(t, 1, b.api.Notes(t, "resume me"), "no duplicate")
+	require.Equal(t, 1, b.api.Notes(t, "resume me too"))
+
+	out, _, code = b.quill("ops", "resume")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "nothing to resume")
+}
+
+func TestCrashAfterJournallingBeforeSendingIsResumed(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	// The process journals, and the first request never gets out: the
+	// API is unreachable, and the process is killed (its context ends).
+	b.env["QUILL_URL"] = "http://127.0.0.1:1"
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	err := run(ctx, []string{"notes", "create", "--title", "journalled", "--key", "crash-k", "--json"},
+		func(k string) string { return b.env[k] }, strings.NewReader(""), &stdout, &stderr)
+	require.Equal(t, 4, exitCode(err, &stderr), stderr.String())
+	require.Equal(t, 0, b.api.Notes(t, "journalled"))
+
+	b.env["QUILL_URL"] = b.api.URL
+	out, errOut, code := b.quill("ops", "resume")
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "crash-k create-note completed")
+	require.Equal(t, 1, b.api.Notes(t, "journalled"))
+}
+
+func TestHungServerIsExit4WithinTheDeadline(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	b.api.Wrap(func(http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case <-r.Context().Done():
+			case <-release:
+			}
+		})
+	})
+	start := time.Now()
+	out, _, code := b.quill("notes", "create", "--title", "hung", "--key", "hung-cli", "--deadline", "2s", "--json")
+	require.Equal(t, 4, code)
+	require.Less(t, time.Since(start), 3*time.Second)
+	res := decode(t, out)
+	require.Equal(t, "hung-cli", res["operation_key"])
+	require.Equal(t, "unknown", res["state"])
+}
+
+func TestJournalDefaults(t *testing.T) {
+	t.Parallel()
+	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+	require.Equal(t, "/x/quill/journal", defaultJournal(env(map[string]string{"XDG_STATE_HOME": "/x", "HOME": "/h"})))
+	require.Equal(t, "/h/.local/state/quill/journal", defaultJournal(env(map[string]string{"HOME": "/h"})))
+	require.Equal(t, "/h/.local/state/quill/journal", defaultJournal(env(map[string]string{"XDG_STATE_HOME": "rel", "HOME": "/h"})))
+}

@@ -1,0 +1,82 @@
+// Package apitest runs the real Quill API in-process over a fresh PostgreSQL
+// schema (internal/dbtest), for tests of the API's callers: the Go client,
+// the quill CLI and the MCP server. Test-only.
+package apitest
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quillhq/quill/internal/auth"
+	"github.com/quillhq/quill/internal/dbtest"
+	"github.com/quillhq/quill/internal/httpapi"
+	"github.com/quillhq/quill/internal/notes"
+)
+
+// API is one running API with a tenant and its token.
+type API struct {
+	// URL is the API's base URL.
+	URL string
+	// Tenant and Token are a fresh tenant (unique per API: advisory locks
+	// are per database, not per schema) and its bearer token.
+	Tenant, Token string
+	// Pool reaches the API's schema.
+	Pool *pgxpool.Pool
+	wrap atomic.Pointer[func(http.Handler) http.Handler]
+}
+
+// Start runs an API for the rest of the test.
+func Start(t testing.TB) *API {
+	t.Helper()
+	pool, _ := dbtest.Pool(t, 16)
+	log := zerolog.New(io.Discard)
+	svc, err := notes.NewService(pool, notes.Config{Wait: 2 * time.Second}, log)
+	require.NoError(t, err)
+	h := httpapi.NewServer(httpapi.Deps{Pool: pool, Notes: svc, Log: log})
+	a := &API{Pool: pool}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if wrap := a.wrap.Load(); wrap != nil {
+			(*wrap)(h).ServeHTTP(w, r)
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	a.URL = srv.URL
+	a.Tenant = "t-" + strings.ToLower(uuid.NewString()[:8])
+	a.Token, err = auth.Create(context.Background(), pool, a.Tenant, time.Now())
+	require.NoError(t, err)
+	return a
+}
+
+// Wrap puts middleware in front of the API for the rest of the test (nil
+// removes it), to make it hang or fail on purpose.
+func (a *API) Wrap(f func(http.Handler) http.Handler) {
+	if f == nil {
+		a.wrap.Store(nil)
+		return
+	}
+	a.wrap.Store(&f)
+}
+
+// Notes counts the tenant's notes, deleted or not, with the given title
+// ("" counts all).
+func (a *API) Notes(t testing.TB, title string) int {
+	t.Helper()
+	var n int
+	err := a.Pool.QueryRow(context.Background(),
+		`SELECT count(*) FROM notes WHERE tenant = $1 AND ($2 = '' OR title = $2)`, a.Tenant, title).Scan(&n)
+	require.NoError(t, err)
+	return n
+}
