@@ -35,7 +35,7 @@ func TestDotKeysCanBeLookedUp(t *testing.T) {
 func TestEmptyBodyWithoutContentTypeIs400(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	r := b.mustDo(req{method: http.MethodPost, path: "/v1/notes", token: b.tokenA, key: "empty"})
+	r := b.mustDo(req{method: http.MethodPost, path: "/v1/notes", token: b.tokenA, key: "empty", offContract: "no body"})
 	require.Equal(t, http.StatusBadRequest, r.status, "%s", r.body)
 }
 

@@ -36,10 +36,10 @@ func TestProblemBodiesGolden(t *testing.T) {
 	b := setup(t)
 	require.Equal(t, http.StatusCreated, b.create(b.tokenA, "g1", note("golden")).status)
 	cases := map[string]req{
-		"key_missing.json":     {method: http.MethodPost, path: "/v1/notes", token: b.tokenA, body: note("x")},
+		"key_missing.json":     {method: http.MethodPost, path: "/v1/notes", token: b.tokenA, body: note("x"), offContract: "no key"},
 		"key_reused.json":      {method: http.MethodPost, path: "/v1/notes", token: b.tokenA, key: "g1", body: map[string]any{"title": "changed", "body": "b"}},
-		"validation.json":      {method: http.MethodPost, path: "/v1/notes", token: b.tokenA, key: "g2", body: map[string]any{"title": "", "body": "a\u0000b"}},
-		"unauthenticated.json": {method: http.MethodGet, path: "/v1/notes"},
+		"validation.json":      {method: http.MethodPost, path: "/v1/notes", token: b.tokenA, key: "g2", body: map[string]any{"title": "", "body": "a\u0000b"}, offContract: "invalid fields"},
+		"unauthenticated.json": {method: http.MethodGet, path: "/v1/notes", offContract: "no token"},
 		"op_not_found.json":    {method: http.MethodGet, path: "/v1/operations/nope", token: b.tokenA},
 	}
 	for name, r := range cases {

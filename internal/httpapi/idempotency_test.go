@@ -249,11 +249,11 @@ func TestValidationFailuresAreNotRecorded(t *testing.T) {
 	b := setup(t)
 	const key = "op-invalid"
 	bad := []req{
-		{method: http.MethodPost, path: "/v1/notes", token: b.tokenA, key: key, body: `{"title":`},                                                              // invalid_json
-		{method: http.MethodPost, path: "/v1/notes", token: b.tokenA, key: key, body: `{"title":"a","extra":1}`},                                                // unknown member
-		{method: http.MethodPost, path: "/v1/notes", token: b.tokenA, key: key, body: `{"title":""}`},                                                           // validation_failed
-		{method: http.MethodPost, path: "/v1/notes", token: b.tokenA, key: key, body: `{"title":"a"}`, header: map[string]string{"Content-Type": "text/plain"}}, // 415
-		{method: http.MethodPost, path: "/v1/notes", token: "qt_00000000_" + "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", key: key, body: `{"title":"a"}`},    // 401
+		{method: http.MethodPost, path: "/v1/notes", token: b.tokenA, key: key, body: `{"title":`, offContract: "invalid JSON"},                                                            // invalid_json
+		{method: http.MethodPost, path: "/v1/notes", token: b.tokenA, key: key, body: `{"title":"a","extra":1}`, offContract: "unknown member"},                                            // unknown member
+		{method: http.MethodPost, path: "/v1/notes", token: b.tokenA, key: key, body: `{"title":""}`, offContract: "empty title"},                                                          // validation_failed
+		{method: http.MethodPost, path: "/v1/notes", token: b.tokenA, key: key, body: `{"title":"a"}`, header: map[string]string{"Content-Type": "text/plain"}, offContract: "not JSON"},   // 415
+		{method: http.MethodPost, path: "/v1/notes", token: "qt_00000000_" + "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", key: key, body: `{"title":"a"}`, offContract: "unknown token"}, // 401
 	}
 	want := []int{400, 400, 400, 415, 401}
 	for i, r := range bad {
@@ -264,7 +264,7 @@ func TestValidationFailuresAreNotRecorded(t *testing.T) {
 	for i := range big {
 		big[i] = 'a'
 	}
-	tooLarge := b.mustDo(req{method: http.MethodPost, path: "/v1/notes", token: b.tokenA, key: key, body: `{"title":"` + string(big) + `"}`})
+	tooLarge := b.mustDo(req{method: http.MethodPost, path: "/v1/notes", token: b.tokenA, key: key, body: `{"title":"` + string(big) + `"}`, offContract: "over the body limit"})
 	require.Equal(t, http.StatusRequestEntityTooLarge, tooLarge.status)
 
 	l := b.lookup(b.tokenA, key)

@@ -111,7 +111,7 @@ func TestLookupUnknownKeyAndOtherTenantsKey(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, l.status, "knowing a key must not grant access")
 	require.NotContains(t, string(l.body), "private")
 
-	bad := b.mustDo(req{method: http.MethodGet, path: "/v1/operations/a%20b", token: b.tokenA})
+	bad := b.mustDo(req{method: http.MethodGet, path: "/v1/operations/a%20b", token: b.tokenA, offContract: "malformed key"})
 	require.Equal(t, http.StatusBadRequest, bad.status)
 	require.Equal(t, "idempotency_key_invalid", bad.json(t)["code"])
 }

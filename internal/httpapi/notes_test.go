@@ -40,7 +40,7 @@ func TestDeleteNote(t *testing.T) {
 	require.Equal(t, http.StatusOK, b.mustDo(req{method: http.MethodGet, path: "/v1/notes/" + id2, token: b.tokenA}).status)
 
 	// A malformed id is 404 and records nothing.
-	m := b.mustDo(req{method: http.MethodDelete, path: "/v1/notes/not-a-uuid", token: b.tokenA, key: "d4"})
+	m := b.mustDo(req{method: http.MethodDelete, path: "/v1/notes/not-a-uuid", token: b.tokenA, key: "d4", offContract: "malformed id"})
 	require.Equal(t, http.StatusNotFound, m.status)
 	require.Equal(t, http.StatusNotFound, b.lookup(b.tokenA, "d4").status)
 	require.Equal(t, 2.0, b.metric("quill_business_effects_total", map[string]string{"action": "create-note"}))
@@ -50,12 +50,12 @@ func TestDeleteNote(t *testing.T) {
 func TestWritesNeedAValidKey(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	r := b.mustDo(req{method: http.MethodPost, path: "/v1/notes", token: b.tokenA, body: note("x")})
+	r := b.mustDo(req{method: http.MethodPost, path: "/v1/notes", token: b.tokenA, body: note("x"), offContract: "no key"})
 	require.Equal(t, http.StatusBadRequest, r.status)
 	require.Equal(t, "idempotency_key_missing", r.json(t)["code"])
 	require.Equal(t, "after_fixing", r.json(t)["retry"])
 	for _, k := range []string{`a, b`, `"a", "b"`, `a b`, `""`, strings.Repeat("k", 256), `"unterminated`} {
-		r := b.mustDo(req{method: http.MethodPost, path: "/v1/notes", token: b.tokenA, key: k, body: note("x")})
+		r := b.mustDo(req{method: http.MethodPost, path: "/v1/notes", token: b.tokenA, key: k, body: note("x"), offContract: "malformed key"})
 		require.Equal(t, http.StatusBadRequest, r.status, k)
 		require.Equal(t, "idempotency_key_invalid", r.json(t)["code"], k)
 	}
@@ -66,6 +66,7 @@ func TestWritesNeedAValidKey(t *testing.T) {
 	hr.Header.Set("Content-Type", "application/json")
 	hr.Header.Add("Idempotency-Key", "a")
 	hr.Header.Add("Idempotency-Key", "a")
+	hr.Header.Set(offContractHeader, "repeated key")
 	res, err := b.srv.Client().Do(hr)
 	require.NoError(t, err)
 	res.Body.Close()
@@ -87,14 +88,14 @@ func TestAuthentication(t *testing.T) {
 		if h != "" {
 			hdr["Authorization"] = h
 		}
-		r := b.mustDo(req{method: http.MethodGet, path: "/v1/notes", header: hdr})
+		r := b.mustDo(req{method: http.MethodGet, path: "/v1/notes", header: hdr, offContract: "no valid token"})
 		require.Equal(t, http.StatusUnauthorized, r.status, name)
 		require.Equal(t, "unauthenticated", r.json(t)["code"], name)
 		require.Equal(t, "after_fixing", r.json(t)["retry"], name)
 		require.Contains(t, r.header.Get("WWW-Authenticate"), "Bearer", name)
 	}
 	// The tenant never comes from the body.
-	r := b.create(b.tokenA, "k", map[string]any{"title": "x", "tenant": "globex"})
+	r := b.mustDo(req{method: http.MethodPost, path: "/v1/notes", token: b.tokenA, key: "k", body: map[string]any{"title": "x", "tenant": "globex"}, offContract: "unknown member"})
 	require.Equal(t, http.StatusBadRequest, r.status)
 	require.Equal(t, "invalid_json", r.json(t)["code"])
 }
@@ -133,7 +134,7 @@ func TestListNotesPaginatesNewestFirst(t *testing.T) {
 	require.Nil(t, def["next_cursor"])
 
 	for _, q := range []string{"limit=0", "limit=101", "limit=x", "limit=", "cursor=%%%", "cursor=abc"} {
-		r := b.mustDo(req{method: http.MethodGet, path: "/v1/notes?" + q, token: b.tokenA})
+		r := b.mustDo(req{method: http.MethodGet, path: "/v1/notes?" + q, token: b.tokenA, offContract: "invalid query"})
 		require.Equal(t, http.StatusBadRequest, r.status, q)
 		require.Equal(t, "validation_failed", r.json(t)["code"], q)
 		require.NotEmpty(t, r.json(t)["errors"], q)
@@ -182,15 +183,15 @@ func TestRequestIDAndUnknownRoutes(t *testing.T) {
 	r = b.mustDo(req{method: http.MethodGet, path: "/v1/notes", token: b.tokenA, header: map[string]string{"X-Request-Id": "bad id!"}})
 	require.NotEqual(t, "bad id!", r.header.Get("X-Request-Id"))
 	require.Regexp(t, `^[A-Za-z0-9._-]{1,128}$`, r.header.Get("X-Request-Id"))
-	r = b.mustDo(req{method: http.MethodGet, path: "/nope", token: b.tokenA})
+	r = b.mustDo(req{method: http.MethodGet, path: "/nope", token: b.tokenA, offContract: "unknown path"})
 	require.Equal(t, http.StatusNotFound, r.status)
 	require.Equal(t, "application/problem+json", r.header.Get("Content-Type"))
-	r = b.mustDo(req{method: http.MethodPut, path: "/v1/notes", token: b.tokenA, body: "{}"})
+	r = b.mustDo(req{method: http.MethodPut, path: "/v1/notes", token: b.tokenA, body: "{}", offContract: "unknown method"})
 	require.Equal(t, http.StatusMethodNotAllowed, r.status)
 	require.Equal(t, "application/problem+json", r.header.Get("Content-Type"))
 	require.NotEmpty(t, r.header.Get("Allow"))
 	for _, id := range []string{"x", "00000000-0000-0000-0000-00000000000g", "{01a229cf-df18-7236-a349-3735bd4a95ce}"} {
-		r = b.mustDo(req{method: http.MethodGet, path: "/v1/notes/" + id, token: b.tokenA})
+		r = b.mustDo(req{method: http.MethodGet, path: "/v1/notes/" + id, token: b.tokenA, offContract: "malformed id"})
 		require.Equal(t, http.StatusNotFound, r.status, id)
 	}
 }

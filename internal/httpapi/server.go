@@ -8,6 +8,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 
+	"github.com/quillhq/quill/api"
 	"github.com/quillhq/quill/internal/auth"
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/notes"
@@ -75,18 +77,18 @@ func NewServer(d Deps) http.Handler {
 	}
 	s := &server{Deps: d}
 	mux := http.NewServeMux()
-	mux.Handle("/v1/notes", s.authed(methods{
-		http.MethodPost: s.createNote,
-		http.MethodGet:  s.listNotes,
-	}))
-	mux.Handle("/v1/notes/{id}", s.authed(methods{
-		http.MethodGet:    s.getNote,
-		http.MethodDelete: s.deleteNote,
-	}))
-	mux.Handle("/v1/notes/{id}/attachment", s.authed(methods{http.MethodGet: s.getAttachment}))
-	mux.Handle("/v1/notes/{id}/attachment/content", s.authed(methods{http.MethodGet: s.getAttachmentContent}))
-	mux.Handle("/v1/notes/{id}/attachment/thumbnail", s.authed(methods{http.MethodGet: s.getThumbnail}))
-	operations := s.authed(methods{http.MethodGet: s.getOperation})
+	var operations http.Handler
+	for _, rt := range s.routes() {
+		h := http.Handler(rt.methods)
+		if !rt.public {
+			h = s.authed(h)
+		}
+		if rt.pattern == operationsPattern {
+			operations = h // routed on the raw path, below
+			continue
+		}
+		mux.Handle(rt.pattern, h)
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, problem.New(http.StatusNotFound, problem.CodeNotFound, "no such resource"))
 	})
@@ -100,7 +102,7 @@ func NewServer(d Deps) http.Handler {
 				k = "\x00" // invalid: the handler answers idempotency_key_invalid
 			}
 			r.SetPathValue("key", k)
-			info(r).route = operationsPrefix + "{key}"
+			info(r).route = operationsPattern
 			operations.ServeHTTP(w, r)
 			return
 		}
@@ -108,7 +110,46 @@ func NewServer(d Deps) http.Handler {
 	}))
 }
 
-const operationsPrefix = "/v1/operations/"
+const (
+	operationsPrefix  = "/v1/operations/"
+	operationsPattern = operationsPrefix + "{key}"
+)
+
+// route is one path of the API and the handlers of its methods.
+type route struct {
+	pattern string
+	methods methods
+	// public routes are served without a bearer token.
+	public bool
+}
+
+// routes is the API's routing table: every path and method it serves, and
+// nothing else. The OpenAPI document (api/openapi.yaml) describes exactly
+// these; a test holds the two to each other.
+func (s *server) routes() []route {
+	return []route{
+		{pattern: "/v1/notes", methods: methods{http.MethodPost: s.createNote, http.MethodGet: s.listNotes}},
+		{pattern: "/v1/notes/{id}", methods: methods{http.MethodGet: s.getNote, http.MethodDelete: s.deleteNote}},
+		{pattern: "/v1/notes/{id}/attachment", methods: methods{http.MethodGet: s.getAttachment}},
+		{pattern: "/v1/notes/{id}/attachment/content", methods: methods{http.MethodGet: s.getAttachmentContent}},
+		{pattern: "/v1/notes/{id}/attachment/thumbnail", methods: methods{http.MethodGet: s.getThumbnail}},
+		{pattern: operationsPattern, methods: methods{http.MethodGet: s.getOperation}},
+		{pattern: "/openapi.yaml", methods: methods{http.MethodGet: getOpenAPI}, public: true},
+	}
+}
+
+// getOpenAPI serves the API's OpenAPI document, the file embedded from
+// api/openapi.yaml. It needs no token: a client reads it before it has one.
+func getOpenAPI(w http.ResponseWriter, r *http.Request) {
+	doc := api.OpenAPI()
+	h := w.Header()
+	h.Set("Content-Type", api.ContentType)
+	h.Set("Content-Length", strconv.Itoa(len(doc)))
+	w.WriteHeader(http.StatusOK)
+	if r.Method != http.MethodHead {
+		_, _ = w.Write(doc)
+	}
+}
 
 // methods dispatches by method and answers 405 as problem+json.
 type methods map[string]http.HandlerFunc
