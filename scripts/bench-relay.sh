@@ -3,7 +3,7 @@
 # the raw JetStream ceiling, and the end-to-end latency commit → stream ack
 # under API load (see bench/README.md).
 #
-#   1. builds ./bin (api, relay, loadgen, relaybench) and nats-server v2.15.2
+#   1. builds ./bin/{api,relay,loadgen,relaybench} and nats-server v2.15.2
 #      from the Go module into .data/bin; drops and recreates the database
 #      quill_bench_relay on the server of $DATABASE_URL (`api migrate`);
 #      starts `api serve` on free loopback ports and creates a token;
@@ -134,7 +134,7 @@ trap 'exit 130' INT TERM
 
 # --- build, database ------------------------------------------------------------
 log "building ./bin and $NATS_SERVER ($NATS_SERVER_VERSION, from go.mod)"
-"$GO" build -o bin/ ./cmd/...
+"$GO" build -o bin/ ./cmd/api ./cmd/relay ./cmd/loadgen ./cmd/relaybench
 mkdir -p "$(dirname "$NATS_SERVER")"
 "$GO" build -o "$NATS_SERVER" github.com/nats-io/nats-server/v2
 got=$("$NATS_SERVER" --version)

@@ -1,10 +1,13 @@
 // Package relay publishes committed outbox events to NATS JetStream: it
-// provisions the stream, claims events with a lease in short transactions,
-// publishes each with its event id as Nats-Msg-Id, waits for the stream's
-// acknowledgement and only then marks it published. It wakes on
-// LISTEN/NOTIFY, polls as a fallback, backs off with jitter while NATS or
-// PostgreSQL is down, parks events that can never be published, and runs the
-// retention cleanup. Several relays may run at once.
+// provisions the stream, claims events with session-level advisory locks on
+// a connection of its own (a claim writes nothing; it ends when the relay
+// lets go or its session ends), publishes each with its event id as
+// Nats-Msg-Id, waits for the stream's acknowledgement and only then marks it
+// published. Claiming and publishing the next batch overlap with waiting for
+// and marking the previous one. It wakes on LISTEN/NOTIFY, polls as a
+// fallback, backs off with jitter while NATS or PostgreSQL is down, parks
+// events that can never be published, and runs the retention cleanup.
+// Several relays may run at once.
 package relay
 
 import (
@@ -15,6 +18,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -60,8 +65,13 @@ type Config struct {
 	DuplicateWindow time.Duration
 	// MaxAge is the stream's MaxAge (QUILL_STREAM_MAX_AGE). Default 168h.
 	MaxAge time.Duration
-	// Lease is how long a claimed event is reserved for its relay
-	// (QUILL_RELAY_LEASE). Default 30s.
+	// Lease bounds how long the claims of a relay that vanished without
+	// closing its connection (a host crash, a network partition) outlive
+	// it (QUILL_RELAY_LEASE): the claim session's TCP keepalives and
+	// tcp_user_timeout make PostgreSQL end it within about Lease. A relay
+	// process that dies loses its claims at once. It also bounds a claim
+	// statement and the wait for a batch's acknowledgements beyond
+	// AckTimeout. Default 30s.
 	Lease time.Duration
 	// PollInterval is the longest a committed event waits when its
 	// notification is lost (QUILL_RELAY_POLL_INTERVAL). Default 1s.
@@ -121,8 +131,8 @@ func (c Config) WithDefaults() Config {
 
 // WorstRepublishDelay is the longest time between a relay's publish of an
 // event and its republish by another relay after a crash before the mark:
-// the lease must end, the taker may be backing off, and it may sleep a poll
-// interval.
+// the crashed relay's session must end (within the lease), the taker may be
+// backing off, and it may sleep a poll interval.
 func (c Config) WorstRepublishDelay() time.Duration {
 	return c.AckTimeout + c.Lease + c.MaxBackoff + c.PollInterval
 }
@@ -151,9 +161,10 @@ func (c Config) Validate() error {
 
 // Hooks let tests act at points a crash could hit. Nil hooks cost nothing.
 type Hooks struct {
-	// AfterAck runs after the stream acknowledged a pass's events and
-	// before they are marked; an error abandons the pass as a crash would:
-	// nothing is marked and the leases run out.
+	// AfterAck runs after the stream acknowledged a batch's events and
+	// before they are marked; an error abandons the batch as a crash would:
+	// nothing is marked and its claims end (a crash ends them with the
+	// session), so a later pass publishes the events again.
 	AfterAck func(acked []outbox.Published) error
 }
 
@@ -186,6 +197,8 @@ func New(pool *pgxpool.Pool, nc *nats.Conn, cfg Config, log zerolog.Logger, m *m
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	// Two batches are in flight at most: one waiting for its acks and
+	// its mark, the next claimed and published meanwhile.
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(cfg.AckTimeout),
 		jetstream.WithPublishAsyncMaxPending(2*cfg.Batch))
 	if err != nil {
@@ -251,26 +264,201 @@ func (r *Relay) Run(ctx context.Context) error {
 	return g.Wait()
 }
 
+// batch is one claim's events on their way to the stream.
+type batch struct {
+	session uint64 // the claim session holding the events' locks
+	events  []outbox.Pending
+	futures []jetstream.PubAckFuture
+	failed  []error
+}
+
+// pipeline is the state of Run's publish loop. The claimer (the loop's
+// goroutine) owns the claim session and claims, publishes and hands each
+// batch to the marker, which waits for the acks, marks, parks or releases
+// and hands the batch back; the claimer then ends its claims with its next
+// claim statement. So the claim and publish of batch N+1 overlap the ack
+// wait and mark of batch N, and a claim ends only after its event is marked.
+type pipeline struct {
+	r       *Relay
+	conn    *pgx.Conn // the claim session; nil until (re)connected
+	space   int32     // the advisory lock space of the outbox
+	session uint64    // counts claim sessions
+	// held: events claimed and not yet handed back — excluded from
+	// claims, as an advisory lock is re-entrant within its session.
+	held map[int64]bool
+	// unlock: events handed back whose claims the session still holds.
+	unlock []int64
+
+	mu       sync.Mutex // guards what the marker hands back
+	finished []*batch
+	failure  error // the first failure since the claimer last looked
+	ok       bool  // a batch finished without failure
+}
+
+// markers is how many batches may be marked at once: the mark is the
+// pipeline's longest stage, and batches' marks are independent (a note has
+// at most one event in flight).
+const markers = 2
+
 func (r *Relay) publishLoop(ctx context.Context) error {
+	p := &pipeline{r: r, held: map[int64]bool{}}
+	handoff := make(chan *batch)
+	markerDone := make(chan struct{})
+	go func() {
+		defer close(markerDone)
+		var wg sync.WaitGroup
+		slots := make(chan struct{}, markers)
+		// Wait for each batch's acks in turn, so at most two batches
+		// have acks pending (the one waited for and the next one
+		// published), and mark them in the background.
+		for b := range handoff {
+			acks := r.awaitAcks(ctx, b)
+			slots <- struct{}{}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				err := r.settle(ctx, b, acks)
+				<-slots
+				p.handBack(b, err)
+			}()
+		}
+		wg.Wait()
+	}()
+	p.claimLoop(ctx, handoff)
+	// Finish what is in flight, then end the session: its claims go.
+	close(handoff)
+	<-markerDone
+	p.closeSession()
+	return nil
+}
+
+// handBack returns a finished batch to the claimer.
+func (p *pipeline) handBack(b *batch, err error) {
+	p.mu.Lock()
+	p.finished = append(p.finished, b)
+	if err != nil && p.failure == nil {
+		p.failure = err
+	}
+	p.ok = p.ok || err == nil
+	p.mu.Unlock()
+	// Later events of the notes just marked may be claimable now, and
+	// nothing else would wake the claimer for them.
+	p.r.Wake()
+}
+
+func (p *pipeline) claimLoop(ctx context.Context, handoff chan<- *batch) {
+	r := p.r
 	b := backoff{base: 50 * time.Millisecond, max: r.cfg.MaxBackoff}
 	for ctx.Err() == nil {
-		n, err := r.Pass(ctx)
-		if err != nil {
+		failure, ok := p.collect()
+		if failure != nil {
 			d := b.next()
-			r.log.Warn().Err(err).Str("error_category", category(err)).Dur("retry_in", d).Msg("relay pass failed; backing off")
+			r.log.Warn().Err(failure).Str("error_category", category(failure)).Dur("retry_in", d).Msg("relay pass failed; backing off")
 			sleep(ctx, d, nil)
 			continue
 		}
-		b.reset()
-		if n > 0 {
-			// Claim again at once: a partial batch does not mean the
-			// queue is empty — later events of the notes just published
-			// were held back until now, and nothing else would wake us.
+		if ok {
+			b.reset()
+		}
+		events, err := p.claim(ctx)
+		if err != nil {
+			d := b.next()
+			r.log.Warn().Err(err).Str("error_category", category(err)).Dur("retry_in", d).Msg("relay claim failed; backing off")
+			sleep(ctx, d, nil)
 			continue
 		}
-		sleep(ctx, r.cfg.PollInterval, r.wake)
+		if len(events) == 0 {
+			sleep(ctx, r.cfg.PollInterval, r.wake)
+			continue
+		}
+		// Claim again at once after handing the batch over: a partial
+		// batch does not mean the queue is empty.
+		handoff <- r.publish(p.session, events)
 	}
-	return nil
+}
+
+// collect takes the batches the marker handed back: their events leave
+// held, and their claims are ended by the next claim statement (unless the
+// session that took them is gone, and its claims with it).
+func (p *pipeline) collect() (failure error, ok bool) {
+	p.mu.Lock()
+	finished, failure, ok := p.finished, p.failure, p.ok
+	p.finished, p.failure, p.ok = nil, nil, false
+	p.mu.Unlock()
+	for _, b := range finished {
+		for _, e := range b.events {
+			delete(p.held, e.Seq)
+			if p.conn != nil && b.session == p.session {
+				p.unlock = append(p.unlock, e.Seq)
+			}
+		}
+	}
+	return failure, ok
+}
+
+// claim ends the claims in p.unlock and claims the next batch, connecting
+// the claim session first when needed. It is not cut short by ctx: that
+// would end the session, and the claims of the batch in flight with it.
+func (p *pipeline) claim(ctx context.Context) ([]outbox.Pending, error) {
+	r := p.r
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Lease)
+	defer cancel()
+	if p.conn == nil {
+		conn, space, err := r.connect(cctx)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", errDatabase, err)
+		}
+		p.conn, p.space = conn, space
+		p.session++
+	}
+	held := make([]int64, 0, len(p.held))
+	for seq := range p.held {
+		held = append(held, seq)
+	}
+	events, err := outbox.Claim(cctx, p.conn, p.space, p.unlock, held, r.cfg.Batch)
+	if err != nil {
+		// The session may hold claims we do not know of: end it.
+		p.closeSession()
+		return nil, fmt.Errorf("%w: %w", errDatabase, err)
+	}
+	p.unlock = p.unlock[:0]
+	for _, e := range events {
+		p.held[e.Seq] = true
+	}
+	return events, nil
+}
+
+// closeSession ends the claim session, and with it every claim it held.
+func (p *pipeline) closeSession() {
+	if p.conn == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = p.conn.Close(ctx)
+	p.conn, p.unlock = nil, nil
+}
+
+// connect opens a claim session: a connection of its own (never a pooled
+// one, whose session other work would share), on which the server detects
+// a vanished relay within about the lease.
+func (r *Relay) connect(ctx context.Context) (*pgx.Conn, int32, error) {
+	cc := r.pool.Config().ConnConfig.Copy()
+	probe := max(int(r.cfg.Lease/(3*time.Second)), 1)
+	cc.RuntimeParams["tcp_keepalives_idle"] = strconv.Itoa(probe)
+	cc.RuntimeParams["tcp_keepalives_interval"] = strconv.Itoa(probe)
+	cc.RuntimeParams["tcp_keepalives_count"] = "2"
+	cc.RuntimeParams["tcp_user_timeout"] = strconv.FormatInt(max(r.cfg.Lease.Milliseconds(), 1000), 10)
+	conn, err := pgx.ConnectConfig(ctx, cc)
+	if err != nil {
+		return nil, 0, fmt.Errorf("claim session: %w", err)
+	}
+	space, err := outbox.LockSpace(ctx, conn)
+	if err != nil {
+		_ = conn.Close(context.WithoutCancel(ctx))
+		return nil, 0, err
+	}
+	return conn, space, nil
 }
 
 // errTransient wraps failures a later pass can overcome.
@@ -291,36 +479,60 @@ func category(err error) string {
 
 var errDatabase = errors.New("database")
 
-// Pass claims one batch, publishes it, waits for the acknowledgements and
-// marks the acknowledged events published. It returns how many events it
-// claimed. Permanent failures park their event; transient ones release it
-// and return an error, so the caller backs off. A pass in flight completes
-// even when ctx ends.
+// Pass claims one batch on a claim session of its own, publishes it, waits
+// for the acknowledgements, marks the acknowledged events published and
+// ends the session. It returns how many events it claimed. Permanent
+// failures park their event; transient ones record the attempt and return
+// an error. A pass in flight completes even when ctx ends. Run does the
+// same work with the passes overlapping.
 func (r *Relay) Pass(ctx context.Context) (int, error) {
-	events, err := outbox.Claim(ctx, r.pool, r.id, r.cfg.Lease, r.cfg.Batch)
+	conn, space, err := r.connect(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", errDatabase, err)
+	}
+	// The session's end releases every claim.
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+	events, err := outbox.Claim(ctx, conn, space, nil, nil, r.cfg.Batch)
 	if err != nil {
 		return 0, fmt.Errorf("%w: %w", errDatabase, err)
 	}
 	if len(events) == 0 {
 		return 0, nil
 	}
-	// From here on the batch is ours: finish it whatever happens to ctx.
+	return len(events), r.finish(ctx, r.publish(0, events))
+}
+
+// publish sends a claimed batch without waiting for the acknowledgements.
+func (r *Relay) publish(session uint64, events []outbox.Pending) *batch {
+	b := &batch{session: session, events: events,
+		futures: make([]jetstream.PubAckFuture, len(events)), failed: make([]error, len(events))}
+	for i, e := range events {
+		b.futures[i], b.failed[i] = r.js.PublishMsgAsync(r.message(e), jetstream.WithStallWait(r.cfg.AckTimeout))
+	}
+	return b
+}
+
+// finish waits for a published batch's acknowledgements and marks the
+// acknowledged events published (awaitAcks, then settle). It completes even
+// when ctx ends. The caller ends the batch's claims afterwards.
+func (r *Relay) finish(ctx context.Context, b *batch) error {
+	return r.settle(ctx, b, r.awaitAcks(ctx, b))
+}
+
+// awaitAcks waits for a batch's acknowledgements, at most the ack timeout
+// plus the lease, and returns them; failures go to b.failed.
+func (r *Relay) awaitAcks(ctx context.Context, b *batch) []outbox.Published {
+	events, failed := b.events, b.failed
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.AckTimeout+r.cfg.Lease)
 	defer cancel()
-
-	futures := make([]jetstream.PubAckFuture, len(events))
-	failed := make([]error, len(events))
-	for i, e := range events {
-		futures[i], failed[i] = r.js.PublishMsgAsync(r.message(e))
-	}
-	var acks []outbox.Published
-	for i, f := range futures {
+	acks := make([]outbox.Published, 0, len(events))
+	for i, f := range b.futures {
 		if f == nil {
 			continue
 		}
 		select {
 		case ack := <-f.Ok():
-			acks = append(acks, outbox.Published{Seq: events[i].Seq, StreamSeq: ack.Sequence})
+			acks = append(acks, outbox.Published{Seq: events[i].Seq, StreamSeq: ack.Sequence, Duplicate: ack.Duplicate})
 			r.m.Published.Inc()
 			if ack.Duplicate {
 				r.m.Duplicates.Inc()
@@ -331,15 +543,26 @@ func (r *Relay) Pass(ctx context.Context) (int, error) {
 			failed[i] = pctx.Err()
 		}
 	}
+	return acks
+}
+
+// settle marks a batch's acknowledged events published. Permanent failures
+// park their event; transient ones record the attempt and make settle
+// return an error, so the caller backs off. It completes even when ctx
+// ends.
+func (r *Relay) settle(ctx context.Context, b *batch, acks []outbox.Published) error {
+	events, failed := b.events, b.failed
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.AckTimeout+r.cfg.Lease)
+	defer cancel()
 	if r.hooks.AfterAck != nil {
 		if err := r.hooks.AfterAck(acks); err != nil {
-			return len(events), err
+			return err
 		}
 	}
-	if err := outbox.MarkPublished(pctx, r.pool, acks); err != nil {
-		// Published but not marked: the leases run out and a later pass
+	if err := outbox.MarkPublished(pctx, r.pool, r.id, acks); err != nil {
+		// Published but not marked: once the claims end, a later pass
 		// republishes them; the stream drops the duplicates.
-		return len(events), fmt.Errorf("%w: %w", errDatabase, err)
+		return fmt.Errorf("%w: %w", errDatabase, err)
 	}
 	var release []int64
 	var firstTransient error
@@ -353,7 +576,7 @@ func (r *Relay) Pass(ctx context.Context) (int, error) {
 			r.log.Error().Str("event_id", e.ID.String()).Str("type", e.Type).Str("tenant", e.Tenant).
 				Str("error_category", "event_parked").Str("reason", reason).Msg("event parked: it cannot be published as it is")
 			if perr := outbox.Park(pctx, r.pool, e.Seq, reason); perr != nil {
-				return len(events), fmt.Errorf("%w: %w", errDatabase, perr)
+				return fmt.Errorf("%w: %w", errDatabase, perr)
 			}
 			continue
 		}
@@ -364,11 +587,11 @@ func (r *Relay) Pass(ctx context.Context) (int, error) {
 	}
 	if len(release) > 0 {
 		if err := outbox.Release(pctx, r.pool, release, firstTransient.Error()); err != nil {
-			return len(events), fmt.Errorf("%w: %w", errDatabase, err)
+			return fmt.Errorf("%w: %w", errDatabase, err)
 		}
-		return len(events), fmt.Errorf("%w: publish %d of %d events: %w", errTransient, len(release), len(events), firstTransient)
+		return fmt.Errorf("%w: publish %d of %d events: %w", errTransient, len(release), len(events), firstTransient)
 	}
-	return len(events), nil
+	return nil
 }
 
 func (r *Relay) message(e outbox.Pending) *nats.Msg {
