@@ -1,28 +1,44 @@
 #!/usr/bin/env bash
 # make bench-worker: attachments/s through the whole path (JetStream → worker
-# at concurrency 4 → commit → ack, BenchmarkPipeline) and, in the same run,
-# the raw processing rate of the same files (BenchmarkProcessParallel: every
-# core busy, nothing around the processing) — then the pipeline ÷ raw ratio
-# per fixture (target ≥ 0.7). Needs PostgreSQL (the tests' database); NATS
-# runs in-process.
+# → group commit → ack, BenchmarkPipeline, at the worker's default
+# concurrency and batching) and, in the same run, two references for the same
+# files:
+#   - the store ceiling (BenchmarkStoreCeiling): the worker's own group-commit
+#     transactions — lock, inbox, processing, result, outbox event, commit —
+#     driven directly with full batches, without JetStream or the router:
+#     what this database allows the pipeline;
+#   - the raw processing rate (BenchmarkProcessParallel: every core busy,
+#     nothing around the processing).
+# It prints pipeline ÷ raw (target ≥ 0.7) and pipeline ÷ ceiling per
+# fixture. QUILL_WORKER_CONCURRENCY, QUILL_WORKER_BATCH_SIZE,
+# QUILL_WORKER_COMMITTERS and QUILL_WORKER_BATCH_WAIT, when set, override the
+# worker's defaults in both worker benchmarks. Needs PostgreSQL (the tests'
+# database); NATS runs in-process. The machine's load is printed: on shared
+# cores compare the ratios of one run, not rates across runs.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 GO=${GO:-go}
+N=${BENCH_WORKER_N:-2000}
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 
-$GO test -run '^$' -bench 'Pipeline' -benchtime 2000x ./internal/worker/ | tee -a "$out"
+echo "load before: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || uptime)"
+$GO test -run '^$' -bench 'Pipeline|StoreCeiling' -benchtime "${N}x" ./internal/worker/ | tee -a "$out"
 $GO test -run '^$' -bench 'Process' ./internal/attachment/ | tee -a "$out"
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || uptime)"
 
-# Lines look like: BenchmarkPipeline/png64k-2  2000  7908361 ns/op  126.4 attachments/s
-rate() { awk -v name="$1" '$1 ~ "^"name"(-[0-9]+)?$" { for (i = 2; i < NF; i++) if ($(i+1) == "attachments/s") print $i }' "$out" | tail -n 1; }
+# Lines look like: BenchmarkPipeline/png64k-2  2000  7908361 ns/op  126.4 attachments/s  12.5 events/tx
+metric() { awk -v name="$1" -v unit="$2" '$1 ~ "^"name"(-[0-9]+)?$" { for (i = 2; i < NF; i++) if ($(i+1) == unit) print $i }' "$out" | tail -n 1; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print "n/a" }'; }
 echo
-echo "fixture | pipeline /s | raw (all cores) /s | raw (1 goroutine) /s | pipeline ÷ raw (all cores)"
+echo "fixture | pipeline /s | events/tx | store ceiling /s | raw (all cores) /s | raw (1 goroutine) /s | pipeline ÷ raw | pipeline ÷ ceiling"
 for f in png64k text4k; do
-	p=$(rate "BenchmarkPipeline/$f")
-	rp=$(rate "BenchmarkProcessParallel/$f")
-	r1=$(rate "BenchmarkProcess/$f")
-	ratio=$(awk -v a="$p" -v b="$rp" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print "n/a" }')
-	verdict=$(awk -v r="$ratio" 'BEGIN { print (r + 0 >= 0.7) ? "met" : "MISSED" }')
-	echo "$f | $p | $rp | $r1 | $ratio ($verdict, target ≥ 0.7)"
+	p=$(metric "BenchmarkPipeline/$f" attachments/s)
+	b=$(metric "BenchmarkPipeline/$f" events/tx)
+	c=$(metric "BenchmarkStoreCeiling/$f" attachments/s)
+	rp=$(metric "BenchmarkProcessParallel/$f" attachments/s)
+	r1=$(metric "BenchmarkProcess/$f" attachments/s)
+	raw=$(ratio "$p" "$rp")
+	verdict=$(awk -v r="$raw" 'BEGIN { print (r + 0 >= 0.7) ? "met" : "MISSED" }')
+	echo "$f | $p | $b | $c | $rp | $r1 | $raw ($verdict, target ≥ 0.7) | $(ratio "$p" "$c")"
 done

@@ -59,7 +59,11 @@ func define(s *config.Set, c *settings) {
 	s.String(&w.Consumer, "consumer", "QUILL_CONSUMER", worker.DefaultConsumer, "durable consumer name (and the inbox's consumer)")
 	s.Int(&w.MaxDeliver, "max-deliver", "QUILL_MAX_DELIVER", worker.DefaultMaxDeliver, 1, "deliveries before a failing event becomes a dead letter")
 	s.Duration(&w.AckWait, "ack-wait", "QUILL_ACK_WAIT", worker.DefaultAckWait, "the consumer's ack wait")
-	s.Int(&w.Concurrency, "concurrency", "QUILL_WORKER_CONCURRENCY", worker.DefaultConcurrency, 1, "events processed at once")
+	s.Int(&w.Concurrency, "concurrency", "QUILL_WORKER_CONCURRENCY", worker.DefaultConcurrency, 1, "events handled at once (each waits for its transaction's commit)")
+	s.Int(&w.BatchSize, "batch-size", "QUILL_WORKER_BATCH_SIZE", worker.DefaultBatchSize, 1, "most events committed in one transaction (1: each alone)")
+	s.Int(&w.BatchBytes, "batch-bytes", "QUILL_WORKER_BATCH_BYTES", worker.DefaultBatchBytes, 1, "a transaction takes no more events once their attachments reach this many bytes")
+	s.Duration(&w.BatchWait, "batch-wait", "QUILL_WORKER_BATCH_WAIT", 0, "how long a transaction waits for more events after the first (0: takes those already waiting)")
+	s.Int(&w.Committers, "committers", "QUILL_WORKER_COMMITTERS", worker.DefaultCommitters, 1, "transactions in flight at once, each on its own connection")
 }
 
 func daemon(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -80,7 +84,9 @@ func daemon(ctx context.Context, args []string, getenv func(string) string, stdo
 	if err != nil {
 		return cli.UsageError{Msg: err.Error()}
 	}
-	pool, err := db.Open(ctx, c.DatabaseURL, int32(cfg.Concurrency+4))
+	// A connection per committer, and some for dead letters, the
+	// notifier and the readiness check; handlers do not hold one.
+	pool, err := db.Open(ctx, c.DatabaseURL, int32(cfg.Committers+4))
 	if err != nil {
 		log.Error().Err(err).Str("error_category", "database_unreachable").Msg("cannot start: PostgreSQL is not reachable at DATABASE_URL")
 		return cli.LoggedError{Err: err}

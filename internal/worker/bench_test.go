@@ -1,46 +1,127 @@
 package worker_test
 
 import (
+	"os"
+	"strconv"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
 	"github.com/quillhq/quill/internal/attachment"
+	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/natstest"
+	"github.com/quillhq/quill/internal/worker"
 )
+
+var benchFixtures = []struct {
+	name, contentType string
+	data              []byte
+}{
+	{"png64k", "image/png", attachment.BenchFixturePNG64K()},
+	{"text4k", "text/plain", attachment.BenchFixtureText4K()},
+}
+
+// benchConfig is the worker configuration of the benchmarks: the
+// production defaults for concurrency and group commit, unless
+// QUILL_WORKER_CONCURRENCY, QUILL_WORKER_BATCH_SIZE, QUILL_WORKER_COMMITTERS
+// or QUILL_WORKER_BATCH_WAIT say otherwise (make bench-worker passes them
+// through).
+func benchConfig(b *testing.B, h *harness) worker.Config {
+	cfg := h.config()
+	cfg.Concurrency = 0
+	cfg.MaxAckPending = 1024
+	cfg.AckWait = 30 * time.Second
+	for env, p := range map[string]*int{"QUILL_WORKER_CONCURRENCY": &cfg.Concurrency,
+		"QUILL_WORKER_BATCH_SIZE": &cfg.BatchSize, "QUILL_WORKER_COMMITTERS": &cfg.Committers} {
+		if v := os.Getenv(env); v != "" {
+			n, err := strconv.Atoi(v)
+			require.NoError(b, err, env)
+			*p = n
+		}
+	}
+	if v := os.Getenv("QUILL_WORKER_BATCH_WAIT"); v != "" {
+		d, err := time.ParseDuration(v)
+		require.NoError(b, err, "QUILL_WORKER_BATCH_WAIT")
+		cfg.BatchWait = d
+	}
+	return cfg
+}
+
+// createPublished creates n notes with data as attachment and waits until
+// the relay published their note.created events.
+func createPublished(b *testing.B, h *harness, n int, contentType string, data []byte) {
+	for i := range n {
+		h.create(title(i), contentType, data)
+	}
+	natstest.WaitFor(b, 5*time.Minute, func() bool {
+		return h.count(`SELECT count(*) FROM outbox_events WHERE type = 'note.created' AND published_at IS NULL`) == 0
+	}, "every note.created published")
+}
 
 // BenchmarkPipeline is the worker's whole path — JetStream delivery, inbox,
 // row lock, processing, result and outbox writes, commit, ack — for the
 // fixtures of attachment.BenchmarkProcess, so the two rates compare (make
 // bench-worker). The b.N events are created and published before the timer
 // starts; the timer covers the worker draining them. It reports
-// attachments/s.
+// attachments/s and the mean number of events per transaction.
 func BenchmarkPipeline(b *testing.B) {
-	for _, bc := range []struct {
-		name, contentType string
-		data              []byte
-	}{
-		{"png64k", "image/png", attachment.BenchFixturePNG64K()},
-		{"text4k", "text/plain", attachment.BenchFixtureText4K()},
-	} {
+	for _, bc := range benchFixtures {
 		b.Run(bc.name, func(b *testing.B) {
 			h := newHarness(b)
 			n := b.N
-			for i := range n {
-				h.create(title(i), bc.contentType, bc.data)
-			}
-			natstest.WaitFor(b, 5*time.Minute, func() bool {
-				return h.count(`SELECT count(*) FROM outbox_events WHERE type = 'note.created' AND published_at IS NULL`) == 0
-			}, "every note.created published")
-			cfg := h.config()
-			cfg.MaxAckPending = 1024
-			cfg.AckWait = 30 * time.Second
+			createPublished(b, h, n, bc.contentType, bc.data)
+			cfg := benchConfig(b, h)
 			b.ResetTimer()
 			start := time.Now()
 			m, _ := h.startWorker(cfg, "")
 			natstest.WaitFor(b, 10*time.Minute, func() bool { return value(m.Messages(metrics.WorkerProcessed)) == float64(n) }, "all processed")
 			elapsed := time.Since(start)
 			b.StopTimer()
+			batches, events, _ := h.workers[0].BatchStats()
+			b.ReportMetric(float64(n)/elapsed.Seconds(), "attachments/s")
+			b.ReportMetric(float64(events)/float64(max(batches, 1)), "events/tx")
+		})
+	}
+}
+
+// BenchmarkStoreCeiling is the same database work as BenchmarkPipeline —
+// the same group-commit transactions (lock, inbox, processing, result,
+// outbox event, commit) with the same batch size and number of
+// connections — driven directly, without JetStream, the router or the
+// handlers: the ceiling of what the pipeline could reach on this database
+// (make bench-worker prints pipeline ÷ ceiling).
+func BenchmarkStoreCeiling(b *testing.B) {
+	for _, bc := range benchFixtures {
+		b.Run(bc.name, func(b *testing.B) {
+			h := newHarness(b)
+			n := b.N
+			createPublished(b, h, n, bc.contentType, bc.data)
+			cfg := benchConfig(b, h)
+			rows, err := h.pool.Query(b.Context(), `SELECT payload FROM outbox_events WHERE type = 'note.created' ORDER BY seq`)
+			require.NoError(b, err)
+			var payloads [][]byte
+			for rows.Next() {
+				var p []byte
+				require.NoError(b, rows.Scan(&p))
+				payloads = append(payloads, p)
+			}
+			require.NoError(b, rows.Err())
+			require.Len(b, payloads, n)
+			pool, err := db.Open(b.Context(), h.url, int32(cfg.WithDefaults().Committers+2))
+			require.NoError(b, err)
+			b.Cleanup(pool.Close)
+			nc, _ := h.srv.Connect(b)
+			w, err := worker.New(pool, nc, cfg, testLogger(b), metrics.NewWorker(prometheus.NewRegistry()))
+			require.NoError(b, err)
+			b.ResetTimer()
+			start := time.Now()
+			require.NoError(b, w.CommitPayloads(payloads))
+			elapsed := time.Since(start)
+			b.StopTimer()
+			require.Equal(b, n, h.count(`SELECT count(*) FROM attachments WHERE status = 'processed'`))
 			b.ReportMetric(float64(n)/elapsed.Seconds(), "attachments/s")
 		})
 	}

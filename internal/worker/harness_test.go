@@ -59,6 +59,8 @@ type harness struct {
 	stream string
 	prefix string
 	tenant string
+	// workers are the workers startWorker started, in order.
+	workers []*worker.Worker
 }
 
 func newHarness(t testing.TB) *harness {
@@ -115,13 +117,14 @@ func (h *harness) startWorker(cfg worker.Config, dbURL string, opts ...worker.Op
 	if dbURL == "" {
 		dbURL = h.url
 	}
-	pool, err := db.Open(context.Background(), dbURL, int32(cfg.Concurrency+2))
+	pool, err := db.Open(context.Background(), dbURL, int32(cfg.WithDefaults().Committers+2))
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	nc, _ := h.srv.Connect(t)
 	m := metrics.NewWorker(prometheus.NewRegistry())
 	w, err := worker.New(pool, nc, cfg, testLogger(t), m, opts...)
 	require.NoError(t, err)
+	h.workers = append(h.workers, w)
 	require.NoError(t, w.Provision(t.Context()))
 	stop := runUntilCleanup(t, w.Run)
 	return m, stop

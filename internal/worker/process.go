@@ -1,22 +1,17 @@
 package worker
 
 import (
-	"context"
-	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/go-json-experiment/json"
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
-	"github.com/quillhq/quill/internal/attachment"
-	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/deadletter"
-	"github.com/quillhq/quill/internal/inbox"
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/outbox"
 )
@@ -113,36 +108,21 @@ const (
 // was deleted before its event was processed; the attachment stays pending.
 const ReasonNoteDeleted = "skipped: the note was deleted before processing"
 
-const (
-	// The note's row lock orders this transaction's outbox event after
-	// every event of the note committed before it, and a concurrent delete
-	// after it (see the README's relay section).
-	sqlAttachmentLock = `SELECT n.deleted_at IS NOT NULL, a.id, a.status, a.data
-	FROM notes n JOIN attachments a ON a.note_id = n.id
-	WHERE n.id = $1 AND n.tenant = $2
-	FOR UPDATE OF n, a`
-
-	sqlAttachmentDone = `UPDATE attachments SET status = $2, result = $3, reason = nullif($4, ''), thumbnail = $5, processed_at = $6
-	WHERE id = $1`
-
-	sqlAttachmentSkipped = `UPDATE attachments SET reason = $2 WHERE id = $1 AND status = 'pending'`
-)
-
 func pgUUID(u uuid.UUID) pgtype.UUID { return pgtype.UUID{Bytes: u, Valid: true} }
 
-// process handles one delivery: parse, then one transaction, then the
-// notification and the metrics. It returns nil only after the commit (or
-// when there is nothing to commit); the caller's nil is the acknowledgement.
-func (w *Worker) process(ctx context.Context, msg *message.Message) error {
+// process handles one delivery: parse, then the group commit of its
+// transaction (see commit.go), then the notification and the metrics. It
+// returns nil only after the commit (or when there is nothing to commit);
+// the caller's nil is the acknowledgement.
+func (w *Worker) process(msg *message.Message) error {
 	p, err := parse(msg.Payload)
 	if err != nil {
 		return err
 	}
 	msg.Metadata.Set(deadletter.MetaEventID, p.id.String())
+	deliveries, _ := strconv.Atoi(msg.Metadata.Get(deadletter.MetaDeliveries))
 	if h := w.hooks.BeforeProcess; h != nil {
-		n := 0
-		fmt.Sscan(msg.Metadata.Get(deadletter.MetaDeliveries), &n)
-		if err := h(p.id.String(), n); err != nil {
+		if err := h(p.id.String(), deliveries); err != nil {
 			return err
 		}
 	}
@@ -151,101 +131,23 @@ func (w *Worker) process(ctx context.Context, msg *message.Message) error {
 		w.m.Message(metrics.WorkerSkipped)
 		return nil
 	}
-	var result string
-	var committed time.Time
-	err = db.WithTx(ctx, w.pool, func(tx pgx.Tx) error {
-		result, err = w.transact(ctx, tx, msg, p)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("event %s: %w", p.id, err)
+	o := w.commit.submit(&job{p: p, deliveries: deliveries, trace: msgTraceparent(msg), done: make(chan outcome, 1)})
+	if o.err != nil {
+		return fmt.Errorf("event %s: %w", p.id, o.err)
 	}
-	committed = w.now()
-	if result == metrics.WorkerProcessed || result == metrics.WorkerFailed {
+	if o.result == metrics.WorkerProcessed || o.result == metrics.WorkerFailed {
 		w.notifier.Signal()
-		w.m.EndToEnd.Observe(committed.Sub(p.time).Seconds())
+		w.m.EndToEnd.Observe(o.committed.Sub(p.time).Seconds())
 	}
-	w.m.Message(result)
+	w.m.Message(o.result)
 	w.log.Debug().Str("event_id", p.id.String()).Str("tenant", p.tenant).Str("note_id", p.noteID.String()).
-		Str("result", result).Msg("event handled")
+		Str("result", o.result).Msg("event handled")
 	if h := w.hooks.AfterCommit; h != nil {
 		if err := h(p.id.String()); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-// transact is the transaction of one event; it returns the metrics result.
-func (w *Worker) transact(ctx context.Context, tx pgx.Tx, msg *message.Message, p parsed) (string, error) {
-	now := w.now().UTC().Truncate(time.Microsecond)
-	fresh, err := inbox.Insert(ctx, tx, w.cfg.Consumer, p.id, now)
-	if err != nil {
-		return "", db.Translate(err)
-	}
-	if !fresh {
-		return metrics.WorkerDuplicate, nil
-	}
-	var deleted bool
-	var attID pgtype.UUID
-	var status string
-	var data []byte
-	err = tx.QueryRow(ctx, sqlAttachmentLock, pgUUID(p.noteID), p.tenant).Scan(&deleted, &attID, &status, &data)
-	if errors.Is(err, pgx.ErrNoRows) {
-		// Notes are never removed (only marked deleted), so the event
-		// belongs to another database: nothing here can ever process it.
-		return "", &permanentError{fmt.Sprintf("note %s of tenant %s has no attachment in this database", p.noteID, p.tenant)}
-	}
-	if err != nil {
-		return "", fmt.Errorf("lock attachment: %w", db.Translate(err))
-	}
-	switch {
-	case deleted:
-		if _, err := tx.Exec(ctx, sqlAttachmentSkipped, attID, ReasonNoteDeleted); err != nil {
-			return "", fmt.Errorf("record skip: %w", db.Translate(err))
-		}
-		return metrics.WorkerSkipped, nil
-	case status != "pending":
-		// Processed under another event id, or before the inbox forgot
-		// this one: the effect exists, do not repeat it.
-		return metrics.WorkerDuplicate, nil
-	}
-	res, perr := attachment.Process(attachment.Input{ContentType: p.att.contentType, Filename: p.att.filename,
-		Size: p.att.size, SHA256: p.att.sha256, Data: data}, w.cfg.Limits)
-	var permanent *attachment.PermanentError
-	data = nil
-	ev := ProcessedData{NoteID: p.noteID.String(), AttachmentID: uuid.UUID(attID.Bytes).String()}
-	var resultJSON []byte
-	var thumb []byte
-	switch {
-	case errors.As(perr, &permanent):
-		ev.State, ev.Reason = StateFailed, permanent.Reason
-	case perr != nil:
-		return "", fmt.Errorf("process attachment: %w", perr)
-	default:
-		ev.State, ev.DetectedType = StateProcessed, res.DetectedType
-		if resultJSON, err = res.JSON(); err != nil {
-			return "", err
-		}
-		if res.Thumbnail != nil {
-			thumb = res.Thumbnail.PNG
-		}
-	}
-	if _, err := tx.Exec(ctx, sqlAttachmentDone, attID, ev.State, resultJSON, ev.Reason, thumb, now); err != nil {
-		return "", fmt.Errorf("store result: %w", db.Translate(err))
-	}
-	eid, err := uuid.NewV7()
-	if err != nil {
-		return "", fmt.Errorf("new event id: %w", err)
-	}
-	if err := outbox.Insert(ctx, tx, outbox.Event{ID: eid, Tenant: p.tenant, AggregateID: p.noteID,
-		Type: outbox.TypeAttachmentProcessed, Time: now, Data: ev, Traceparent: msgTraceparent(msg)}); err != nil {
-		return "", db.Translate(err)
-	}
-	if ev.State == StateFailed {
-		return metrics.WorkerFailed, nil
-	}
-	return metrics.WorkerProcessed, nil
 }
 
 func msgTraceparent(msg *message.Message) string {

@@ -7,6 +7,12 @@
 // redelivery, and the inbox makes a redelivered event a counted duplicate
 // with no second effect.
 //
+// Transactions are group commits: the router's handlers submit their events
+// to a committer, which handles the events waiting at that moment (up to
+// BatchSize) in one transaction, each event's failure its own (see
+// commit.go); each handler returns only once its event's transaction
+// committed, so every message is still acknowledged after its own effect.
+//
 // Consumption runs on a watermill router with the watermill-nats JetStream
 // subscriber, which acknowledges (DoubleAck) after the handler returned nil
 // and Naks, with a backoff delay, after an error. Middleware, outermost
@@ -46,7 +52,7 @@ const (
 	DefaultConsumer      = "attachment-worker"
 	DefaultMaxDeliver    = 10
 	DefaultAckWait       = 30 * time.Second
-	DefaultConcurrency   = 4
+	DefaultConcurrency   = 64
 	DefaultRetries       = 3
 	DefaultRetryInterval = 100 * time.Millisecond
 	DefaultNakDelay      = time.Second
@@ -56,6 +62,12 @@ const (
 	DefaultMaxAckPending = 256
 	// DefaultPrefetch is how many messages one subscription pulls ahead.
 	DefaultPrefetch = 4
+	// DefaultBatchSize is the most events committed in one transaction.
+	DefaultBatchSize = 64
+	// DefaultBatchBytes bounds the attachment bytes of one transaction.
+	DefaultBatchBytes = 8 << 20
+	// DefaultCommitters is the number of transactions in flight at once.
+	DefaultCommitters = 2
 )
 
 // Config tunes a worker. Every zero field takes its default.
@@ -78,9 +90,29 @@ type Config struct {
 	// AckWait is the consumer's ack wait (QUILL_ACK_WAIT); a handler
 	// reports progress every third of it. Default 30s.
 	AckWait time.Duration
-	// Concurrency is the number of messages processed at once
-	// (QUILL_WORKER_CONCURRENCY). Default 4.
+	// Concurrency is the number of messages handled at once
+	// (QUILL_WORKER_CONCURRENCY): the router's subscriptions, each waiting
+	// for its message's transaction to commit. It bounds the group commit:
+	// a transaction carries at most min(Concurrency, BatchSize) events.
+	// Default 64.
 	Concurrency int
+	// BatchSize is the most events committed in one transaction
+	// (QUILL_WORKER_BATCH_SIZE); 1 commits every event alone. Default 64.
+	BatchSize int
+	// BatchBytes stops a transaction from taking more events once their
+	// attachments reach this many bytes (declared sizes): the batch's data
+	// is in memory and its processing holds its notes' locks
+	// (QUILL_WORKER_BATCH_BYTES). Default 8 MiB.
+	BatchBytes int
+	// BatchWait is how long a transaction waits for more events after the
+	// first (QUILL_WORKER_BATCH_WAIT). Default 0: it takes the events
+	// waiting when a committer becomes free, so batches grow with the load
+	// and a lone event is not delayed.
+	BatchWait time.Duration
+	// Committers is the number of group-commit transactions in flight at
+	// once, each on its own connection (QUILL_WORKER_COMMITTERS).
+	// Default 2.
+	Committers int
 	// MaxAckPending is the consumer's MaxAckPending. Default 256.
 	MaxAckPending int
 	// Prefetch is how many messages each of the Concurrency subscriptions
@@ -115,6 +147,15 @@ func (c Config) WithDefaults() Config {
 	if c.Concurrency == 0 {
 		c.Concurrency = DefaultConcurrency
 	}
+	if c.BatchSize == 0 {
+		c.BatchSize = DefaultBatchSize
+	}
+	if c.BatchBytes == 0 {
+		c.BatchBytes = DefaultBatchBytes
+	}
+	if c.Committers == 0 {
+		c.Committers = DefaultCommitters
+	}
 	if c.MaxAckPending == 0 {
 		c.MaxAckPending = DefaultMaxAckPending
 	}
@@ -145,6 +186,16 @@ func (c Config) Validate() error {
 		return fmt.Errorf("QUILL_ACK_WAIT %s must be at least 1s", c.AckWait)
 	case c.Concurrency < 1:
 		return errors.New("QUILL_WORKER_CONCURRENCY must be at least 1")
+	case c.BatchSize < 1:
+		return errors.New("QUILL_WORKER_BATCH_SIZE must be at least 1")
+	case c.BatchBytes < 1:
+		return errors.New("QUILL_WORKER_BATCH_BYTES must be at least 1")
+	case c.BatchWait < 0:
+		return fmt.Errorf("QUILL_WORKER_BATCH_WAIT %s must not be negative", c.BatchWait)
+	case c.BatchWait >= c.AckWait/2:
+		return fmt.Errorf("QUILL_WORKER_BATCH_WAIT %s must be shorter than half of QUILL_ACK_WAIT %s", c.BatchWait, c.AckWait)
+	case c.Committers < 1:
+		return errors.New("QUILL_WORKER_COMMITTERS must be at least 1")
 	case c.Concurrency*c.Prefetch > c.MaxAckPending:
 		return fmt.Errorf("QUILL_WORKER_CONCURRENCY %d × prefetch %d exceeds the consumer's MaxAckPending %d", c.Concurrency, c.Prefetch, c.MaxAckPending)
 	case strings.ContainsAny(c.Consumer, ". *>"):
@@ -206,6 +257,7 @@ type Worker struct {
 	hooks    Hooks
 	now      func() time.Time
 	dead     *deadletter.DeadLetters
+	commit   *committer
 
 	inflight sync.Map // delivery key → jetstream.Msg, for InProgress
 
@@ -244,6 +296,7 @@ func New(pool *pgxpool.Pool, nc *nats.Conn, cfg Config, log zerolog.Logger, m *m
 	}
 	w.dead = deadletter.New(pool, cfg.Consumer, w.now)
 	w.dead.OnWritten = func() { w.m.Message(metrics.WorkerDeadLettered) }
+	w.commit = newCommitter(w)
 	return w, nil
 }
 
@@ -422,6 +475,11 @@ func (w *Worker) Run(ctx context.Context) error {
 		router.AddConsumerHandler(fmt.Sprintf("attachments-%d", i), w.cfg.FilterSubject(), sub, w.handle)
 	}
 
+	// The committer outlives the router: handlers in flight at shutdown
+	// wait for their transactions.
+	w.commit.start()
+	defer w.commit.close()
+
 	// The router runs on a context of its own: cancelling it would
 	// discard the acknowledgements of messages in flight.
 	done := make(chan error, 1)
@@ -431,7 +489,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	case err := <-done:
 		return fmt.Errorf("start consuming: %w", err)
 	}
-	w.log.Info().Str("consumer", w.cfg.Consumer).Str("filter", w.cfg.FilterSubject()).Int("concurrency", w.cfg.Concurrency).Msg("consuming")
+	w.log.Info().Str("consumer", w.cfg.Consumer).Str("filter", w.cfg.FilterSubject()).Int("concurrency", w.cfg.Concurrency).
+		Int("batch_size", w.cfg.BatchSize).Int("committers", w.cfg.Committers).Msg("consuming")
 	select {
 	case <-ctx.Done():
 	case err := <-done:
@@ -501,7 +560,7 @@ func (w *Worker) handle(msg *message.Message) error {
 		stop := w.progress(ctx, jm)
 		defer stop()
 	}
-	return w.process(ctx, msg)
+	return w.process(msg)
 }
 
 // progress tells the server every third of AckWait that the message is
