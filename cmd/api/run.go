@@ -28,6 +28,9 @@ const overview = `usage: api [serve] [flags]     run the HTTP API (default)
        api migrate [flags]     create the database if missing and apply migrations
        api token create --tenant T    print a new bearer token for tenant T
        api token revoke TOKEN_PREFIX  revoke a token (its qt_xxxxxxxx prefix, or the token)
+       api audit [--tenant T [--key K]] [--json]
+                               reconcile operations, notes, events, stream and inbox;
+                               exit 0 consistent, 1 anomalies, 3 incomplete
 
 Run "api <command> --help" for a command's settings.`
 
@@ -49,6 +52,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		"serve":   serve,
 		"migrate": migrate,
 		"token":   token,
+		"audit":   auditCmd,
 	}, args, getenv, stdout, stderr)
 }
 
@@ -131,10 +135,12 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	admin := metrics.AdminHandler(reg, map[string]metrics.ReadyFunc{"postgres": pingFunc(pool)})
 
 	g, gctx := errgroup.WithContext(ctx)
-	// The notifier outlives the HTTP servers so that writes finishing during
-	// shutdown still wake the relays.
+	// The notifier and the replay counter outlive the HTTP servers so that
+	// writes finishing during shutdown still wake the relays and replays
+	// answered during it are still written (a final flush on stop).
 	nctx, stopNotifier := context.WithCancel(context.WithoutCancel(ctx))
 	g.Go(func() error { return notifier.Run(nctx) })
+	g.Go(func() error { return svc.RunReplayCounter(nctx) })
 	g.Go(func() error {
 		defer stopNotifier()
 		return serveHTTP(gctx, log, map[string]server{

@@ -63,6 +63,9 @@ type Config struct {
 	// that answers replays without a round trip. Default 32 MiB; negative
 	// disables it.
 	ReplayCacheBytes int
+	// ReplayFlushInterval is how often RunReplayCounter adds the replays
+	// counted in memory to operations.replays. Default 1s.
+	ReplayFlushInterval time.Duration
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -82,6 +85,9 @@ func (c Config) WithDefaults() Config {
 	if c.ReplayCacheBytes == 0 {
 		c.ReplayCacheBytes = DefaultReplayCacheBytes
 	}
+	if c.ReplayFlushInterval == 0 {
+		c.ReplayFlushInterval = DefaultReplayFlushInterval
+	}
 	return c
 }
 
@@ -96,6 +102,8 @@ func (c Config) Validate() error {
 		return errors.New("wait must not be negative")
 	case c.WriteTimeout <= 0:
 		return errors.New("write timeout must be positive")
+	case c.ReplayFlushInterval < 0:
+		return errors.New("replay flush interval must not be negative")
 	}
 	return nil
 }
@@ -132,6 +140,9 @@ type Service struct {
 	hooks    Hooks
 	notifier *outbox.Notifier
 	cache    *idempotency.Cache
+	// replays counts answered replays per operation until a flush writes
+	// them to operations.replays (see RunReplayCounter).
+	replays *replayCounter
 }
 
 // Option configures a Service.
@@ -157,7 +168,7 @@ func NewService(pool *pgxpool.Pool, cfg Config, log zerolog.Logger, opts ...Opti
 		return nil, fmt.Errorf("notes config: %w", err)
 	}
 	s := &Service{pool: pool, cfg: cfg, log: log, now: time.Now, obs: nopObserver{}, flights: idempotency.NewFlights(),
-		cache: idempotency.NewCache(cfg.ReplayCacheBytes)}
+		cache: idempotency.NewCache(cfg.ReplayCacheBytes), replays: newReplayCounter()}
 	for _, o := range opts {
 		o(s)
 	}
@@ -363,6 +374,7 @@ func (s *Service) answerRecorded(rec *idempotency.Record, fp idempotency.Fingerp
 	switch verdict {
 	case idempotency.Replay:
 		s.obs.Idempotency(fp.Action, "replayed")
+		s.replays.add(rec.Tenant, rec.Key, rec.CreatedAt)
 		return Outcome{Status: rec.Status, Body: rec.Body, Location: rec.Location, Replayed: true}, nil, true
 	case idempotency.Reused:
 		s.obs.Idempotency(fp.Action, "key_reused")

@@ -1,0 +1,997 @@
+// Package audit reconciles what Quill recorded at each layer of one business
+// operation — the operation record, its note and attachment, its outbox
+// events, the stream's messages and the worker's inbox — and reports every
+// chain that does not add up: an effect without its operation record, an
+// event stuck unpublished or parked, a published note.created event the
+// worker never processed, a duplicate effect, a published event whose stream
+// sequence holds something else. It also counts requests, business effects,
+// replays and the duplicates each layer suppressed.
+//
+// Retention makes records disappear on purpose: operation records are
+// compacted to tombstones after the response retention and deleted after the
+// key retention, published outbox events after the outbox retention, inbox
+// rows after the inbox retention, stream messages after the stream's MaxAge.
+// The audit flags a missing record only when its horizon cannot explain the
+// absence: the effect is younger than the retention that would have removed
+// the record (less a margin for clock skew). Older effects whose records are
+// legitimately gone are not anomalies.
+package audit
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Defaults of Config.
+const (
+	DefaultStream            = "QUILL_EVENTS"
+	DefaultSubjectPrefix     = "quill"
+	DefaultConsumer          = "attachment-worker"
+	DefaultResponseRetention = 72 * time.Hour
+	DefaultKeyRetention      = 720 * time.Hour
+	DefaultOutboxRetention   = 168 * time.Hour
+	DefaultInboxRetention    = 336 * time.Hour
+	DefaultPendingThreshold  = time.Minute
+	DefaultProcessThreshold  = 5 * time.Minute
+	DefaultHorizonMargin     = time.Minute
+)
+
+// Event types as stored in outbox_events.type.
+const (
+	typeNoteCreated         = "note.created"
+	typeNoteDeleted         = "note.deleted"
+	typeAttachmentProcessed = "attachment.processed"
+)
+
+// Operation actions as recorded in operations.action.
+const (
+	actionCreate = "create-note"
+	actionDelete = "delete-note"
+)
+
+// Config says what to audit and with which horizons. Every zero field takes
+// its default.
+type Config struct {
+	// Tenant limits the audit to one tenant; empty: every tenant.
+	Tenant string
+	// Key limits it to one operation key (Tenant required): its chain is
+	// the key's record, the notes it acted on, their attachments and every
+	// event about them.
+	Key string
+	// Stream is the JetStream stream (QUILL_STREAM). Default QUILL_EVENTS.
+	Stream string
+	// SubjectPrefix is the first subject token (QUILL_SUBJECT_PREFIX).
+	// Default quill.
+	SubjectPrefix string
+	// Consumer is the inbox's consumer (QUILL_CONSUMER). Default
+	// attachment-worker.
+	Consumer string
+	// ResponseRetention (QUILL_IDEMPOTENCY_RETENTION), default 72h: only
+	// reported; a tombstone still links an operation to its effects.
+	ResponseRetention time.Duration
+	// KeyRetention (QUILL_KEY_RETENTION), default 720h: an effect older
+	// than it may have lost its operation record.
+	KeyRetention time.Duration
+	// OutboxRetention (QUILL_OUTBOX_RETENTION), default 168h: an effect
+	// older than it may have lost its (published) outbox event.
+	OutboxRetention time.Duration
+	// InboxRetention (QUILL_INBOX_RETENTION), default 336h: an event older
+	// than it may have lost its inbox row.
+	InboxRetention time.Duration
+	// PendingThreshold: an unpublished, unparked event older than it is an
+	// anomaly. Default 1m.
+	PendingThreshold time.Duration
+	// ProcessThreshold: a note.created event with a pending attachment,
+	// published longer ago than it and absent from the inbox, is an anomaly.
+	// Default 5m.
+	ProcessThreshold time.Duration
+	// HorizonMargin is subtracted from every retention horizon, for clock
+	// skew between the hosts that wrote the timestamps and the cleanup.
+	// Default 1m.
+	HorizonMargin time.Duration
+	// AllChains reports every operation's chain; by default only the
+	// chains of a key audit and of operations with an anomaly.
+	AllChains bool
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	str := func(p *string, v string) {
+		if *p == "" {
+			*p = v
+		}
+	}
+	dur := func(p *time.Duration, v time.Duration) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	str(&c.Stream, DefaultStream)
+	str(&c.SubjectPrefix, DefaultSubjectPrefix)
+	str(&c.Consumer, DefaultConsumer)
+	dur(&c.ResponseRetention, DefaultResponseRetention)
+	dur(&c.KeyRetention, DefaultKeyRetention)
+	dur(&c.OutboxRetention, DefaultOutboxRetention)
+	dur(&c.InboxRetention, DefaultInboxRetention)
+	dur(&c.PendingThreshold, DefaultPendingThreshold)
+	dur(&c.ProcessThreshold, DefaultProcessThreshold)
+	dur(&c.HorizonMargin, DefaultHorizonMargin)
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// Validate returns an error naming the first invalid field.
+func (c Config) Validate() error {
+	switch {
+	case c.Key != "" && c.Tenant == "":
+		return errors.New("a key is scoped by its tenant: --key needs --tenant")
+	case c.KeyRetention < c.ResponseRetention:
+		return fmt.Errorf("key retention %s must be at least the response retention %s", c.KeyRetention, c.ResponseRetention)
+	case c.PendingThreshold < 0 || c.ProcessThreshold < 0 || c.HorizonMargin < 0:
+		return errors.New("thresholds and the horizon margin must not be negative")
+	}
+	return nil
+}
+
+// Anomaly kinds.
+const (
+	// KindOrphanEffect: a note, a deletion, an attachment or an outbox
+	// event whose operation record is missing although the key retention
+	// cannot explain it; or an event about a note that does not exist.
+	KindOrphanEffect = "orphan_effect"
+	// KindMissingEffect: an operation record (or a processed attachment)
+	// whose effect or event is missing although no retention explains it.
+	KindMissingEffect = "missing_effect"
+	// KindChainMismatch: an operation's event is about another note than
+	// the one its record names.
+	KindChainMismatch = "chain_mismatch"
+	// KindPending: an event unpublished for longer than the threshold.
+	KindPending = "pending"
+	// KindParked: an event the relay set aside as unpublishable.
+	KindParked = "parked"
+	// KindUnprocessed: a published note.created event whose attachment is
+	// still pending, with no inbox row, after the threshold.
+	KindUnprocessed = "unprocessed"
+	// KindDeadLetter: an event the worker gave up on, not yet re-driven.
+	KindDeadLetter = "dead_letter"
+	// KindDuplicateNote: two notes created for one operation.
+	KindDuplicateNote = "duplicate_note"
+	// KindDuplicateEvent: two events of one type written for one operation.
+	KindDuplicateEvent = "duplicate_event"
+	// KindDuplicateProcessed: two attachment.processed events for one
+	// attachment.
+	KindDuplicateProcessed = "duplicate_processed_event"
+	// KindDuplicateStreamMessage: the stream holds two messages with one
+	// event id (Nats-Msg-Id).
+	KindDuplicateStreamMessage = "duplicate_stream_message"
+	// KindStreamMismatch: an event marked published whose stream sequence
+	// holds another message.
+	KindStreamMismatch = "stream_mismatch"
+	// KindStreamMissing: an event marked published whose stream sequence
+	// holds nothing although the stream's MaxAge cannot explain it.
+	KindStreamMissing = "stream_missing"
+)
+
+// Anomaly is one finding. Tenant, Key, EventID and Detail are always
+// present (empty when they do not apply).
+type Anomaly struct {
+	Kind         string `json:"kind"`
+	Tenant       string `json:"tenant"`
+	Key          string `json:"key"`
+	EventID      string `json:"event_id"`
+	NoteID       string `json:"note_id,omitempty"`
+	AttachmentID string `json:"attachment_id,omitempty"`
+	StreamSeq    *int64 `json:"stream_seq,omitempty"`
+	Detail       string `json:"detail"`
+}
+
+// Report is an audit's outcome.
+type Report struct {
+	Scope     Scope      `json:"scope"`
+	Horizons  Horizons   `json:"horizons"`
+	Anomalies []Anomaly  `json:"anomalies"`
+	Counts    Counts     `json:"counts"`
+	Stream    StreamInfo `json:"stream"`
+	Chains    []Chain    `json:"chains"`
+	// Notes are remarks about the audit itself: checks skipped and why.
+	Notes []string `json:"notes"`
+}
+
+// Complete reports whether every check ran, the stream's included.
+func (r *Report) Complete() bool { return r.Stream.Checked }
+
+// Scope says what was audited and when.
+type Scope struct {
+	Tenant string `json:"tenant,omitempty"`
+	Key    string `json:"key,omitempty"`
+	// Found is false for a key audit that found neither a record nor an
+	// effect of the key.
+	Found bool   `json:"found"`
+	At    string `json:"at"`
+}
+
+// Horizons are the retentions and thresholds the audit applied.
+type Horizons struct {
+	ResponseRetention string `json:"response_retention"`
+	KeyRetention      string `json:"key_retention"`
+	OutboxRetention   string `json:"outbox_retention"`
+	InboxRetention    string `json:"inbox_retention"`
+	StreamMaxAge      string `json:"stream_max_age,omitempty"`
+	PendingThreshold  string `json:"pending_threshold"`
+	ProcessThreshold  string `json:"process_threshold"`
+	Margin            string `json:"margin"`
+}
+
+// Counts keeps requests, business effects and replays apart, with the
+// duplicates each layer suppressed. A null count is one the schema cannot
+// tell yet (its column is not migrated).
+type Counts struct {
+	// Operations is the number of operation records (tombstones included);
+	// records past the key retention are gone and not counted.
+	Operations int64            `json:"operations"`
+	ByAction   map[string]int64 `json:"operations_by_action"`
+	Tombstones int64            `json:"tombstones"`
+	// Requests is the write requests answered with an outcome: one
+	// execution per operation plus its replays.
+	Requests int64 `json:"requests"`
+	// Replays is the requests answered from a recorded outcome
+	// (operations.replays).
+	Replays         int64           `json:"replays"`
+	BusinessEffects BusinessEffects `json:"business_effects"`
+	Events          EventCounts     `json:"events"`
+	Inbox           InboxCounts     `json:"inbox"`
+	// DuplicatesSuppressed counts, per layer, the duplicates that had no
+	// second effect.
+	DuplicatesSuppressed Suppressed `json:"duplicates_suppressed"`
+	// DuplicatesFound is the duplicate anomalies: duplicates that did.
+	DuplicatesFound int64 `json:"duplicates_found"`
+}
+
+// BusinessEffects are the effects in the database, whatever their records.
+type BusinessEffects struct {
+	NotesCreated         int64 `json:"notes_created"`
+	NotesDeleted         int64 `json:"notes_deleted"`
+	AttachmentsProcessed int64 `json:"attachments_processed"`
+	AttachmentsFailed    int64 `json:"attachments_failed"`
+	Total                int64 `json:"total"`
+}
+
+// EventCounts are the outbox's events (published ones until the outbox
+// retention deletes them).
+type EventCounts struct {
+	Total     int64            `json:"total"`
+	Pending   int64            `json:"pending"`
+	Published int64            `json:"published"`
+	Parked    int64            `json:"parked"`
+	ByType    map[string]int64 `json:"by_type"`
+}
+
+// InboxCounts are the worker's inbox: for a whole audit all of its rows, for
+// a tenant or key audit the rows of the scope's events still in the outbox.
+type InboxCounts struct {
+	Rows       int64  `json:"rows"`
+	Deliveries *int64 `json:"deliveries"`
+}
+
+// Suppressed is the duplicates each layer absorbed.
+type Suppressed struct {
+	// APIReplays: retries answered with the recorded outcome.
+	APIReplays int64 `json:"api_replays"`
+	// RelayDuplicateAcks: republished events JetStream dropped within its
+	// duplicate window (outbox_events.ack_duplicate).
+	RelayDuplicateAcks *int64 `json:"relay_duplicate_acks"`
+	// InboxDuplicates: redeliveries the worker's inbox recognised
+	// (inbox.duplicates).
+	InboxDuplicates *int64 `json:"inbox_duplicates"`
+	// Total of the layers that can tell.
+	Total int64 `json:"total"`
+}
+
+// StreamInfo says whether and how the stream was checked.
+type StreamInfo struct {
+	Name    string `json:"name"`
+	Checked bool   `json:"checked"`
+	// Reason says why the stream was not (fully) checked.
+	Reason string `json:"reason,omitempty"`
+	// Verified: published events whose stream sequence holds them.
+	Verified int64 `json:"verified"`
+	// AgedOut: published events whose message the stream's MaxAge removed.
+	AgedOut int64 `json:"aged_out"`
+	// Scanned: messages read to look for duplicate event ids.
+	Scanned  int64  `json:"scanned"`
+	FirstSeq uint64 `json:"first_seq"`
+	LastSeq  uint64 `json:"last_seq"`
+}
+
+// Chain is one operation and what became of it.
+type Chain struct {
+	Tenant      string  `json:"tenant"`
+	Key         string  `json:"key"`
+	Action      string  `json:"action,omitempty"`
+	State       string  `json:"state"` // completed, tombstone, missing
+	Status      int     `json:"status,omitzero"`
+	Resource    string  `json:"resource,omitempty"`
+	CreatedAt   *string `json:"created_at,omitempty"`
+	CompletedAt *string `json:"completed_at,omitempty"`
+	ExpiresAt   *string `json:"expires_at,omitempty"`
+	ForgetAt    *string `json:"forget_at,omitempty"`
+	Replays     int64   `json:"replays"`
+	// Note is the note the operation acted on, Attachment its attachment.
+	Notes      []ChainNote      `json:"notes"`
+	Attachment *ChainAttachment `json:"attachment,omitempty"`
+	Events     []ChainEvent     `json:"events"`
+	// Anomalies are the kinds found on this chain.
+	Anomalies []string `json:"anomalies"`
+}
+
+// ChainNote is a note in a chain.
+type ChainNote struct {
+	ID        string  `json:"id"`
+	CreatedAt string  `json:"created_at"`
+	DeletedAt *string `json:"deleted_at,omitempty"`
+}
+
+// ChainAttachment is an attachment in a chain.
+type ChainAttachment struct {
+	ID          string  `json:"id"`
+	Status      string  `json:"status"`
+	Reason      string  `json:"reason,omitempty"`
+	ProcessedAt *string `json:"processed_at,omitempty"`
+}
+
+// ChainEvent is an outbox event in a chain, with what the stream and the
+// inbox say about it.
+type ChainEvent struct {
+	ID           string  `json:"id"`
+	Type         string  `json:"type"`
+	NoteID       string  `json:"note_id"`
+	State        string  `json:"state"` // pending, published, parked
+	CreatedAt    string  `json:"created_at"`
+	PublishedAt  *string `json:"published_at,omitempty"`
+	StreamSeq    *int64  `json:"stream_seq,omitempty"`
+	AckDuplicate *bool   `json:"ack_duplicate,omitempty"`
+	// Stream: ok, aged_out, missing, mismatch or unchecked.
+	Stream string `json:"stream,omitempty"`
+	// Inbox is the worker's row for a note.created event.
+	Inbox *ChainInbox `json:"inbox,omitempty"`
+}
+
+// ChainInbox is the inbox row of an event.
+type ChainInbox struct {
+	ProcessedAt string `json:"processed_at"`
+	Deliveries  *int64 `json:"deliveries,omitempty"`
+	Duplicates  *int64 `json:"duplicates,omitempty"`
+}
+
+// TimeFormat is how the report writes times.
+const TimeFormat = "2006-01-02T15:04:05.000000Z"
+
+func ftime(t time.Time) string { return t.UTC().Format(TimeFormat) }
+
+func ptime(t *time.Time) *string {
+	if t == nil {
+		return nil
+	}
+	s := ftime(*t)
+	return &s
+}
+
+// Beginner starts transactions: a pool.
+type Beginner interface {
+	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
+}
+
+// Run audits the database behind db and, when js is not nil, the stream.
+// notChecked, when js is nil, says why the stream is not checked (NATS not
+// configured or not reachable); the report says so and Complete is false.
+// Errors are operational (the database could not be read, or the stream
+// failed in a way other than being unreachable) and wrapped.
+func Run(ctx context.Context, db Beginner, js jetstream.JetStream, notChecked string, cfg Config) (*Report, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	now := cfg.Now().UTC()
+	tx, err := db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return nil, fmt.Errorf("begin: %w", err)
+	}
+	ds, err := load(ctx, tx, cfg)
+	_ = tx.Rollback(context.WithoutCancel(ctx))
+	if err != nil {
+		return nil, err
+	}
+	a := &auditor{cfg: cfg, now: now, ds: ds, rep: &Report{
+		Scope: Scope{Tenant: cfg.Tenant, Key: cfg.Key, Found: true, At: ftime(now)},
+		Horizons: Horizons{ResponseRetention: cfg.ResponseRetention.String(), KeyRetention: cfg.KeyRetention.String(),
+			OutboxRetention: cfg.OutboxRetention.String(), InboxRetention: cfg.InboxRetention.String(),
+			PendingThreshold: cfg.PendingThreshold.String(), ProcessThreshold: cfg.ProcessThreshold.String(),
+			Margin: cfg.HorizonMargin.String()},
+		Anomalies: []Anomaly{}, Chains: []Chain{}, Notes: []string{},
+		Stream: StreamInfo{Name: cfg.Stream},
+	}}
+	if cfg.Key != "" && len(ds.ops) == 0 && len(ds.events) == 0 && len(ds.notes) == 0 {
+		a.rep.Scope.Found = false
+		a.note(fmt.Sprintf("nothing is recorded for key %q of tenant %q: no operation record (never executed, or forgotten after the key retention of %s) and no event", cfg.Key, cfg.Tenant, cfg.KeyRetention))
+	}
+	a.index()
+	a.checkOperations()
+	a.checkNotes()
+	a.checkEvents()
+	a.checkDeadLetters()
+	if js != nil {
+		if err := a.checkStream(ctx, js); err != nil {
+			return nil, err
+		}
+	} else {
+		a.rep.Stream.Reason = notChecked
+		a.note("stream not checked: " + notChecked + "; published events were not compared with the stream and duplicate messages were not looked for")
+	}
+	for _, e := range ds.events {
+		if e.stream == "" && e.PublishedAt != nil {
+			e.stream = "unchecked"
+		}
+	}
+	a.count()
+	a.chains()
+	if !ds.cols.opReplays {
+		a.note("operations.replays is missing (migration 00006 not applied): API replays are not counted")
+	}
+	if !ds.cols.eventAckDuplicate {
+		a.note("outbox_events.ack_duplicate is missing (migration 00004 not applied): relay duplicate acks are not counted")
+	}
+	if !ds.cols.inboxDuplicates || !ds.cols.inboxDeliveries {
+		a.note("inbox.deliveries/duplicates are missing (migration 00005 not applied): inbox deliveries and duplicates are not counted")
+	}
+	return a.rep, nil
+}
+
+type noteKey struct {
+	tenant string
+	id     uuid.UUID
+}
+
+type opKey struct{ tenant, key string }
+
+// auditor holds one audit's data, indexes and findings.
+type auditor struct {
+	cfg Config
+	now time.Time
+	ds  *dataset
+	rep *Report
+
+	opsByKey     map[opKey]*opRow
+	createOf     map[noteKey]*opRow   // the create-note record of a note
+	deletesOf    map[noteKey][]*opRow // successful delete-note records of a note
+	eventsByKey  map[opKey][]*eventRow
+	eventsByNote map[uuid.UUID][]*eventRow
+	createdKey   map[uuid.UUID]string // note → key of its note.created event
+	flagged      map[opKey]bool
+	eventFlagged map[uuid.UUID][]string
+	deadByEvent  map[string]*deadRow
+}
+
+func (a *auditor) note(s string) { a.rep.Notes = append(a.rep.Notes, s) }
+
+func (a *auditor) add(x Anomaly) {
+	a.rep.Anomalies = append(a.rep.Anomalies, x)
+	if x.Key != "" {
+		k := opKey{x.Tenant, x.Key}
+		a.flagged[k] = true
+	}
+	if x.EventID != "" {
+		if id, err := uuid.Parse(x.EventID); err == nil {
+			a.eventFlagged[id] = append(a.eventFlagged[id], x.Kind)
+		}
+	}
+}
+
+// within reports whether t is younger than the retention horizon less the
+// margin: a record that retention removes after t+retention must still
+// exist.
+func (a *auditor) within(t time.Time, retention time.Duration) bool {
+	return t.After(a.now.Add(-retention + a.cfg.HorizonMargin))
+}
+
+func (a *auditor) index() {
+	a.opsByKey = map[opKey]*opRow{}
+	a.createOf = map[noteKey]*opRow{}
+	a.deletesOf = map[noteKey][]*opRow{}
+	a.eventsByKey = map[opKey][]*eventRow{}
+	a.eventsByNote = map[uuid.UUID][]*eventRow{}
+	a.createdKey = map[uuid.UUID]string{}
+	a.flagged = map[opKey]bool{}
+	a.eventFlagged = map[uuid.UUID][]string{}
+	for _, o := range a.ds.ops {
+		a.opsByKey[opKey{o.Tenant, o.Key}] = o
+		id, ok := o.noteID()
+		if !ok {
+			continue
+		}
+		switch {
+		case o.Action == actionCreate && o.Status == 201:
+			a.createOf[noteKey{o.Tenant, id}] = o
+		case o.Action == actionDelete && o.Status == 200:
+			a.deletesOf[noteKey{o.Tenant, id}] = append(a.deletesOf[noteKey{o.Tenant, id}], o)
+		}
+	}
+	for _, e := range a.ds.events {
+		if e.OpKey != "" {
+			k := opKey{e.Tenant, e.OpKey}
+			a.eventsByKey[k] = append(a.eventsByKey[k], e)
+		}
+		a.eventsByNote[e.AggregateID] = append(a.eventsByNote[e.AggregateID], e)
+		if e.Type == typeNoteCreated && e.OpKey != "" {
+			a.createdKey[e.AggregateID] = e.OpKey
+		}
+	}
+}
+
+// opEvents returns the events of o's incarnation of its key: those written
+// at or after it was created (a key forgotten and executed again has older
+// events of its earlier operation).
+func (a *auditor) opEvents(o *opRow, typ string) []*eventRow {
+	var out []*eventRow
+	for _, e := range a.eventsByKey[opKey{o.Tenant, o.Key}] {
+		if !e.CreatedAt.Before(o.CreatedAt) && (typ == "" || e.Type == typ) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// keyOfNote returns the operation key that created note id, if known.
+func (a *auditor) keyOfNote(tenant string, id uuid.UUID) string {
+	if o := a.createOf[noteKey{tenant, id}]; o != nil {
+		return o.Key
+	}
+	return a.createdKey[id]
+}
+
+func (a *auditor) checkOperations() {
+	for _, o := range a.ds.ops {
+		id, ok := o.noteID()
+		base := Anomaly{Tenant: o.Tenant, Key: o.Key}
+		if ok {
+			base.NoteID = id.String()
+		}
+		switch {
+		case o.Action == actionCreate && o.Status == 201 && ok:
+			if a.ds.notes[id] == nil {
+				x := base
+				x.Kind, x.Detail = KindMissingEffect, fmt.Sprintf("the operation record says it created note %s, which does not exist (notes are never removed)", id)
+				a.add(x)
+			}
+			a.checkOpEvents(o, id, typeNoteCreated)
+		case o.Action == actionDelete && o.Status == 200 && ok:
+			if n := a.ds.notes[id]; n == nil || n.DeletedAt == nil {
+				x := base
+				x.Kind, x.Detail = KindMissingEffect, fmt.Sprintf("the operation record says it deleted note %s, which is not marked deleted", id)
+				a.add(x)
+			}
+			a.checkOpEvents(o, id, typeNoteDeleted)
+		}
+	}
+}
+
+// checkOpEvents checks the events of type typ written by operation o on
+// note id: exactly one, about that note — unless the outbox retention may
+// have deleted it.
+func (a *auditor) checkOpEvents(o *opRow, id uuid.UUID, typ string) {
+	evs := a.opEvents(o, typ)
+	base := Anomaly{Tenant: o.Tenant, Key: o.Key, NoteID: id.String()}
+	switch {
+	case len(evs) == 0 && a.within(o.CreatedAt, a.cfg.OutboxRetention):
+		x := base
+		x.Kind = KindMissingEffect
+		x.Detail = fmt.Sprintf("no %s event for the operation, which completed %s ago (within the outbox retention of %s, so it cannot have been cleaned up)",
+			typ, a.now.Sub(o.CompletedAt).Round(time.Second), a.cfg.OutboxRetention)
+		a.add(x)
+	case len(evs) > 1:
+		notes := map[uuid.UUID]bool{}
+		ids := make([]string, len(evs))
+		for i, e := range evs {
+			notes[e.AggregateID] = true
+			ids[i] = e.ID.String()
+		}
+		x := base
+		x.EventID = evs[1].ID.String()
+		if len(notes) > 1 && typ == typeNoteCreated {
+			x.Kind = KindDuplicateNote
+			x.Detail = fmt.Sprintf("%d notes were created for one operation (events %v)", len(notes), ids)
+		} else {
+			x.Kind = KindDuplicateEvent
+			x.Detail = fmt.Sprintf("%d %s events were written for one operation: %v", len(evs), typ, ids)
+		}
+		a.add(x)
+	}
+	for _, e := range evs {
+		if e.AggregateID != id && len(evs) == 1 {
+			x := base
+			x.Kind, x.EventID = KindChainMismatch, e.ID.String()
+			x.Detail = fmt.Sprintf("the operation's %s event is about note %s, its record about note %s", typ, e.AggregateID, id)
+			a.add(x)
+		}
+	}
+}
+
+func (a *auditor) checkNotes() {
+	ids := make([]uuid.UUID, 0, len(a.ds.notes))
+	for id := range a.ds.notes {
+		ids = append(ids, id)
+	}
+	slices.SortFunc(ids, func(x, y uuid.UUID) int { return bytes.Compare(x[:], y[:]) })
+	for _, id := range ids {
+		n := a.ds.notes[id]
+		nk := noteKey{n.Tenant, id}
+		att := a.ds.atts[id]
+		base := Anomaly{Tenant: n.Tenant, Key: a.keyOfNote(n.Tenant, id), NoteID: id.String()}
+		if a.createOf[nk] == nil && a.within(n.CreatedAt, a.cfg.KeyRetention) {
+			x := base
+			x.Kind = KindOrphanEffect
+			x.Detail = fmt.Sprintf("note created %s ago has no create-note operation record (within the key retention of %s, so it cannot have been forgotten)",
+				a.now.Sub(n.CreatedAt).Round(time.Second), a.cfg.KeyRetention)
+			a.add(x)
+			if att != nil {
+				x := base
+				x.Kind, x.AttachmentID = KindOrphanEffect, att.ID.String()
+				x.Detail = fmt.Sprintf("attachment of note %s has no create-note operation record", id)
+				a.add(x)
+			}
+		}
+		if n.DeletedAt != nil && len(a.deletesOf[nk]) == 0 && a.within(*n.DeletedAt, a.cfg.KeyRetention) {
+			x := base // named by the note's create key unless a note.deleted event names one
+			if evs := a.eventsOfNote(id, typeNoteDeleted); len(evs) > 0 {
+				x.Key, x.EventID = evs[0].OpKey, evs[0].ID.String()
+			}
+			x.Kind = KindOrphanEffect
+			x.Detail = fmt.Sprintf("note deleted %s ago has no delete-note operation record (within the key retention of %s)",
+				a.now.Sub(*n.DeletedAt).Round(time.Second), a.cfg.KeyRetention)
+			a.add(x)
+		}
+		if att == nil {
+			continue
+		}
+		switch {
+		case att.Status != "pending" && att.ProcessedAt != nil:
+			evs := a.eventsOfNote(id, typeAttachmentProcessed)
+			if len(evs) == 0 && a.within(*att.ProcessedAt, a.cfg.OutboxRetention) {
+				x := base
+				x.Kind, x.AttachmentID = KindMissingEffect, att.ID.String()
+				x.Detail = fmt.Sprintf("attachment %s %s ago but no attachment.processed event (within the outbox retention of %s)",
+					att.Status, a.now.Sub(*att.ProcessedAt).Round(time.Second), a.cfg.OutboxRetention)
+				a.add(x)
+			}
+			if len(evs) > 1 {
+				ids := make([]string, len(evs))
+				for i, e := range evs {
+					ids[i] = e.ID.String()
+				}
+				x := base
+				x.Kind, x.AttachmentID, x.EventID = KindDuplicateProcessed, att.ID.String(), evs[1].ID.String()
+				x.Detail = fmt.Sprintf("%d attachment.processed events for one attachment: %v", len(evs), ids)
+				a.add(x)
+			}
+		case att.Status == "pending" && att.Reason == nil:
+			// The note.created event left the outbox (published, then
+			// cleaned up) long ago and the attachment is still pending.
+			if len(a.eventsOfNote(id, typeNoteCreated)) == 0 && !a.within(n.CreatedAt, a.cfg.OutboxRetention) {
+				x := base
+				x.Kind, x.AttachmentID = KindUnprocessed, att.ID.String()
+				x.Detail = fmt.Sprintf("attachment still pending %s after its note was created; its note.created event has left the outbox (retention %s)",
+					a.now.Sub(n.CreatedAt).Round(time.Second), a.cfg.OutboxRetention)
+				a.add(x)
+			}
+		}
+	}
+}
+
+func (a *auditor) eventsOfNote(id uuid.UUID, typ string) []*eventRow {
+	var out []*eventRow
+	for _, e := range a.eventsByNote[id] {
+		if e.Type == typ {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func (a *auditor) openDeadLetter(id uuid.UUID) *deadRow {
+	if a.deadByEvent == nil {
+		a.deadByEvent = map[string]*deadRow{}
+		for _, d := range a.ds.dead {
+			a.deadByEvent[d.EventID] = d
+		}
+	}
+	return a.deadByEvent[id.String()]
+}
+
+func (a *auditor) checkEvents() {
+	for _, e := range a.ds.events {
+		key := e.OpKey
+		if key == "" {
+			key = a.keyOfNote(e.Tenant, e.AggregateID)
+		}
+		base := Anomaly{Tenant: e.Tenant, Key: key, EventID: e.ID.String(), NoteID: e.AggregateID.String()}
+		if e.OpKey != "" {
+			o := a.opsByKey[opKey{e.Tenant, e.OpKey}]
+			if (o == nil || o.CreatedAt.After(e.CreatedAt)) && a.within(e.CreatedAt, a.cfg.KeyRetention) {
+				x := base
+				x.Kind = KindOrphanEffect
+				x.Detail = fmt.Sprintf("%s event written %s ago has no operation record for its key (within the key retention of %s)",
+					e.Type, a.now.Sub(e.CreatedAt).Round(time.Second), a.cfg.KeyRetention)
+				a.add(x)
+			}
+		}
+		if a.ds.notes[e.AggregateID] == nil && (a.cfg.Key == "" || e.OpKey == a.cfg.Key || e.OpKey == "") {
+			x := base
+			x.Kind = KindOrphanEffect
+			x.Detail = fmt.Sprintf("%s event is about note %s, which does not exist", e.Type, e.AggregateID)
+			a.add(x)
+		}
+		switch {
+		case e.PublishedAt == nil && e.ParkedAt != nil:
+			x := base
+			x.Kind = KindParked
+			x.Detail = fmt.Sprintf("%s event parked %s ago after %d attempts: %s (retry with \"relay events retry %s\" once fixed)",
+				e.Type, a.now.Sub(*e.ParkedAt).Round(time.Second), e.Attempts, deref(e.ParkedReason), e.ID)
+			a.add(x)
+		case e.PublishedAt == nil && !e.CreatedAt.After(a.now.Add(-a.cfg.PendingThreshold)):
+			x := base
+			x.Kind = KindPending
+			x.Detail = fmt.Sprintf("%s event unpublished for %s (threshold %s), %d attempts", e.Type,
+				a.now.Sub(e.CreatedAt).Round(time.Second), a.cfg.PendingThreshold, e.Attempts)
+			if e.LastError != nil {
+				x.Detail += ", last error: " + *e.LastError
+			}
+			a.add(x)
+		}
+		if e.Type == typeNoteCreated && e.PublishedAt != nil {
+			att := a.ds.atts[e.AggregateID]
+			if att == nil || att.Status != "pending" || att.Reason != nil || a.ds.inbox[e.ID] != nil {
+				continue
+			}
+			if e.PublishedAt.After(a.now.Add(-a.cfg.ProcessThreshold)) {
+				continue
+			}
+			x := base
+			x.AttachmentID = att.ID.String()
+			if d := a.openDeadLetter(e.ID); d != nil {
+				continue // reported by checkDeadLetters
+			}
+			x.Kind = KindUnprocessed
+			x.Detail = fmt.Sprintf("note.created event published %s ago (threshold %s) has no inbox row for consumer %s and its attachment is still pending",
+				a.now.Sub(*e.PublishedAt).Round(time.Second), a.cfg.ProcessThreshold, a.cfg.Consumer)
+			a.add(x)
+		}
+	}
+}
+
+func (a *auditor) checkDeadLetters() {
+	byID := map[string]*eventRow{}
+	for _, e := range a.ds.events {
+		byID[e.ID.String()] = e
+	}
+	for _, d := range a.ds.dead {
+		e := byID[d.EventID]
+		if a.cfg.Key != "" && e == nil {
+			continue // not this key's
+		}
+		x := Anomaly{Kind: KindDeadLetter, Tenant: subjectTenant(a.cfg.SubjectPrefix, d.Subject), EventID: d.EventID,
+			Detail: fmt.Sprintf("dead letter %d after %d deliveries: %s (re-drive with \"attachment-worker dead-letters retry %d\" once fixed)",
+				d.ID, d.Deliveries, d.Error, d.ID)}
+		if e != nil {
+			x.Tenant, x.NoteID = e.Tenant, e.AggregateID.String()
+			x.Key = e.OpKey
+			if att := a.ds.atts[e.AggregateID]; att != nil {
+				x.AttachmentID = att.ID.String()
+			}
+		}
+		a.add(x)
+	}
+}
+
+func (a *auditor) count() {
+	c := &a.rep.Counts
+	c.ByAction = map[string]int64{}
+	c.Events.ByType = map[string]int64{}
+	for _, o := range a.ds.ops {
+		if a.cfg.Key != "" && o.Key != a.cfg.Key {
+			continue // another key's record about the same note: context only
+		}
+		c.Operations++
+		c.ByAction[o.Action]++
+		if o.CompactedAt != nil {
+			c.Tombstones++
+		}
+		c.Replays += o.Replays
+	}
+	c.Requests = c.Operations + c.Replays
+	for _, n := range a.ds.notes {
+		c.BusinessEffects.NotesCreated++
+		if n.DeletedAt != nil {
+			c.BusinessEffects.NotesDeleted++
+		}
+	}
+	for _, att := range a.ds.atts {
+		switch att.Status {
+		case "processed":
+			c.BusinessEffects.AttachmentsProcessed++
+		case "failed":
+			c.BusinessEffects.AttachmentsFailed++
+		}
+	}
+	b := &c.BusinessEffects
+	b.Total = b.NotesCreated + b.NotesDeleted + b.AttachmentsProcessed + b.AttachmentsFailed
+	var acks int64
+	for _, e := range a.ds.events {
+		c.Events.Total++
+		c.Events.ByType[e.Type]++
+		switch {
+		case e.PublishedAt != nil:
+			c.Events.Published++
+		case e.ParkedAt != nil:
+			c.Events.Parked++
+		default:
+			c.Events.Pending++
+		}
+		if e.AckDuplicate != nil && *e.AckDuplicate {
+			acks++
+		}
+	}
+	c.Inbox = InboxCounts{Rows: a.ds.inboxRows, Deliveries: a.ds.inboxDeliveries}
+	s := &c.DuplicatesSuppressed
+	s.APIReplays = c.Replays
+	s.Total = c.Replays
+	if a.ds.cols.eventAckDuplicate {
+		s.RelayDuplicateAcks = &acks
+		s.Total += acks
+	}
+	if a.ds.inboxDuplicates != nil {
+		s.InboxDuplicates = a.ds.inboxDuplicates
+		s.Total += *a.ds.inboxDuplicates
+	}
+	for _, x := range a.rep.Anomalies {
+		switch x.Kind {
+		case KindDuplicateNote, KindDuplicateEvent, KindDuplicateProcessed, KindDuplicateStreamMessage:
+			c.DuplicatesFound++
+		}
+	}
+}
+
+// chains builds the reported chains: a key audit's key, and otherwise every
+// operation with an anomaly (every operation with AllChains), plus the keys
+// anomalies name that have no record.
+func (a *auditor) chains() {
+	want := func(k opKey) bool {
+		if a.cfg.Key != "" {
+			return k.key == a.cfg.Key
+		}
+		return a.cfg.AllChains || a.flagged[k]
+	}
+	seen := map[opKey]bool{}
+	for _, o := range a.ds.ops {
+		k := opKey{o.Tenant, o.Key}
+		if !want(k) {
+			continue
+		}
+		seen[k] = true
+		a.rep.Chains = append(a.rep.Chains, a.chain(k, o))
+	}
+	var missing []opKey
+	for k := range a.flagged {
+		if !seen[k] && want(k) {
+			missing = append(missing, k)
+		}
+	}
+	if a.cfg.Key != "" && !seen[opKey{a.cfg.Tenant, a.cfg.Key}] && !a.flagged[opKey{a.cfg.Tenant, a.cfg.Key}] && a.rep.Scope.Found {
+		missing = append(missing, opKey{a.cfg.Tenant, a.cfg.Key})
+	}
+	slices.SortFunc(missing, func(x, y opKey) int {
+		if x.tenant != y.tenant {
+			return strings.Compare(x.tenant, y.tenant)
+		}
+		return strings.Compare(x.key, y.key)
+	})
+	for _, k := range missing {
+		a.rep.Chains = append(a.rep.Chains, a.chain(k, nil))
+	}
+}
+
+func (a *auditor) chain(k opKey, o *opRow) Chain {
+	c := Chain{Tenant: k.tenant, Key: k.key, State: "missing", Notes: []ChainNote{}, Events: []ChainEvent{}, Anomalies: []string{}}
+	var noteIDs []uuid.UUID
+	var evs []*eventRow
+	if o != nil {
+		c.Action, c.Status, c.Resource, c.Replays = o.Action, o.Status, o.Resource, o.Replays
+		c.State = "completed"
+		if o.CompactedAt != nil {
+			c.State = "tombstone"
+		}
+		c.CreatedAt, c.CompletedAt = ptime(&o.CreatedAt), ptime(&o.CompletedAt)
+		c.ExpiresAt, c.ForgetAt = ptime(&o.ExpiresAt), ptime(&o.ForgetAt)
+		if id, ok := o.noteID(); ok {
+			noteIDs = append(noteIDs, id)
+		}
+		evs = a.opEvents(o, "")
+	} else {
+		evs = a.eventsByKey[k]
+	}
+	for _, e := range evs {
+		if !containsUUID(noteIDs, e.AggregateID) {
+			noteIDs = append(noteIDs, e.AggregateID)
+		}
+	}
+	if o == nil {
+		// An orphan note of this key (known from its event only).
+		for id, n := range a.ds.notes {
+			if n.Tenant == k.tenant && a.keyOfNote(n.Tenant, id) == k.key && !containsUUID(noteIDs, id) {
+				noteIDs = append(noteIDs, id)
+			}
+		}
+	}
+	isCreate := o == nil || o.Action == actionCreate
+	for _, id := range noteIDs {
+		if n := a.ds.notes[id]; n != nil {
+			c.Notes = append(c.Notes, ChainNote{ID: id.String(), CreatedAt: ftime(n.CreatedAt), DeletedAt: ptime(n.DeletedAt)})
+		}
+		if att := a.ds.atts[id]; att != nil && isCreate && c.Attachment == nil {
+			c.Attachment = &ChainAttachment{ID: att.ID.String(), Status: att.Status, Reason: deref(att.Reason), ProcessedAt: ptime(att.ProcessedAt)}
+		}
+		if isCreate {
+			evs = append(evs, a.eventsOfNote(id, typeAttachmentProcessed)...)
+		}
+	}
+	slices.SortFunc(evs, func(x, y *eventRow) int { return int(x.Seq - y.Seq) })
+	evs = slices.CompactFunc(evs, func(x, y *eventRow) bool { return x.Seq == y.Seq })
+	kinds := map[string]bool{}
+	for _, e := range evs {
+		ce := ChainEvent{ID: e.ID.String(), Type: e.Type, NoteID: e.AggregateID.String(), CreatedAt: ftime(e.CreatedAt),
+			PublishedAt: ptime(e.PublishedAt), StreamSeq: e.StreamSeq, AckDuplicate: e.AckDuplicate, Stream: e.stream}
+		switch {
+		case e.PublishedAt != nil:
+			ce.State = "published"
+		case e.ParkedAt != nil:
+			ce.State = "parked"
+		default:
+			ce.State = "pending"
+		}
+		if in := a.ds.inbox[e.ID]; in != nil {
+			ce.Inbox = &ChainInbox{ProcessedAt: ftime(in.ProcessedAt), Deliveries: in.Deliveries, Duplicates: in.Duplicates}
+		}
+		c.Events = append(c.Events, ce)
+		for _, kind := range a.eventFlagged[e.ID] {
+			kinds[kind] = true
+		}
+	}
+	for _, x := range a.rep.Anomalies {
+		if x.Tenant == k.tenant && x.Key == k.key {
+			kinds[x.Kind] = true
+		}
+	}
+	for kind := range kinds {
+		c.Anomalies = append(c.Anomalies, kind)
+	}
+	slices.Sort(c.Anomalies)
+	return c
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}

@@ -1,0 +1,557 @@
+package audit_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quillhq/quill/internal/audit"
+	"github.com/quillhq/quill/internal/dbtest"
+	"github.com/quillhq/quill/internal/metrics"
+	"github.com/quillhq/quill/internal/natstest"
+	"github.com/quillhq/quill/internal/notes"
+	"github.com/quillhq/quill/internal/outbox"
+	"github.com/quillhq/quill/internal/relay"
+	"github.com/quillhq/quill/internal/worker"
+)
+
+// bundle is one test's world: a fresh schema, a stream and subject prefix of
+// its own on a NATS server, a tenant, and the API's notes service.
+type bundle struct {
+	t      *testing.T
+	pool   *pgxpool.Pool
+	url    string
+	srv    *natstest.Server
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	svc    *notes.Service
+	stream string
+	prefix string
+	tenant string
+}
+
+// setup creates the world; the stream (MaxAge 1h) is created here, as the
+// relay would, unless the test starts a relay itself.
+func setup(t *testing.T, srv *natstest.Server) *bundle {
+	t.Helper()
+	pool, u := dbtest.Pool(t, 8)
+	if srv == nil {
+		srv = natstest.Start(t)
+	}
+	nc, js := srv.Connect(t)
+	suffix := strings.ReplaceAll(uuid.NewString(), "-", "")[:10]
+	svc, err := notes.NewService(pool, notes.Config{}, zerolog.Nop())
+	require.NoError(t, err)
+	b := &bundle{t: t, pool: pool, url: u, srv: srv, nc: nc, js: js, svc: svc,
+		stream: "A_" + strings.ToUpper(suffix), prefix: "q" + suffix, tenant: "acme-" + suffix}
+	_, err = js.CreateStream(t.Context(), jetstream.StreamConfig{Name: b.stream, Subjects: []string{b.prefix + ".>"},
+		Storage: jetstream.FileStorage, Duplicates: 100 * time.Millisecond, MaxAge: time.Hour})
+	require.NoError(t, err)
+	return b
+}
+
+func (b *bundle) config() audit.Config {
+	return audit.Config{Stream: b.stream, SubjectPrefix: b.prefix, Consumer: "attachment-worker-" + b.prefix}
+}
+
+func (b *bundle) audit(mod func(*audit.Config)) *audit.Report {
+	b.t.Helper()
+	cfg := b.config()
+	if mod != nil {
+		mod(&cfg)
+	}
+	rep, err := audit.Run(b.t.Context(), b.pool, b.js, "", cfg)
+	require.NoError(b.t, err)
+	return rep
+}
+
+var pngAttachment = func() *notes.NewAttachment {
+	data := []byte("hello, world\nsecond line\n")
+	sum := sha256.Sum256(data)
+	return &notes.NewAttachment{Filename: "a.txt", ContentType: "text/plain", Data: data, SHA256: hex.EncodeToString(sum[:])}
+}()
+
+// create creates a note as operation key through the service and returns
+// its id.
+func (b *bundle) create(key string, withAttachment bool) uuid.UUID {
+	b.t.Helper()
+	p := notes.CreateParams{Title: "t " + key}
+	if withAttachment {
+		p.Attachment = pngAttachment
+	}
+	out, err := b.svc.Create(b.t.Context(), notes.Request{Tenant: b.tenant, Key: key, Wait: -1}, p)
+	require.NoError(b.t, err)
+	id, err := uuid.Parse(strings.TrimPrefix(out.Location, "/v1/notes/"))
+	require.NoError(b.t, err)
+	return id
+}
+
+func (b *bundle) exec(sql string, args ...any) {
+	b.t.Helper()
+	_, err := b.pool.Exec(b.t.Context(), sql, args...)
+	require.NoError(b.t, err)
+}
+
+// publish does what the relay does for every unpublished event: publish it
+// with its id as Nats-Msg-Id and mark it published with the stream sequence.
+func (b *bundle) publish() {
+	b.t.Helper()
+	ctx := b.t.Context()
+	rows, err := b.pool.Query(ctx, `SELECT seq, id, tenant, type, payload FROM outbox_events WHERE published_at IS NULL ORDER BY seq`)
+	require.NoError(b.t, err)
+	type ev struct {
+		seq         int64
+		id          uuid.UUID
+		tenant, typ string
+		payload     []byte
+	}
+	var evs []ev
+	for rows.Next() {
+		var e ev
+		require.NoError(b.t, rows.Scan(&e.seq, &e.id, &e.tenant, &e.typ, &e.payload))
+		evs = append(evs, e)
+	}
+	require.NoError(b.t, rows.Err())
+	for _, e := range evs {
+		ack := b.publishMsg(e.id.String(), outbox.Subject(b.prefix, e.tenant, e.typ), e.payload)
+		b.exec(`UPDATE outbox_events SET published_at = now(), stream_seq = $2 WHERE seq = $1`, e.seq, int64(ack.Sequence))
+	}
+}
+
+func (b *bundle) publishMsg(id, subject string, payload []byte) *jetstream.PubAck {
+	b.t.Helper()
+	msg := nats.NewMsg(subject)
+	msg.Data = payload
+	msg.Header.Set(jetstream.MsgIDHeader, id)
+	ack, err := b.js.PublishMsg(b.t.Context(), msg)
+	require.NoError(b.t, err)
+	return ack
+}
+
+// process does what the worker does for a note.created event with an
+// attachment: inbox row, attachment processed, attachment.processed event.
+func (b *bundle) process(noteID uuid.UUID) {
+	b.t.Helper()
+	ctx := b.t.Context()
+	var eventID, attID uuid.UUID
+	require.NoError(b.t, b.pool.QueryRow(ctx, `SELECT e.id, a.id FROM outbox_events e JOIN attachments a ON a.note_id = e.aggregate_id
+		WHERE e.aggregate_id = $1 AND e.type = 'note.created'`, noteID).Scan(&eventID, &attID))
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	b.exec(`INSERT INTO inbox (consumer, event_id, processed_at) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`, b.config().Consumer, eventID, now)
+	b.exec(`UPDATE attachments SET status = 'processed', processed_at = $2 WHERE id = $1`, attID, now)
+	require.NoError(b.t, outbox.Insert(ctx, b.pool, outbox.Event{ID: uuid.Must(uuid.NewV7()), Tenant: b.tenant, AggregateID: noteID,
+		Type: outbox.TypeAttachmentProcessed, Time: now, Data: map[string]string{"state": "processed"}}))
+}
+
+func (b *bundle) eventOf(noteID uuid.UUID, typ string) uuid.UUID {
+	b.t.Helper()
+	var id uuid.UUID
+	require.NoError(b.t, b.pool.QueryRow(b.t.Context(),
+		`SELECT id FROM outbox_events WHERE aggregate_id = $1 AND type = $2 ORDER BY seq LIMIT 1`, noteID, typ).Scan(&id))
+	return id
+}
+
+func kinds(rep *audit.Report) []string {
+	var out []string
+	for _, x := range rep.Anomalies {
+		out = append(out, x.Kind)
+	}
+	return out
+}
+
+// requireAnomaly finds the anomaly of kind naming key (and event, when
+// given) and returns it.
+func requireAnomaly(t *testing.T, rep *audit.Report, kind, key string, event uuid.UUID) audit.Anomaly {
+	t.Helper()
+	for _, x := range rep.Anomalies {
+		if x.Kind == kind && x.Key == key && (event == uuid.Nil || x.EventID == event.String()) {
+			return x
+		}
+	}
+	require.Failf(t, "anomaly not found", "no %s for key %q event %s in %+v", kind, key, event, rep.Anomalies)
+	return audit.Anomaly{}
+}
+
+func text(t *testing.T, rep *audit.Report) string {
+	t.Helper()
+	var buf bytes.Buffer
+	require.NoError(t, rep.WriteText(&buf))
+	return buf.String()
+}
+
+// The real pipeline — notes service, relay, attachment worker — leaves
+// nothing to report, and the counts keep requests, effects and replays apart.
+func TestCleanPipeline(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setup(t, nil)
+	logger := zerolog.Nop()
+
+	rnc, _ := b.srv.Connect(t)
+	r, err := relay.New(b.pool, rnc, relay.Config{Stream: b.stream, SubjectPrefix: b.prefix, DuplicateWindow: time.Minute,
+		MaxAge: time.Hour, Lease: time.Second, PollInterval: 50 * time.Millisecond, MaxBackoff: 250 * time.Millisecond,
+		AckTimeout: time.Second}, logger, metrics.NewRelay(prometheus.NewRegistry()))
+	require.NoError(t, err)
+	require.NoError(t, r.Provision(ctx))
+	wnc, _ := b.srv.Connect(t)
+	w, err := worker.New(b.pool, wnc, worker.Config{Stream: b.stream, SubjectPrefix: b.prefix, Consumer: b.config().Consumer,
+		AckWait: 5 * time.Second, Concurrency: 2}, logger, metrics.NewWorker(prometheus.NewRegistry()))
+	require.NoError(t, err)
+	require.NoError(t, w.Provision(ctx))
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 2)
+	go func() { done <- r.Run(runCtx) }()
+	go func() { done <- w.Run(runCtx) }()
+	t.Cleanup(func() { stop(); <-done; <-done })
+
+	n1 := b.create("k1", true)
+	b.create("k2", true)
+	b.create("k3", false)
+	b.create("k1", true) // a retry: replayed
+	_, err = b.svc.Delete(ctx, notes.Request{Tenant: b.tenant, Key: "d1", Wait: -1}, n1)
+	require.NoError(t, err)
+	_, err = b.svc.FlushReplays(ctx)
+	require.NoError(t, err)
+
+	natstest.WaitFor(t, 30*time.Second, func() bool {
+		var pending, unprocessed int
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM outbox_events WHERE published_at IS NULL),
+			(SELECT count(*) FROM attachments WHERE status = 'pending' AND reason IS NULL)`).Scan(&pending, &unprocessed))
+		return pending == 0 && unprocessed == 0
+	}, "events published and attachments processed")
+	// The deleted note's attachment may have been skipped (deleted first)
+	// or processed; either way its events must all be out.
+	natstest.WaitFor(t, 30*time.Second, func() bool {
+		var pending int
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE published_at IS NULL`).Scan(&pending))
+		return pending == 0
+	}, "attachment.processed events published")
+
+	rep := b.audit(nil)
+	require.Empty(t, rep.Anomalies, text(t, rep))
+	require.True(t, rep.Complete())
+	c := rep.Counts
+	require.EqualValues(t, 4, c.Operations)
+	require.EqualValues(t, map[string]int64{"create-note": 3, "delete-note": 1}, c.ByAction)
+	require.EqualValues(t, 1, c.Replays)
+	require.EqualValues(t, 5, c.Requests)
+	require.EqualValues(t, 1, c.DuplicatesSuppressed.APIReplays)
+	require.EqualValues(t, 3, c.BusinessEffects.NotesCreated)
+	require.EqualValues(t, 1, c.BusinessEffects.NotesDeleted)
+	require.NotNil(t, c.DuplicatesSuppressed.RelayDuplicateAcks)
+	require.EqualValues(t, 0, *c.DuplicatesSuppressed.RelayDuplicateAcks)
+	require.NotNil(t, c.DuplicatesSuppressed.InboxDuplicates)
+	require.EqualValues(t, 0, *c.DuplicatesSuppressed.InboxDuplicates)
+	require.EqualValues(t, 0, c.DuplicatesFound)
+	require.EqualValues(t, c.Events.Total, c.Events.Published)
+	require.EqualValues(t, c.Events.Published, rep.Stream.Verified)
+	require.EqualValues(t, c.Events.Published, rep.Stream.Scanned)
+	require.Empty(t, rep.Chains, "only anomalous chains by default")
+
+	// The key's chain: record, note, attachment, both events, inbox row.
+	rep = b.audit(func(c *audit.Config) { c.Tenant, c.Key = b.tenant, "k1" })
+	require.Empty(t, rep.Anomalies)
+	require.Len(t, rep.Chains, 1)
+	ch := rep.Chains[0]
+	require.Equal(t, "create-note", ch.Action)
+	require.EqualValues(t, 1, ch.Replays)
+	require.Len(t, ch.Notes, 1)
+	require.Equal(t, n1.String(), ch.Notes[0].ID)
+	require.NotNil(t, ch.Attachment)
+	require.Equal(t, "note.created", ch.Events[0].Type)
+	require.Equal(t, "ok", ch.Events[0].Stream)
+	require.NotNil(t, ch.Events[0].Inbox, "the worker's inbox row")
+	out := text(t, rep)
+	if testing.Verbose() {
+		t.Log("\n" + out)
+	}
+	require.Contains(t, out, b.tenant+"/k1  create-note completed 201")
+	require.Contains(t, out, "RESULT: consistent")
+}
+
+// Each anomaly, constructed in the database or the stream, is reported with
+// the key and event it concerns.
+func TestAnomalies(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	for _, tc := range []struct {
+		name string
+		// build breaks a world and returns the anomaly expected: kind, key
+		// and event (uuid.Nil: any).
+		build func(b *bundle) (string, string, uuid.UUID)
+	}{
+		{"note without operation record", func(b *bundle) (string, string, uuid.UUID) {
+			b.create("k1", true)
+			b.exec(`DELETE FROM operations WHERE key = 'k1'`)
+			return audit.KindOrphanEffect, "k1", uuid.Nil
+		}},
+		{"event without operation record", func(b *bundle) (string, string, uuid.UUID) {
+			id := b.create("k1", false)
+			ev := b.eventOf(id, "note.created")
+			b.exec(`UPDATE outbox_events SET operation_key = 'ghost' WHERE id = $1`, ev)
+			return audit.KindOrphanEffect, "ghost", ev
+		}},
+		{"deletion without operation record", func(b *bundle) (string, string, uuid.UUID) {
+			b.create("k1", false)
+			b.exec(`UPDATE notes SET deleted_at = now()`)
+			return audit.KindOrphanEffect, "k1", uuid.Nil
+		}},
+		{"operation without its event", func(b *bundle) (string, string, uuid.UUID) {
+			b.create("k1", false)
+			b.exec(`DELETE FROM outbox_events`)
+			return audit.KindMissingEffect, "k1", uuid.Nil
+		}},
+		{"pending too long", func(b *bundle) (string, string, uuid.UUID) {
+			id := b.create("k1", false)
+			b.exec(`UPDATE outbox_events SET created_at = now() - interval '2 minutes'`)
+			b.exec(`UPDATE operations SET created_at = now() - interval '2 minutes'`)
+			return audit.KindPending, "k1", b.eventOf(id, "note.created")
+		}},
+		{"parked", func(b *bundle) (string, string, uuid.UUID) {
+			id := b.create("k1", false)
+			b.exec(`UPDATE outbox_events SET parked_at = now(), parked_reason = 'payload too large'`)
+			return audit.KindParked, "k1", b.eventOf(id, "note.created")
+		}},
+		{"published but never processed", func(b *bundle) (string, string, uuid.UUID) {
+			id := b.create("k1", true)
+			b.publish()
+			b.exec(`UPDATE outbox_events SET published_at = now() - interval '10 minutes'`)
+			return audit.KindUnprocessed, "k1", b.eventOf(id, "note.created")
+		}},
+		{"dead letter", func(b *bundle) (string, string, uuid.UUID) {
+			id := b.create("k1", true)
+			b.publish()
+			ev := b.eventOf(id, "note.created")
+			b.exec(`INSERT INTO dead_letters (consumer, event_id, stream_seq, subject, payload, error, deliveries, created_at)
+				VALUES ($1, $2, 1, $3, '', 'boom', 10, now())`, b.config().Consumer, ev.String(), b.prefix+"."+b.tenant+".note.created")
+			b.exec(`UPDATE outbox_events SET published_at = now() - interval '10 minutes'`)
+			return audit.KindDeadLetter, "k1", ev
+		}},
+		{"two notes for one operation", func(b *bundle) (string, string, uuid.UUID) {
+			b.create("k1", false)
+			other := b.create("k2", false)
+			ev := b.eventOf(other, "note.created")
+			b.exec(`UPDATE outbox_events SET operation_key = 'k1', created_at = created_at + interval '1 hour' WHERE id = $1`, ev)
+			return audit.KindDuplicateNote, "k1", ev
+		}},
+		{"two created events for one operation", func(b *bundle) (string, string, uuid.UUID) {
+			id := b.create("k1", false)
+			dup := uuid.Must(uuid.NewV7())
+			b.exec(`INSERT INTO outbox_events (id, tenant, operation_key, aggregate_id, type, payload, created_at)
+				SELECT $1, tenant, operation_key, aggregate_id, type, payload, created_at FROM outbox_events WHERE aggregate_id = $2`, dup, id)
+			return audit.KindDuplicateEvent, "k1", dup
+		}},
+		{"two processed events for one attachment", func(b *bundle) (string, string, uuid.UUID) {
+			id := b.create("k1", true)
+			b.process(id)
+			b.process(id)
+			return audit.KindDuplicateProcessed, "k1", uuid.Nil
+		}},
+		{"stream holds two messages for one event", func(b *bundle) (string, string, uuid.UUID) {
+			id := b.create("k1", false)
+			b.publish()
+			ev := b.eventOf(id, "note.created")
+			// Republished after the duplicate window (100ms here).
+			natstest.WaitFor(b.t, 10*time.Second, func() bool {
+				msg := nats.NewMsg(b.prefix + "." + b.tenant + ".note.created")
+				msg.Header.Set(jetstream.MsgIDHeader, ev.String())
+				ack, err := b.js.PublishMsg(b.t.Context(), msg)
+				require.NoError(b.t, err)
+				return !ack.Duplicate
+			}, "a republish beyond the duplicate window")
+			return audit.KindDuplicateStreamMessage, "k1", ev
+		}},
+		{"published sequence holds another event", func(b *bundle) (string, string, uuid.UUID) {
+			id := b.create("k1", false)
+			b.create("k2", false)
+			b.publish()
+			ev := b.eventOf(id, "note.created")
+			b.exec(`UPDATE outbox_events SET stream_seq = CASE WHEN id = $1 THEN 2 ELSE 1 END`, ev)
+			return audit.KindStreamMismatch, "k1", ev
+		}},
+		{"published sequence holds nothing", func(b *bundle) (string, string, uuid.UUID) {
+			id := b.create("k1", false)
+			b.publish()
+			ev := b.eventOf(id, "note.created")
+			b.exec(`UPDATE outbox_events SET stream_seq = 999`)
+			return audit.KindStreamMissing, "k1", ev
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, srv)
+			kind, key, ev := tc.build(b)
+			rep := b.audit(nil)
+			x := requireAnomaly(t, rep, kind, key, ev)
+			require.Equal(t, b.tenant, x.Tenant)
+			require.NotEmpty(t, x.Detail)
+			out := text(t, rep)
+			if testing.Verbose() {
+				t.Log("\n" + out)
+			}
+			require.Contains(t, out, kind)
+			require.Contains(t, out, b.tenant+"/"+key)
+			if ev != uuid.Nil {
+				require.Contains(t, out, ev.String())
+			}
+			require.Contains(t, out, fmt.Sprintf("RESULT: %d anomalies", len(rep.Anomalies)))
+			// The chain of the key is printed with it.
+			found := false
+			for _, c := range rep.Chains {
+				found = found || (c.Tenant == b.tenant && c.Key == key && len(c.Anomalies) > 0)
+			}
+			require.True(t, found, "chain of %s in %+v", key, rep.Chains)
+		})
+	}
+}
+
+// Thresholds: an event a moment old is not pending, a published event a
+// moment old is not unprocessed.
+func TestThresholdsAvoidFalseAlarms(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	b.create("k1", true) // unpublished, just now
+	b.create("k2", true)
+	b.exec(`UPDATE outbox_events SET published_at = now() - interval '1 minute', stream_seq = NULL WHERE operation_key = 'k2'`)
+	rep := b.audit(nil)
+	require.Empty(t, rep.Anomalies, text(t, rep))
+	rep = b.audit(func(c *audit.Config) { c.PendingThreshold = time.Nanosecond; c.ProcessThreshold = time.Nanosecond })
+	require.ElementsMatch(t, []string{audit.KindPending, audit.KindUnprocessed}, kinds(rep))
+}
+
+// Records removed by their retention are not anomalies: an operation
+// compacted to a tombstone, one forgotten after the key retention, an event
+// cleaned up after the outbox retention, an inbox row after the inbox
+// retention, a stream message aged out after MaxAge.
+func TestRetentionHorizonsAreNotAnomalies(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	cfg := func(c *audit.Config) {
+		c.ResponseRetention, c.KeyRetention, c.OutboxRetention, c.InboxRetention = time.Hour, 2*time.Hour, time.Hour, time.Hour
+	}
+	// Tombstone: the record's response compacted, the chain still links.
+	tomb := b.create("tomb", true)
+	b.publish()
+	b.process(tomb)
+	b.publish()
+	b.exec(`UPDATE operations SET response_body = NULL, response_location = NULL, compacted_at = now() WHERE key = 'tomb'`)
+
+	// Forgotten: a note 3h old (key retention 2h) whose record, events and
+	// inbox row are gone; its attachment processed 3h ago.
+	old := b.create("old", true)
+	b.publish()
+	b.process(old)
+	b.publish()
+	b.exec(`UPDATE notes SET created_at = now() - interval '3 hours' WHERE id = $1`, old)
+	b.exec(`UPDATE attachments SET processed_at = now() - interval '3 hours' WHERE note_id = $1`, old)
+	b.exec(`DELETE FROM operations WHERE key = 'old'`)
+	b.exec(`DELETE FROM inbox WHERE event_id IN (SELECT id FROM outbox_events WHERE aggregate_id = $1)`, old)
+	b.exec(`DELETE FROM outbox_events WHERE aggregate_id = $1`, old)
+
+	// Cleaned up from the outbox only: the record remains, the events are
+	// older than the outbox retention and gone.
+	cleaned := b.create("cleaned", true)
+	b.publish()
+	b.process(cleaned)
+	b.publish()
+	b.exec(`UPDATE operations SET created_at = now() - interval '90 minutes', completed_at = now() - interval '90 minutes' WHERE key = 'cleaned'`)
+	b.exec(`UPDATE attachments SET processed_at = now() - interval '90 minutes' WHERE note_id = $1`, cleaned)
+	b.exec(`DELETE FROM outbox_events WHERE aggregate_id = $1`, cleaned)
+
+	// Aged out of the stream: the message is gone and was published longer
+	// ago than the stream's MaxAge (1h).
+	aged := b.create("aged", false)
+	b.publish()
+	var seq int64
+	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT stream_seq FROM outbox_events WHERE aggregate_id = $1`, aged).Scan(&seq))
+	st, err := b.js.Stream(t.Context(), b.stream)
+	require.NoError(t, err)
+	require.NoError(t, st.DeleteMsg(t.Context(), uint64(seq)))
+	b.exec(`UPDATE outbox_events SET published_at = now() - interval '61 minutes' WHERE aggregate_id = $1`, aged)
+
+	rep := b.audit(cfg)
+	require.Empty(t, rep.Anomalies, text(t, rep))
+	require.EqualValues(t, 1, rep.Stream.AgedOut)
+	require.EqualValues(t, 1, rep.Counts.Tombstones)
+	require.True(t, rep.Complete())
+	require.Contains(t, strings.Join(rep.Notes, "\n"), "MaxAge")
+
+	// The same absences inside their horizons are anomalies.
+	b.exec(`UPDATE notes SET created_at = now() - interval '1 hour' WHERE id = $1`, old)
+	b.exec(`UPDATE outbox_events SET published_at = now() - interval '50 minutes' WHERE aggregate_id = $1`, aged)
+	rep = b.audit(cfg)
+	requireAnomaly(t, rep, audit.KindOrphanEffect, "", uuid.Nil)
+	requireAnomaly(t, rep, audit.KindStreamMissing, "aged", uuid.Nil)
+	rep = b.audit(func(c *audit.Config) { cfg(c); c.OutboxRetention = 3 * time.Hour })
+	requireAnomaly(t, rep, audit.KindMissingEffect, "cleaned", uuid.Nil)
+}
+
+// The layers' duplicate counters, when their columns exist, are summed.
+func TestDuplicateCounters(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	id := b.create("k1", true)
+	b.create("k1", true)
+	_, err := b.svc.FlushReplays(t.Context())
+	require.NoError(t, err)
+	b.publish()
+	b.process(id)
+	b.publish()
+	b.exec(`UPDATE outbox_events SET ack_duplicate = true WHERE type = 'note.created'`)
+	b.exec(`UPDATE inbox SET duplicates = 2, deliveries = 3`)
+	rep := b.audit(nil)
+	require.Empty(t, rep.Anomalies, text(t, rep))
+	s := rep.Counts.DuplicatesSuppressed
+	require.EqualValues(t, 1, s.APIReplays)
+	require.EqualValues(t, 1, *s.RelayDuplicateAcks)
+	require.EqualValues(t, 2, *s.InboxDuplicates)
+	require.EqualValues(t, 4, s.Total)
+	require.EqualValues(t, 3, *rep.Counts.Inbox.Deliveries)
+
+	// Tenant scope counts the same.
+	rep = b.audit(func(c *audit.Config) { c.Tenant = b.tenant })
+	require.EqualValues(t, 4, rep.Counts.DuplicatesSuppressed.Total)
+}
+
+// Without NATS the database checks still run and the report says the
+// stream was not checked: the audit is incomplete, not clean.
+func TestStreamNotChecked(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	b.create("k1", false)
+	b.publish()
+	rep, err := audit.Run(t.Context(), b.pool, nil, "NATS is not reachable at nats://127.0.0.1:1", b.config())
+	require.NoError(t, err)
+	require.Empty(t, rep.Anomalies)
+	require.False(t, rep.Complete())
+	require.Contains(t, rep.Stream.Reason, "not reachable")
+	require.Contains(t, text(t, rep), "INCOMPLETE")
+
+	// A stream that does not exist: same.
+	rep = b.audit(func(c *audit.Config) { c.Stream = "NO_SUCH_STREAM" })
+	require.False(t, rep.Complete())
+	require.Contains(t, rep.Stream.Reason, "NO_SUCH_STREAM")
+}
+
+// A key with nothing recorded is reported as such, without anomaly.
+func TestUnknownKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	rep := b.audit(func(c *audit.Config) { c.Tenant, c.Key = b.tenant, "nope" })
+	require.Empty(t, rep.Anomalies)
+	require.False(t, rep.Scope.Found)
+	require.Empty(t, rep.Chains)
+}

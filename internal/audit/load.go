@@ -1,0 +1,379 @@
+package audit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Querier runs queries: a pool, a connection or a transaction.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+type opRow struct {
+	Tenant, Key, Action string
+	Resource            string
+	Status              int
+	CreatedAt           time.Time
+	CompletedAt         time.Time
+	ExpiresAt           time.Time
+	ForgetAt            time.Time
+	CompactedAt         *time.Time
+	Replays             int64
+}
+
+// noteID returns the note a create or delete operation acted on.
+func (o *opRow) noteID() (uuid.UUID, bool) {
+	s, ok := strings.CutPrefix(o.Resource, "/v1/notes/")
+	if !ok {
+		return uuid.UUID{}, false
+	}
+	id, err := uuid.Parse(s)
+	return id, err == nil
+}
+
+type noteRow struct {
+	ID        uuid.UUID
+	Tenant    string
+	CreatedAt time.Time
+	DeletedAt *time.Time
+}
+
+type attRow struct {
+	ID          uuid.UUID
+	NoteID      uuid.UUID
+	Tenant      string
+	Status      string
+	Reason      *string
+	ProcessedAt *time.Time
+}
+
+type eventRow struct {
+	Seq          int64
+	ID           uuid.UUID
+	Tenant       string
+	OpKey        string
+	AggregateID  uuid.UUID
+	Type         string
+	CreatedAt    time.Time
+	PublishedAt  *time.Time
+	StreamSeq    *int64
+	ParkedAt     *time.Time
+	ParkedReason *string
+	Attempts     int
+	LastError    *string
+	AckDuplicate *bool
+
+	// stream is what the stream check found at StreamSeq.
+	stream string
+}
+
+type inboxRow struct {
+	EventID     uuid.UUID
+	ProcessedAt time.Time
+	Deliveries  *int64
+	Duplicates  *int64
+}
+
+type deadRow struct {
+	ID         int64
+	EventID    string
+	Subject    string
+	Error      string
+	Deliveries int
+	CreatedAt  time.Time
+}
+
+// columns says which optional columns the schema has: they are added by
+// migrations that may not be applied yet where the audit runs.
+type columns struct {
+	opReplays         bool // operations.replays (00006)
+	eventAckDuplicate bool // outbox_events.ack_duplicate (00004)
+	inboxDeliveries   bool // inbox.deliveries (00005)
+	inboxDuplicates   bool // inbox.duplicates (00005)
+}
+
+// sqlColumnExists resolves the table through the search_path, exactly as
+// the audit's queries do.
+const sqlColumnExists = `SELECT EXISTS (
+	SELECT 1 FROM information_schema.columns
+	WHERE table_schema = current_schema() AND table_name = $1 AND column_name = $2)`
+
+func detectColumns(ctx context.Context, q Querier) (columns, error) {
+	var c columns
+	for _, x := range []struct {
+		table, column string
+		p             *bool
+	}{
+		{"operations", "replays", &c.opReplays},
+		{"outbox_events", "ack_duplicate", &c.eventAckDuplicate},
+		{"inbox", "deliveries", &c.inboxDeliveries},
+		{"inbox", "duplicates", &c.inboxDuplicates},
+	} {
+		if err := q.QueryRow(ctx, sqlColumnExists, x.table, x.column).Scan(x.p); err != nil {
+			return c, fmt.Errorf("inspect schema: %w", err)
+		}
+	}
+	return c, nil
+}
+
+// pick returns col when the optional column exists, else the SQL NULL (or
+// zero) standing in for it. Only constant fragments are ever chosen.
+func pick(has bool, col, absent string) string {
+	if has {
+		return col
+	}
+	return absent
+}
+
+// Scope filters: $1 tenant (” = all), and in key mode $2 key and $3 the
+// notes the key's chain touches.
+func sqlOperations(c columns) string {
+	return `SELECT tenant, key, action, coalesce(resource, ''), response_status, created_at, completed_at,
+		expires_at, forget_at, compacted_at, ` + pick(c.opReplays, "replays::bigint", "0::bigint") + `
+	FROM operations WHERE ($1 = '' OR tenant = $1)
+	  AND ($2 = '' OR key = $2 OR resource = ANY($3::text[]))
+	ORDER BY tenant, created_at, key`
+}
+
+const (
+	sqlNotes = `SELECT id, tenant, created_at, deleted_at FROM notes
+	WHERE ($1 = '' OR tenant = $1) AND ($2 = '' OR id = ANY($3::uuid[]))`
+
+	sqlAttachments = `SELECT id, note_id, tenant, status, reason, processed_at FROM attachments
+	WHERE ($1 = '' OR tenant = $1) AND ($2 = '' OR note_id = ANY($3::uuid[]))`
+
+	sqlKeyEventNotes = `SELECT DISTINCT aggregate_id FROM outbox_events WHERE tenant = $1 AND operation_key = $2`
+
+	sqlKeyOperation = `SELECT coalesce(resource, '') FROM operations WHERE tenant = $1 AND key = $2`
+
+	sqlDeadLetters = `SELECT id, event_id, subject, error, deliveries, created_at FROM dead_letters
+	WHERE consumer = $1 AND retried_at IS NULL ORDER BY id`
+)
+
+func sqlEvents(c columns) string {
+	return `SELECT seq, id, tenant, coalesce(operation_key, ''), aggregate_id, type, created_at, published_at,
+		stream_seq, parked_at, parked_reason, attempts, last_error, ` + pick(c.eventAckDuplicate, "ack_duplicate", "NULL::boolean") + `
+	FROM outbox_events WHERE ($1 = '' OR tenant = $1)
+	  AND ($2 = '' OR operation_key = $2 OR aggregate_id = ANY($3::uuid[]))
+	ORDER BY seq`
+}
+
+func sqlInbox(c columns) string {
+	return `SELECT event_id, processed_at, ` + pick(c.inboxDeliveries, "deliveries::bigint", "NULL::bigint") + `, ` +
+		pick(c.inboxDuplicates, "duplicates::bigint", "NULL::bigint") + `
+	FROM inbox WHERE consumer = $1 AND event_id = ANY($2::uuid[])`
+}
+
+func sqlInboxTotals(c columns) string {
+	return `SELECT count(*), ` + pick(c.inboxDeliveries, "coalesce(sum(deliveries), 0)::bigint", "NULL::bigint") + `, ` +
+		pick(c.inboxDuplicates, "coalesce(sum(duplicates), 0)::bigint", "NULL::bigint") + `
+	FROM inbox WHERE consumer = $1`
+}
+
+// dataset is everything in the audit's scope, read in one REPEATABLE READ
+// transaction so that the tables agree with each other.
+type dataset struct {
+	cols   columns
+	ops    []*opRow
+	notes  map[uuid.UUID]*noteRow
+	atts   map[uuid.UUID]*attRow // by note id
+	events []*eventRow
+	inbox  map[uuid.UUID]*inboxRow
+	dead   []*deadRow
+	// inboxRows, inboxDeliveries and inboxDuplicates total the consumer's
+	// inbox: all of it for a whole audit, the scope's events otherwise.
+	inboxRows                        int64
+	inboxDeliveries, inboxDuplicates *int64
+}
+
+func load(ctx context.Context, tx pgx.Tx, cfg Config) (*dataset, error) {
+	ds := &dataset{notes: map[uuid.UUID]*noteRow{}, atts: map[uuid.UUID]*attRow{}, inbox: map[uuid.UUID]*inboxRow{}}
+	var err error
+	if ds.cols, err = detectColumns(ctx, tx); err != nil {
+		return nil, err
+	}
+	// In key mode the scope is the key's notes: the one its record names and
+	// those its events are about (two, if it duplicated).
+	noteIDs := []uuid.UUID{}
+	resources := []string{}
+	if cfg.Key != "" {
+		var res string
+		err := tx.QueryRow(ctx, sqlKeyOperation, cfg.Tenant, cfg.Key).Scan(&res)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return nil, fmt.Errorf("read operation: %w", err)
+		}
+		op := opRow{Resource: res}
+		if id, ok := op.noteID(); ok {
+			noteIDs = append(noteIDs, id)
+		}
+		rows, err := tx.Query(ctx, sqlKeyEventNotes, cfg.Tenant, cfg.Key)
+		if err != nil {
+			return nil, fmt.Errorf("read events: %w", err)
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+		if err != nil {
+			return nil, fmt.Errorf("read events: %w", err)
+		}
+		for _, id := range ids {
+			if !containsUUID(noteIDs, id) {
+				noteIDs = append(noteIDs, id)
+			}
+		}
+		for _, id := range noteIDs {
+			resources = append(resources, "/v1/notes/"+id.String())
+		}
+	}
+
+	rows, err := tx.Query(ctx, sqlOperations(ds.cols), cfg.Tenant, cfg.Key, resources)
+	if err != nil {
+		return nil, fmt.Errorf("read operations: %w", err)
+	}
+	ds.ops, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (*opRow, error) {
+		var o opRow
+		err := r.Scan(&o.Tenant, &o.Key, &o.Action, &o.Resource, &o.Status, &o.CreatedAt, &o.CompletedAt,
+			&o.ExpiresAt, &o.ForgetAt, &o.CompactedAt, &o.Replays)
+		return &o, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read operations: %w", err)
+	}
+
+	rows, err = tx.Query(ctx, sqlNotes, cfg.Tenant, cfg.Key, noteIDs)
+	if err != nil {
+		return nil, fmt.Errorf("read notes: %w", err)
+	}
+	notes, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*noteRow, error) {
+		var n noteRow
+		err := r.Scan(&n.ID, &n.Tenant, &n.CreatedAt, &n.DeletedAt)
+		return &n, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read notes: %w", err)
+	}
+	for _, n := range notes {
+		ds.notes[n.ID] = n
+	}
+
+	rows, err = tx.Query(ctx, sqlAttachments, cfg.Tenant, cfg.Key, noteIDs)
+	if err != nil {
+		return nil, fmt.Errorf("read attachments: %w", err)
+	}
+	atts, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*attRow, error) {
+		var a attRow
+		err := r.Scan(&a.ID, &a.NoteID, &a.Tenant, &a.Status, &a.Reason, &a.ProcessedAt)
+		return &a, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read attachments: %w", err)
+	}
+	for _, a := range atts {
+		ds.atts[a.NoteID] = a
+	}
+
+	rows, err = tx.Query(ctx, sqlEvents(ds.cols), cfg.Tenant, cfg.Key, noteIDs)
+	if err != nil {
+		return nil, fmt.Errorf("read outbox events: %w", err)
+	}
+	ds.events, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (*eventRow, error) {
+		var e eventRow
+		err := r.Scan(&e.Seq, &e.ID, &e.Tenant, &e.OpKey, &e.AggregateID, &e.Type, &e.CreatedAt, &e.PublishedAt,
+			&e.StreamSeq, &e.ParkedAt, &e.ParkedReason, &e.Attempts, &e.LastError, &e.AckDuplicate)
+		return &e, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read outbox events: %w", err)
+	}
+
+	var created []uuid.UUID
+	for _, e := range ds.events {
+		if e.Type == typeNoteCreated {
+			created = append(created, e.ID)
+		}
+	}
+	rows, err = tx.Query(ctx, sqlInbox(ds.cols), cfg.Consumer, created)
+	if err != nil {
+		return nil, fmt.Errorf("read inbox: %w", err)
+	}
+	inbox, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*inboxRow, error) {
+		var i inboxRow
+		err := r.Scan(&i.EventID, &i.ProcessedAt, &i.Deliveries, &i.Duplicates)
+		return &i, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read inbox: %w", err)
+	}
+	for _, i := range inbox {
+		ds.inbox[i.EventID] = i
+	}
+	if cfg.Tenant == "" {
+		err := tx.QueryRow(ctx, sqlInboxTotals(ds.cols), cfg.Consumer).Scan(&ds.inboxRows, &ds.inboxDeliveries, &ds.inboxDuplicates)
+		if err != nil {
+			return nil, fmt.Errorf("read inbox totals: %w", err)
+		}
+	} else {
+		ds.inboxRows = int64(len(inbox))
+		if ds.cols.inboxDeliveries {
+			ds.inboxDeliveries = new(int64)
+		}
+		if ds.cols.inboxDuplicates {
+			ds.inboxDuplicates = new(int64)
+		}
+		for _, i := range inbox {
+			if i.Deliveries != nil && ds.inboxDeliveries != nil {
+				*ds.inboxDeliveries += *i.Deliveries
+			}
+			if i.Duplicates != nil && ds.inboxDuplicates != nil {
+				*ds.inboxDuplicates += *i.Duplicates
+			}
+		}
+	}
+
+	rows, err = tx.Query(ctx, sqlDeadLetters, cfg.Consumer)
+	if err != nil {
+		return nil, fmt.Errorf("read dead letters: %w", err)
+	}
+	dead, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*deadRow, error) {
+		var d deadRow
+		err := r.Scan(&d.ID, &d.EventID, &d.Subject, &d.Error, &d.Deliveries, &d.CreatedAt)
+		return &d, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read dead letters: %w", err)
+	}
+	for _, d := range dead {
+		if cfg.Tenant != "" && subjectTenant(cfg.SubjectPrefix, d.Subject) != cfg.Tenant {
+			continue
+		}
+		ds.dead = append(ds.dead, d)
+	}
+	return ds, nil
+}
+
+// subjectTenant returns the tenant token of <prefix>.<tenant>.<aggregate>.<event>.
+func subjectTenant(prefix, subject string) string {
+	rest, ok := strings.CutPrefix(subject, prefix+".")
+	if !ok {
+		return ""
+	}
+	tenant, _, _ := strings.Cut(rest, ".")
+	return tenant
+}
+
+func containsUUID(ids []uuid.UUID, id uuid.UUID) bool {
+	for _, x := range ids {
+		if x == id {
+			return true
+		}
+	}
+	return false
+}

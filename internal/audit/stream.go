@@ -1,0 +1,199 @@
+package audit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// streamFetchBatch is how many message headers one fetch of the duplicate
+// scan asks for.
+const streamFetchBatch = 512
+
+// streamFetchWait bounds one fetch of the duplicate scan.
+const streamFetchWait = 2 * time.Second
+
+// checkStream compares every published event with the message at its stream
+// sequence (GetMsg, Nats-Msg-Id and subject), and scans the scope's subjects
+// (headers only) for two messages with one Nats-Msg-Id. The stream being
+// unreachable or missing is reported in the report, not returned: the audit
+// then is incomplete (Report.Complete). Other errors are returned.
+func (a *auditor) checkStream(ctx context.Context, js jetstream.JetStream) error {
+	si := &a.rep.Stream
+	st, err := js.Stream(ctx, a.cfg.Stream)
+	if err != nil {
+		si.Reason = fmt.Sprintf("stream %s is not available: %v", a.cfg.Stream, err)
+		a.note("stream not checked: " + si.Reason)
+		return nil
+	}
+	info := st.CachedInfo()
+	maxAge := info.Config.MaxAge
+	si.FirstSeq, si.LastSeq = info.State.FirstSeq, info.State.LastSeq
+	if maxAge > 0 {
+		a.rep.Horizons.StreamMaxAge = maxAge.String()
+	}
+	agedNoted := false
+	for _, e := range a.ds.events {
+		if e.PublishedAt == nil || e.StreamSeq == nil {
+			continue
+		}
+		seq := uint64(*e.StreamSeq)
+		subject := a.cfg.SubjectPrefix + "." + e.Tenant + "." + e.Type
+		base := Anomaly{Tenant: e.Tenant, Key: e.OpKey, EventID: e.ID.String(), NoteID: e.AggregateID.String(), StreamSeq: e.StreamSeq}
+		if base.Key == "" {
+			base.Key = a.keyOfNote(e.Tenant, e.AggregateID)
+		}
+		m, err := st.GetMsg(ctx, seq)
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			if maxAge > 0 && !a.within(*e.PublishedAt, maxAge) {
+				e.stream = "aged_out"
+				si.AgedOut++
+				if !agedNoted {
+					agedNoted = true
+					a.note(fmt.Sprintf("published events older than the stream's MaxAge of %s are no longer in the stream; they were not compared (see stream.aged_out)", maxAge))
+				}
+				continue
+			}
+			e.stream = "missing"
+			x := base
+			x.Kind = KindStreamMissing
+			x.Detail = fmt.Sprintf("%s event marked published %s ago at stream sequence %d, which holds no message (stream %s keeps %d..%d, MaxAge %s): the stream lost it or was purged or recreated",
+				e.Type, a.now.Sub(*e.PublishedAt).Round(time.Second), seq, a.cfg.Stream, si.FirstSeq, si.LastSeq, maxAgeString(maxAge))
+			a.add(x)
+		case err != nil:
+			return a.streamFailed(fmt.Errorf("read stream %s at sequence %d: %w", a.cfg.Stream, seq, err))
+		default:
+			got := m.Header.Get(jetstream.MsgIDHeader)
+			if got != e.ID.String() || m.Subject != subject {
+				e.stream = "mismatch"
+				x := base
+				x.Kind = KindStreamMismatch
+				x.Detail = fmt.Sprintf("%s event marked published at stream sequence %d, which holds message %q on %s instead of %s on %s",
+					e.Type, seq, got, m.Subject, e.ID, subject)
+				a.add(x)
+				continue
+			}
+			e.stream = "ok"
+			si.Verified++
+		}
+	}
+	if err := a.scanDuplicates(ctx, st); err != nil {
+		return a.streamFailed(err)
+	}
+	si.Checked = true
+	return nil
+}
+
+// streamFailed records a stream failure in the middle of the check: the
+// audit is incomplete, not failed, when NATS went away.
+func (a *auditor) streamFailed(err error) error {
+	if errors.Is(err, context.Canceled) {
+		return err
+	}
+	a.rep.Stream.Checked = false
+	a.rep.Stream.Reason = err.Error()
+	a.note("stream check incomplete: " + err.Error())
+	return nil
+}
+
+func maxAgeString(d time.Duration) string {
+	if d <= 0 {
+		return "unlimited"
+	}
+	return d.String()
+}
+
+// scanDuplicates reads the headers of every message on the scope's subjects
+// with an ordered consumer and reports each event id stored more than once.
+// A dead letter's re-drive carries its own Nats-Msg-Id and is not one.
+func (a *auditor) scanDuplicates(ctx context.Context, st jetstream.Stream) error {
+	filter := a.cfg.SubjectPrefix + ".>"
+	if a.cfg.Tenant != "" {
+		filter = a.cfg.SubjectPrefix + "." + a.cfg.Tenant + ".>"
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(filter))
+	if err != nil {
+		return fmt.Errorf("stream %s info: %w", a.cfg.Stream, err)
+	}
+	var total uint64
+	for _, n := range info.State.Subjects {
+		total += n
+	}
+	if total == 0 {
+		return nil
+	}
+	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{filter}, HeadersOnly: true, DeliverPolicy: jetstream.DeliverAllPolicy,
+		InactiveThreshold: time.Minute,
+	})
+	if err != nil {
+		return fmt.Errorf("scan stream %s: %w", a.cfg.Stream, err)
+	}
+	seqs := map[string][]uint64{}
+	subjects := map[string]string{}
+	var read uint64
+	for read < total {
+		batch, err := cons.Fetch(streamFetchBatch, jetstream.FetchMaxWait(streamFetchWait))
+		if err != nil {
+			return fmt.Errorf("scan stream %s: %w", a.cfg.Stream, err)
+		}
+		n := 0
+		caughtUp := false
+		for m := range batch.Messages() {
+			n++
+			read++
+			meta, err := m.Metadata()
+			if err != nil {
+				return fmt.Errorf("scan stream %s: %w", a.cfg.Stream, err)
+			}
+			id := m.Headers().Get(jetstream.MsgIDHeader)
+			if id != "" {
+				seqs[id] = append(seqs[id], meta.Sequence.Stream)
+				subjects[id] = m.Subject()
+			}
+			if meta.NumPending == 0 {
+				caughtUp = true
+			}
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, jetstream.ErrNoMessages) {
+			return fmt.Errorf("scan stream %s: %w", a.cfg.Stream, err)
+		}
+		if n == 0 || caughtUp {
+			break // caught up (messages aged out since the count)
+		}
+	}
+	a.rep.Stream.Scanned = int64(read)
+	inScope := map[string]*eventRow{}
+	for _, e := range a.ds.events {
+		inScope[e.ID.String()] = e
+	}
+	var ids []string
+	for id, s := range seqs {
+		if len(s) > 1 {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		e := inScope[id]
+		if a.cfg.Key != "" && e == nil {
+			continue // another key's
+		}
+		s := seqs[id]
+		x := Anomaly{Kind: KindDuplicateStreamMessage, Tenant: subjectTenant(a.cfg.SubjectPrefix, subjects[id]), EventID: id,
+			Detail: fmt.Sprintf("the stream holds %d messages with event id %s, at sequences %v (republished after the duplicate window)", len(s), id, s)}
+		if e != nil {
+			x.Key, x.NoteID = e.OpKey, e.AggregateID.String()
+			if x.Key == "" {
+				x.Key = a.keyOfNote(e.Tenant, e.AggregateID)
+			}
+		}
+		a.add(x)
+	}
+	return nil
+}
