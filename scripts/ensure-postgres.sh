@@ -5,15 +5,18 @@
 # when PostgreSQL already answers it changes nothing.
 #
 # In order of preference, when nothing answers:
-#   1. a Debian cluster exists (/etc/postgresql/VERSION/NAME): start it
-#      (as root or as the cluster's owner, as pg_ctlcluster requires);
-#   2. root, PostgreSQL not installed: apt-get install postgresql, start the
-#      cluster it creates;
+#   1. a Debian cluster is configured for the URL's port (/etc/postgresql/
+#      VERSION/NAME): start it (as root or as the cluster's owner, as
+#      pg_ctlcluster requires);
+#   2. root, PostgreSQL not installed: apt-get install postgresql (its
+#      cluster is used when it is on the URL's port);
 #   (1 and 2 as root: make sure TCP connections from 127.0.0.1 and ::1 are
 #    trusted, as on the project's machines, so the default URL works);
-#   3. server binaries exist (/usr/lib/postgresql/*/bin/initdb): a private
-#      cluster in ./.data/postgres (trust auth, superuser postgres), started
-#      on the URL's host and port if the port is free (TCP only, no socket).
+#   3. otherwise, from the machine's server binaries
+#      (/usr/lib/postgresql/*/bin/initdb): a private cluster in
+#      ./.data/postgres (trust auth, superuser postgres; as root it runs as
+#      the postgres user), on the URL's host and port if the port is free
+#      (TCP only, no socket). It keeps its data across restarts.
 # It prints one line saying what it did, then waits (30 s) for pg_isready.
 set -euo pipefail
 
@@ -154,14 +157,14 @@ debian_clusters() {
 	done
 }
 
-# The cluster to start: the one configured for our port, else the first one.
+# The cluster to start: the Debian cluster configured for our port, if any.
 pick_cluster() {
 	local clusters
 	clusters=$(debian_clusters)
 	[[ -n $clusters ]] || return 1
 	local line
 	line=$(awk -v p="$PG_PORT" '$3 == p {print; exit}' <<<"$clusters")
-	[[ -n $line ]] || line=$(head -1 <<<"$clusters")
+	[[ -n $line ]] || return 1
 	read -r CL_VER CL_NAME CL_PORT <<<"$line"
 }
 
@@ -243,20 +246,17 @@ if $IS_ROOT && [[ -z $(initdb_bin) ]]; then
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -qq >/dev/null
 	apt-get install -y -qq postgresql >/dev/null
-	pick_cluster || die "apt-get installed postgresql but created no cluster (see pg_lsclusters)"
-	start_debian_cluster "installed postgresql and started cluster $CL_VER/$CL_NAME"
+	[[ -n $(initdb_bin) ]] || die "apt-get installed postgresql but no initdb is in /usr/lib/postgresql/*/bin"
+	# The package creates and starts a cluster on 5432: if that is our
+	# port, it is the one to use.
+	if pick_cluster; then
+		start_debian_cluster "installed postgresql and started cluster $CL_VER/$CL_NAME"
+	fi
 fi
 
-if $IS_ROOT; then
-	# Binaries but no cluster: create the Debian way (the server refuses to
-	# run as root, so no private cluster for root).
-	ver=$(basename "$(dirname "$(dirname "$(initdb_bin)")")")
-	pg_createcluster --port "$PG_PORT" "$ver" main >/dev/null
-	pick_cluster || die "pg_createcluster $ver main created no cluster"
-	start_debian_cluster "created and started Debian cluster $CL_VER/$CL_NAME"
-fi
-
-# --- 3. not root: a private cluster in ./.data/postgres -----------------------
+# --- 3. a private cluster in ./.data/postgres -----------------------------------
+# The server refuses to run as root: as root, the cluster belongs to the
+# postgres user the package created.
 INITDB=$(initdb_bin) ||
 	die "nothing answers at $PG_HOST:$PG_PORT and PostgreSQL is not installed; as root this script installs it (apt-get install postgresql)"
 BINDIR=$(dirname "$INITDB")
@@ -268,11 +268,23 @@ if [[ $PG_HOST == /* ]]; then
 	die "DATABASE_URL names a socket directory ($PG_HOST); a private cluster listens on 127.0.0.1, so use host 127.0.0.1"
 fi
 
+AS=()
+mkdir -p "$PRIVATE_DIR"
+touch "$REPO_ROOT/.data/postgres.log"
+if $IS_ROOT; then
+	id -u postgres >/dev/null 2>&1 ||
+		die "running as root, and there is no postgres user to own a private cluster (apt-get install postgresql creates it)"
+	chown postgres: "$PRIVATE_DIR" "$REPO_ROOT/.data/postgres.log"
+	chmod 0700 "$PRIVATE_DIR"
+	runuser -u postgres -- test -w "$PRIVATE_DIR" ||
+		die "the postgres user cannot reach $PRIVATE_DIR (a parent directory is closed to it); start a PostgreSQL yourself and set DATABASE_URL"
+	AS=(runuser -u postgres --)
+fi
+
 did=""
 if [[ ! -f $PRIVATE_DIR/PG_VERSION ]]; then
-	mkdir -p "$PRIVATE_DIR"
-	"$INITDB" -D "$PRIVATE_DIR" --auth=trust -U postgres -E UTF8 --locale=C.UTF-8 >"$REPO_ROOT/.data/initdb.log" 2>&1 ||
-		"$INITDB" -D "$PRIVATE_DIR" --auth=trust -U postgres -E UTF8 --no-locale >"$REPO_ROOT/.data/initdb.log" 2>&1 ||
+	"${AS[@]}" "$INITDB" -D "$PRIVATE_DIR" --auth=trust -U postgres -E UTF8 --locale=C.UTF-8 >"$REPO_ROOT/.data/initdb.log" 2>&1 ||
+		"${AS[@]}" "$INITDB" -D "$PRIVATE_DIR" --auth=trust -U postgres -E UTF8 --no-locale >"$REPO_ROOT/.data/initdb.log" 2>&1 ||
 		die "initdb failed (see .data/initdb.log)"
 	did="created a private cluster in .data/postgres and "
 fi
@@ -280,7 +292,7 @@ fi
 	log "warning: the private cluster's superuser is postgres; DATABASE_URL uses $PG_USER"
 
 listen=$(connect_host)
-"$BINDIR/pg_ctl" -D "$PRIVATE_DIR" -l "$REPO_ROOT/.data/postgres.log" -w -t "$WAIT_SECONDS" \
+"${AS[@]}" "$BINDIR/pg_ctl" -D "$PRIVATE_DIR" -l "$REPO_ROOT/.data/postgres.log" -w -t "$WAIT_SECONDS" \
 	-o "-p $PG_PORT -c listen_addresses=$listen -c unix_socket_directories=''" \
 	start >/dev/null 2>&1 || die "pg_ctl could not start the private cluster (see .data/postgres.log)"
 finish "${did}started it with $BINDIR/postgres on $listen:$PG_PORT" ".data/postgres.log"
