@@ -8,6 +8,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -154,19 +155,29 @@ func getOpenAPI(w http.ResponseWriter, r *http.Request) {
 // methods dispatches by method and answers 405 as problem+json.
 type methods map[string]http.HandlerFunc
 
+// allow lists the methods served, sorted, HEAD included wherever GET is
+// (RFC 9110 §10.2.1: Allow names every supported method).
+func (m methods) allow() string {
+	list := make([]string, 0, len(m)+1)
+	for k := range m {
+		list = append(list, k)
+	}
+	if _, ok := m[http.MethodGet]; ok {
+		if _, ok := m[http.MethodHead]; !ok {
+			list = append(list, http.MethodHead)
+		}
+	}
+	slices.Sort(list)
+	return strings.Join(list, ", ")
+}
+
 func (m methods) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h, ok := m[r.Method]
 	if !ok && r.Method == http.MethodHead {
 		h, ok = m[http.MethodGet]
 	}
 	if !ok {
-		allow := ""
-		for k := range m {
-			if allow != "" {
-				allow += ", "
-			}
-			allow += k
-		}
+		allow := m.allow()
 		w.Header().Set("Allow", allow)
 		writeProblem(w, r, problem.New(http.StatusMethodNotAllowed, problem.CodeMethodNotAllowed, r.Method+" is not allowed here; allowed: "+allow))
 		return
