@@ -36,6 +36,10 @@ type contract struct {
 	model   *v3.Document
 	v       validator.Validator
 	schemas schema_validation.SchemaValidator
+	// mu serialises validation: libopenapi renders and caches schemas
+	// lazily without locking (a data race under -race when parallel tests'
+	// requests are validated at once), so one validation runs at a time.
+	mu sync.Mutex
 }
 
 var loadContract = sync.OnceValues(func() (*contract, error) {
@@ -147,7 +151,7 @@ func (c *contract) serve(t *testing.T, next http.Handler, w http.ResponseWriter,
 	case !documented:
 		t.Errorf("contract: %s is not in api/openapi.yaml (mark the request with %s if it is meant to be off the contract)", name, offContractHeader)
 	default:
-		if ok, errs := c.v.ValidateHttpRequestSync(vr); !ok {
+		if ok, errs := c.validateRequest(vr); !ok {
 			t.Errorf("contract: request %s does not match api/openapi.yaml (%s):%s", name, tmpl, describe(errs))
 		}
 	}
@@ -180,14 +184,32 @@ func (c *contract) serve(t *testing.T, next http.Handler, w http.ResponseWriter,
 			t.Errorf("contract: %s is off the document: want a %d problem, got %s", name, want, answer)
 			return
 		}
-		if ok, errs := c.schemas.ValidateSchemaBytes(c.schema(schema), rec.body.Bytes()); !ok {
+		if ok, errs := c.validateSchema(schema, rec.body.Bytes()); !ok {
 			t.Errorf("contract: %s: answer %s does not match %s:%s", name, answer, schema, describe(errs))
 		}
 		return
 	}
-	if ok, errs := c.v.ValidateHttpResponse(vr, res); !ok {
+	if ok, errs := c.validateResponse(vr, res); !ok {
 		t.Errorf("contract: %s: answer %s does not match api/openapi.yaml (%s):%s", name, answer, tmpl, describe(errs))
 	}
+}
+
+func (c *contract) validateRequest(r *http.Request) (bool, []*liberrors.ValidationError) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.v.ValidateHttpRequestSync(r)
+}
+
+func (c *contract) validateResponse(r *http.Request, res *http.Response) (bool, []*liberrors.ValidationError) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.v.ValidateHttpResponse(r, res)
+}
+
+func (c *contract) validateSchema(name string, body []byte) (bool, []*liberrors.ValidationError) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.schemas.ValidateSchemaBytes(c.schema(name), body)
 }
 
 func (c *contract) schema(name string) *base.Schema {
