@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/quillhq/quill/internal/dbtest"
 )
 
 // pgGate is a TCP proxy in front of PostgreSQL for one program, which can
@@ -45,36 +47,7 @@ func newPGGate(t *testing.T, target string) *pgGate {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	g := &pgGate{target: target, ln: ln}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var conns []net.Conn
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	wg.Go(func() {
-		for {
-			client, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			server, err := net.Dial("tcp", g.target)
-			if err != nil {
-				client.Close()
-				continue
-			}
-			mu.Lock()
-			conns = append(conns, client, server)
-			mu.Unlock()
-			wg.Go(func() { g.clientToServer(client, server) })
-			wg.Go(func() { g.serverToClient(server, client) })
-		}
-	})
+	dbtest.Forward(t, ln, target, g.clientToServer, g.serverToClient)
 	return g
 }
 

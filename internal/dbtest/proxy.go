@@ -33,36 +33,7 @@ func NewProxy(t testing.TB, dbURL string) (*Proxy, string) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	p := &Proxy{target: u.Host, ln: ln}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var conns []net.Conn
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	wg.Go(func() {
-		for {
-			client, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			server, err := net.Dial("tcp", p.target)
-			if err != nil {
-				client.Close()
-				continue
-			}
-			mu.Lock()
-			conns = append(conns, client, server)
-			mu.Unlock()
-			wg.Go(func() { _, _ = io.Copy(server, client) })
-			wg.Go(func() { p.serverToClient(server, client) })
-		}
-	})
+	Forward(t, ln, p.target, func(client, server net.Conn) { _, _ = io.Copy(server, client) }, p.serverToClient)
 	u.Host = ln.Addr().String()
 	return p, u.String()
 }
