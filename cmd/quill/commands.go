@@ -64,13 +64,10 @@ func (e *env) notesCreate(ctx context.Context, args []string) error {
 	fs.StringVar(&attach, "attach", "", "a file to attach")
 	fs.StringVar(&contentType, "content-type", "", "the attachment's content type (default: from the file name, else sniffed)")
 	fs.StringVar(&key, "key", "", "the operation key of this intent (default: a new one); reuse it only to retry the same intent")
-	pos, err := parse(s, args)
-	if err != nil {
+	if err := parseNone(s, args); err != nil {
 		return err
 	}
 	switch {
-	case len(pos) > 0:
-		return cli.UsageError{Msg: fmt.Sprintf("unexpected argument %q", pos[0])}
 	case title == "":
 		return cli.UsageError{Msg: "--title is required"}
 	case utf8.RuneCountInString(title) > 200:
@@ -195,12 +192,8 @@ func (e *env) notesList(ctx context.Context, args []string) error {
 	e.define(s, &c, false)
 	s.FlagSet().IntVar(&limit, "limit", 0, "notes per page, 1–100 (default: the server's, 50)")
 	s.FlagSet().StringVar(&cursor, "cursor", "", "the next_cursor of the previous page")
-	pos, err := parse(s, args)
-	if err != nil {
+	if err := parseNone(s, args); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return cli.UsageError{Msg: fmt.Sprintf("unexpected argument %q", pos[0])}
 	}
 	if limit < 0 || limit > 100 {
 		return cli.UsageError{Msg: "--limit must be 1–100"}
@@ -298,12 +291,8 @@ func (e *env) opsResume(ctx context.Context, args []string) error {
 	var c common
 	s := e.set("quill ops resume", "quill ops resume")
 	e.define(s, &c, true)
-	pos, err := parse(s, args)
-	if err != nil {
+	if err := parseNone(s, args); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return cli.UsageError{Msg: fmt.Sprintf("unexpected argument %q", pos[0])}
 	}
 	cl, err := e.newClient(c, true)
 	if err != nil {
@@ -364,12 +353,8 @@ func (e *env) mcp(ctx context.Context, args []string) error {
 	var c common
 	s := e.set("quill mcp", "quill mcp — an MCP server on stdin/stdout with the tools create_note, delete_note, get_note and get_operation")
 	e.define(s, &c, true)
-	pos, err := parse(s, args)
-	if err != nil {
+	if err := parseNone(s, args); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return cli.UsageError{Msg: fmt.Sprintf("unexpected argument %q", pos[0])}
 	}
 	cl, err := e.newClient(c, true)
 	if err != nil {

@@ -160,6 +160,19 @@ func defaultJournal(getenv func(string) string) string {
 
 // parse reads flags and environment, allowing flags after positional
 // arguments ("quill notes delete ID --json"); it returns the positionals.
+// parseNone is parse for a command that takes no positional argument: one
+// is a UsageError naming it.
+func parseNone(s *config.Set, args []string) error {
+	pos, err := parse(s, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return cli.UsageError{Msg: fmt.Sprintf("unexpected argument %q", pos[0])}
+	}
+	return nil
+}
+
 func parse(s *config.Set, args []string) ([]string, error) {
 	var flags, pos []string
 	fs := s.FlagSet()
