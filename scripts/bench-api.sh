@@ -231,7 +231,7 @@ status_kib() { awk -v f="$2:" '$1 == f { print $2 }' "/proc/$1/status"; }
 mib() { awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }'; }
 
 fresh_api_tables() {
-	psql_bench -c 'TRUNCATE notes, attachments, operations, outbox_events RESTART IDENTITY' -c CHECKPOINT
+	psql_bench -c 'TRUNCATE notes, attachments, operations, outbox_events, outbox_pending RESTART IDENTITY' -c CHECKPOINT
 }
 
 # loadgen MODE CONCURRENCY: runs one loadgen, samples CPU inside its measured

@@ -354,7 +354,7 @@ fresh_outbox() {
 		die "relaybench seed failed"
 	# A backlog this size has been analysed by autovacuum long before a
 	# relay drains it; without statistics the claim's plan is a guess.
-	psql_bench -c 'VACUUM ANALYZE outbox_events' -c CHECKPOINT
+	psql_bench -c 'VACUUM ANALYZE outbox_events' -c 'VACUUM ANALYZE outbox_pending' -c CHECKPOINT
 }
 
 declare -A RAW_RATES RAW_CLIENT RAW_ERR RELAY_RATE RELAY_MARKED RELAY_METRICS RELAY_MSGS RELAY_CPU_US
@@ -422,7 +422,7 @@ e2e_run() {
 	relaybench reset --nats-url "$NATS_URL" --stream "$STREAM" >/dev/null
 	# The published backlog of the last run stays, as the outbox retention
 	# keeps published events for days; the API's own tables start empty.
-	psql_bench -c 'TRUNCATE notes, attachments, operations' -c 'VACUUM ANALYZE outbox_events' -c CHECKPOINT
+	psql_bench -c 'TRUNCATE notes, attachments, operations' -c 'VACUUM ANALYZE outbox_events' -c 'VACUUM ANALYZE outbox_pending' -c CHECKPOINT
 	quiet_phase
 	start_relays 1 "$label"
 	wait_for_line "$WORK/$label-relay1.log" '"listener":"admin"' "${RELAY_PIDS[0]}" 15 ||

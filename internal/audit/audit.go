@@ -162,6 +162,12 @@ const (
 	KindPending = "pending"
 	// KindParked: an event the relay set aside as unpublishable.
 	KindParked = "parked"
+	// KindUnqueued: an unpublished event with no row in the relays' queue
+	// (outbox_pending): no relay would ever publish it. The queue's
+	// triggers keep this from happening unless they were bypassed (a write
+	// with session_replication_role = replica, a restore without
+	// triggers); "relay events retry ID" queues it again.
+	KindUnqueued = "unqueued"
 	// KindUnprocessed: a published note.created event whose attachment is
 	// still pending, with no inbox row, after the threshold.
 	KindUnprocessed = "unprocessed"
@@ -740,6 +746,13 @@ func (a *auditor) checkEvents() {
 			x := base
 			x.Kind = KindOrphanEffect
 			x.Detail = fmt.Sprintf("%s event is about note %s, which does not exist", e.Type, e.AggregateID)
+			a.add(x)
+		}
+		if e.PublishedAt == nil && e.Queued != nil && !*e.Queued {
+			x := base
+			x.Kind = KindUnqueued
+			x.Detail = fmt.Sprintf("%s event is unpublished but not in the relays' queue (outbox_pending), so no relay will publish it (queue it with \"relay events retry %s\")",
+				e.Type, e.ID)
 			a.add(x)
 		}
 		switch {

@@ -325,6 +325,11 @@ func TestAnomalies(t *testing.T) {
 			b.exec(`UPDATE outbox_events SET parked_at = now(), parked_reason = 'payload too large'`)
 			return audit.KindParked, "k1", b.eventOf(id, "note.created")
 		}},
+		{"unpublished and not queued", func(b *bundle) (string, string, uuid.UUID) {
+			id := b.create("k1", false)
+			b.exec(`DELETE FROM outbox_pending`) // as a write with the triggers off would leave it
+			return audit.KindUnqueued, "k1", b.eventOf(id, "note.created")
+		}},
 		{"published but never processed", func(b *bundle) (string, string, uuid.UUID) {
 			id := b.create("k1", true)
 			b.publish()

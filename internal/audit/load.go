@@ -72,6 +72,9 @@ type eventRow struct {
 	Attempts     int
 	LastError    *string
 	AckDuplicate *bool
+	// Queued: the event has a row in the relays' queue (outbox_pending,
+	// 00007); nil before that migration.
+	Queued *bool
 
 	// stream is what the stream check found at StreamSeq.
 	stream string
@@ -98,6 +101,7 @@ type deadRow struct {
 type columns struct {
 	opReplays         bool // operations.replays (00006)
 	eventAckDuplicate bool // outbox_events.ack_duplicate (00004)
+	pendingQueue      bool // outbox_pending (00007)
 	inboxDeliveries   bool // inbox.deliveries (00005)
 	inboxDuplicates   bool // inbox.duplicates (00005)
 }
@@ -116,6 +120,7 @@ func detectColumns(ctx context.Context, q Querier) (columns, error) {
 	}{
 		{"operations", "replays", &c.opReplays},
 		{"outbox_events", "ack_duplicate", &c.eventAckDuplicate},
+		{"outbox_pending", "seq", &c.pendingQueue},
 		{"inbox", "deliveries", &c.inboxDeliveries},
 		{"inbox", "duplicates", &c.inboxDuplicates},
 	} {
@@ -162,7 +167,8 @@ const (
 
 func sqlEvents(c columns) string {
 	return `SELECT seq, id, tenant, coalesce(operation_key, ''), aggregate_id, type, created_at, published_at,
-		stream_seq, parked_at, parked_reason, attempts, last_error, ` + pick(c.eventAckDuplicate, "ack_duplicate", "NULL::boolean") + `
+		stream_seq, parked_at, parked_reason, attempts, last_error, ` + pick(c.eventAckDuplicate, "ack_duplicate", "NULL::boolean") + `,
+		` + pick(c.pendingQueue, "EXISTS (SELECT 1 FROM outbox_pending q WHERE q.seq = outbox_events.seq)", "NULL::boolean") + `
 	FROM outbox_events WHERE ($1 = '' OR tenant = $1)
 	  AND ($2 = '' OR operation_key = $2 OR aggregate_id = ANY($3::uuid[]))
 	ORDER BY seq`
@@ -287,7 +293,7 @@ func load(ctx context.Context, tx pgx.Tx, cfg Config) (*dataset, error) {
 	ds.events, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (*eventRow, error) {
 		var e eventRow
 		err := r.Scan(&e.Seq, &e.ID, &e.Tenant, &e.OpKey, &e.AggregateID, &e.Type, &e.CreatedAt, &e.PublishedAt,
-			&e.StreamSeq, &e.ParkedAt, &e.ParkedReason, &e.Attempts, &e.LastError, &e.AckDuplicate)
+			&e.StreamSeq, &e.ParkedAt, &e.ParkedReason, &e.Attempts, &e.LastError, &e.AckDuplicate, &e.Queued)
 		return &e, err
 	})
 	if err != nil {

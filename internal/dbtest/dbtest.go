@@ -38,6 +38,16 @@ var createOnce sync.Once
 // connections use it (search_path). The schema is dropped when t ends.
 func Schema(t testing.TB) string {
 	t.Helper()
+	u := EmptySchema(t)
+	_, err := db.Migrate(context.Background(), u)
+	require.NoError(t, err)
+	return u
+}
+
+// EmptySchema is Schema without the migrations: for tests of the
+// migrations themselves.
+func EmptySchema(t testing.TB) string {
+	t.Helper()
 	ctx := context.Background()
 	base := URL()
 	createOnce.Do(func() {
@@ -71,8 +81,6 @@ func Schema(t testing.TB) string {
 	q := u.Query()
 	q.Set("search_path", schema)
 	u.RawQuery = q.Encode()
-	_, err = db.Migrate(ctx, u.String())
-	require.NoError(t, err)
 	return u.String()
 }
 

@@ -449,6 +449,12 @@ func (r *Relay) connect(ctx context.Context) (*pgx.Conn, int32, error) {
 	cc.RuntimeParams["tcp_keepalives_interval"] = strconv.Itoa(probe)
 	cc.RuntimeParams["tcp_keepalives_count"] = "2"
 	cc.RuntimeParams["tcp_user_timeout"] = strconv.FormatInt(max(r.cfg.Lease.Milliseconds(), 1000), 10)
+	// The claim's plan must walk the queue in seq order and stop at the
+	// limit. The plans PostgreSQL makes for a prepared statement's first
+	// five runs (custom plans, for the actual LIMIT) sort the whole queue
+	// instead once it is large: 220 ms per claim at 100,000 queued events
+	// against 0.8 ms. Only generic plans, from the first run on.
+	cc.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
 	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
 		return nil, 0, fmt.Errorf("claim session: %w", err)
@@ -693,15 +699,17 @@ func (r *Relay) Cleanup(ctx context.Context, now time.Time) error {
 	steps := []struct {
 		name string
 		run  func() (int64, error)
+		// whole: run does every batch itself.
+		whole bool
 	}{
 		{"outbox", func() (int64, error) {
-			return outbox.DeletePublished(ctx, r.pool, r.cfg.OutboxRetention, r.cfg.CleanupBatch)
-		}},
-		{"compact", func() (int64, error) { return idempotency.Compact(ctx, r.pool, now, r.cfg.CleanupBatch) }},
-		{"forget", func() (int64, error) { return idempotency.Forget(ctx, r.pool, now, r.cfg.CleanupBatch) }},
+			return outbox.DeletePublished(ctx, r.pool, now, r.cfg.OutboxRetention, r.cfg.CleanupBatch)
+		}, true},
+		{"compact", func() (int64, error) { return idempotency.Compact(ctx, r.pool, now, r.cfg.CleanupBatch) }, false},
+		{"forget", func() (int64, error) { return idempotency.Forget(ctx, r.pool, now, r.cfg.CleanupBatch) }, false},
 		{"inbox", func() (int64, error) {
 			return inbox.DeleteExpired(ctx, r.pool, r.cfg.InboxRetention, r.cfg.CleanupBatch)
-		}},
+		}, false},
 	}
 	for _, s := range steps {
 		total := int64(0)
@@ -711,7 +719,7 @@ func (r *Relay) Cleanup(ctx context.Context, now time.Time) error {
 				return fmt.Errorf("cleanup %s: %w", s.name, err)
 			}
 			total += n
-			if n < int64(r.cfg.CleanupBatch) || ctx.Err() != nil {
+			if s.whole || n < int64(r.cfg.CleanupBatch) || ctx.Err() != nil {
 				break
 			}
 		}

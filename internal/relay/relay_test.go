@@ -839,7 +839,10 @@ func TestCleanupHonoursRetention(t *testing.T) {
 	ctx := h.ctx()
 
 	age := func(id uuid.UUID, ago string) {
-		_, err := h.pool.Exec(ctx, `UPDATE outbox_events SET published_at = now() - $2::interval, stream_seq = seq WHERE id = $1`, id, ago)
+		// Created a second before it was published, as for real: cleanup
+		// walks the outbox in seq order and stops at events too young.
+		_, err := h.pool.Exec(ctx, `UPDATE outbox_events SET published_at = now() - $2::interval, stream_seq = seq,
+			created_at = now() - $2::interval - interval '1 second' WHERE id = $1`, id, ago)
 		require.NoError(t, err)
 	}
 	var old []uuid.UUID
@@ -909,6 +912,49 @@ func TestCleanupHonoursRetention(t *testing.T) {
 	// Nothing left to do is not an error.
 	require.NoError(t, a.Cleanup(ctx, time.Now()))
 	require.Len(t, h.rows(), len(keep))
+}
+
+// Cleanup walks the outbox from its oldest event; old events that must
+// stay — parked or still pending — fill whole windows at its head without
+// stopping the walk, and the published events behind them are deleted.
+func TestCleanupStepsOverOldUnpublishedEvents(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	cfg := h.config()
+	cfg.CleanupBatch = 2
+	r, _ := h.newRelay(cfg, h.relayID("a"))
+	ctx := h.ctx()
+	set := func(id uuid.UUID, sql string) {
+		_, err := h.pool.Exec(ctx, `UPDATE outbox_events SET `+sql+` WHERE id = $1`, id)
+		require.NoError(t, err)
+	}
+	var stay, gone []uuid.UUID
+	for i := range 5 {
+		id := h.write(h.tenant, uuid.New(), outbox.TypeNoteCreated)
+		set(id, `created_at = now() - interval '500 hours'`)
+		if i%2 == 0 {
+			set(id, `parked_at = now(), parked_reason = 'payload too large'`)
+		}
+		stay = append(stay, id)
+	}
+	for range 3 {
+		id := h.write(h.tenant, uuid.New(), outbox.TypeNoteCreated)
+		set(id, `created_at = now() - interval '300 hours', published_at = now() - interval '299 hours', stream_seq = seq`)
+		gone = append(gone, id)
+	}
+	young := h.write(h.tenant, uuid.New(), outbox.TypeNoteCreated)
+	set(young, `published_at = now(), stream_seq = seq`)
+	stay = append(stay, young)
+
+	require.NoError(t, r.Cleanup(ctx, time.Now()))
+	var left []uuid.UUID
+	for _, row := range h.rows() {
+		left = append(left, row.ID)
+	}
+	require.ElementsMatch(t, stay, left, "the three old published events behind five old unpublished ones are deleted")
+	for _, id := range gone {
+		require.NotContains(t, left, id)
+	}
 }
 
 // After a cause that parked many events is fixed, one command returns them
