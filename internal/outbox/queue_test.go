@@ -230,3 +230,58 @@ func TestRetryQueuesAnUnqueuedEvent(t *testing.T) {
 	require.Len(t, requireQueueMatches(t, pool, "retry --all"), 2)
 	require.ErrorIs(t, outbox.Unpark(ctx, pool, other), outbox.ErrNotParked)
 }
+
+// TestClaimHoldsExactlyWhatItReturns: the claim locks the oldest queued
+// event of each note and nothing else — an event behind another of its
+// note is locked only for the instant it takes to see that and let go,
+// and a LIMIT leaves the rest unlocked — so the session's advisory locks
+// are exactly the events returned; a second session skips them.
+func TestClaimHoldsExactlyWhatItReturns(t *testing.T) {
+	t.Parallel()
+	pool, u := dbtest.Pool(t, 4)
+	ctx := context.Background()
+	x, y, z := uuid.New(), uuid.New(), uuid.New()
+	x1, _ := insertEvent(t, pool, x)
+	_, _ = insertEvent(t, pool, x) // behind x1
+	y1, _ := insertEvent(t, pool, y)
+	z1, _ := insertEvent(t, pool, z)
+
+	session := func() (*pgx.Conn, int32) {
+		conn, err := pgx.Connect(ctx, u)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = conn.Close(ctx) })
+		space, err := outbox.LockSpace(ctx, conn)
+		require.NoError(t, err)
+		return conn, space
+	}
+	locks := func(conn *pgx.Conn) int {
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks
+			WHERE locktype = 'advisory' AND granted AND pid = $1`, int32(conn.PgConn().PID())).Scan(&n))
+		return n
+	}
+	seqs := func(ps []outbox.Pending) []int64 {
+		out := []int64{}
+		for _, p := range ps {
+			out = append(out, p.Seq)
+		}
+		return out
+	}
+
+	a, spaceA := session()
+	got, err := outbox.Claim(ctx, a, spaceA, nil, nil, 2)
+	require.NoError(t, err)
+	require.Equal(t, []int64{x1, y1}, seqs(got), "oldest of each note, in commit order, up to the limit")
+	require.Equal(t, 2, locks(a))
+
+	b, spaceB := session()
+	got, err = outbox.Claim(ctx, b, spaceB, nil, nil, 10)
+	require.NoError(t, err)
+	require.Equal(t, []int64{z1}, seqs(got), "another session skips what the first holds and what waits behind it")
+	require.Equal(t, 1, locks(b))
+
+	got, err = outbox.Claim(ctx, a, spaceA, nil, []int64{x1, y1}, 10)
+	require.NoError(t, err)
+	require.Empty(t, got, "nothing more is claimable")
+	require.Equal(t, 2, locks(a), "no lock taken for what was not returned")
+}
