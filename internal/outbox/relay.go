@@ -172,6 +172,25 @@ const (
 		(SELECT count(*) FROM head WHERE created_at < $3)`
 )
 
+// SessionParams returns the run-time parameters a claim session must be
+// opened with. The claim's plan must walk the queue in seq order by its
+// primary key and stop at the limit, whatever the statistics say:
+// PostgreSQL's custom plans for a prepared statement's first five runs
+// cost the actual LIMIT and sort the whole queue once it is large (220 ms
+// per claim at 100,000 queued events against 0.8 ms), and a plan made while
+// the queue is small or empty — the normal state when a relay starts —
+// seq-scans and sorts it too, and the session keeps that plan when a
+// backlog builds up. A claim session runs only the claim's statements,
+// each an index walk or lookup, so: generic plans from the first run, and
+// no seq scans or sorts where an index can do.
+func SessionParams() map[string]string {
+	return map[string]string{
+		"plan_cache_mode": "force_generic_plan",
+		"enable_seqscan":  "off",
+		"enable_sort":     "off",
+	}
+}
+
 // LockSpace returns the first key of the relay's advisory locks on this
 // outbox (the one the session's search_path finds): derived from the
 // table's oid, it differs between schemas of one database.

@@ -460,19 +460,9 @@ func (r *Relay) connect(ctx context.Context) (*pgx.Conn, int32, error) {
 	cc.RuntimeParams["tcp_keepalives_interval"] = strconv.Itoa(probe)
 	cc.RuntimeParams["tcp_keepalives_count"] = "2"
 	cc.RuntimeParams["tcp_user_timeout"] = strconv.FormatInt(max(r.cfg.Lease.Milliseconds(), 1000), 10)
-	// The claim's plan must walk the queue in seq order by its primary key
-	// and stop at the limit, whatever the statistics say. PostgreSQL's
-	// custom plans for a prepared statement's first five runs cost the
-	// actual LIMIT and sort the whole queue once it is large (220 ms per
-	// claim at 100,000 queued events against 0.8 ms); and a plan made while
-	// the queue is small or empty — the normal state, when a relay starts —
-	// seq-scans and sorts it too, and the session keeps that plan when a
-	// backlog builds up. This connection runs only the claim's statements,
-	// each an index walk or lookup, so: generic plans from the first run,
-	// and no seq scans or sorts where an index can do.
-	cc.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
-	cc.RuntimeParams["enable_seqscan"] = "off"
-	cc.RuntimeParams["enable_sort"] = "off"
+	for k, v := range outbox.SessionParams() {
+		cc.RuntimeParams[k] = v
+	}
 	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
 		return nil, 0, fmt.Errorf("claim session: %w", err)
