@@ -191,6 +191,69 @@ func (j *FileJournal) Unsettled(_ context.Context) ([]JournalEntry, error) {
 	return out, errors.Join(errs...)
 }
 
+// PruneResult says what Prune found and did, by operation key.
+type PruneResult struct {
+	// Removed are settled operations whose records were removed.
+	Removed []string `json:"removed"`
+	// Abandoned are unsettled operations past the key retention whose
+	// records were removed (abandon).
+	Abandoned []string `json:"abandoned"`
+	// Expired are unsettled operations past the key retention that were
+	// kept: their keys are never sent again (ErrKeyTooOld) and the server
+	// may have forgotten them, so their outcome may stay unknown.
+	Expired []JournalEntry `json:"expired"`
+}
+
+// Prune removes the records of operations settled before settledBefore.
+// Unsettled operations first sent before expiredBefore (now − the key
+// retention) are listed in Expired, or removed when abandon is true — the
+// caller's explicit decision to stop tracking an outcome that may never be
+// known. Records that cannot be read are kept and reported in the error.
+func (j *FileJournal) Prune(_ context.Context, settledBefore, expiredBefore time.Time, abandon bool) (PruneResult, error) {
+	res := PruneResult{Removed: []string{}, Abandoned: []string{}, Expired: []JournalEntry{}}
+	des, err := os.ReadDir(j.dir)
+	if err != nil {
+		return res, fmt.Errorf("read journal: %w", err)
+	}
+	var errs []error
+	removed := false
+	for _, de := range des {
+		if de.IsDir() || !strings.HasSuffix(de.Name(), ".op") {
+			continue
+		}
+		path := filepath.Join(j.dir, de.Name())
+		e, err := j.read(path)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		switch {
+		case e.Settled != nil && e.Settled.At.Before(settledBefore):
+			res.Removed = append(res.Removed, e.Key)
+		case e.Settled == nil && e.CreatedAt.Before(expiredBefore) && abandon:
+			res.Abandoned = append(res.Abandoned, e.Key)
+		case e.Settled == nil && e.CreatedAt.Before(expiredBefore):
+			res.Expired = append(res.Expired, e)
+			continue
+		default:
+			continue
+		}
+		if err := os.Remove(path); err != nil {
+			return res, errors.Join(append(errs, fmt.Errorf("prune journal: %w", err))...)
+		}
+		removed = true
+	}
+	if removed {
+		if err := syncDir(j.dir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	sort.Strings(res.Removed)
+	sort.Strings(res.Abandoned)
+	sort.SliceStable(res.Expired, func(a, b int) bool { return res.Expired[a].CreatedAt.Before(res.Expired[b].CreatedAt) })
+	return res, errors.Join(errs...)
+}
+
 func (j *FileJournal) read(path string) (JournalEntry, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {

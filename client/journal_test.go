@@ -167,3 +167,57 @@ func TestJournalRefusesBadEntries(t *testing.T) {
 		require.Error(t, err, "%+v", e)
 	}
 }
+
+// TestFileJournalPrune removes settled records older than the cutoff, keeps
+// recent ones and unsettled ones, lists unsettled operations past the key
+// retention — removing them only when told to abandon them — and keeps a
+// damaged record, reporting it.
+func TestFileJournalPrune(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	dir := t.TempDir()
+	j, err := OpenFileJournal(dir)
+	require.NoError(t, err)
+	now := time.Now()
+	begin := func(key string, created time.Time, settled *time.Time) {
+		t.Helper()
+		e := entry(key)
+		e.CreatedAt = created
+		_, err := j.Begin(ctx, e)
+		require.NoError(t, err)
+		if settled != nil {
+			require.NoError(t, j.Settle(ctx, key, Settlement{State: StateCompleted, Status: 201, At: *settled}))
+		}
+	}
+	at := func(d time.Duration) *time.Time { x := now.Add(-d); return &x }
+	begin("settled-old", now.Add(-50*24*time.Hour), at(40*24*time.Hour))
+	begin("settled-new", now.Add(-2*time.Hour), at(time.Hour))
+	begin("unsettled-new", now.Add(-time.Hour), nil)
+	begin("unsettled-expired", now.Add(-31*24*time.Hour), nil)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "damaged.op"), []byte("not a record"), 0o600))
+
+	settledBefore, expiredBefore := now.Add(-720*time.Hour), now.Add(-720*time.Hour)
+	res, err := j.Prune(ctx, settledBefore, expiredBefore, false)
+	require.Error(t, err, "the damaged record is reported")
+	require.Equal(t, []string{"settled-old"}, res.Removed)
+	require.Empty(t, res.Abandoned)
+	require.Len(t, res.Expired, 1)
+	require.Equal(t, "unsettled-expired", res.Expired[0].Key)
+	_, err = j.Get(ctx, "settled-old")
+	require.ErrorIs(t, err, ErrNotJournalled)
+	for _, k := range []string{"settled-new", "unsettled-new", "unsettled-expired"} {
+		_, err := j.Get(ctx, k)
+		require.NoError(t, err, "%s stays", k)
+	}
+
+	res, err = j.Prune(ctx, settledBefore, expiredBefore, true)
+	require.Error(t, err)
+	require.Empty(t, res.Removed)
+	require.Equal(t, []string{"unsettled-expired"}, res.Abandoned)
+	require.Empty(t, res.Expired)
+	un, _ := j.Unsettled(ctx)
+	require.Len(t, un, 1)
+	require.Equal(t, "unsettled-new", un[0].Key)
+	_, err = os.Stat(filepath.Join(dir, "damaged.op"))
+	require.NoError(t, err, "a damaged record is never removed")
+}

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"time"
 	"unicode/utf8"
 
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -342,6 +343,59 @@ func (e *env) opsResume(ctx context.Context, args []string) error {
 	}
 	if code != exitOK {
 		return exitError{code: code, err: errors.New("not every operation is settled")}
+	}
+	return nil
+}
+
+// opsPrune removes settled journal records older than --older-than and
+// reports unsettled operations past the key retention, removing them only
+// with --abandon. Exit 4 while such operations are kept: their outcome may
+// never be known.
+func (e *env) opsPrune(ctx context.Context, args []string) error {
+	var (
+		dir              string
+		olderThan, keyTT time.Duration
+		abandon, asJSON  bool
+	)
+	s := e.set("quill ops prune", "quill ops prune [--older-than D] [--key-retention D] [--abandon] [--journal DIR] [--json]")
+	s.String(&dir, "journal", "QUILL_JOURNAL", defaultJournal(e.getenv), "directory of the operation journal")
+	s.Duration(&olderThan, "older-than", "", client.DefaultKeyRetention,
+		"remove the records of operations settled longer ago than this")
+	s.Duration(&keyTT, "key-retention", "QUILL_KEY_RETENTION", client.DefaultKeyRetention,
+		"the server's key retention: an unsettled operation first sent longer ago can no longer be resumed")
+	fs := s.FlagSet()
+	fs.BoolVar(&abandon, "abandon", false, "also remove unsettled operations past the key retention (their outcome stays unknown)")
+	fs.BoolVar(&asJSON, "json", false, "print one JSON object")
+	if err := parseNone(s, args); err != nil {
+		return err
+	}
+	if olderThan <= 0 || keyTT <= 0 {
+		return cli.UsageError{Msg: "--older-than and --key-retention must be positive"}
+	}
+	j, err := client.OpenFileJournal(dir)
+	if err != nil {
+		return fmt.Errorf("journal %s: %w", dir, err)
+	}
+	now := time.Now()
+	res, perr := j.Prune(ctx, now.Add(-olderThan), now.Add(-keyTT), abandon)
+	if asJSON {
+		e.printJSON(res)
+	} else {
+		fmt.Fprintf(e.stdout, "removed %d settled operations (settled more than %s ago)\n", len(res.Removed), olderThan)
+		for _, k := range res.Abandoned {
+			fmt.Fprintf(e.stdout, "abandoned %s: unsettled, past the key retention; its outcome stays unknown\n", k)
+		}
+		for _, x := range res.Expired {
+			fmt.Fprintf(e.stdout, "kept %s %s: unsettled and first sent %s, past the key retention — \"quill ops get %s\" may still answer; --abandon removes it\n",
+				x.Key, x.Action, x.CreatedAt.UTC().Format(time.RFC3339), x.Key)
+		}
+	}
+	if perr != nil {
+		fmt.Fprintln(e.stderr, "quill: journal:", perr)
+		return exitError{code: exitFailure, err: perr}
+	}
+	if len(res.Expired) > 0 {
+		return exitError{code: exitUnknown, err: errors.New("unsettled operations past the key retention")}
 	}
 	return nil
 }

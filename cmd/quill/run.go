@@ -49,10 +49,12 @@ Usage:
   quill notes list [--limit N] [--cursor C]
   quill ops get KEY
   quill ops resume
+  quill ops prune [--older-than D] [--abandon]
   quill mcp
 
 Every command takes --url (QUILL_URL), --token (QUILL_TOKEN), --attempts,
 --deadline and --json; writes and "ops resume" also --journal (QUILL_JOURNAL).
+"ops prune" works on the journal alone (--journal, --json, no token).
 Each write is journalled before its first send. Run "quill <command> --help".
 
 Exit status: 0 done; 2 usage; 3 refused (the server's answer is final);
@@ -106,6 +108,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 			return cli.Dispatch(ctx, "quill ops", overview, "", map[string]cli.RunFunc{
 				"get":    e.wrap(e.opsGet),
 				"resume": e.wrap(e.opsResume),
+				"prune":  e.wrap(e.opsPrune),
 			}, args, getenv, stdout, stderr)
 		},
 		"mcp": e.wrap(e.mcp),

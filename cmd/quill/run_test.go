@@ -16,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/quillhq/quill/client"
 	"github.com/quillhq/quill/internal/apitest"
 	"github.com/quillhq/quill/internal/faultproxy"
 )
@@ -287,4 +288,40 @@ func TestJournalDefaults(t *testing.T) {
 	require.Equal(t, "/x/quill/journal", defaultJournal(env(map[string]string{"XDG_STATE_HOME": "/x", "HOME": "/h"})))
 	require.Equal(t, "/h/.local/state/quill/journal", defaultJournal(env(map[string]string{"HOME": "/h"})))
 	require.Equal(t, "/h/.local/state/quill/journal", defaultJournal(env(map[string]string{"XDG_STATE_HOME": "rel", "HOME": "/h"})))
+}
+
+// TestOpsPrune: settled records go once older than --older-than; an
+// unsettled operation past the key retention is kept and reported (exit 4)
+// until --abandon; prune needs no token; bad durations are usage errors.
+func TestOpsPrune(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	out, errOut, code := b.quill("notes", "create", "--title", "kept for now", "--key", "settled-k")
+	require.Equal(t, 0, code, errOut+out)
+	j, err := client.OpenFileJournal(b.journal)
+	require.NoError(t, err)
+	_, err = j.Begin(t.Context(), client.JournalEntry{Key: "lost-k", Action: client.ActionCreateNote,
+		Params: json.RawMessage(`{"title":"t"}`), CreatedAt: time.Now().Add(-40 * 24 * time.Hour)})
+	require.NoError(t, err)
+	delete(b.env, "QUILL_TOKEN") // prune is local
+
+	out, errOut, code = b.quill("ops", "prune")
+	require.Equal(t, 4, code, "an unsettled operation past the key retention is kept: %s %s", out, errOut)
+	require.Contains(t, out, "removed 0 settled operations")
+	require.Contains(t, out, "kept lost-k create-note")
+	_, err = j.Get(t.Context(), "settled-k")
+	require.NoError(t, err, "settled a moment ago: kept")
+
+	out, errOut, code = b.quill("ops", "prune", "--older-than", "1ns", "--abandon", "--json")
+	require.Equal(t, 0, code, errOut)
+	m := decode(t, out)
+	require.Equal(t, []any{"settled-k"}, m["removed"])
+	require.Equal(t, []any{"lost-k"}, m["abandoned"])
+	require.Empty(t, m["expired"])
+	un, err := j.Unsettled(t.Context())
+	require.NoError(t, err)
+	require.Empty(t, un)
+
+	_, errOut, code = b.quill("ops", "prune", "--older-than", "0s")
+	require.Equal(t, 2, code, errOut)
 }
