@@ -15,8 +15,9 @@
 -- older binary still running during a rolling upgrade — the queue holds
 -- exactly the unpublished events, with parked mirroring parked_at. Every
 -- trigger is per statement with a transition table, so a batch of 256 marks
--- pays for one trigger call, not 256. The functions keep the search_path of
--- the migration, so a session with another one still finds the queue.
+-- pays for one trigger call, not 256. The functions are pinned to the
+-- migration's schema, so a session with another search_path still finds
+-- the queue.
 CREATE TABLE outbox_pending (
     seq           bigint  PRIMARY KEY,
     aggregate_id  uuid    NOT NULL,
@@ -26,7 +27,7 @@ CREATE TABLE outbox_pending (
 CREATE INDEX outbox_pending_note_idx ON outbox_pending (aggregate_id, seq);
 
 -- +goose StatementBegin
-CREATE FUNCTION outbox_pending_on_insert() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+CREATE FUNCTION outbox_pending_on_insert() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO outbox_pending (seq, aggregate_id, parked)
     SELECT seq, aggregate_id, parked_at IS NOT NULL FROM outbox_new WHERE published_at IS NULL;
@@ -36,7 +37,7 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
-CREATE FUNCTION outbox_pending_on_update() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+CREATE FUNCTION outbox_pending_on_update() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     DELETE FROM outbox_pending p USING outbox_new n
     WHERE p.seq = n.seq AND n.published_at IS NOT NULL;
@@ -53,7 +54,7 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
-CREATE FUNCTION outbox_pending_on_delete() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+CREATE FUNCTION outbox_pending_on_delete() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     DELETE FROM outbox_pending p USING outbox_old o WHERE p.seq = o.seq;
     RETURN NULL;
@@ -62,10 +63,25 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
-CREATE FUNCTION outbox_pending_on_truncate() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+CREATE FUNCTION outbox_pending_on_truncate() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     DELETE FROM outbox_pending;
     RETURN NULL;
+END
+$$;
+-- +goose StatementEnd
+
+-- Pin the functions to the schema they were created in (SET search_path
+-- FROM CURRENT would take the session's whole path, '"$user", public' by
+-- default, and "$user" is resolved per caller).
+-- +goose StatementBegin
+DO $$
+DECLARE f text;
+BEGIN
+    FOREACH f IN ARRAY ARRAY['outbox_pending_on_insert', 'outbox_pending_on_update',
+                             'outbox_pending_on_delete', 'outbox_pending_on_truncate'] LOOP
+        EXECUTE format('ALTER FUNCTION %I() SET search_path = %I', f, current_schema());
+    END LOOP;
 END
 $$;
 -- +goose StatementEnd

@@ -13,11 +13,12 @@ CREATE TABLE bench_raw.outbox_events (LIKE public.outbox_events INCLUDING ALL);
 -- trigger, which LIKE does not copy): the same trigger on the copy, so the
 -- raw inserts pay for the queue row as the API's do.
 CREATE TABLE bench_raw.outbox_pending (LIKE public.outbox_pending INCLUDING ALL);
-CREATE FUNCTION bench_raw.outbox_pending_on_insert() RETURNS trigger LANGUAGE plpgsql SET search_path = bench_raw AS $$
+-- The migration's own function, moved to bench_raw (its definition names
+-- the schema twice: the function's and its pinned search_path).
+DO $$
 BEGIN
-    INSERT INTO outbox_pending (seq, aggregate_id, parked)
-    SELECT seq, aggregate_id, parked_at IS NOT NULL FROM outbox_new WHERE published_at IS NULL;
-    RETURN NULL;
+    EXECUTE replace(replace(pg_get_functiondef('public.outbox_pending_on_insert'::regproc),
+        'public.', 'bench_raw.'), '''public''', '''bench_raw''');
 END
 $$;
 CREATE TRIGGER outbox_pending_insert AFTER INSERT ON bench_raw.outbox_events

@@ -285,3 +285,29 @@ func TestClaimHoldsExactlyWhatItReturns(t *testing.T) {
 	require.Empty(t, got, "nothing more is claimable")
 	require.Equal(t, 2, locks(a), "no lock taken for what was not returned")
 }
+
+// TestQueueTriggersAreBoundToTheirSchema: a write from a session whose
+// search_path leads elsewhere (here: the database's public schema, which
+// has a queue of its own) still queues the event in the outbox's schema.
+func TestQueueTriggersAreBoundToTheirSchema(t *testing.T) {
+	t.Parallel()
+	pool, u := dbtest.Pool(t, 2)
+	ctx := context.Background()
+	cfg, err := pgx.ParseConfig(u)
+	require.NoError(t, err)
+	schema := cfg.RuntimeParams["search_path"]
+	require.NotEmpty(t, schema)
+	delete(cfg.RuntimeParams, "search_path")
+	other, err := pgx.ConnectConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = other.Close(ctx) })
+	var path string
+	require.NoError(t, other.QueryRow(ctx, `SELECT current_schema()`).Scan(&path))
+	require.NotEqual(t, schema, path)
+
+	_, err = other.Exec(ctx, `INSERT INTO `+pgx.Identifier{schema, "outbox_events"}.Sanitize()+
+		` (id, tenant, aggregate_id, type, payload, created_at) VALUES ($1, 't1', $2, 'note.created', '{}', now())`,
+		uuid.New(), uuid.New())
+	require.NoError(t, err)
+	require.Len(t, requireQueueMatches(t, pool, "insert from another search_path"), 1)
+}
