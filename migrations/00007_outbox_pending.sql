@@ -82,6 +82,11 @@ BEGIN
                              'outbox_pending_on_delete', 'outbox_pending_on_truncate'] LOOP
         EXECUTE format('ALTER FUNCTION %I() SET search_path = %I', f, current_schema());
     END LOOP;
+    -- Their joins with the queue must probe its primary key: a plan made
+    -- while the queue was small or empty (plpgsql keeps it for the session)
+    -- would scan the whole queue on every mark once a backlog builds up.
+    ALTER FUNCTION outbox_pending_on_update() SET enable_seqscan = off;
+    ALTER FUNCTION outbox_pending_on_delete() SET enable_seqscan = off;
 END
 $$;
 -- +goose StatementEnd
