@@ -209,9 +209,12 @@ func LockSpace(ctx context.Context, q Querier) (int32, error) {
 // within its session) — and returns them in commit order (by seq). A claim
 // is a session-level advisory lock; it lasts until Unlock (or the next
 // Claim's unlock) or until the session ends, so a relay that dies loses its
-// claims at once and another relay takes the events over. Claim writes
-// nothing. On an error the session may hold claims the caller does not know
-// of: close it.
+// claims at once and another relay takes the events over. An event another
+// relay published between the claim's snapshot and its lock is let go (the
+// queue is checked again in a fresh snapshot). Claim writes nothing, except
+// to drop a queue row whose event is published or gone (see sqlDropStale).
+// On an error the session may hold claims the caller does not know of:
+// close it.
 func Claim(ctx context.Context, s Session, space int32, unlock, held []int64, limit int) ([]Pending, error) {
 	var b pgx.Batch
 	if len(unlock) > 0 {
