@@ -202,7 +202,7 @@ func events(ctx context.Context, args []string, getenv func(string) string, stdo
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "%d parked events returned to the queue\n", n)
+		fmt.Fprintf(stdout, "%d events returned to the queue (parked ones, and unpublished ones missing from it)\n", n)
 		return nil
 	}
 	if sub == "retry" {

@@ -396,7 +396,7 @@ func ListParked(ctx context.Context, q Querier) ([]ParkedEvent, error) {
 
 // ErrNotParked is returned by Unpark for an id that is not a parked event
 // (nor an unpublished one missing from the queue).
-var ErrNotParked = errors.New("no parked event with this id")
+var ErrNotParked = errors.New("no parked event with this id (nor an unpublished one missing from the queue)")
 
 // Unpark returns a parked event to the queue — or queues again an
 // unpublished event whose queue row is missing; the relays publish it on
