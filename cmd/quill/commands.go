@@ -26,30 +26,28 @@ func (e *env) set(name, synopsis string) *config.Set {
 	return config.New(name, synopsis, e.getenv, e.stderr)
 }
 
-// operationKey returns the key of a write: --key, checked before any send,
-// or a new one.
-func operationKey(cl *client.Client, flagKey string) (string, error) {
-	if flagKey == "" {
-		return cl.NewKey(), nil
-	}
-	k, err := idempotency.ParseKey(flagKey)
-	if err != nil {
-		return "", cli.UsageError{Msg: "--key: " + err.Error()}
-	}
-	return k, nil
-}
-
-// checkKey refuses a malformed --key before anything is opened or sent.
-func checkKey(fs *flag.FlagSet, flagKey string) error {
+// writer opens the client of a write and returns it with the write's
+// operation key: --key when it was given — checked before anything is
+// opened or sent — else a new one.
+func (e *env) writer(c common, fs *flag.FlagSet, flagKey string) (*client.Client, string, error) {
 	set := false
 	fs.Visit(func(f *flag.Flag) { set = set || f.Name == "key" })
-	if !set {
-		return nil
+	key := ""
+	if set {
+		k, err := idempotency.ParseKey(flagKey)
+		if err != nil {
+			return nil, "", cli.UsageError{Msg: "--key: " + err.Error()}
+		}
+		key = k
 	}
-	if _, err := idempotency.ParseKey(flagKey); err != nil {
-		return cli.UsageError{Msg: "--key: " + err.Error()}
+	cl, err := e.newClient(c, true)
+	if err != nil {
+		return nil, "", err
 	}
-	return nil
+	if key == "" {
+		key = cl.NewKey()
+	}
+	return cl, key, nil
 }
 
 func (e *env) notesCreate(ctx context.Context, args []string) error {
@@ -88,14 +86,7 @@ func (e *env) notesCreate(ctx context.Context, args []string) error {
 		}
 		n.Attachment = &client.NewAttachment{Filename: filepath.Base(attach), ContentType: contentType, Data: data}
 	}
-	if err := checkKey(s.FlagSet(), key); err != nil {
-		return err
-	}
-	cl, err := e.newClient(c, true)
-	if err != nil {
-		return err
-	}
-	k, err := operationKey(cl, key)
+	cl, k, err := e.writer(c, s.FlagSet(), key)
 	if err != nil {
 		return err
 	}
@@ -126,14 +117,7 @@ func (e *env) notesDelete(ctx context.Context, args []string) error {
 	if len(pos) != 1 || pos[0] == "" {
 		return cli.UsageError{Msg: "usage: quill notes delete ID [--key K]"}
 	}
-	if err := checkKey(s.FlagSet(), key); err != nil {
-		return err
-	}
-	cl, err := e.newClient(c, true)
-	if err != nil {
-		return err
-	}
-	k, err := operationKey(cl, key)
+	cl, k, err := e.writer(c, s.FlagSet(), key)
 	if err != nil {
 		return err
 	}
