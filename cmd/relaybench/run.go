@@ -502,9 +502,12 @@ func wait(ctx context.Context, c common, stdout io.Writer) error {
 	})
 }
 
+// pendingEvents counts the relays' queue (exactly the unpublished events,
+// migration 00007): polled while the relays run, so it must not scan the
+// outbox, which has no index on published_at.
 func pendingEvents(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
 	var n int64
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE published_at IS NULL`).Scan(&n); err != nil {
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox_pending`).Scan(&n); err != nil {
 		return 0, fmt.Errorf("count pending events: %w", err)
 	}
 	return n, nil
