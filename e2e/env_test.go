@@ -23,9 +23,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
+
+	"github.com/quillhq/quill/internal/natstest"
 )
 
 // binaries are the programs under test, built once per run.
@@ -289,7 +289,9 @@ func (n *natsServer) Start(ctx context.Context) error {
 	n.pids = append(n.pids, cmd.Process.Pid)
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		err := probeJetStream(ctx, n.URL())
+		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		err := natstest.Probe(pctx, n.URL())
+		cancel()
 		if err == nil {
 			return nil
 		}
@@ -304,22 +306,6 @@ func (n *natsServer) Start(ctx context.Context) error {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-func probeJetStream(ctx context.Context, url string) error {
-	nc, err := nats.Connect(url, nats.Name("e2e-probe"), nats.Timeout(2*time.Second))
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	_, err = js.AccountInfo(ctx)
-	return err
 }
 
 // Stop stops the server (SIGTERM: a clean shutdown that flushes the store)

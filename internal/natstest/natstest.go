@@ -126,16 +126,21 @@ func (s *Server) startLocked(t testing.TB) {
 	}
 	s.ns, s.log = ns, lg
 	// End to end: a client can reach the JetStream API (streams recovered).
-	if err := probe(ns.ClientURL()); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	err = Probe(ctx, ns.ClientURL())
+	cancel()
+	if err != nil {
 		s.ns, s.log = nil, nil
 		shutdown(ns, lg)
 		require.NoError(t, err, "natstest: JetStream API not answering")
 	}
 }
 
-// probe connects to url and waits for the JetStream API to answer.
-func probe(url string) error {
-	nc, err := nats.Connect(url, nats.Name("natstest-probe"))
+// Probe connects to the server at url and asks the JetStream API for the
+// account's information: it returns nil once JetStream answers, the
+// connection or API error otherwise (also when ctx ends first).
+func Probe(ctx context.Context, url string) error {
+	nc, err := nats.Connect(url, nats.Name("natstest-probe"), nats.Timeout(2*time.Second))
 	if err != nil {
 		return err
 	}
@@ -144,8 +149,6 @@ func probe(url string) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
-	defer cancel()
 	_, err = js.AccountInfo(ctx)
 	return err
 }
