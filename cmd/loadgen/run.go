@@ -14,7 +14,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -22,6 +21,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/quillhq/quill/internal/cpustat"
 )
 
 // Modes.
@@ -42,9 +43,6 @@ const (
 	minReplayKeys = 1000
 	// notesPath is the endpoint every request goes to.
 	notesPath = "/v1/notes"
-	// clockTicks is Linux's USER_HZ, the unit of /proc/self/stat times; it
-	// is 100 on every mainstream architecture.
-	clockTicks = 100
 )
 
 // config is one run's settings.
@@ -390,7 +388,7 @@ func measure(ctx context.Context, cl *client, c config, targets []target, progre
 		defer t.Stop()
 		select {
 		case <-t.C:
-			cpuStart <- processCPUSeconds()
+			cpuStart <- cpustat.Process()
 			fmt.Fprintf(progress, "loadgen: measuring for %s\n", c.duration)
 		case <-ctx.Done():
 			cpuStart <- -1
@@ -448,7 +446,7 @@ func measure(ctx context.Context, cl *client, c config, targets []target, progre
 	wg.Wait()
 	wall := time.Since(measureFrom)
 	cpu0 := <-cpuStart
-	cpu1 := processCPUSeconds()
+	cpu1 := cpustat.Process()
 
 	res := result{
 		Mode: c.mode, URL: cl.endpoint, Concurrency: c.concurrency,
@@ -527,32 +525,6 @@ func formatKinds(m map[string]int) string {
 		parts[i] = k + "=" + strconv.Itoa(m[k])
 	}
 	return strings.Join(parts, ",")
-}
-
-// processCPUSeconds returns this process's user+system CPU time from
-// /proc/self/stat, or -1 where there is no such file.
-func processCPUSeconds() float64 {
-	b, err := os.ReadFile("/proc/self/stat")
-	if err != nil {
-		return -1
-	}
-	// The command name (field 2) may hold spaces; the fields after its
-	// closing parenthesis start with field 3 (state); utime and stime are
-	// fields 14 and 15.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return -1
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 {
-		return -1
-	}
-	utime, err1 := strconv.ParseInt(f[11], 10, 64)
-	stime, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return -1
-	}
-	return float64(utime+stime) / clockTicks
 }
 
 func writeJSON(w io.Writer, r result) error {

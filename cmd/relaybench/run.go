@@ -23,6 +23,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/quillhq/quill/internal/cpustat"
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/idempotency"
 	"github.com/quillhq/quill/internal/notes"
@@ -41,9 +42,6 @@ const overview = `usage: relaybench seed|raw|wait|latency|reset [flags]
   reset    delete --stream if it exists
 
 Each prints one JSON object. "relaybench SUBCOMMAND --help" lists its flags.`
-
-// clockTicks is Linux's USER_HZ, the unit of /proc/self/stat times.
-const clockTicks = 100
 
 // common holds the flags every subcommand may use.
 type common struct {
@@ -362,7 +360,7 @@ func raw(ctx context.Context, c common, stdout io.Writer) error {
 
 	futures := make([]jetstream.PubAckFuture, len(events))
 	fmt.Fprintf(c.progress, "relaybench: publishing %d messages to %s\n", len(events), subject)
-	cpu0 := processCPUSeconds()
+	cpu0 := cpustat.Process()
 	t0 := time.Now()
 	var pubErrs int
 	var firstErr error
@@ -391,7 +389,7 @@ func raw(ctx context.Context, c common, stdout io.Writer) error {
 		return fmt.Errorf("waiting for acknowledgements: %w", ctx.Err())
 	}
 	wall := time.Since(t0)
-	cpu1 := processCPUSeconds()
+	cpu1 := cpustat.Process()
 
 	acked, dups, ackErrs := 0, 0, 0
 	for _, f := range futures {
@@ -769,27 +767,4 @@ func ms(d time.Duration) float64 { return round(float64(d)/float64(time.Millisec
 func round(v float64, places int) float64 {
 	p := math.Pow(10, float64(places))
 	return math.Round(v*p) / p
-}
-
-// processCPUSeconds returns this process's user+system CPU time from
-// /proc/self/stat, or -1 where there is no such file.
-func processCPUSeconds() float64 {
-	b, err := os.ReadFile("/proc/self/stat")
-	if err != nil {
-		return -1
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return -1
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 {
-		return -1
-	}
-	utime, err1 := strconv.ParseInt(f[11], 10, 64)
-	stime, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return -1
-	}
-	return float64(utime+stime) / clockTicks
 }

@@ -1,0 +1,79 @@
+// Package cpustat reads CPU time from Linux's /proc, for the benchmarks'
+// per-event cost figures: the CPU one process used, and the CPU the whole
+// machine used (which, on a machine running nothing else, is the system
+// under test — PostgreSQL and NATS included).
+package cpustat
+
+import (
+	"bytes"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// clockTicks is Linux's USER_HZ, the unit of /proc times; it is 100 on
+// every mainstream architecture.
+const clockTicks = 100
+
+// Process returns this process's user+system CPU time in seconds, or -1
+// where /proc/self/stat cannot be read.
+func Process() float64 {
+	b, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		return -1
+	}
+	return parseProcessStat(b)
+}
+
+func parseProcessStat(b []byte) float64 {
+	// The command name (field 2) may hold spaces and parentheses; the
+	// fields after its last closing parenthesis start with field 3
+	// (state); utime and stime are fields 14 and 15.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return -1
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return -1
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return -1
+	}
+	return float64(utime+stime) / clockTicks
+}
+
+// Machine returns the CPU time all CPUs spent busy since boot, in seconds
+// (every field of /proc/stat's "cpu" line but idle and iowait), or -1
+// where /proc/stat cannot be read.
+func Machine() float64 {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return -1
+	}
+	return parseMachineStat(b)
+}
+
+func parseMachineStat(b []byte) float64 {
+	line, _, _ := bytes.Cut(b, []byte("\n"))
+	f := strings.Fields(string(line))
+	if len(f) < 5 || f[0] != "cpu" {
+		return -1
+	}
+	var busy int64
+	for i, s := range f[1:] {
+		// user nice system idle iowait irq softirq steal guest guest_nice;
+		// guest time is already counted in user (and guest_nice in nice).
+		if i == 3 || i == 4 || i >= 8 {
+			continue
+		}
+		v, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return -1
+		}
+		busy += v
+	}
+	return float64(busy) / clockTicks
+}
