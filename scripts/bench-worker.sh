@@ -12,18 +12,29 @@
 # It prints pipeline ÷ raw (target ≥ 0.7) and pipeline ÷ ceiling per
 # fixture. QUILL_WORKER_CONCURRENCY, QUILL_WORKER_BATCH_SIZE,
 # QUILL_WORKER_COMMITTERS and QUILL_WORKER_BATCH_WAIT, when set, override the
-# worker's defaults in both worker benchmarks. Needs PostgreSQL (the tests'
-# database); NATS runs in-process. The machine's load is printed: on shared
+# worker's defaults in both worker benchmarks; BENCH_WORKER_PNG_N and
+# BENCH_WORKER_TEXT_N set the attachments per run. The relay is stopped once
+# the note.created events are in the stream, so it does not publish the
+# worker's attachment.processed events on the same cores during the
+# measurement (make bench-relay measures that path). Per-event CPU is
+# printed too: proc-µs/event is the test process (worker and in-process
+# NATS), machine-µs/event every process (PostgreSQL included). Needs
+# PostgreSQL (the tests' database); NATS runs in-process. The machine's load is printed: on shared
 # cores compare the ratios of one run, not rates across runs.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 GO=${GO:-go}
-N=${BENCH_WORKER_N:-2000}
+# Attachments per worker benchmark: a PNG costs ~6 ms of CPU, a text ~0.3 ms,
+# so texts need more events for a run of a few seconds (the worker's start —
+# consumer, subscriptions — is inside the timed part).
+PNG_N=${BENCH_WORKER_PNG_N:-2000}
+TEXT_N=${BENCH_WORKER_TEXT_N:-10000}
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || uptime)"
-$GO test -run '^$' -bench 'Pipeline|StoreCeiling' -benchtime "${N}x" ./internal/worker/ | tee -a "$out"
+$GO test -run '^$' -bench 'Pipeline/png|StoreCeiling/png' -benchtime "${PNG_N}x" ./internal/worker/ | tee -a "$out"
+$GO test -run '^$' -bench 'Pipeline/text|StoreCeiling/text' -benchtime "${TEXT_N}x" ./internal/worker/ | tee -a "$out"
 $GO test -run '^$' -bench 'Process' ./internal/attachment/ | tee -a "$out"
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || uptime)"
 

@@ -61,6 +61,8 @@ type harness struct {
 	tenant string
 	// workers are the workers startWorker started, in order.
 	workers []*worker.Worker
+	// stopRelay stops the harness's relay.
+	stopRelay func()
 }
 
 func newHarness(t testing.TB) *harness {
@@ -98,7 +100,7 @@ func (h *harness) startRelay() {
 	r, err := relay.New(pool, nc, h.relayConfig(), testLogger(t), metrics.NewRelay(prometheus.NewRegistry()))
 	require.NoError(t, err)
 	require.NoError(t, r.Provision(t.Context()))
-	runUntilCleanup(t, r.Run)
+	h.stopRelay = runUntilCleanup(t, r.Run)
 }
 
 // config is a worker configuration with short horizons for tests.

@@ -52,7 +52,7 @@ const (
 	DefaultConsumer      = "attachment-worker"
 	DefaultMaxDeliver    = 10
 	DefaultAckWait       = 30 * time.Second
-	DefaultConcurrency   = 64
+	DefaultConcurrency   = 128
 	DefaultRetries       = 3
 	DefaultRetryInterval = 100 * time.Millisecond
 	DefaultNakDelay      = time.Second
@@ -60,8 +60,11 @@ const (
 	// DefaultMaxAckPending bounds the messages delivered and not yet
 	// acknowledged across every worker process of the consumer.
 	DefaultMaxAckPending = 256
-	// DefaultPrefetch is how many messages one subscription pulls ahead.
-	DefaultPrefetch = 4
+	// DefaultPrefetch is the most messages one subscription pulls ahead
+	// by default (fewer when Concurrency × DefaultPrefetch would exceed
+	// MaxAckPending); DefaultConcurrency × DefaultPrefetch =
+	// DefaultMaxAckPending.
+	DefaultPrefetch = 2
 	// DefaultBatchSize is the most events committed in one transaction.
 	DefaultBatchSize = 64
 	// DefaultBatchBytes bounds the attachment bytes of one transaction.
@@ -93,8 +96,10 @@ type Config struct {
 	// Concurrency is the number of messages handled at once
 	// (QUILL_WORKER_CONCURRENCY): the router's subscriptions, each waiting
 	// for its message's transaction to commit. It bounds the group commit:
-	// a transaction carries at most min(Concurrency, BatchSize) events.
-	// Default 64.
+	// a transaction carries at most min(Concurrency, BatchSize) events,
+	// and a handler spends part of its time outside the committer
+	// (delivery, acknowledgement), so the batches need about twice
+	// BatchSize handlers to fill. Default 128.
 	Concurrency int
 	// BatchSize is the most events committed in one transaction
 	// (QUILL_WORKER_BATCH_SIZE); 1 commits every event alone. Default 64.
@@ -116,7 +121,8 @@ type Config struct {
 	// MaxAckPending is the consumer's MaxAckPending. Default 256.
 	MaxAckPending int
 	// Prefetch is how many messages each of the Concurrency subscriptions
-	// pulls ahead. Default 4.
+	// pulls ahead. Default DefaultPrefetch, or 1 when Concurrency ×
+	// DefaultPrefetch exceeds MaxAckPending.
 	Prefetch int
 	// Retries is how often a transient failure is retried in process
 	// before the message is Nak'ed. Default 3; negative means none.
@@ -160,7 +166,10 @@ func (c Config) WithDefaults() Config {
 		c.MaxAckPending = DefaultMaxAckPending
 	}
 	if c.Prefetch == 0 {
-		c.Prefetch = DefaultPrefetch
+		// A higher concurrency pulls fewer messages ahead per
+		// subscription, so that QUILL_WORKER_CONCURRENCY alone can go up
+		// to MaxAckPending.
+		c.Prefetch = max(1, min(DefaultPrefetch, c.MaxAckPending/c.Concurrency))
 	}
 	if c.Retries == 0 {
 		c.Retries = DefaultRetries
