@@ -186,7 +186,12 @@ func TestRestartWhileRunning(t *testing.T) {
 		before := srv.NATSServer()
 		srv.Restart(t)
 		require.NotSame(t, before, srv.NATSServer())
-		natstest.WaitFor(t, 5*time.Second, nc.IsConnected, "reconnect")
+		// IsConnected alone can still report the old connection, before
+		// the client noticed the restart: a publish then goes into the
+		// dead socket and its reply never comes.
+		natstest.WaitFor(t, 5*time.Second, func() bool {
+			return nc.Stats().Reconnects == uint64(i+1) && nc.IsConnected()
+		}, "reconnect")
 		_, err := js.Publish(ctx(t, 5*time.Second), "events.created", fmt.Appendf(nil, "%d", i))
 		require.NoError(t, err)
 	}
