@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"strconv"
 	"sync"
@@ -624,18 +625,40 @@ func (r *Relay) message(e outbox.Pending) *nats.Msg {
 // or the stream refusing the message. Anything else — no responders while
 // JetStream restarts, timeouts, a closed connection — is transient.
 func (r *Relay) permanent(ctx context.Context, e outbox.Pending, err error) (string, bool) {
-	var apiErr *jetstream.APIError
+	if reason, ok := refusal(err); ok {
+		return reason, true
+	}
 	switch {
 	case errors.Is(err, nats.ErrMaxPayload):
 		return fmt.Sprintf("payload of %d bytes exceeds the NATS server's max_payload of %d", len(e.Payload), r.nc.MaxPayload()), true
-	case errors.As(err, &apiErr) && apiErr.Code >= 400 && apiErr.Code < 500:
-		return "the stream refused the message: " + apiErr.Error(), true
 	case errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrNoResponders):
 		subject := outbox.Subject(r.cfg.SubjectPrefix, e.Tenant, e.Type)
 		_, lerr := r.js.StreamNameBySubject(ctx, subject)
 		if errors.Is(lerr, jetstream.ErrStreamNotFound) {
 			return "no stream captures subject " + subject, true
 		}
+	}
+	return "", false
+}
+
+// refusal reports a JetStream API error that refuses the message for good:
+// a 4xx answer, except 409 and 429. A 409 "duplicate message id is in
+// process" comes from a replicated stream still storing an earlier publish
+// of the same event (after an ack timeout, or two relays after a takeover):
+// the next attempt gets the duplicate ack. A 429 is a rate or in-flight
+// limit. Parking either would hold the note's later events back until an
+// operator retried it. 5xx answers (JetStream unavailable, store failed)
+// are transient too.
+func refusal(err error) (string, bool) {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return "", false
+	}
+	switch {
+	case apiErr.Code == http.StatusConflict, apiErr.Code == http.StatusTooManyRequests:
+		return "", false
+	case apiErr.Code >= 400 && apiErr.Code < 500:
+		return "the stream refused the message: " + apiErr.Error(), true
 	}
 	return "", false
 }
