@@ -89,7 +89,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	s.Int(&c.maxAttachment, "max-attachment-bytes", "QUILL_MAX_ATTACHMENT_BYTES", httpapi.DefaultMaxAttachmentBytes, 0, "decoded attachment limit")
 	s.Int(&c.dbMaxConns, "db-max-conns", "QUILL_DB_MAX_CONNS", defaultDBMaxConns, 2, "PostgreSQL connection pool size")
 	s.Int(&c.replayCacheBytes, "replay-cache-bytes", "QUILL_REPLAY_CACHE_BYTES", notes.DefaultReplayCacheBytes, 0, "memory for recently committed operation records that answer replays without a database round trip (0 disables)")
-	s.Duration(&c.tokenCacheTTL, "token-cache-ttl", "QUILL_TOKEN_CACHE_TTL", defaultTokenCacheTTL, "how long a valid token's tenant is remembered; a revocation takes effect within it (0 disables)")
+	s.DurationOrZero(&c.tokenCacheTTL, "token-cache-ttl", "QUILL_TOKEN_CACHE_TTL", defaultTokenCacheTTL, "how long a valid token's tenant is remembered; a revocation takes effect within it (0 disables)")
 	if err := cli.Parse(s, args); err != nil {
 		return err
 	}

@@ -62,7 +62,7 @@ func define(s *config.Set, c *settings) {
 	s.Int(&w.Concurrency, "concurrency", "QUILL_WORKER_CONCURRENCY", worker.DefaultConcurrency, 1, "events handled at once (each waits for its transaction's commit)")
 	s.Int(&w.BatchSize, "batch-size", "QUILL_WORKER_BATCH_SIZE", worker.DefaultBatchSize, 1, "most events committed in one transaction (1: each alone)")
 	s.Int(&w.BatchBytes, "batch-bytes", "QUILL_WORKER_BATCH_BYTES", worker.DefaultBatchBytes, 1, "a transaction takes no more events once their attachments reach this many bytes")
-	s.Duration(&w.BatchWait, "batch-wait", "QUILL_WORKER_BATCH_WAIT", 0, "how long a transaction waits for more events after the first (0: takes those already waiting)")
+	s.DurationOrZero(&w.BatchWait, "batch-wait", "QUILL_WORKER_BATCH_WAIT", 0, "how long a transaction waits for more events after the first (0: takes those already waiting)")
 	s.Int(&w.Committers, "committers", "QUILL_WORKER_COMMITTERS", worker.DefaultCommitters, 1, "transactions in flight at once, each on its own connection")
 }
 

@@ -140,6 +140,7 @@ func TestRunErrors(t *testing.T) {
 		{"bad max deliver", nil, map[string]string{"QUILL_MAX_DELIVER": "zero"}, 2},
 		{"bad ack wait", nil, map[string]string{"QUILL_ACK_WAIT": "soon"}, 2},
 		{"bad concurrency", nil, map[string]string{"QUILL_WORKER_CONCURRENCY": "0"}, 2},
+		{"zero ack wait", nil, map[string]string{"QUILL_ACK_WAIT": "0s"}, 2},
 		{"concurrency above MaxAckPending", nil, map[string]string{"QUILL_WORKER_CONCURRENCY": "257"}, 2},
 		{"bad log level", nil, map[string]string{"QUILL_LOG_LEVEL": "loud"}, 2},
 		{"unknown command", []string{"frobnicate"}, nil, 2},

@@ -343,7 +343,7 @@ func (e *env) opsPrune(ctx context.Context, args []string) error {
 	)
 	s := e.set("quill ops prune", "quill ops prune [--older-than D] [--key-retention D] [--abandon] [--journal DIR] [--json]")
 	s.String(&dir, "journal", "QUILL_JOURNAL", defaultJournal(e.getenv), "directory of the operation journal")
-	s.Duration(&olderThan, "older-than", "", client.DefaultKeyRetention,
+	s.DurationOrZero(&olderThan, "older-than", "", client.DefaultKeyRetention,
 		"remove the records of operations settled longer ago than this")
 	s.Duration(&keyTT, "key-retention", "QUILL_KEY_RETENTION", client.DefaultKeyRetention,
 		"the server's key retention: an unsettled operation first sent longer ago can no longer be resumed")

@@ -218,9 +218,6 @@ func (e *env) newClient(c common, journal bool) (*client.Client, error) {
 		return nil, cli.UsageError{Msg: "a token is required: set QUILL_TOKEN or pass --token"}
 	}
 	cfg := client.Config{BaseURL: c.url, Token: c.token, Attempts: c.attempts, Deadline: c.deadline}
-	if c.deadline == 0 {
-		return nil, cli.UsageError{Msg: "--deadline must be positive"}
-	}
 	if journal {
 		j, err := client.OpenFileJournal(c.journal)
 		if err != nil {

@@ -194,6 +194,10 @@ func TestCommandLineErrors(t *testing.T) {
 		{args: []string{"--lease", "soon"}, want: []string{`invalid --lease "soon"`}},
 		{env: map[string]string{"QUILL_RELAY_LEASE": "-1s"}, want: []string{"QUILL_RELAY_LEASE", "negative"}},
 		{env: map[string]string{"QUILL_RELAY_BATCH": "0"}, want: []string{"QUILL_RELAY_BATCH", "at least 1"}},
+		// Zero is refused, not silently taken for the default.
+		{env: map[string]string{"QUILL_DUPLICATE_WINDOW": "0s"}, want: []string{"QUILL_DUPLICATE_WINDOW", "greater than 0"}},
+		{env: map[string]string{"QUILL_OUTBOX_RETENTION": "0"}, want: []string{"QUILL_OUTBOX_RETENTION", "greater than 0"}},
+		{args: []string{"--poll-interval", "0s"}, want: []string{"--poll-interval", "greater than 0"}},
 		{env: map[string]string{"QUILL_OUTBOX_RETENTION": "a week"}, want: []string{"QUILL_OUTBOX_RETENTION"}},
 		{env: map[string]string{"QUILL_LOG_LEVEL": "loud"}, want: []string{"QUILL_LOG_LEVEL"}},
 		// Horizons that do not nest name the settings involved.

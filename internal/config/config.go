@@ -69,15 +69,31 @@ func (s *Set) String(p *string, name, env, def, usage string) {
 	s.add(name, env, def, usage, func(v string) error { *p = v; return nil })
 }
 
-// Duration defines a Go-duration setting; it must not be negative.
+// Duration defines a Go-duration setting that must be greater than zero:
+// for the settings whose zero value would otherwise stand for "unset" and
+// silently become the default.
 func (s *Set) Duration(p *time.Duration, name, env string, def time.Duration, usage string) {
+	s.duration(p, name, env, def, usage, false)
+}
+
+// DurationOrZero defines a Go-duration setting that may be zero, for the
+// settings where zero means something (no wait, no cache); it must not be
+// negative.
+func (s *Set) DurationOrZero(p *time.Duration, name, env string, def time.Duration, usage string) {
+	s.duration(p, name, env, def, usage, true)
+}
+
+func (s *Set) duration(p *time.Duration, name, env string, def time.Duration, usage string, zero bool) {
 	s.add(name, env, def.String(), usage, func(v string) error {
 		d, err := time.ParseDuration(v)
 		if err != nil {
 			return fmt.Errorf("not a Go duration such as 30s or 72h")
 		}
-		if d < 0 {
+		switch {
+		case d < 0:
 			return errors.New("must not be negative")
+		case d == 0 && !zero:
+			return errors.New("must be greater than 0")
 		}
 		*p = d
 		return nil

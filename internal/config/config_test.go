@@ -15,6 +15,7 @@ import (
 type values struct {
 	addr  string
 	wait  time.Duration
+	ttl   time.Duration // may be zero
 	body  int
 	label string // a setting without an environment variable
 }
@@ -24,6 +25,7 @@ const (
 	defWait = 2 * time.Second
 	defBody = 2097152
 	defLbl  = "none"
+	defTTL  = time.Minute
 )
 
 func newSet(env map[string]string, out *bytes.Buffer) (*config.Set, *values) {
@@ -33,6 +35,7 @@ func newSet(env map[string]string, out *bytes.Buffer) (*config.Set, *values) {
 	s.Duration(&v.wait, "idempotency-wait", "QUILL_IDEMPOTENCY_WAIT", defWait, "wait for a concurrent request")
 	s.Int(&v.body, "max-body-bytes", "QUILL_MAX_BODY_BYTES", defBody, 1, "request body limit")
 	s.String(&v.label, "label", "", defLbl, "a flag-only setting")
+	s.DurationOrZero(&v.ttl, "token-cache-ttl", "QUILL_TOKEN_CACHE_TTL", defTTL, "0 disables")
 	return s, v
 }
 
@@ -47,55 +50,55 @@ func TestParsePrecedence(t *testing.T) {
 	}{
 		{
 			name: "defaults",
-			want: values{addr: defAddr, wait: defWait, body: defBody, label: defLbl},
+			want: values{addr: defAddr, wait: defWait, body: defBody, label: defLbl, ttl: defTTL},
 		},
 		{
 			name: "env beats default",
 			env:  map[string]string{"QUILL_HTTP_ADDR": ":1", "QUILL_IDEMPOTENCY_WAIT": "500ms", "QUILL_MAX_BODY_BYTES": "10"},
-			want: values{addr: ":1", wait: 500 * time.Millisecond, body: 10, label: defLbl},
+			want: values{addr: ":1", wait: 500 * time.Millisecond, body: 10, label: defLbl, ttl: defTTL},
 		},
 		{
 			name: "flag beats env",
 			args: []string{"--http-addr=:2", "--idempotency-wait", "3s", "-max-body-bytes=20", "--label", "x"},
 			env:  map[string]string{"QUILL_HTTP_ADDR": ":1", "QUILL_IDEMPOTENCY_WAIT": "500ms", "QUILL_MAX_BODY_BYTES": "10"},
-			want: values{addr: ":2", wait: 3 * time.Second, body: 20, label: "x"},
+			want: values{addr: ":2", wait: 3 * time.Second, body: 20, label: "x", ttl: defTTL},
 		},
 		{
 			name: "flag beats default",
 			args: []string{"--idempotency-wait=1m"},
-			want: values{addr: defAddr, wait: time.Minute, body: defBody, label: defLbl},
+			want: values{addr: defAddr, wait: time.Minute, body: defBody, label: defLbl, ttl: defTTL},
 		},
 		{
 			name: "each setting from its own source",
 			args: []string{"--http-addr=:3"},
 			env:  map[string]string{"QUILL_IDEMPOTENCY_WAIT": "4s"},
-			want: values{addr: ":3", wait: 4 * time.Second, body: defBody, label: defLbl},
+			want: values{addr: ":3", wait: 4 * time.Second, body: defBody, label: defLbl, ttl: defTTL},
 		},
 		{
 			name: "empty env is unset",
 			env:  map[string]string{"QUILL_HTTP_ADDR": "", "QUILL_IDEMPOTENCY_WAIT": ""},
-			want: values{addr: defAddr, wait: defWait, body: defBody, label: defLbl},
+			want: values{addr: defAddr, wait: defWait, body: defBody, label: defLbl, ttl: defTTL},
 		},
 		{
 			name: "flag beats a bad env value",
 			args: []string{"--idempotency-wait=1s", "--max-body-bytes=5"},
 			env:  map[string]string{"QUILL_IDEMPOTENCY_WAIT": "soon", "QUILL_MAX_BODY_BYTES": "lots"},
-			want: values{addr: defAddr, wait: time.Second, body: 5, label: defLbl},
+			want: values{addr: defAddr, wait: time.Second, body: 5, label: defLbl, ttl: defTTL},
 		},
 		{
-			name: "zero duration",
-			env:  map[string]string{"QUILL_IDEMPOTENCY_WAIT": "0s"},
-			want: values{addr: defAddr, wait: 0, body: defBody, label: defLbl},
+			name: "zero where zero means something",
+			env:  map[string]string{"QUILL_TOKEN_CACHE_TTL": "0s"},
+			want: values{addr: defAddr, wait: defWait, body: defBody, label: defLbl, ttl: 0},
 		},
 		{
 			name: "int at its minimum",
 			env:  map[string]string{"QUILL_MAX_BODY_BYTES": "1"},
-			want: values{addr: defAddr, wait: defWait, body: 1, label: defLbl},
+			want: values{addr: defAddr, wait: defWait, body: 1, label: defLbl, ttl: defTTL},
 		},
 		{
 			name: "arguments after the flags",
 			args: []string{"--http-addr=:4", "token", "create"},
-			want: values{addr: ":4", wait: defWait, body: defBody, label: defLbl},
+			want: values{addr: ":4", wait: defWait, body: defBody, label: defLbl, ttl: defTTL},
 			rest: []string{"token", "create"},
 		},
 	}
@@ -143,6 +146,16 @@ func TestParseBadValueNamesItsSource(t *testing.T) {
 			name: "negative duration",
 			args: []string{"--idempotency-wait=-1s"},
 			want: []string{"--idempotency-wait", "-1s"},
+		},
+		{
+			name: "zero duration",
+			env:  map[string]string{"QUILL_IDEMPOTENCY_WAIT": "0s"},
+			want: []string{"QUILL_IDEMPOTENCY_WAIT", "0s", "greater than 0"},
+		},
+		{
+			name: "negative duration that may be zero",
+			env:  map[string]string{"QUILL_TOKEN_CACHE_TTL": "-1m"},
+			want: []string{"QUILL_TOKEN_CACHE_TTL", "must not be negative"},
 		},
 		{
 			name: "bad int in env",
