@@ -361,6 +361,12 @@ func (c *committer) transact(batch []*job) ([]outcome, error) {
 			forget = append(forget, e.j.p.id)
 		case e.deleted:
 			e.out.result = metrics.WorkerSkipped
+		case e.attID != pgUUID(e.j.p.att.id):
+			// A note has one attachment, fixed at its creation: an event
+			// naming another was not written by this database's API.
+			e.out.err = &permanentError{fmt.Sprintf("event names attachment %s, but note %s's attachment is %s",
+				e.j.p.att.id, e.j.p.noteID, uuid.UUID(e.attID.Bytes))}
+			forget = append(forget, e.j.p.id)
 		case e.status != "pending":
 			// Processed under another event id, or before the inbox
 			// forgot this one: the effect exists, do not repeat it.

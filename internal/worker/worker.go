@@ -462,7 +462,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("poison queue: %w", err)
 	}
-	router.AddMiddleware(poison, w.lastDelivery)
+	router.AddMiddleware(w.tracked, poison, w.lastDelivery)
 	if w.cfg.Retries > 0 {
 		router.AddMiddleware(middleware.Retry{
 			MaxRetries:      w.cfg.Retries,
@@ -481,7 +481,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		// The subscriber handles one message per subscription at a time
 		// (its Consume callback waits for the ack), so concurrency is that
 		// many subscriptions of the same durable consumer.
-		router.AddConsumerHandler(fmt.Sprintf("attachments-%d", i), w.cfg.FilterSubject(), sub, w.handle)
+		router.AddConsumerHandler(fmt.Sprintf("attachments-%d", i), w.cfg.FilterSubject(), sub, w.process)
 	}
 
 	// The committer outlives the router: handlers in flight at shutdown
@@ -554,23 +554,35 @@ func (w *Worker) lastDelivery(h message.HandlerFunc) message.HandlerFunc {
 	}
 }
 
-// handle is the router's handler: one delivery of a note.created event.
-func (w *Worker) handle(msg *message.Message) error {
-	key := msg.Metadata.Get(metaKey)
-	v, _ := w.inflight.Load(key)
-	defer w.inflight.Delete(key)
-	jm, _ := v.(jetstream.Msg)
-
-	// Not the message's context: the router cancels it at shutdown, and an
-	// in-flight message is finished, not abandoned.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(msg.Context()), w.cfg.AckWait)
-	defer cancel()
-	if jm != nil {
-		stop := w.progress(ctx, jm)
-		defer stop()
+// tracked is the outermost middleware: it tells the server the message is
+// in progress for as long as the chain inside — in-process retries and
+// their waits, the dead letter's write — works on it, up to progressLimit
+// AckWaits, and forgets the delivery afterwards. (Reporting from the
+// handler itself stopped at its first return, so a retry that outlasted
+// AckWait had the message redelivered under it.)
+func (w *Worker) tracked(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		key := msg.Metadata.Get(metaKey)
+		v, _ := w.inflight.Load(key)
+		defer w.inflight.Delete(key)
+		if jm, ok := v.(jetstream.Msg); ok {
+			// Not the message's context: the router cancels it at
+			// shutdown, and an in-flight message is finished, not
+			// abandoned. The limit lets the server redeliver a
+			// message whose handler hangs.
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(msg.Context()), progressLimit*w.cfg.AckWait)
+			defer cancel()
+			stop := w.progress(ctx, jm)
+			defer stop()
+		}
+		return h(msg)
 	}
-	return w.process(msg)
 }
+
+// progressLimit is how many AckWaits a message is reported in progress at
+// most: more than its attempts can take (each commit waits at most
+// AckWait, the retries stop after AckWait/2).
+const progressLimit = 4
 
 // progress tells the server every third of AckWait that the message is
 // still being worked on, until stop is called.

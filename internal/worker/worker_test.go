@@ -267,6 +267,10 @@ func TestTwoWorkers500Attachments(t *testing.T) {
 	p1, p2 := value(m1.Messages(metrics.WorkerProcessed)), value(m2.Messages(metrics.WorkerProcessed))
 	require.Equal(t, float64(n), p1+p2)
 	t.Logf("worker 1 processed %v, worker 2 %v", p1, p2)
+	// Both consumed from the one durable consumer: the events were
+	// shared, not taken by one while the other idled.
+	require.Positive(t, p1, "worker 1 processed nothing")
+	require.Positive(t, p2, "worker 2 processed nothing")
 }
 
 // SIGTERM (the context ends) stops fetching and returns; messages in flight
