@@ -130,12 +130,22 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
+// HungClaimLimit is how long a claim session may sit idle before
+// PostgreSQL ends it (idle_session_timeout), and the claims of a relay
+// process that hangs — stopped, paused, deadlocked — with them. A working
+// relay's claimer runs a statement at least every poll interval or
+// backoff, or waits for at most two batches' acknowledgements.
+func (c Config) HungClaimLimit() time.Duration {
+	return c.Lease + c.MaxBackoff + 2*c.AckTimeout
+}
+
 // WorstRepublishDelay is the longest time between a relay's publish of an
-// event and its republish by another relay after a crash before the mark:
-// the crashed relay's session must end (within the lease), the taker may be
-// backing off, and it may sleep a poll interval.
+// event and its republish by another relay after a crash or a hang before
+// the mark: the first relay's session must end (within the lease when it
+// vanished, within HungClaimLimit when it hung), the taker may sleep a
+// poll interval, and the first publish may have waited for its ack.
 func (c Config) WorstRepublishDelay() time.Duration {
-	return c.AckTimeout + c.Lease + c.MaxBackoff + c.PollInterval
+	return c.AckTimeout + c.HungClaimLimit() + c.PollInterval
 }
 
 // Validate checks that the horizons nest: a republish after a crash falls
@@ -148,7 +158,7 @@ func (c Config) Validate() error {
 	case c.Batch < 1:
 		return errors.New("QUILL_RELAY_BATCH must be at least 1")
 	case c.WorstRepublishDelay() >= c.DuplicateWindow:
-		return fmt.Errorf("the worst-case republish delay, ack timeout %s + QUILL_RELAY_LEASE %s + QUILL_RELAY_MAX_BACKOFF %s + QUILL_RELAY_POLL_INTERVAL %s = %s, must be shorter than QUILL_DUPLICATE_WINDOW %s, or a relay crash could publish an event twice",
+		return fmt.Errorf("the worst-case republish delay, 3 × ack timeout %s + QUILL_RELAY_LEASE %s + QUILL_RELAY_MAX_BACKOFF %s + QUILL_RELAY_POLL_INTERVAL %s = %s, must be shorter than QUILL_DUPLICATE_WINDOW %s, or a relay crash could publish an event twice",
 			c.AckTimeout, c.Lease, c.MaxBackoff, c.PollInterval, c.WorstRepublishDelay(), c.DuplicateWindow)
 	case c.DuplicateWindow > c.MaxAge:
 		return fmt.Errorf("QUILL_DUPLICATE_WINDOW %s must not exceed QUILL_STREAM_MAX_AGE %s", c.DuplicateWindow, c.MaxAge)
@@ -453,7 +463,8 @@ func (p *pipeline) closeSession() {
 
 // connect opens a claim session: a connection of its own (never a pooled
 // one, whose session other work would share), on which the server detects
-// a vanished relay within about the lease.
+// a vanished relay within about the lease and a hung one within
+// HungClaimLimit.
 func (r *Relay) connect(ctx context.Context) (*pgx.Conn, int32, error) {
 	cc := r.pool.Config().ConnConfig.Copy()
 	probe := max(int(r.cfg.Lease/(3*time.Second)), 1)
@@ -461,6 +472,9 @@ func (r *Relay) connect(ctx context.Context) (*pgx.Conn, int32, error) {
 	cc.RuntimeParams["tcp_keepalives_interval"] = strconv.Itoa(probe)
 	cc.RuntimeParams["tcp_keepalives_count"] = "2"
 	cc.RuntimeParams["tcp_user_timeout"] = strconv.FormatInt(max(r.cfg.Lease.Milliseconds(), 1000), 10)
+	// A relay that hangs keeps its connection open: PostgreSQL ends the
+	// session, and its claims, once it has been idle this long.
+	cc.RuntimeParams["idle_session_timeout"] = strconv.FormatInt(max(r.cfg.HungClaimLimit().Milliseconds(), 1000), 10)
 	for k, v := range outbox.SessionParams() {
 		cc.RuntimeParams[k] = v
 	}

@@ -1,0 +1,44 @@
+package relay_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quillhq/quill/internal/outbox"
+)
+
+// A relay that hangs with its connection open — stopped, paused — holds its
+// claims no longer than HungClaimLimit: PostgreSQL ends its idle claim
+// session, and another relay publishes the events.
+func TestHungRelaysClaimsEnd(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	cfg := h.config()
+	cfg.Lease, cfg.MaxBackoff, cfg.AckTimeout = time.Second, 250*time.Millisecond, 500*time.Millisecond
+	limit := cfg.WithDefaults().HungClaimLimit() // 2.25 s
+
+	hung, _ := h.newRelay(cfg, h.relayID("hung"))
+	require.NoError(t, hung.Provision(h.ctx()))
+	conn, space, err := hung.ClaimSession(h.ctx())
+	require.NoError(t, err)
+	for range 3 {
+		h.write(h.tenant, uuid.New(), outbox.TypeNoteCreated)
+	}
+	claimed, err := outbox.Claim(h.ctx(), conn, space, nil, nil, 10)
+	require.NoError(t, err)
+	require.Len(t, claimed, 3)
+	held := time.Now()
+
+	// The hung relay does nothing more. Another relay waits for its claims.
+	b, mb := h.newRelay(cfg, h.relayID("b"))
+	start(t, b)
+	require.Never(t, func() bool { return value(mb.Published) > 0 }, limit/2, 50*time.Millisecond,
+		"relay b publishes nothing while the hung relay's session lives")
+	h.waitPublished(3)
+	require.GreaterOrEqual(t, time.Since(held), limit/2)
+	h.requireExactlyOnce(3)
+	require.Error(t, conn.Ping(h.ctx()), "PostgreSQL ended the idle claim session")
+}
