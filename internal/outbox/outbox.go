@@ -167,6 +167,9 @@ func NewNotifier(db interface {
 	return &Notifier{db: db, pending: make(chan struct{}, 1), log: onError}
 }
 
+// notifyTimeout bounds one NOTIFY.
+const notifyTimeout = 5 * time.Second
+
 // Signal asks for a NOTIFY after the events just committed.
 func (n *Notifier) Signal() {
 	if n == nil {
@@ -185,7 +188,12 @@ func (n *Notifier) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-n.pending:
-			if _, err := n.db.Exec(ctx, sqlNotify); err != nil && ctx.Err() == nil {
+			// Bounded: a NOTIFY stuck on a silent connection would hold
+			// back every later one (relays would be left to polling).
+			nctx, cancel := context.WithTimeout(ctx, notifyTimeout)
+			_, err := n.db.Exec(nctx, sqlNotify)
+			cancel()
+			if err != nil && ctx.Err() == nil {
 				n.log(fmt.Errorf("notify relays: %w", err))
 			}
 		}

@@ -16,7 +16,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -467,11 +469,7 @@ func (p *pipeline) closeSession() {
 // HungClaimLimit.
 func (r *Relay) connect(ctx context.Context) (*pgx.Conn, int32, error) {
 	cc := r.pool.Config().ConnConfig.Copy()
-	probe := max(int(r.cfg.Lease/(3*time.Second)), 1)
-	cc.RuntimeParams["tcp_keepalives_idle"] = strconv.Itoa(probe)
-	cc.RuntimeParams["tcp_keepalives_interval"] = strconv.Itoa(probe)
-	cc.RuntimeParams["tcp_keepalives_count"] = "2"
-	cc.RuntimeParams["tcp_user_timeout"] = strconv.FormatInt(max(r.cfg.Lease.Milliseconds(), 1000), 10)
+	maps.Copy(cc.RuntimeParams, r.keepalives())
 	// A relay that hangs keeps its connection open: PostgreSQL ends the
 	// session, and its claims, once it has been idle this long.
 	cc.RuntimeParams["idle_session_timeout"] = strconv.FormatInt(max(r.cfg.HungClaimLimit().Milliseconds(), 1000), 10)
@@ -488,6 +486,18 @@ func (r *Relay) connect(ctx context.Context) (*pgx.Conn, int32, error) {
 		return nil, 0, err
 	}
 	return conn, space, nil
+}
+
+// keepalives are the session settings with which the server detects a
+// relay connection gone silent within about the lease.
+func (r *Relay) keepalives() map[string]string {
+	probe := max(int(r.cfg.Lease/(3*time.Second)), 1)
+	return map[string]string{
+		"tcp_keepalives_idle":     strconv.Itoa(probe),
+		"tcp_keepalives_interval": strconv.Itoa(probe),
+		"tcp_keepalives_count":    "2",
+		"tcp_user_timeout":        strconv.FormatInt(max(r.cfg.Lease.Milliseconds(), 1000), 10),
+	}
 }
 
 // errTransient wraps failures a later pass can overcome.
@@ -682,9 +692,14 @@ func refusal(err error) (string, bool) {
 func (r *Relay) listenLoop(ctx context.Context) error {
 	b := backoff{base: 100 * time.Millisecond, max: r.cfg.MaxBackoff}
 	for ctx.Err() == nil {
-		err := r.listen(ctx)
+		listening, err := r.listen(ctx)
 		if ctx.Err() != nil {
 			return nil
+		}
+		if listening {
+			// The backoff is for connections that fail; one that
+			// listened and was lost later starts over.
+			b.reset()
 		}
 		d := b.next()
 		r.log.Warn().Err(err).Str("error_category", "listen_failed").Dur("retry_in", d).Msg("LISTEN connection lost; polling meanwhile")
@@ -693,19 +708,31 @@ func (r *Relay) listenLoop(ctx context.Context) error {
 	return nil
 }
 
-func (r *Relay) listen(ctx context.Context) error {
-	conn, err := pgx.ConnectConfig(ctx, r.pool.Config().ConnConfig.Copy())
+// listen LISTENs on a connection of its own and wakes the publish loop on
+// each notification until the connection fails or ctx ends; listening
+// reports whether the LISTEN took effect. The connection only ever reads,
+// so keepalive probes from the relay's side (and the claim session's
+// server-side settings) make a silent partition end it within about the
+// lease, instead of leaving the relay to its polling unawares.
+func (r *Relay) listen(ctx context.Context) (listening bool, err error) {
+	cc := r.pool.Config().ConnConfig.Copy()
+	maps.Copy(cc.RuntimeParams, r.keepalives())
+	probe := max(r.cfg.Lease/3, time.Second)
+	dialer := &net.Dialer{Timeout: r.cfg.Lease,
+		KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: probe, Interval: probe, Count: 2}}
+	cc.DialFunc = dialer.DialContext
+	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	if _, err := conn.Exec(ctx, "LISTEN "+outbox.NotifyChannel); err != nil {
-		return err
+		return false, err
 	}
 	r.Wake() // catch up with whatever committed while not listening
 	for {
 		if _, err := conn.WaitForNotification(ctx); err != nil {
-			return err
+			return true, err
 		}
 		r.Wake()
 	}

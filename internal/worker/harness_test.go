@@ -6,9 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -215,78 +212,6 @@ func value(c prometheus.Metric) float64 {
 		return float64(m.Histogram.GetSampleCount())
 	}
 	return m.Gauge.GetValue()
-}
-
-// cutProxy is a TCP proxy in front of PostgreSQL that can refuse and cut
-// every connection for a while: the database is "down" for its clients.
-type cutProxy struct {
-	target string
-	ln     net.Listener
-	mu     sync.Mutex
-	down   bool
-	conns  map[net.Conn]struct{}
-	wg     sync.WaitGroup
-}
-
-func newCutProxy(t *testing.T, dbURL string) (*cutProxy, string) {
-	u, err := url.Parse(dbURL)
-	require.NoError(t, err)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	p := &cutProxy{target: u.Host, ln: ln, conns: map[net.Conn]struct{}{}}
-	p.wg.Go(p.accept)
-	t.Cleanup(func() {
-		ln.Close()
-		p.setDown(true)
-		p.wg.Wait()
-	})
-	u.Host = ln.Addr().String()
-	return p, u.String()
-}
-
-func (p *cutProxy) accept() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		down := p.down
-		p.mu.Unlock()
-		if down {
-			c.Close()
-			continue
-		}
-		s, err := net.Dial("tcp", p.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		p.mu.Lock()
-		p.conns[c], p.conns[s] = struct{}{}, struct{}{}
-		p.mu.Unlock()
-		pipe := func(dst, src net.Conn) {
-			_, _ = io.Copy(dst, src)
-			dst.Close()
-			src.Close()
-		}
-		p.wg.Go(func() { pipe(s, c) })
-		p.wg.Go(func() { pipe(c, s) })
-	}
-}
-
-// setDown refuses new connections and cuts the open ones (true), or lets
-// them through again (false).
-func (p *cutProxy) setDown(down bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.down = down
-	if down {
-		for c := range p.conns {
-			c.Close()
-		}
-		clear(p.conns)
-	}
 }
 
 var errInjected = errors.New("injected failure")

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quillhq/quill/internal/attachment"
+	"github.com/quillhq/quill/internal/dbtest"
 	"github.com/quillhq/quill/internal/deadletter"
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/natstest"
@@ -155,12 +156,12 @@ func TestDeletedNoteSkipped(t *testing.T) {
 func TestDatabaseOutageRetried(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	proxy, proxied := newCutProxy(t, h.url)
+	proxy, proxied := dbtest.NewSwitch(t, h.url)
 	m, _ := h.startWorker(h.config(), proxied)
 	first := h.create("first.txt", "text/plain", []byte("before"))
 	h.waitStatus(first, worker.StateProcessed)
 
-	proxy.setDown(true)
+	proxy.Set(dbtest.Refused)
 	var ids []uuid.UUID
 	for i := range 5 {
 		ids = append(ids, h.create(title(i), "text/plain", []byte("during the outage")))
@@ -169,7 +170,7 @@ func TestDatabaseOutageRetried(t *testing.T) {
 	for _, id := range ids {
 		require.Equal(t, "pending", h.attachment(id).Status)
 	}
-	proxy.setDown(false)
+	proxy.Set(dbtest.Up)
 	for _, id := range ids {
 		h.waitStatus(id, worker.StateProcessed)
 		require.Equal(t, 1, h.processedEvents(id))

@@ -1,0 +1,236 @@
+package relay_test
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quillhq/quill/internal/db"
+	"github.com/quillhq/quill/internal/dbtest"
+	"github.com/quillhq/quill/internal/metrics"
+	"github.com/quillhq/quill/internal/natstest"
+	"github.com/quillhq/quill/internal/notes"
+	"github.com/quillhq/quill/internal/outbox"
+	"github.com/quillhq/quill/internal/relay"
+)
+
+// isolatedDatabase creates and migrates a database of t's own and returns
+// its URL; the database is dropped when t ends. NOTIFY is per database: in
+// the shared test database, every other test's notifications would wake a
+// relay and hide whether its own did.
+func isolatedDatabase(t *testing.T) string {
+	t.Helper()
+	base, err := url.Parse(dbtest.URL())
+	require.NoError(t, err)
+	name := "quill_notify_" + strings.ReplaceAll(uuid.NewString(), "-", "")[:12]
+	admin := *base
+	admin.Path = "/postgres"
+	base.Path = "/" + name
+	_, err = db.Migrate(t.Context(), base.String()) // creates the database
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitLong)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, admin.String())
+		if err != nil {
+			t.Logf("drop database %s: %v", name, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+			t.Logf("drop database %s: %v", name, err)
+		}
+	})
+	return base.String()
+}
+
+// withApplicationName returns dbURL whose sessions carry application_name
+// name, so that pg_stat_activity tells them apart.
+func withApplicationName(t *testing.T, dbURL, name string) string {
+	t.Helper()
+	u, err := url.Parse(dbURL)
+	require.NoError(t, err)
+	q := u.Query()
+	q.Set("application_name", name)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// waitRelayIdle waits until the relay whose sessions carry application_name
+// id has gone to sleep for its poll interval: it LISTENs, and its claim
+// session ran a claim after the LISTEN began (the relay wakes itself once
+// LISTENing) and has been idle, with no further claim, for quiet.
+func waitRelayIdle(t *testing.T, pool *pgxpool.Pool, id string, quiet time.Duration) {
+	t.Helper()
+	const sql = `SELECT
+		(SELECT max(query_start) FROM pg_stat_activity WHERE application_name = $1 AND query LIKE 'LISTEN %'),
+		(SELECT max(query_start) FROM pg_stat_activity WHERE application_name = $1 AND query LIKE '%pg_try_advisory_lock(%'),
+		coalesce((SELECT bool_and(state = 'idle') FROM pg_stat_activity
+			WHERE application_name = $1 AND query LIKE '%pg_try_advisory_lock(%'), false)`
+	var last time.Time // the claim seen idle, and since when
+	var since time.Time
+	natstest.WaitFor(t, waitLong, func() bool {
+		var listened, claimed pgtype.Timestamptz
+		var idle bool
+		require.NoError(t, pool.QueryRow(t.Context(), sql, id).Scan(&listened, &claimed, &idle))
+		if !listened.Valid || !claimed.Valid || !idle || !claimed.Time.After(listened.Time) {
+			last = time.Time{}
+			return false
+		}
+		if !claimed.Time.Equal(last) {
+			last, since = claimed.Time, time.Now()
+			return false
+		}
+		return time.Since(since) >= quiet
+	}, "relay "+id+" to LISTEN and sleep")
+}
+
+// TestNotifyWakesAnIdleRelay: a relay that polls once an hour, started and
+// asleep, publishes an event within seconds of a commit made the way the API
+// makes it (notes.Service, then its outbox.Notifier) — the notification woke
+// it. The control: an event committed without a notification stays
+// unpublished meanwhile, so it is not the poll (nor a leftover wake-up) that
+// publishes; the notified pass takes it along.
+func TestNotifyWakesAnIdleRelay(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	dbURL := isolatedDatabase(t)
+	suffix := strings.ReplaceAll(uuid.NewString(), "-", "")[:10]
+	id := "relay-notify-" + suffix
+	tenant := "acme-" + suffix
+
+	writer, err := db.Open(ctx, withApplicationName(t, dbURL, "writer-"+suffix), 4)
+	require.NoError(t, err)
+	t.Cleanup(writer.Close)
+	relayPool, err := db.Open(ctx, withApplicationName(t, dbURL, id), 4)
+	require.NoError(t, err)
+	t.Cleanup(relayPool.Close)
+
+	srv := natstest.Start(t)
+	nc, js := srv.Connect(t)
+	cfg := relay.Config{Stream: "NOTIFY_" + strings.ToUpper(suffix), SubjectPrefix: "q" + suffix,
+		PollInterval: time.Hour, DuplicateWindow: 2 * time.Hour, MaxAge: 3 * time.Hour,
+		Lease: time.Second, AckTimeout: time.Second, MaxBackoff: 250 * time.Millisecond, Batch: 64}
+	r, err := relay.New(relayPool, nc, cfg, testLogger(t), metrics.NewRelay(prometheus.NewRegistry()), relay.WithID(id))
+	require.NoError(t, err)
+	require.NoError(t, r.Provision(ctx))
+	start(t, r)
+	waitRelayIdle(t, writer, id, time.Second)
+
+	publishedAt := func(eventID uuid.UUID) bool {
+		var published bool
+		require.NoError(t, writer.QueryRow(ctx, `SELECT published_at IS NOT NULL FROM outbox_events WHERE id = $1`,
+			eventID).Scan(&published))
+		return published
+	}
+
+	// The control: committed, not notified.
+	silent := outbox.Event{ID: uuid.Must(uuid.NewV7()), Tenant: tenant, AggregateID: uuid.New(),
+		Type: outbox.TypeNoteCreated, Time: time.Now(), Data: map[string]any{"n": 1}}
+	require.NoError(t, db.WithTx(ctx, writer, func(tx pgx.Tx) error { return outbox.Insert(ctx, tx, silent) }))
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		require.False(t, publishedAt(silent.ID), "an event committed without a notification waits for the hour-long poll")
+	}
+	require.Empty(t, natstest.StreamMessages(t, js, cfg.Stream, ""))
+
+	// The API's way: the service commits and signals the notifier, whose
+	// NOTIFY wakes the relay.
+	var notifyErrs struct {
+		sync.Mutex
+		errs []error
+	}
+	notifier := outbox.NewNotifier(writer, func(err error) {
+		notifyErrs.Lock()
+		notifyErrs.errs = append(notifyErrs.errs, err)
+		notifyErrs.Unlock()
+	})
+	nctx, stopNotifier := context.WithCancel(context.Background())
+	notifierDone := make(chan error, 1)
+	go func() { notifierDone <- notifier.Run(nctx) }()
+	t.Cleanup(func() {
+		stopNotifier()
+		require.NoError(t, <-notifierDone)
+	})
+	svc, err := notes.NewService(writer, notes.Config{}, zerolog.Nop(), notes.WithNotifier(notifier))
+	require.NoError(t, err)
+	out, err := svc.Create(ctx, notes.Request{Tenant: tenant, Key: "notify-" + suffix, Wait: -1},
+		notes.CreateParams{Title: "wakes the relay"})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, out.Status)
+	var created uuid.UUID
+	require.NoError(t, writer.QueryRow(ctx, `SELECT id FROM outbox_events WHERE id <> $1`, silent.ID).Scan(&created))
+
+	natstest.WaitFor(t, 15*time.Second, func() bool { return publishedAt(created) && publishedAt(silent.ID) },
+		"the notified event, and the one committed before it, published long before the hour-long poll")
+	inStream := map[string]string{}
+	for _, m := range natstest.StreamMessages(t, js, cfg.Stream, "") {
+		inStream[m.Header.Get(jetstream.MsgIDHeader)] = m.Subject
+	}
+	subject := outbox.Subject(cfg.SubjectPrefix, tenant, outbox.TypeNoteCreated)
+	require.Equal(t, map[string]string{created.String(): subject, silent.ID.String(): subject}, inStream)
+	notifyErrs.Lock()
+	defer notifyErrs.Unlock()
+	require.Empty(t, notifyErrs.errs, "the notifier's NOTIFY failed")
+}
+
+// TestListenReconnectsPromptly: a relay whose LISTEN connection is lost
+// again and again listens again each time within its first backoff step —
+// the backoff starts over after every connection that listened — rather
+// than after a wait that doubles with every loss over the process's life
+// (up to QUILL_RELAY_MAX_BACKOFF, here a minute).
+func TestListenReconnectsPromptly(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	dbURL := isolatedDatabase(t)
+	suffix := strings.ReplaceAll(uuid.NewString(), "-", "")[:10]
+	id := "relay-relisten-" + suffix
+	admin, err := db.Open(ctx, withApplicationName(t, dbURL, "admin-"+suffix), 2)
+	require.NoError(t, err)
+	t.Cleanup(admin.Close)
+	relayPool, err := db.Open(ctx, withApplicationName(t, dbURL, id), 4)
+	require.NoError(t, err)
+	t.Cleanup(relayPool.Close)
+	srv := natstest.Start(t)
+	nc, _ := srv.Connect(t)
+	cfg := relay.Config{Stream: "RELISTEN_" + strings.ToUpper(suffix), SubjectPrefix: "q" + suffix,
+		PollInterval: time.Hour, DuplicateWindow: 2 * time.Hour, MaxAge: 3 * time.Hour,
+		Lease: time.Second, AckTimeout: time.Second, MaxBackoff: time.Minute, Batch: 64}
+	r, err := relay.New(relayPool, nc, cfg, testLogger(t), metrics.NewRelay(prometheus.NewRegistry()), relay.WithID(id))
+	require.NoError(t, err)
+	require.NoError(t, r.Provision(ctx))
+	start(t, r)
+
+	listener := func() (pid int32) {
+		err := admin.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND query LIKE 'LISTEN %'`,
+			id).Scan(&pid)
+		if err != nil {
+			return 0
+		}
+		return pid
+	}
+	natstest.WaitFor(t, waitLong, func() bool { return listener() != 0 }, "the relay to LISTEN")
+	// Without the reset, the 12th loss waits up to 100 ms × 2^11 (capped
+	// at a minute): the 12 losses would take about a minute in all.
+	began := time.Now()
+	for i := range 12 {
+		pid := listener()
+		var killed bool
+		require.NoError(t, admin.QueryRow(ctx, `SELECT pg_terminate_backend($1)`, pid).Scan(&killed))
+		require.True(t, killed, "loss %d", i+1)
+		natstest.WaitFor(t, waitLong, func() bool { p := listener(); return p != 0 && p != pid }, "the relay to LISTEN again")
+	}
+	require.Less(t, time.Since(began), 10*time.Second, "12 lost LISTEN connections cost the relay %s", time.Since(began))
+}
