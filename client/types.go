@@ -105,6 +105,9 @@ type Effect struct {
 	PublishedAt *time.Time `json:"published_at,omitempty"`
 	StreamSeq   *int64     `json:"stream_seq,omitempty"`
 	ProcessedAt *time.Time `json:"processed_at,omitempty"`
+	// Reason says why an attachment failed, or why one stays pending for
+	// good (its note was deleted before it was processed).
+	Reason string `json:"reason,omitempty"`
 }
 
 // FieldError names one invalid field of a request.

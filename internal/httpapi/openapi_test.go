@@ -192,7 +192,13 @@ func TestAttachmentOutcomesMatchTheContract(t *testing.T) {
 		th := b.mustDo(req{method: http.MethodGet, path: "/v1/notes/" + id + "/attachment/thumbnail", token: b.tokenA})
 		require.Equal(t, f.thumbnail, th.status, f.key)
 		op := b.lookup(b.tokenA, f.key).json(t)
-		require.Equal(t, f.state, op["effects"].([]any)[1].(map[string]any)["state"])
+		effect := op["effects"].([]any)[1].(map[string]any)
+		require.Equal(t, f.state, effect["state"])
+		if reason != nil {
+			require.Equal(t, *reason, effect["reason"], "a failed attachment's reason in the lookup")
+		} else {
+			require.NotContains(t, effect, "reason")
+		}
 		require.Equal(t, http.StatusOK, b.mustDo(req{method: http.MethodGet, path: "/v1/notes/" + id, token: b.tokenA}).status)
 	}
 	require.Equal(t, http.StatusOK, b.mustDo(req{method: http.MethodGet, path: "/v1/notes?limit=100", token: b.tokenA}).status)

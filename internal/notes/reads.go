@@ -179,6 +179,9 @@ type Effect struct {
 	PublishedAt *string `json:"published_at,omitempty"`
 	StreamSeq   *int64  `json:"stream_seq,omitempty"`
 	ProcessedAt *string `json:"processed_at,omitempty"`
+	// Reason says why an attachment failed, or why one stays pending for
+	// good (its note was deleted before processing).
+	Reason string `json:"reason,omitempty"`
 }
 
 // Operation states.
@@ -193,7 +196,7 @@ const (
 	sqlOperationEvents = `SELECT id, type, published_at, stream_seq FROM outbox_events
 	WHERE tenant = $1 AND operation_key = $2 AND created_at >= $3 ORDER BY seq`
 
-	sqlOperationAttachment = `SELECT id, status, processed_at FROM attachments
+	sqlOperationAttachment = `SELECT id, status, processed_at, coalesce(reason, '') FROM attachments
 	WHERE tenant = $1 AND note_id = $2`
 )
 
@@ -285,17 +288,17 @@ func (s *Service) describe(ctx context.Context, tx pgx.Tx, rec *idempotency.Reco
 			return op, nil
 		}
 		var (
-			id        uuid.UUID
-			state     string
-			processed *time.Time
+			id            uuid.UUID
+			state, reason string
+			processed     *time.Time
 		)
-		err = tx.QueryRow(ctx, sqlOperationAttachment, rec.Tenant, pgUUID(noteID)).Scan(&id, &state, &processed)
+		err = tx.QueryRow(ctx, sqlOperationAttachment, rec.Tenant, pgUUID(noteID)).Scan(&id, &state, &processed, &reason)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 		case err != nil:
 			return nil, err
 		default:
-			e := Effect{Kind: "attachment", ID: id.String(), State: state}
+			e := Effect{Kind: "attachment", ID: id.String(), State: state, Reason: reason}
 			if processed != nil {
 				e.ProcessedAt = str(*processed)
 			}

@@ -19,6 +19,7 @@ import (
 	"github.com/quillhq/quill/internal/deadletter"
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/natstest"
+	"github.com/quillhq/quill/internal/notes"
 	"github.com/quillhq/quill/internal/worker"
 )
 
@@ -149,6 +150,21 @@ func TestDeletedNoteSkipped(t *testing.T) {
 	require.Equal(t, worker.ReasonNoteDeleted, *r.Reason)
 	require.Equal(t, 0, h.processedEvents(note))
 	require.Equal(t, 1, h.count(`SELECT count(*) FROM inbox`))
+
+	// The create's lookup says why its attachment stays pending.
+	var key string
+	require.NoError(t, h.pool.QueryRow(t.Context(), `SELECT key FROM operations WHERE resource = $1`, "/v1/notes/"+note.String()).Scan(&key))
+	op, err := h.svc.Lookup(t.Context(), h.tenant, key)
+	require.NoError(t, err)
+	var att *notes.Effect
+	for i := range op.Effects {
+		if op.Effects[i].Kind == "attachment" {
+			att = &op.Effects[i]
+		}
+	}
+	require.NotNil(t, att, "the lookup lists the attachment")
+	require.Equal(t, "pending", att.State)
+	require.Equal(t, worker.ReasonNoteDeleted, att.Reason)
 }
 
 // PostgreSQL unreachable for a few seconds: the messages are retried and
