@@ -196,6 +196,15 @@ func (h *harness) count(sql string, args ...any) int {
 }
 
 // processedEvents counts the attachment.processed events in the outbox for a note.
+// requireMetric waits until the metric c reaches want, then requires it to be
+// want: a handler counts after its commit returned, so a test that saw the
+// commit in the database may look a moment before the count.
+func requireMetric(t testing.TB, c prometheus.Metric, want float64) {
+	t.Helper()
+	natstest.WaitFor(t, waitLong, func() bool { return value(c) >= want }, fmt.Sprintf("the metric to reach %v", want))
+	require.Equal(t, want, value(c))
+}
+
 func (h *harness) processedEvents(note uuid.UUID) int {
 	return h.count(`SELECT count(*) FROM outbox_events WHERE type = 'attachment.processed' AND aggregate_id = $1`, note)
 }

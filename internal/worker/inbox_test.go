@@ -35,7 +35,7 @@ func TestInboxAloneStopsARepeat(t *testing.T) {
 	require.NoError(t, err)
 
 	natstest.WaitFor(t, waitLong, func() bool { return value(m.Messages(metrics.WorkerDuplicate)) == 1 }, "a duplicate")
-	require.Equal(t, 1.0, value(m.Messages(metrics.WorkerProcessed)))
+	requireMetric(t, m.Messages(metrics.WorkerProcessed), 1.0)
 	require.Equal(t, "pending", h.attachment(note).Status, "the repeat wrote nothing")
 	require.Equal(t, 1, h.processedEvents(note))
 }

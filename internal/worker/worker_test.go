@@ -54,8 +54,8 @@ func TestProcessesImageAndText(t *testing.T) {
 
 	require.Equal(t, 1, h.processedEvents(img))
 	require.Equal(t, 1, h.processedEvents(txt))
-	require.Equal(t, 2.0, value(m.Messages(metrics.WorkerProcessed)))
-	require.Equal(t, 2.0, value(m.EndToEnd))
+	requireMetric(t, m.Messages(metrics.WorkerProcessed), 2.0)
+	requireMetric(t, m.EndToEnd, 2.0)
 	// The attachment.processed events reach the stream through the relay.
 	natstest.WaitFor(t, waitLong, func() bool {
 		return len(natstest.StreamMessages(t, h.js, h.stream, h.prefix+".*.attachment.processed")) == 2
@@ -80,7 +80,7 @@ func TestRepublishedEventIsDuplicate(t *testing.T) {
 	require.NoError(t, err)
 
 	natstest.WaitFor(t, waitLong, func() bool { return value(m.Messages(metrics.WorkerDuplicate)) == 1 }, "a duplicate")
-	require.Equal(t, 1.0, value(m.Messages(metrics.WorkerProcessed)))
+	requireMetric(t, m.Messages(metrics.WorkerProcessed), 1.0)
 	require.Equal(t, 1, h.processedEvents(note))
 	require.Equal(t, 1, h.count(`SELECT count(*) FROM inbox`))
 }
@@ -102,7 +102,7 @@ func TestCrashBetweenCommitAndAck(t *testing.T) {
 	note := h.create("a.png", "image/png", pngOf(t, 40, 30))
 	h.waitStatus(note, worker.StateProcessed)
 	natstest.WaitFor(t, waitLong, func() bool { return value(m.Messages(metrics.WorkerDuplicate)) == 1 }, "the redelivery counted as duplicate")
-	require.Equal(t, 1.0, value(m.Messages(metrics.WorkerProcessed)))
+	requireMetric(t, m.Messages(metrics.WorkerProcessed), 1.0)
 	require.Equal(t, 1, h.processedEvents(note))
 	require.EqualValues(t, 2, crashed.Load())
 }
@@ -119,7 +119,7 @@ func TestCorruptPNGFails(t *testing.T) {
 	require.NotNil(t, r.Reason)
 	require.Contains(t, *r.Reason, "corrupt image")
 	require.Nil(t, r.Result)
-	require.Equal(t, 1.0, value(m.Messages(metrics.WorkerFailed)))
+	requireMetric(t, m.Messages(metrics.WorkerFailed), 1.0)
 	require.Equal(t, 1, h.processedEvents(note))
 	var data []byte
 	require.NoError(t, h.pool.QueryRow(t.Context(), `SELECT payload FROM outbox_events WHERE type = 'attachment.processed'`).Scan(&data))
@@ -195,7 +195,7 @@ func TestDatabaseOutageRetried(t *testing.T) {
 		h.waitStatus(id, worker.StateProcessed)
 		require.Equal(t, 1, h.processedEvents(id))
 	}
-	require.Equal(t, 6.0, value(m.Messages(metrics.WorkerProcessed)))
+	requireMetric(t, m.Messages(metrics.WorkerProcessed), 6.0)
 	require.Equal(t, 0.0, value(m.Messages(metrics.WorkerDeadLettered)))
 }
 
@@ -322,7 +322,7 @@ func TestShutdownFinishesInFlight(t *testing.T) {
 		t.Fatal("the worker did not stop")
 	}
 	require.Equal(t, worker.StateProcessed, h.attachment(note).Status)
-	require.Equal(t, 1.0, value(m.Messages(metrics.WorkerProcessed)))
+	requireMetric(t, m.Messages(metrics.WorkerProcessed), 1.0)
 	c, err := h.js.Consumer(context.Background(), h.stream, cfg.Consumer)
 	require.NoError(t, err)
 	info, err := c.Info(context.Background())
