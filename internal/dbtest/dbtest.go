@@ -94,3 +94,38 @@ func Pool(t testing.TB, maxConns int32) (*pgxpool.Pool, string) {
 	t.Cleanup(pool.Close)
 	return pool, u
 }
+
+// Database creates an empty database of t's own on the test server and
+// returns its URL; it is dropped (with FORCE) when t ends. For what is per
+// database rather than per schema — LISTEN/NOTIFY above all, which every
+// test sharing the database would otherwise hear.
+func Database(t testing.TB) string {
+	t.Helper()
+	u, err := url.Parse(URL())
+	require.NoError(t, err)
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	name := "quill_t_" + hex.EncodeToString(b[:])
+	admin := *u
+	admin.Path = "/postgres"
+	exec := func(ctx context.Context, sql string) error {
+		conn, err := pgx.Connect(ctx, admin.String())
+		if err != nil {
+			return err
+		}
+		defer conn.Close(ctx)
+		_, err = conn.Exec(ctx, sql)
+		return err
+	}
+	ident := pgx.Identifier{name}.Sanitize()
+	require.NoError(t, exec(t.Context(), "CREATE DATABASE "+ident))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := exec(ctx, "DROP DATABASE IF EXISTS "+ident+" WITH (FORCE)"); err != nil {
+			t.Logf("drop database %s: %v", name, err)
+		}
+	})
+	u.Path = "/" + name
+	return u.String()
+}

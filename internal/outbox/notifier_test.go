@@ -3,14 +3,11 @@ package outbox_test
 import (
 	"context"
 	"errors"
-	"net/url"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -20,40 +17,6 @@ import (
 	"github.com/quillhq/quill/internal/dbtest"
 	"github.com/quillhq/quill/internal/outbox"
 )
-
-// notifyDatabase creates an empty database of t's own, dropped when t ends,
-// and returns its URL: NOTIFY is per database, and in the shared test
-// database other tests' notifications on the outbox channel would be
-// counted too.
-func notifyDatabase(t *testing.T) string {
-	t.Helper()
-	ctx := t.Context()
-	u, err := url.Parse(dbtest.URL())
-	require.NoError(t, err)
-	name := "quill_notifier_" + strings.ReplaceAll(uuid.NewString(), "-", "")[:12]
-	admin := *u
-	admin.Path = "/postgres"
-	conn, err := pgx.Connect(ctx, admin.String())
-	require.NoError(t, err)
-	defer conn.Close(ctx)
-	_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, admin.String())
-		if err != nil {
-			t.Logf("drop database %s: %v", name, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
-			t.Logf("drop database %s: %v", name, err)
-		}
-	})
-	u.Path = "/" + name
-	return u.String()
-}
 
 // gatedExec passes a Notifier's statements to a pool, each only once the
 // gate is open, and says when one arrives at the gate.
@@ -86,7 +49,7 @@ func (g *gatedExec) Exec(ctx context.Context, sql string, args ...any) (pgconn.C
 func TestNotifierCoalescesSignals(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	dbURL := notifyDatabase(t)
+	dbURL := dbtest.Database(t)
 	pool, err := db.Open(ctx, dbURL, 2)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)

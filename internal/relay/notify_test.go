@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -28,33 +29,15 @@ import (
 )
 
 // isolatedDatabase creates and migrates a database of t's own and returns
-// its URL; the database is dropped when t ends. NOTIFY is per database: in
-// the shared test database, every other test's notifications would wake a
-// relay and hide whether its own did.
+// its URL: NOTIFY is per database, and in the shared test database every
+// other test's notifications would wake a relay and hide whether its own
+// did.
 func isolatedDatabase(t *testing.T) string {
 	t.Helper()
-	base, err := url.Parse(dbtest.URL())
+	u := dbtest.Database(t)
+	_, err := db.Migrate(t.Context(), u)
 	require.NoError(t, err)
-	name := "quill_notify_" + strings.ReplaceAll(uuid.NewString(), "-", "")[:12]
-	admin := *base
-	admin.Path = "/postgres"
-	base.Path = "/" + name
-	_, err = db.Migrate(t.Context(), base.String()) // creates the database
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), waitLong)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, admin.String())
-		if err != nil {
-			t.Logf("drop database %s: %v", name, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
-			t.Logf("drop database %s: %v", name, err)
-		}
-	})
-	return base.String()
+	return u
 }
 
 // withApplicationName returns dbURL whose sessions carry application_name
@@ -98,6 +81,43 @@ func waitRelayIdle(t *testing.T, pool *pgxpool.Pool, id string, quiet time.Durat
 	}, "relay "+id+" to LISTEN and sleep")
 }
 
+// hourlyRelay is a relay that polls once an hour, on a database of its own,
+// with a pool for the test beside it.
+type hourlyRelay struct {
+	id, suffix string
+	dbURL      string
+	pool       *pgxpool.Pool // the test's, application_name "test-<suffix>"
+	js         jetstream.JetStream
+	cfg        relay.Config
+}
+
+// startHourlyRelay starts a relay that polls once an hour and backs off up
+// to maxBackoff, named name-<suffix>, on a migrated database of t's own.
+func startHourlyRelay(t *testing.T, name string, maxBackoff time.Duration) *hourlyRelay {
+	t.Helper()
+	ctx := t.Context()
+	h := &hourlyRelay{suffix: strings.ReplaceAll(uuid.NewString(), "-", "")[:10], dbURL: isolatedDatabase(t)}
+	h.id = name + "-" + h.suffix
+	var err error
+	h.pool, err = db.Open(ctx, withApplicationName(t, h.dbURL, "test-"+h.suffix), 4)
+	require.NoError(t, err)
+	t.Cleanup(h.pool.Close)
+	relayPool, err := db.Open(ctx, withApplicationName(t, h.dbURL, h.id), 4)
+	require.NoError(t, err)
+	t.Cleanup(relayPool.Close)
+	srv := natstest.Start(t)
+	var nc *nats.Conn
+	nc, h.js = srv.Connect(t)
+	h.cfg = relay.Config{Stream: "HOURLY_" + strings.ToUpper(h.suffix), SubjectPrefix: "q" + h.suffix,
+		PollInterval: time.Hour, DuplicateWindow: 2 * time.Hour, MaxAge: 3 * time.Hour,
+		Lease: time.Second, AckTimeout: time.Second, MaxBackoff: maxBackoff, Batch: 64}
+	r, err := relay.New(relayPool, nc, h.cfg, testLogger(t), metrics.NewRelay(prometheus.NewRegistry()), relay.WithID(h.id))
+	require.NoError(t, err)
+	require.NoError(t, r.Provision(ctx))
+	start(t, r)
+	return h
+}
+
 // TestNotifyWakesAnIdleRelay: a relay that polls once an hour, started and
 // asleep, publishes an event within seconds of a commit made the way the API
 // makes it (notes.Service, then its outbox.Notifier) — the notification woke
@@ -107,27 +127,9 @@ func waitRelayIdle(t *testing.T, pool *pgxpool.Pool, id string, quiet time.Durat
 func TestNotifyWakesAnIdleRelay(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	dbURL := isolatedDatabase(t)
-	suffix := strings.ReplaceAll(uuid.NewString(), "-", "")[:10]
-	id := "relay-notify-" + suffix
+	h := startHourlyRelay(t, "relay-notify", 250*time.Millisecond)
+	id, suffix, writer, js, cfg := h.id, h.suffix, h.pool, h.js, h.cfg
 	tenant := "acme-" + suffix
-
-	writer, err := db.Open(ctx, withApplicationName(t, dbURL, "writer-"+suffix), 4)
-	require.NoError(t, err)
-	t.Cleanup(writer.Close)
-	relayPool, err := db.Open(ctx, withApplicationName(t, dbURL, id), 4)
-	require.NoError(t, err)
-	t.Cleanup(relayPool.Close)
-
-	srv := natstest.Start(t)
-	nc, js := srv.Connect(t)
-	cfg := relay.Config{Stream: "NOTIFY_" + strings.ToUpper(suffix), SubjectPrefix: "q" + suffix,
-		PollInterval: time.Hour, DuplicateWindow: 2 * time.Hour, MaxAge: 3 * time.Hour,
-		Lease: time.Second, AckTimeout: time.Second, MaxBackoff: 250 * time.Millisecond, Batch: 64}
-	r, err := relay.New(relayPool, nc, cfg, testLogger(t), metrics.NewRelay(prometheus.NewRegistry()), relay.WithID(id))
-	require.NoError(t, err)
-	require.NoError(t, r.Provision(ctx))
-	start(t, r)
 	waitRelayIdle(t, writer, id, time.Second)
 
 	publishedAt := func(eventID uuid.UUID) bool {
@@ -194,24 +196,8 @@ func TestNotifyWakesAnIdleRelay(t *testing.T) {
 func TestListenReconnectsPromptly(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	dbURL := isolatedDatabase(t)
-	suffix := strings.ReplaceAll(uuid.NewString(), "-", "")[:10]
-	id := "relay-relisten-" + suffix
-	admin, err := db.Open(ctx, withApplicationName(t, dbURL, "admin-"+suffix), 2)
-	require.NoError(t, err)
-	t.Cleanup(admin.Close)
-	relayPool, err := db.Open(ctx, withApplicationName(t, dbURL, id), 4)
-	require.NoError(t, err)
-	t.Cleanup(relayPool.Close)
-	srv := natstest.Start(t)
-	nc, _ := srv.Connect(t)
-	cfg := relay.Config{Stream: "RELISTEN_" + strings.ToUpper(suffix), SubjectPrefix: "q" + suffix,
-		PollInterval: time.Hour, DuplicateWindow: 2 * time.Hour, MaxAge: 3 * time.Hour,
-		Lease: time.Second, AckTimeout: time.Second, MaxBackoff: time.Minute, Batch: 64}
-	r, err := relay.New(relayPool, nc, cfg, testLogger(t), metrics.NewRelay(prometheus.NewRegistry()), relay.WithID(id))
-	require.NoError(t, err)
-	require.NoError(t, r.Provision(ctx))
-	start(t, r)
+	h := startHourlyRelay(t, "relay-relisten", time.Minute)
+	id, admin := h.id, h.pool
 
 	listener := func() (pid int32) {
 		err := admin.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND query LIKE 'LISTEN %'`,
