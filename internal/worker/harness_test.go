@@ -14,6 +14,7 @@ import (
 	"github.com/go-json-experiment/json"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -196,6 +197,19 @@ func (h *harness) count(sql string, args ...any) int {
 }
 
 // processedEvents counts the attachment.processed events in the outbox for a note.
+// republishNoteCreated publishes the stream's one note.created message again
+// under a new Nats-Msg-Id, as a relay does after the duplicate window.
+func (h *harness) republishNoteCreated() {
+	h.t.Helper()
+	msgs := natstest.StreamMessages(h.t, h.js, h.stream, h.prefix+".*.note.created")
+	require.Len(h.t, msgs, 1)
+	re := nats.NewMsg(msgs[0].Subject)
+	re.Data = msgs[0].Data
+	re.Header.Set(nats.MsgIdHdr, msgs[0].Header.Get(nats.MsgIdHdr)+"-again")
+	_, err := h.js.PublishMsg(context.Background(), re)
+	require.NoError(h.t, err)
+}
+
 // requireMetric waits until the metric c reaches want, then requires it to be
 // want: a handler counts after its commit returned, so a test that saw the
 // commit in the database may look a moment before the count.

@@ -26,13 +26,7 @@ func TestInboxAloneStopsARepeat(t *testing.T) {
 	_, err := h.pool.Exec(t.Context(), `UPDATE attachments SET status = 'pending', result = NULL, processed_at = NULL WHERE note_id = $1`, note)
 	require.NoError(t, err)
 
-	msgs := natstest.StreamMessages(t, h.js, h.stream, h.prefix+".*.note.created")
-	require.Len(t, msgs, 1)
-	re := nats.NewMsg(msgs[0].Subject)
-	re.Data = msgs[0].Data
-	re.Header.Set(nats.MsgIdHdr, msgs[0].Header.Get(nats.MsgIdHdr)+"-again")
-	_, err = h.js.PublishMsg(t.Context(), re)
-	require.NoError(t, err)
+	h.republishNoteCreated()
 
 	natstest.WaitFor(t, waitLong, func() bool { return value(m.Messages(metrics.WorkerDuplicate)) == 1 }, "a duplicate")
 	requireMetric(t, m.Messages(metrics.WorkerProcessed), 1.0)

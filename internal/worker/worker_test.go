@@ -71,13 +71,7 @@ func TestRepublishedEventIsDuplicate(t *testing.T) {
 	note := h.create("a.txt", "text/plain", []byte("one two three"))
 	h.waitStatus(note, worker.StateProcessed)
 
-	msgs := natstest.StreamMessages(t, h.js, h.stream, h.prefix+".*.note.created")
-	require.Len(t, msgs, 1)
-	re := nats.NewMsg(msgs[0].Subject)
-	re.Data = msgs[0].Data
-	re.Header.Set(nats.MsgIdHdr, msgs[0].Header.Get(nats.MsgIdHdr)+"-again")
-	_, err := h.js.PublishMsg(t.Context(), re)
-	require.NoError(t, err)
+	h.republishNoteCreated()
 
 	natstest.WaitFor(t, waitLong, func() bool { return value(m.Messages(metrics.WorkerDuplicate)) == 1 }, "a duplicate")
 	requireMetric(t, m.Messages(metrics.WorkerProcessed), 1.0)
