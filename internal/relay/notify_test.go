@@ -11,7 +11,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -53,31 +52,21 @@ func withApplicationName(t *testing.T, dbURL, name string) string {
 }
 
 // waitRelayIdle waits until the relay whose sessions carry application_name
-// id has gone to sleep for its poll interval: it LISTENs, and its claim
-// session ran a claim after the LISTEN began (the relay wakes itself once
-// LISTENing) and has been idle, with no further claim, for quiet.
+// id has gone to sleep for its poll interval: it has LISTENed for quiet (it
+// wakes itself once LISTENing and claims at once), and its claim session's
+// latest statement is the empty one the claimer sends while it sleeps
+// (every third of the lease), not a claim.
 func waitRelayIdle(t *testing.T, pool *pgxpool.Pool, id string, quiet time.Duration) {
 	t.Helper()
 	const sql = `SELECT
-		(SELECT max(query_start) FROM pg_stat_activity WHERE application_name = $1 AND query LIKE 'LISTEN %'),
-		(SELECT max(query_start) FROM pg_stat_activity WHERE application_name = $1 AND query LIKE '%pg_try_advisory_lock(%'),
-		coalesce((SELECT bool_and(state = 'idle') FROM pg_stat_activity
-			WHERE application_name = $1 AND query LIKE '%pg_try_advisory_lock(%'), false)`
-	var last time.Time // the claim seen idle, and since when
-	var since time.Time
+		coalesce((SELECT max(query_start) < now() - $2::interval FROM pg_stat_activity
+			WHERE application_name = $1 AND query LIKE 'LISTEN %'), false),
+		EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = $1 AND query = ';' AND state = 'idle')
+		AND NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = $1 AND query LIKE '%pg_try_advisory_lock(%')`
 	natstest.WaitFor(t, waitLong, func() bool {
-		var listened, claimed pgtype.Timestamptz
-		var idle bool
-		require.NoError(t, pool.QueryRow(t.Context(), sql, id).Scan(&listened, &claimed, &idle))
-		if !listened.Valid || !claimed.Valid || !idle || !claimed.Time.After(listened.Time) {
-			last = time.Time{}
-			return false
-		}
-		if !claimed.Time.Equal(last) {
-			last, since = claimed.Time, time.Now()
-			return false
-		}
-		return time.Since(since) >= quiet
+		var listened, asleep bool
+		require.NoError(t, pool.QueryRow(t.Context(), sql, id, quiet.String()).Scan(&listened, &asleep))
+		return listened && asleep
 	}, "relay "+id+" to LISTEN and sleep")
 }
 
@@ -219,4 +208,26 @@ func TestListenReconnectsPromptly(t *testing.T) {
 		natstest.WaitFor(t, waitLong, func() bool { p := listener(); return p != 0 && p != pid }, "the relay to LISTEN again")
 	}
 	require.Less(t, time.Since(began), 10*time.Second, "12 lost LISTEN connections cost the relay %s", time.Since(began))
+}
+
+// TestIdleRelayKeepsItsClaimSession: the claim session's idle timeout is the
+// lease, yet a working relay asleep for longer — here an hour's poll, with a
+// one-second lease — keeps its session: the claimer touches it while it
+// sleeps.
+func TestIdleRelayKeepsItsClaimSession(t *testing.T) {
+	t.Parallel()
+	h := startHourlyRelay(t, "relay-idle", 250*time.Millisecond)
+	waitRelayIdle(t, h.pool, h.id, time.Second)
+	session := func() (pid int32) {
+		err := h.pool.QueryRow(t.Context(), `SELECT pid FROM pg_stat_activity
+			WHERE application_name = $1 AND (query = ';' OR query LIKE '%pg_try_advisory_lock(%')`, h.id).Scan(&pid)
+		if err != nil {
+			return 0
+		}
+		return pid
+	}
+	before := session()
+	require.NotZero(t, before)
+	time.Sleep(4 * h.cfg.Lease)
+	require.Equal(t, before, session(), "the claim session outlived four leases of sleep")
 }

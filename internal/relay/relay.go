@@ -132,22 +132,13 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-// HungClaimLimit is how long a claim session may sit idle before
-// PostgreSQL ends it (idle_session_timeout), and the claims of a relay
-// process that hangs — stopped, paused, deadlocked — with them. A working
-// relay's claimer runs a statement at least every poll interval or
-// backoff, or waits for at most two batches' acknowledgements.
-func (c Config) HungClaimLimit() time.Duration {
-	return c.Lease + c.MaxBackoff + 2*c.AckTimeout
-}
-
 // WorstRepublishDelay is the longest time between a relay's publish of an
 // event and its republish by another relay after a crash or a hang before
-// the mark: the first relay's session must end (within the lease when it
-// vanished, within HungClaimLimit when it hung), the taker may sleep a
-// poll interval, and the first publish may have waited for its ack.
+// the mark: the first relay's session must end (within the lease: by
+// keepalives when it vanished, by idle_session_timeout when it hung), the
+// taker may be backing off, and it may sleep a poll interval.
 func (c Config) WorstRepublishDelay() time.Duration {
-	return c.AckTimeout + c.HungClaimLimit() + c.PollInterval
+	return c.AckTimeout + c.Lease + c.MaxBackoff + c.PollInterval
 }
 
 // Validate checks that the horizons nest: a republish after a crash falls
@@ -160,7 +151,7 @@ func (c Config) Validate() error {
 	case c.Batch < 1:
 		return errors.New("QUILL_RELAY_BATCH must be at least 1")
 	case c.WorstRepublishDelay() >= c.DuplicateWindow:
-		return fmt.Errorf("the worst-case republish delay, 3 × ack timeout %s + QUILL_RELAY_LEASE %s + QUILL_RELAY_MAX_BACKOFF %s + QUILL_RELAY_POLL_INTERVAL %s = %s, must be shorter than QUILL_DUPLICATE_WINDOW %s, or a relay crash could publish an event twice",
+		return fmt.Errorf("the worst-case republish delay, ack timeout %s + QUILL_RELAY_LEASE %s + QUILL_RELAY_MAX_BACKOFF %s + QUILL_RELAY_POLL_INTERVAL %s = %s, must be shorter than QUILL_DUPLICATE_WINDOW %s, or a relay crash or hang could publish an event twice",
 			c.AckTimeout, c.Lease, c.MaxBackoff, c.PollInterval, c.WorstRepublishDelay(), c.DuplicateWindow)
 	case c.DuplicateWindow > c.MaxAge:
 		return fmt.Errorf("QUILL_DUPLICATE_WINDOW %s must not exceed QUILL_STREAM_MAX_AGE %s", c.DuplicateWindow, c.MaxAge)
@@ -378,7 +369,7 @@ func (p *pipeline) claimLoop(ctx context.Context, claimed chan<- *batch) {
 		if failure != nil {
 			d := b.next()
 			r.log.Warn().Err(failure).Str("error_category", category(failure)).Dur("retry_in", d).Msg("relay pass failed; backing off")
-			sleep(ctx, d, nil)
+			p.wait(ctx, d, nil)
 			continue
 		}
 		if ok {
@@ -388,16 +379,79 @@ func (p *pipeline) claimLoop(ctx context.Context, claimed chan<- *batch) {
 		if err != nil {
 			d := b.next()
 			r.log.Warn().Err(err).Str("error_category", category(err)).Dur("retry_in", d).Msg("relay claim failed; backing off")
-			sleep(ctx, d, nil)
+			p.wait(ctx, d, nil)
 			continue
 		}
 		if len(events) == 0 {
-			sleep(ctx, r.cfg.PollInterval, r.wake)
+			p.wait(ctx, r.cfg.PollInterval, r.wake)
 			continue
 		}
 		// Claim again at once after handing the batch over: a partial
 		// batch does not mean the queue is empty.
-		claimed <- &batch{session: p.session, events: events}
+		p.hand(claimed, &batch{session: p.session, events: events})
+	}
+}
+
+// The claim session ends after Lease of idleness (idle_session_timeout),
+// and with it the claims of a relay process that hangs. A working claimer
+// is never idle that long: while it sleeps or waits to hand a batch over,
+// it touches the session every third of the lease.
+
+// wait sleeps for d, until wake (when not nil) or until ctx ends, touching
+// the claim session every third of the lease.
+func (p *pipeline) wait(ctx context.Context, d time.Duration, wake <-chan struct{}) {
+	deadline := time.Now().Add(d)
+	for {
+		step := min(time.Until(deadline), p.touchEvery())
+		if step <= 0 {
+			return
+		}
+		t := time.NewTimer(step)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-wake:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		if time.Until(deadline) > 0 {
+			p.touch()
+		}
+	}
+}
+
+// hand gives b to the publisher, touching the claim session every third of
+// the lease while the publisher is busy.
+func (p *pipeline) hand(claimed chan<- *batch, b *batch) {
+	t := time.NewTicker(p.touchEvery())
+	defer t.Stop()
+	for {
+		select {
+		case claimed <- b:
+			return
+		case <-t.C:
+			p.touch()
+		}
+	}
+}
+
+// touchEvery is a third of the claim session's idle timeout.
+func (p *pipeline) touchEvery() time.Duration { return max(p.r.cfg.Lease, time.Second) / 3 }
+
+// touch runs an empty statement on the claim session, so that it does not
+// reach its idle timeout; a session that fails it is ended (its claims are
+// gone anyway) and the next claim opens another.
+func (p *pipeline) touch() {
+	if p.conn == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), p.r.cfg.Lease)
+	defer cancel()
+	if _, err := p.conn.Exec(ctx, ";"); err != nil {
+		p.r.log.Warn().Err(err).Str("error_category", category(fmt.Errorf("%w: %w", errDatabase, err))).Msg("claim session lost")
+		p.closeSession()
 	}
 }
 
@@ -465,14 +519,14 @@ func (p *pipeline) closeSession() {
 
 // connect opens a claim session: a connection of its own (never a pooled
 // one, whose session other work would share), on which the server detects
-// a vanished relay within about the lease and a hung one within
-// HungClaimLimit.
+// a vanished or hung relay within about the lease.
 func (r *Relay) connect(ctx context.Context) (*pgx.Conn, int32, error) {
 	cc := r.pool.Config().ConnConfig.Copy()
 	maps.Copy(cc.RuntimeParams, r.keepalives())
 	// A relay that hangs keeps its connection open: PostgreSQL ends the
-	// session, and its claims, once it has been idle this long.
-	cc.RuntimeParams["idle_session_timeout"] = strconv.FormatInt(max(r.cfg.HungClaimLimit().Milliseconds(), 1000), 10)
+	// session, and its claims, once it has been idle for the lease (a
+	// working claimer touches it more often: see wait).
+	cc.RuntimeParams["idle_session_timeout"] = strconv.FormatInt(max(r.cfg.Lease.Milliseconds(), 1000), 10)
 	for k, v := range outbox.SessionParams() {
 		cc.RuntimeParams[k] = v
 	}

@@ -342,10 +342,10 @@ func TestConfigValidateRefusesHorizonsThatDoNotNest(t *testing.T) {
 		{name: "lease longer than the duplicate window", cfg: relay.Config{Lease: 15 * time.Minute},
 			want: []string{"QUILL_RELAY_LEASE 15m0s", "QUILL_DUPLICATE_WINDOW 10m0s", "QUILL_RELAY_MAX_BACKOFF", "QUILL_RELAY_POLL_INTERVAL", "ack timeout"}},
 		{name: "lease, backoff, poll and ack timeout together reach the window",
-			// 3 × 10s + 30s + 30s + 1s = 91s: equal is refused, shorter than the window is required.
-			cfg:  relay.Config{DuplicateWindow: 91 * time.Second},
-			want: []string{"3 × ack timeout 10s", "= 1m31s", "QUILL_DUPLICATE_WINDOW 1m31s"}},
-		{name: "one more second and they fit", cfg: relay.Config{DuplicateWindow: 92 * time.Second}},
+			// 10s + 30s + 30s + 1s = 71s: equal is refused, shorter than the window is required.
+			cfg:  relay.Config{DuplicateWindow: 71 * time.Second},
+			want: []string{"= 1m11s", "QUILL_DUPLICATE_WINDOW 1m11s"}},
+		{name: "one more second and they fit", cfg: relay.Config{DuplicateWindow: 72 * time.Second}},
 		{name: "backoff alone breaks a short window", cfg: relay.Config{DuplicateWindow: time.Minute, MaxBackoff: time.Minute, Lease: time.Second},
 			want: []string{"QUILL_RELAY_MAX_BACKOFF 1m0s", "QUILL_DUPLICATE_WINDOW 1m0s"}},
 		{name: "duplicate window longer than the stream keeps messages", cfg: relay.Config{DuplicateWindow: 2 * time.Hour, MaxAge: time.Hour},
