@@ -46,8 +46,9 @@ func parseProcessStat(b []byte) float64 {
 }
 
 // Machine returns the CPU time all CPUs spent busy since boot, in seconds
-// (every field of /proc/stat's "cpu" line but idle and iowait), or -1
-// where /proc/stat cannot be read.
+// (user, nice, system, irq and softirq of /proc/stat's "cpu" line: not
+// idle or iowait, nor steal — time the hypervisor gave to other guests),
+// or -1 where /proc/stat cannot be read.
 func Machine() float64 {
 	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
@@ -66,7 +67,7 @@ func parseMachineStat(b []byte) float64 {
 	for i, s := range f[1:] {
 		// user nice system idle iowait irq softirq steal guest guest_nice;
 		// guest time is already counted in user (and guest_nice in nice).
-		if i == 3 || i == 4 || i >= 8 {
+		if i == 3 || i == 4 || i >= 7 {
 			continue
 		}
 		v, err := strconv.ParseInt(s, 10, 64)

@@ -26,8 +26,8 @@ func TestParseMachineStat(t *testing.T) {
 		name, stat string
 		want       float64
 	}{
-		// busy = user + nice + system + irq + softirq + steal.
-		{"full line", "cpu  100 20 30 9000 500 7 3 40 11 1\ncpu0 1 2 3 4\n", 2},
+		// busy = user + nice + system + irq + softirq (not steal).
+		{"full line", "cpu  100 20 30 9000 500 7 3 40 11 1\ncpu0 1 2 3 4\n", 1.6},
 		{"old kernel, four fields", "cpu 100 0 50 900\n", 1.5},
 		{"not the cpu line", "intr 1 2 3 4 5\n", -1},
 		{"not a number", "cpu 1 x 3 4 5\n", -1},

@@ -775,12 +775,16 @@ func (r *Relay) listen(ctx context.Context) (listening bool, err error) {
 	dialer := &net.Dialer{Timeout: r.cfg.Lease,
 		KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: probe, Interval: probe, Count: 2}}
 	cc.DialFunc = dialer.DialContext
-	conn, err := pgx.ConnectConfig(ctx, cc)
+	// Connecting and LISTEN are bounded by the lease: unanswered, they
+	// would wait for TCP to give up.
+	sctx, cancel := context.WithTimeout(ctx, r.cfg.Lease)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(sctx, cc)
 	if err != nil {
 		return false, err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "LISTEN "+outbox.NotifyChannel); err != nil {
+	if _, err := conn.Exec(sctx, "LISTEN "+outbox.NotifyChannel); err != nil {
 		return false, err
 	}
 	r.Wake() // catch up with whatever committed while not listening

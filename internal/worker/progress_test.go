@@ -31,15 +31,14 @@ func TestInProgressCoversRetries(t *testing.T) {
 		deliveries = append(deliveries, delivery)
 		mu.Unlock()
 		if n == 1 {
-			// The first attempt fails after 400 ms; the retry middleware
-			// runs the second at once (RetryInterval 20 ms).
-			time.Sleep(400 * time.Millisecond)
+			// The first attempt fails at once; the retry middleware runs
+			// the second after RetryInterval (20 ms).
 			return errInjected
 		}
 		if n == 2 {
-			// Ends 2.4 s after the delivery: without progress reports
-			// the server redelivers after 1 s.
-			time.Sleep(2 * time.Second)
+			// Outlasts two AckWaits: without progress reports during
+			// the retry the server redelivers after one.
+			time.Sleep(2500 * time.Millisecond)
 		}
 		return nil
 	}}))

@@ -16,9 +16,9 @@
 // Consumption runs on a watermill router with the watermill-nats JetStream
 // subscriber, which acknowledges (DoubleAck) after the handler returned nil
 // and Naks, with a backoff delay, after an error. Middleware, outermost
-// first: the poison queue (dead letters, see internal/deadletter), the
-// last-delivery check, in-process retries of transient errors, and panic
-// recovery.
+// first: the progress reports (InProgress while the chain works), the
+// poison queue (dead letters, see internal/deadletter), the last-delivery
+// check, in-process retries of transient errors, and panic recovery.
 package worker
 
 import (
@@ -440,9 +440,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	sub, err := wmjs.NewSubscriber(wmjs.SubscriberConfig{
 		Conn:   w.nc,
 		Logger: logger,
-		// The subscriber gives up waiting for the handler after this;
-		// the handler itself is bounded by AckWait (see handle).
-		AckWaitTimeout:      2*w.cfg.AckWait + 5*time.Second,
+		// The subscriber gives up waiting for the handler after this:
+		// longer than tracked reports the message in progress, so an
+		// acknowledgement is never sent for a message the subscriber
+		// has let go of.
+		AckWaitTimeout:      progressLimit*w.cfg.AckWait + 5*time.Second,
 		ResourceInitializer: w.resources,
 		NakDelay:            nakDelay{first: w.cfg.NakDelay, max: w.cfg.MaxNakDelay},
 		ConsumeOptions:      []jetstream.PullConsumeOpt{jetstream.PullMaxMessages(w.cfg.Prefetch)},
