@@ -55,33 +55,47 @@ func EmptySchema(t testing.TB) string {
 		_, err := db.Migrate(ctx, base)
 		require.NoError(t, err, "test database at %s (set QUILL_TEST_DATABASE_URL)", base)
 	})
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	schema := "t_" + hex.EncodeToString(b[:])
-	conn, err := pgx.Connect(ctx, base)
-	require.NoError(t, err)
-	defer conn.Close(ctx)
-	_, err = conn.Exec(ctx, "CREATE SCHEMA "+schema)
-	require.NoError(t, err)
+	schema := randomName("t_")
+	require.NoError(t, exec(ctx, base, "CREATE SCHEMA "+schema))
 	t.Cleanup(func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		c, err := pgx.Connect(cctx, base)
-		if err != nil {
-			t.Logf("drop schema %s: %v", schema, err)
-			return
-		}
-		defer c.Close(cctx)
-		if _, err := c.Exec(cctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+		if err := exec(cctx, base, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
 			t.Logf("drop schema %s: %v", schema, err)
 		}
 	})
-	u, err := url.Parse(base)
+	return WithParam(t, base, "search_path", schema)
+}
+
+// WithParam returns dbURL with the query parameter key set to value (a
+// session setting such as search_path or application_name).
+func WithParam(t testing.TB, dbURL, key, value string) string {
+	t.Helper()
+	u, err := url.Parse(dbURL)
 	require.NoError(t, err)
 	q := u.Query()
-	q.Set("search_path", schema)
+	q.Set(key, value)
 	u.RawQuery = q.Encode()
 	return u.String()
+}
+
+// randomName is prefix and 12 random hex digits: a schema or database name
+// no other test uses.
+func randomName(prefix string) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// exec runs one statement on a connection of its own to dbURL.
+func exec(ctx context.Context, dbURL, sql string) error {
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, sql)
+	return err
 }
 
 // Pool returns a pool of at most maxConns connections on a fresh schema,
@@ -103,26 +117,15 @@ func Database(t testing.TB) string {
 	t.Helper()
 	u, err := url.Parse(URL())
 	require.NoError(t, err)
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	name := "quill_t_" + hex.EncodeToString(b[:])
+	name := randomName("quill_t_")
 	admin := *u
 	admin.Path = "/postgres"
-	exec := func(ctx context.Context, sql string) error {
-		conn, err := pgx.Connect(ctx, admin.String())
-		if err != nil {
-			return err
-		}
-		defer conn.Close(ctx)
-		_, err = conn.Exec(ctx, sql)
-		return err
-	}
 	ident := pgx.Identifier{name}.Sanitize()
-	require.NoError(t, exec(t.Context(), "CREATE DATABASE "+ident))
+	require.NoError(t, exec(t.Context(), admin.String(), "CREATE DATABASE "+ident))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if err := exec(ctx, "DROP DATABASE IF EXISTS "+ident+" WITH (FORCE)"); err != nil {
+		if err := exec(ctx, admin.String(), "DROP DATABASE IF EXISTS "+ident+" WITH (FORCE)"); err != nil {
 			t.Logf("drop database %s: %v", name, err)
 		}
 	})

@@ -3,7 +3,6 @@ package relay_test
 import (
 	"context"
 	"net/http"
-	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -37,18 +36,6 @@ func isolatedDatabase(t *testing.T) string {
 	_, err := db.Migrate(t.Context(), u)
 	require.NoError(t, err)
 	return u
-}
-
-// withApplicationName returns dbURL whose sessions carry application_name
-// name, so that pg_stat_activity tells them apart.
-func withApplicationName(t *testing.T, dbURL, name string) string {
-	t.Helper()
-	u, err := url.Parse(dbURL)
-	require.NoError(t, err)
-	q := u.Query()
-	q.Set("application_name", name)
-	u.RawQuery = q.Encode()
-	return u.String()
 }
 
 // waitRelayIdle waits until the relay whose sessions carry application_name
@@ -88,10 +75,10 @@ func startHourlyRelay(t *testing.T, name string, maxBackoff time.Duration) *hour
 	h := &hourlyRelay{suffix: strings.ReplaceAll(uuid.NewString(), "-", "")[:10], dbURL: isolatedDatabase(t)}
 	h.id = name + "-" + h.suffix
 	var err error
-	h.pool, err = db.Open(ctx, withApplicationName(t, h.dbURL, "test-"+h.suffix), 4)
+	h.pool, err = db.Open(ctx, dbtest.WithParam(t, h.dbURL, "application_name", "test-"+h.suffix), 4)
 	require.NoError(t, err)
 	t.Cleanup(h.pool.Close)
-	relayPool, err := db.Open(ctx, withApplicationName(t, h.dbURL, h.id), 4)
+	relayPool, err := db.Open(ctx, dbtest.WithParam(t, h.dbURL, "application_name", h.id), 4)
 	require.NoError(t, err)
 	t.Cleanup(relayPool.Close)
 	srv := natstest.Start(t)

@@ -94,12 +94,7 @@ func (h *harness) newRelay(cfg relay.Config, id string, opts ...relay.Option) (*
 func (h *harness) newRelayLogging(cfg relay.Config, id string, log zerolog.Logger, opts ...relay.Option) (*relay.Relay, *metrics.Relay) {
 	t := h.t
 	t.Helper()
-	u, err := url.Parse(h.url)
-	require.NoError(t, err)
-	q := u.Query()
-	q.Set("application_name", id)
-	u.RawQuery = q.Encode()
-	pool, err := db.Open(context.Background(), u.String(), 4)
+	pool, err := db.Open(context.Background(), dbtest.WithParam(t, h.url, "application_name", id), 4)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	nc, _ := h.srv.Connect(t)
