@@ -438,7 +438,7 @@ func (p *pipeline) hand(claimed chan<- *batch, b *batch) {
 }
 
 // touchEvery is a third of the claim session's idle timeout.
-func (p *pipeline) touchEvery() time.Duration { return max(p.r.cfg.Lease, time.Second) / 3 }
+func (p *pipeline) touchEvery() time.Duration { return p.r.sessionLease() / 3 }
 
 // touch runs an empty statement on the claim session, so that it does not
 // reach its idle timeout; a session that fails it is ended (its claims are
@@ -526,10 +526,8 @@ func (r *Relay) connect(ctx context.Context) (*pgx.Conn, int32, error) {
 	// A relay that hangs keeps its connection open: PostgreSQL ends the
 	// session, and its claims, once it has been idle for the lease (a
 	// working claimer touches it more often: see wait).
-	cc.RuntimeParams["idle_session_timeout"] = strconv.FormatInt(max(r.cfg.Lease.Milliseconds(), 1000), 10)
-	for k, v := range outbox.SessionParams() {
-		cc.RuntimeParams[k] = v
-	}
+	cc.RuntimeParams["idle_session_timeout"] = strconv.FormatInt(r.sessionLease().Milliseconds(), 10)
+	maps.Copy(cc.RuntimeParams, outbox.SessionParams())
 	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
 		return nil, 0, fmt.Errorf("claim session: %w", err)
@@ -542,15 +540,23 @@ func (r *Relay) connect(ctx context.Context) (*pgx.Conn, int32, error) {
 	return conn, space, nil
 }
 
+// sessionLease is the lease as the relay's PostgreSQL sessions apply it:
+// at least a second, the unit of TCP keepalive settings.
+func (r *Relay) sessionLease() time.Duration { return max(r.cfg.Lease, time.Second) }
+
+// keepaliveProbe is the idle time before, and the interval between, TCP
+// keepalive probes: two unanswered ones end a connection within the lease.
+func (r *Relay) keepaliveProbe() time.Duration { return r.sessionLease() / 3 }
+
 // keepalives are the session settings with which the server detects a
 // relay connection gone silent within about the lease.
 func (r *Relay) keepalives() map[string]string {
-	probe := max(int(r.cfg.Lease/(3*time.Second)), 1)
+	probe := strconv.Itoa(max(int(r.keepaliveProbe()/time.Second), 1))
 	return map[string]string{
-		"tcp_keepalives_idle":     strconv.Itoa(probe),
-		"tcp_keepalives_interval": strconv.Itoa(probe),
+		"tcp_keepalives_idle":     probe,
+		"tcp_keepalives_interval": probe,
 		"tcp_keepalives_count":    "2",
-		"tcp_user_timeout":        strconv.FormatInt(max(r.cfg.Lease.Milliseconds(), 1000), 10),
+		"tcp_user_timeout":        strconv.FormatInt(r.sessionLease().Milliseconds(), 10),
 	}
 }
 
@@ -771,7 +777,7 @@ func (r *Relay) listenLoop(ctx context.Context) error {
 func (r *Relay) listen(ctx context.Context) (listening bool, err error) {
 	cc := r.pool.Config().ConnConfig.Copy()
 	maps.Copy(cc.RuntimeParams, r.keepalives())
-	probe := max(r.cfg.Lease/3, time.Second)
+	probe := max(r.keepaliveProbe(), time.Second)
 	dialer := &net.Dialer{Timeout: r.cfg.Lease,
 		KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: probe, Interval: probe, Count: 2}}
 	cc.DialFunc = dialer.DialContext
