@@ -190,10 +190,8 @@ func TestCommandLineErrors(t *testing.T) {
 
 func TestMigrateCreatesDatabaseAndIsSafeConcurrently(t *testing.T) {
 	t.Parallel()
-	name := fmt.Sprintf("quill_migrate_%d", time.Now().UnixNano())
-	url := "postgres://postgres@127.0.0.1:5432/" + name + "?sslmode=disable"
+	url := dbtest.MissingDatabase(t)
 	getenv := env(map[string]string{"DATABASE_URL": url})
-	t.Cleanup(func() { dropDatabase(t, name) })
 	var wg sync.WaitGroup
 	errs := make([]error, 4)
 	for i := range errs {
@@ -217,9 +215,7 @@ func TestMigrateCreatesDatabaseAndIsSafeConcurrently(t *testing.T) {
 // would satisfy the wait.
 func TestCommittedWriteNotifiesRelays(t *testing.T) {
 	t.Parallel()
-	name := fmt.Sprintf("quill_notify_%d", time.Now().UnixNano())
-	url := "postgres://postgres@127.0.0.1:5432/" + name + "?sslmode=disable"
-	t.Cleanup(func() { dropDatabase(t, name) })
+	url := dbtest.MissingDatabase(t)
 	vars := map[string]string{"DATABASE_URL": url, "QUILL_HTTP_ADDR": freeAddr(t), "QUILL_ADMIN_ADDR": freeAddr(t)}
 	getenv := env(vars)
 	_, _, err := runOut(t, getenv, "migrate")

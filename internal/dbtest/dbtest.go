@@ -115,13 +115,30 @@ func Pool(t testing.TB, maxConns int32) (*pgxpool.Pool, string) {
 // test sharing the database would otherwise hear.
 func Database(t testing.TB) string {
 	t.Helper()
+	u, admin, ident := database(t)
+	require.NoError(t, exec(t.Context(), admin, "CREATE DATABASE "+ident))
+	return u
+}
+
+// MissingDatabase returns the URL of a database of t's own on the test
+// server that does not exist yet, for tests of creating it; it is dropped
+// (with FORCE) when t ends, if it exists by then.
+func MissingDatabase(t testing.TB) string {
+	t.Helper()
+	u, _, _ := database(t)
+	return u
+}
+
+// database names a database of t's own and arranges its drop: its URL, the
+// URL of the server's postgres database, and its quoted name.
+func database(t testing.TB) (dbURL, adminURL, ident string) {
+	t.Helper()
 	u, err := url.Parse(URL())
 	require.NoError(t, err)
 	name := randomName("quill_t_")
 	admin := *u
 	admin.Path = "/postgres"
-	ident := pgx.Identifier{name}.Sanitize()
-	require.NoError(t, exec(t.Context(), admin.String(), "CREATE DATABASE "+ident))
+	ident = pgx.Identifier{name}.Sanitize()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -130,5 +147,5 @@ func Database(t testing.TB) string {
 		}
 	})
 	u.Path = "/" + name
-	return u.String()
+	return u.String(), admin.String(), ident
 }
