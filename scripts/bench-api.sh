@@ -101,7 +101,7 @@ trap 'exit 130' INT TERM
 
 # --- build, database ------------------------------------------------------------
 log "building ./bin"
-"$GO" build -o bin/ ./cmd/...
+"$GO" build -o bin/ ./cmd/api ./tools/loadgen
 
 psql_admin -c 'SELECT 1' >/dev/null 2>"$WORK/psql.err" ||
 	die "cannot connect to $ADMIN_URL: $(cat "$WORK/psql.err") (is PostgreSQL running? try: bash scripts/ensure-postgres.sh)"

@@ -134,7 +134,7 @@ trap 'exit 130' INT TERM
 
 # --- build, database ------------------------------------------------------------
 log "building ./bin and $NATS_SERVER ($NATS_SERVER_VERSION, from go.mod)"
-"$GO" build -o bin/ ./cmd/api ./cmd/relay ./cmd/loadgen ./cmd/relaybench
+"$GO" build -o bin/ ./cmd/api ./cmd/relay ./tools/loadgen ./tools/relaybench
 mkdir -p "$(dirname "$NATS_SERVER")"
 "$GO" build -o "$NATS_SERVER" github.com/nats-io/nats-server/v2
 got=$("$NATS_SERVER" --version)

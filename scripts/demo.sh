@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-go build -o bin/ ./cmd/api ./cmd/demo
+go build -o bin/ ./cmd/api ./tools/demo
 if [[ -z ${QUILL_TOKEN:-} ]]; then
 	QUILL_TOKEN=$(./bin/api token create --tenant demo)
 	export QUILL_TOKEN

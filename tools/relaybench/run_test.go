@@ -2,8 +2,8 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -11,10 +11,12 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/quillhq/quill/internal/cli"
 	"github.com/quillhq/quill/internal/idempotency"
 )
 
 func TestGenerateSpreadsEventsOverNotes(t *testing.T) {
+	t.Parallel()
 	at := time.Date(2026, 1, 2, 3, 4, 5, 123456000, time.UTC)
 	events, err := generate(1000, 200, 200, "bench", at)
 	if err != nil {
@@ -55,6 +57,7 @@ func TestGenerateSpreadsEventsOverNotes(t *testing.T) {
 }
 
 func TestReadAPILogKeepsSuccessfulCreates(t *testing.T) {
+	t.Parallel()
 	hash := idempotency.KeyHash("bench", "k1")
 	lines := []string{
 		`{"level":"info","message":"listening"}`,
@@ -77,6 +80,7 @@ func TestReadAPILogKeepsSuccessfulCreates(t *testing.T) {
 }
 
 func TestSummaryAndParseUnix(t *testing.T) {
+	t.Parallel()
 	var d []time.Duration
 	for i := 100; i >= 1; i-- {
 		d = append(d, time.Duration(i)*time.Millisecond)
@@ -95,11 +99,13 @@ func TestSummaryAndParseUnix(t *testing.T) {
 }
 
 func TestUsageErrors(t *testing.T) {
+	t.Parallel()
 	env := func(string) string { return "" }
 	for _, args := range [][]string{nil, {"nope"}, {"latency"}, {"seed", "--notes", "10", "--count", "5"}, {"wait", "extra"}} {
 		var out, errOut bytes.Buffer
-		err := run(context.Background(), args, env, &out, &errOut)
-		if _, ok := err.(usageError); !ok {
+		err := run(t.Context(), args, env, &out, &errOut)
+		var uerr cli.UsageError
+		if !errors.As(err, &uerr) {
 			t.Errorf("run %q: err = %v, want a usage error", args, err)
 		}
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/quillhq/quill/internal/cli"
 	"github.com/quillhq/quill/internal/cpustat"
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/idempotency"
@@ -57,7 +58,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprintln(stdout, overview)
 		if len(args) == 0 {
-			return usageError{"a subcommand is required"}
+			return cli.UsageError{Msg: "a subcommand is required"}
 		}
 		return nil
 	}
@@ -122,25 +123,25 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		streamFlags()
 		do = reset
 	default:
-		return usageError{fmt.Sprintf("unknown subcommand %q; run \"relaybench --help\"", sub)}
+		return cli.UsageError{Msg: fmt.Sprintf("unknown subcommand %q; run \"relaybench --help\"", sub)}
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
 		}
-		return usageError{err.Error()}
+		return cli.UsageError{Msg: err.Error()}
 	}
 	switch {
 	case fs.NArg() > 0:
-		return usageError{fmt.Sprintf("unexpected arguments %q", fs.Args())}
+		return cli.UsageError{Msg: fmt.Sprintf("unexpected arguments %q", fs.Args())}
 	case (sub == "seed" || sub == "raw") && (c.count < 1 || c.notes < 1 || c.notes > c.count):
-		return usageError{"--count and --notes must be positive, with --notes ≤ --count"}
+		return cli.UsageError{Msg: "--count and --notes must be positive, with --notes ≤ --count"}
 	case sub == "raw" && c.maxPending < 1:
-		return usageError{"--max-pending must be positive"}
+		return cli.UsageError{Msg: "--max-pending must be positive"}
 	case sub == "wait" && c.count < 1:
-		return usageError{"--count must be positive"}
+		return cli.UsageError{Msg: "--count must be positive"}
 	case sub == "latency" && c.from == "":
-		return usageError{"--from is required"}
+		return cli.UsageError{Msg: "--from is required"}
 	}
 	return do(ctx, c, stdout)
 }
@@ -537,12 +538,12 @@ type stored struct {
 func latency(ctx context.Context, c common, stdout io.Writer) error {
 	from, err := parseUnix(c.from)
 	if err != nil {
-		return usageError{"--from: " + err.Error()}
+		return cli.UsageError{Msg: "--from: " + err.Error()}
 	}
 	to := time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
 	if c.to != "" {
 		if to, err = parseUnix(c.to); err != nil {
-			return usageError{"--to: " + err.Error()}
+			return cli.UsageError{Msg: "--to: " + err.Error()}
 		}
 	}
 	nc, err := connect(c.natsURL, "quill-relaybench-latency")

@@ -22,6 +22,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/quillhq/quill/internal/cli"
 	"github.com/quillhq/quill/internal/cpustat"
 )
 
@@ -95,35 +96,35 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		if errors.Is(err, flag.ErrHelp) {
 			return c, err
 		}
-		return c, usageError{err.Error()}
+		return c, cli.UsageError{Msg: err.Error()}
 	}
 	if fs.NArg() > 0 {
-		return c, usageError{fmt.Sprintf("unexpected arguments %q", fs.Args())}
+		return c, cli.UsageError{Msg: fmt.Sprintf("unexpected arguments %q", fs.Args())}
 	}
 	u, err := url.Parse(c.url)
 	switch {
 	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
-		return c, usageError{fmt.Sprintf("--url %q is not an http(s) URL such as %s", c.url, defaultURL)}
+		return c, cli.UsageError{Msg: fmt.Sprintf("--url %q is not an http(s) URL such as %s", c.url, defaultURL)}
 	case c.token == "":
-		return c, usageError{"--token (or QUILL_TOKEN) is required; create one with: api token create --tenant bench"}
+		return c, cli.UsageError{Msg: "--token (or QUILL_TOKEN) is required; create one with: api token create --tenant bench"}
 	case c.concurrency < 1:
-		return c, usageError{"--concurrency must be at least 1"}
+		return c, cli.UsageError{Msg: "--concurrency must be at least 1"}
 	case c.duration <= 0:
-		return c, usageError{"--duration must be positive"}
+		return c, cli.UsageError{Msg: "--duration must be positive"}
 	case c.warmup < 0:
-		return c, usageError{"--warmup must not be negative"}
+		return c, cli.UsageError{Msg: "--warmup must not be negative"}
 	case c.timeout <= 0:
-		return c, usageError{"--timeout must be positive"}
+		return c, cli.UsageError{Msg: "--timeout must be positive"}
 	case c.mode != modeCreate && c.mode != modeReplay:
-		return c, usageError{fmt.Sprintf("--mode %q: use %s or %s", c.mode, modeCreate, modeReplay)}
+		return c, cli.UsageError{Msg: fmt.Sprintf("--mode %q: use %s or %s", c.mode, modeCreate, modeReplay)}
 	case c.rate < 0 || math.IsInf(c.rate, 0) || math.IsNaN(c.rate):
-		return c, usageError{"--rate must be a non-negative number of requests per second"}
+		return c, cli.UsageError{Msg: "--rate must be a non-negative number of requests per second"}
 	case c.replayKeys < 0:
-		return c, usageError{"--replay-keys must not be negative"}
+		return c, cli.UsageError{Msg: "--replay-keys must not be negative"}
 	case c.bodyBytes < 0:
-		return c, usageError{"--body-bytes must not be negative"}
+		return c, cli.UsageError{Msg: "--body-bytes must not be negative"}
 	case c.keyPrefix != "" && !keyPrefixRE.MatchString(c.keyPrefix):
-		return c, usageError{"--key-prefix must be 1-64 characters of A-Z, a-z, 0-9, '.', '_' and '-'"}
+		return c, cli.UsageError{Msg: "--key-prefix must be 1-64 characters of A-Z, a-z, 0-9, '.', '_' and '-'"}
 	}
 	if c.keyPrefix == "" {
 		var b [6]byte
@@ -138,7 +139,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	if c.mode == modeReplay && c.replayKeys < c.concurrency {
 		// Every client replays its own keys, so that no two requests with
 		// one key are in flight at once.
-		return c, usageError{fmt.Sprintf("--replay-keys (%d) must be at least --concurrency (%d)", c.replayKeys, c.concurrency)}
+		return c, cli.UsageError{Msg: fmt.Sprintf("--replay-keys (%d) must be at least --concurrency (%d)", c.replayKeys, c.concurrency)}
 	}
 	return c, nil
 }
