@@ -166,7 +166,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return fmt.Errorf("interrupted: %w", ctx.Err())
 	}
 	if c.jsonOut {
-		if err := writeJSON(stdout, res); err != nil {
+		if err := json.NewEncoder(stdout).Encode(res); err != nil {
 			return err
 		}
 	} else {
@@ -495,15 +495,6 @@ func formatKinds(m map[string]int) string {
 		parts[i] = k + "=" + strconv.Itoa(m[k])
 	}
 	return strings.Join(parts, ",")
-}
-
-func writeJSON(w io.Writer, r result) error {
-	b, err := json.Marshal(r)
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintf(w, "%s\n", b)
-	return err
 }
 
 func writeText(w io.Writer, r result) {

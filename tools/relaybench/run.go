@@ -165,14 +165,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	return do(ctx, c, stdout)
 }
 
-func writeJSON(w io.Writer, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintf(w, "%s\n", b)
-	return err
-}
+// writeJSON prints v as one line of JSON.
+func writeJSON(w io.Writer, v any) error { return json.NewEncoder(w).Encode(v) }
 
 // --- events ------------------------------------------------------------------------
 
