@@ -300,9 +300,11 @@ jobj() { sed -n "s/.*\"$2\":\({[^{}]*}\).*/\1/p" <<<"$1" | head -1; }
 # ratio A B [DECIMALS]: A ÷ B (2 decimals by default), n/a when B is not
 # positive.
 ratio() { awk -v a="$1" -v b="$2" -v p="${3:-2}" 'BEGIN { if (b > 0) printf("%." p "f", a / b); else print "n/a" }'; }
-ge() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a >= b) }'; }
-gt() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a > b) }'; }
-lt() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a < b) }'; }
+# ge, gt, lt A B: numeric comparisons; n/a and empty count as 0 (compared
+# as strings, n/a would pass ge against any number).
+ge() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 >= b + 0) }'; }
+gt() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 > b + 0) }'; }
+lt() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 < b + 0) }'; }
 
 MISSED=0
 # check TEST ARGS...: sets VERDICT to met or MISSED (and counts misses).
