@@ -1,8 +1,8 @@
 # syntax=docker/dockerfile:1
 
-# One image with every shipped Quill program (cmd/*) in /usr/local/bin; compose.yaml and
-# other deployments choose the binary with the container command, e.g.
-# `api serve`, `api migrate`, `relay`, `attachment-worker`.
+# One image with every shipped Quill program (cmd/*) in /usr/local/bin;
+# compose.yaml and other deployments choose the binary with the container
+# command, e.g. `api serve`, `api migrate`, `relay`, `attachment-worker`.
 #
 #   docker build -t quill:dev .
 
