@@ -1,8 +1,8 @@
 # syntax=docker/dockerfile:1
 
-# One image with every Quill binary (cmd/*) in /usr/local/bin; compose.yaml and
-# other deployments choose the binary with the container command, e.g.
-# `api serve`, `api migrate`, `relay`, `attachment-worker`.
+# One image with every shipped Quill program (cmd/*) in /usr/local/bin;
+# compose.yaml and other deployments choose the binary with the container
+# command, e.g. `api serve`, `api migrate`, `relay`, `attachment-worker`.
 #
 #   docker build -t quill:dev .
 
@@ -24,9 +24,10 @@ RUN --mount=type=cache,target=/go/pkg/mod \
 
 COPY . .
 
-# Build every main package under ./cmd (cmd/api now; cmd/relay and
-# cmd/attachment-worker are picked up as soon as they exist) into /out, one
-# executable per directory, named after it. Static, no cgo, reproducible paths.
+# Build every shipped program (./cmd/...: api, relay, attachment-worker,
+# quill; the benchmark and demo tools under ./tools stay out of the image)
+# into /out, one executable per directory, named after it. Static, no cgo,
+# reproducible paths.
 ARG TARGETOS
 ARG TARGETARCH
 RUN --mount=type=cache,target=/go/pkg/mod \

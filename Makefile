@@ -14,7 +14,7 @@ FUZZTIME ?= 200000x
 
 .PHONY: dev demo test soak lint fuzz bench-api bench-relay bench-worker build services
 
-build: ## build every binary into ./bin
+build: ## build the shipped programs (cmd/*) into ./bin; the bench and demo scripts build their tools/ themselves
 	$(GO) build -o bin/ ./cmd/...
 
 services: ## make sure PostgreSQL (and NATS) answer, starting them when needed
@@ -47,7 +47,7 @@ fuzz: ## run every fuzz target for FUZZTIME each
 	  done; \
 	done
 
-bench-api: ## load benchmark of the API against a raw pgbench ceiling (see README)
+bench-api: ## load benchmark of the API against a raw pgbench ceiling (see bench/README.md)
 	bash scripts/bench-api.sh
 
 bench-relay: ## relay throughput vs raw JetStream, and commit → ack latency (see bench/README.md)

@@ -46,7 +46,7 @@ func buildBinaries(t *testing.T, dir string) binaries {
 	defer cancel()
 	t0 := time.Now()
 	for _, args := range [][]string{
-		{"build", "-o", dir + "/", "./cmd/api", "./cmd/relay", "./cmd/attachment-worker", "./cmd/demo"},
+		{"build", "-o", dir + "/", "./cmd/api", "./cmd/relay", "./cmd/attachment-worker", "./tools/demo"},
 		{"build", "-o", filepath.Join(dir, "nats-server"), "github.com/nats-io/nats-server/v2"},
 	} {
 		cmd := exec.CommandContext(ctx, goBin, args...)

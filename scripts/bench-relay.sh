@@ -3,9 +3,10 @@
 # the raw JetStream ceiling, and the end-to-end latency commit → stream ack
 # under API load (see bench/README.md).
 #
-#   1. builds ./bin/{api,relay,loadgen,relaybench} and nats-server v2.15.2
-#      from the Go module into .data/bin; drops and recreates the database
-#      quill_bench_relay on the server of $DATABASE_URL (`api migrate`);
+#   1. builds ./bin/{api,relay,loadgen,relaybench} and (once) the
+#      nats-server go.mod pins into .data/bin; drops and recreates the
+#      database quill_bench_relay on the server of $DATABASE_URL (`api
+#      migrate`);
 #      starts `api serve` on free loopback ports and creates a token;
 #   2. for each NATS mode (defaults; sync_interval: always) starts its own
 #      nats-server on a free port with a fresh store directory, then:
@@ -26,13 +27,15 @@
 # BENCH_RATE (500, creates/s), BENCH_E2E_DURATION (20, seconds),
 # BENCH_E2E_WARMUP (2, seconds), BENCH_E2E_CONCURRENCY (32, most creates in
 # flight), BENCH_NATS_MODES ("default always"), BENCH_RELAY_BATCH (the
-# relay's default), BENCH_STRICT=1 to exit 1 when a target is missed,
-# BENCH_WAIT_QUIET (0, seconds to wait for an otherwise idle machine).
+# relay's default, read from relay run --help), BENCH_STRICT=1 to exit 1
+# when a target is missed, BENCH_WAIT_QUIET (0, seconds to wait for an
+# otherwise idle machine).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# shellcheck source=scripts/lib.sh
+source scripts/lib.sh
 
-DATABASE_URL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/quill?sslmode=disable}
 EVENTS=${BENCH_EVENTS:-100000}
 NOTES=${BENCH_NOTES:-20000}
 RAW_RUNS=${BENCH_RAW_RUNS:-3}
@@ -42,241 +45,59 @@ E2E_WARMUP=${BENCH_E2E_WARMUP:-2}
 E2E_CONCURRENCY=${BENCH_E2E_CONCURRENCY:-32}
 MODES=${BENCH_NATS_MODES:-default always}
 RELAY_BATCH=${BENCH_RELAY_BATCH:-}
-STRICT=${BENCH_STRICT:-0}
-GO=${GO:-go}
-NATS_SERVER_VERSION=v2.15.2
-NATS_SERVER=.data/bin/nats-server
-BENCH_DB=quill_bench_relay
 STREAM=QUILL_BENCH
 PREFIX=quillbench
 TENANT=bench
 RESULTS=bench/results/relay-latest.txt
+# The roles of cpu_report's table.
+ROLES="client api relay nats pg"
 
-log() { printf 'bench-relay: %s\n' "$*" >&2; }
-die() {
-	printf 'bench-relay: ERROR: %s\n' "$*" >&2
-	exit 1
-}
-
-posint() { [[ $2 =~ ^[1-9][0-9]*$ ]] || die "$1 must be a positive integer, got '$2'"; }
 posint BENCH_EVENTS "$EVENTS"
 posint BENCH_NOTES "$NOTES"
 posint BENCH_RAW_RUNS "$RAW_RUNS"
 posint BENCH_RATE "$RATE"
 posint BENCH_E2E_DURATION "$E2E_DURATION"
 posint BENCH_E2E_CONCURRENCY "$E2E_CONCURRENCY"
-[[ $E2E_WARMUP =~ ^[0-9]+$ ]] || die "BENCH_E2E_WARMUP must be whole seconds, got '$E2E_WARMUP'"
+seconds BENCH_E2E_WARMUP "$E2E_WARMUP"
 [[ -z $RELAY_BATCH ]] || posint BENCH_RELAY_BATCH "$RELAY_BATCH"
 ((NOTES <= EVENTS)) || die "BENCH_NOTES ($NOTES) must not exceed BENCH_EVENTS ($EVENTS)"
 for m in $MODES; do
 	case $m in default | always) ;; *) die "BENCH_NATS_MODES holds '$m'; use default and/or always" ;; esac
 done
 
-# --- PostgreSQL URLs and tools --------------------------------------------------
-# with_db URL DB: URL with its database replaced (postgres[ql]:// URLs only).
-with_db() {
-	local url=$1 db=$2 scheme rest query=""
-	[[ $url == postgres://* || $url == postgresql://* ]] ||
-		die "DATABASE_URL must be a postgres:// URL (got a keyword/value string?)"
-	scheme=${url%%://*}
-	rest=${url#*://}
-	if [[ $rest == *\?* ]]; then
-		query="?${rest#*\?}"
-		rest=${rest%%\?*}
-	fi
-	printf '%s://%s/%s%s' "$scheme" "${rest%%/*}" "$db" "$query"
-}
-ADMIN_URL=$(with_db "$DATABASE_URL" postgres)
-BENCH_URL=$(with_db "$DATABASE_URL" "$BENCH_DB")
-
-# pg_tool NAME: NAME from PATH, else from the newest /usr/lib/postgresql/*/bin.
-pg_tool() {
-	if command -v "$1" >/dev/null 2>&1; then
-		command -v "$1"
-		return 0
-	fi
-	local found
-	found=$(printf '%s\n' /usr/lib/postgresql/*/bin/"$1" | sort -V | tail -1)
-	[[ -n $found && -x $found ]] || return 1
-	echo "$found"
-}
-PSQL=$(pg_tool psql) || die "psql not found (PATH or /usr/lib/postgresql/*/bin); install the PostgreSQL client"
+bench_db quill_bench_relay
 command -v curl >/dev/null 2>&1 || die "curl not found (it reads the relays' /metrics)"
 
-psql_admin() { PGOPTIONS='-c client_min_messages=warning' "$PSQL" -X -q -v ON_ERROR_STOP=1 "$ADMIN_URL" "$@"; }
-psql_bench() { PGOPTIONS='-c client_min_messages=warning' "$PSQL" -X -q -v ON_ERROR_STOP=1 "$BENCH_URL" "$@"; }
+work_dir quill-bench-relay
+build_bins ./cmd/api ./cmd/relay ./tools/loadgen ./tools/relaybench
+nats_server_bin
+log "nats-server $NATS_SERVER_VERSION (from go.mod) in $NATS_SERVER"
+# The relays run with RELAY_BATCH, and raw bounds its pending acks as the
+# relay does (2 × the batch): the relay's default unless BENCH_RELAY_BATCH.
+BATCH_NOTE=""
+if [[ -z $RELAY_BATCH ]]; then
+	RELAY_BATCH=$(./bin/relay run --help 2>&1 | sed -n '/^  --batch$/{n;s/.*default "\([0-9]*\)".*/\1/p;}')
+	posint "the relay's default batch (from relay run --help)" "$RELAY_BATCH"
+	BATCH_NOTE=" (default)"
+fi
+recreate_bench_db
 
-# --- work directory and cleanup -------------------------------------------------
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/quill-bench-relay.XXXXXX")
-API_PID=""
-NATS_PID=""
-RELAY_PIDS=()
-OK=false
-stop_pid() {
-	if [[ -n $1 ]] && kill -0 "$1" 2>/dev/null; then
-		kill -TERM "$1" 2>/dev/null || true
-		wait "$1" 2>/dev/null || true
-	fi
-}
-cleanup() {
-	local p
-	for p in "${RELAY_PIDS[@]}"; do stop_pid "$p"; done
-	stop_pid "$API_PID"
-	stop_pid "$NATS_PID"
-	if $OK; then
-		rm -rf "$WORK"
-	else
-		log "logs kept in $WORK"
-	fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-# --- build, database ------------------------------------------------------------
-log "building ./bin and $NATS_SERVER ($NATS_SERVER_VERSION, from go.mod)"
-"$GO" build -o bin/ ./cmd/api ./cmd/relay ./cmd/loadgen ./cmd/relaybench
-mkdir -p "$(dirname "$NATS_SERVER")"
-"$GO" build -o "$NATS_SERVER" github.com/nats-io/nats-server/v2
-got=$("$NATS_SERVER" --version)
-[[ $got == *"$NATS_SERVER_VERSION"* ]] || die "$NATS_SERVER is '$got', not $NATS_SERVER_VERSION (see go.mod)"
-
-psql_admin -c 'SELECT 1' >/dev/null 2>"$WORK/psql.err" ||
-	die "cannot connect to $ADMIN_URL: $(cat "$WORK/psql.err") (is PostgreSQL running? try: bash scripts/ensure-postgres.sh)"
-log "recreating database $BENCH_DB"
-psql_admin -c "DROP DATABASE IF EXISTS $BENCH_DB WITH (FORCE)"
-DATABASE_URL=$BENCH_URL ./bin/api migrate 2>>"$WORK/api-cli.log" || die "api migrate failed (see $WORK/api-cli.log)"
-
-# --- CPU accounting ---------------------------------------------------------------
-# Two snapshots bracket each measured phase and give the cores used by: the
-# client (relaybench raw or loadgen), the API, the relays, nats-server,
-# PostgreSQL ($BENCH_DB's backends plus the postmaster and its background
-# processes: WAL writer, checkpointer, autovacuum, ...), and the whole machine
-# (/proc/stat). "other" is the rest: the kernel's loopback networking and
-# interrupts, and whatever else runs on the machine (a noisy neighbour).
-NCPU=$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN)
-CLK_TCK=$(getconf CLK_TCK 2>/dev/null || echo 100)
-now_s() { date +%s.%N; }
-elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", b - a }'; }
-
-# ROLE[pid] = client, api, relay or nats for the processes of the phase.
-declare -A ROLE
-
-# cpu_snapshot: "pid class ticks" for every process of interest, then
-# "sys busy total" (all CPUs, clock ticks).
-cpu_snapshot() {
-	local d pid stat comm cmd class
-	local -a f
-	for d in /proc/[0-9]*; do
-		pid=${d#/proc/}
-		read -r stat 2>/dev/null <"$d/stat" || continue # gone meanwhile
-		comm=${stat#* (}
-		comm=${comm%%) *}
-		read -r -a f <<<"${stat##*) }"
-		class=${ROLE[$pid]:-}
-		if [[ -z $class && $comm == postgres ]]; then
-			# The process title (postgres: ... DB HOST(PORT) state) is the
-			# first NUL-terminated string of cmdline.
-			cmd=""
-			IFS= read -r -d '' cmd 2>/dev/null <"$d/cmdline" || [[ -n $cmd ]] || continue
-			if [[ $cmd != *" $BENCH_DB "* && ($cmd == *"("[0-9]*")"* || $cmd == *"[local]"*) ]]; then
-				continue # a backend of another database: not ours
-			fi
-			class=pg
-		fi
-		[[ -n $class ]] || continue
-		echo "$pid $class $((f[11] + f[12]))"
-	done
-	awk '/^cpu / { t = 0; for (i = 2; i <= NF; i++) t += $i; print "sys", t - $5 - $6, t; exit }' /proc/stat
-}
-
-# cpu_report PHASE SNAP0 SNAP1 SECONDS [CLIENT_CORES]: appends
-# "phase client api relay nats postgres other busy" (cores) to $WORK/cpu.
-# A process missing from SNAP0 started inside the window (counted from 0);
-# CLIENT_CORES, when given, replaces the client's share (a client that has
-# exited by SNAP1 reports its own).
-cpu_report() {
-	awk -v phase="$1" -v s="$4" -v hz="$CLK_TCK" -v n="$NCPU" -v cc="${5:-}" '
-		FNR == NR { if ($1 == "sys") { b0 = $2; t0 = $3 } else t[$1] = $3; next }
-		$1 == "sys" { busy = ($2 - b0) / ($3 - t0) * n; next }
-		{ d[$2] += $3 - (($1 in t) ? t[$1] : 0); seen[$2] = 1 }
-		function cores(c) { return d[c] / hz / s }
-		function show(c, v) { return (c in seen || v != "") ? sprintf("%.2f", v == "" ? cores(c) : v) : "-" }
-		END {
-			o = busy - cores("api") - cores("relay") - cores("nats") - cores("pg") - (cc != "" ? cc : cores("client"))
-			if (o < 0) o = 0
-			printf "%s %s %s %s %s %s %.2f %.2f\n", phase, show("client", cc), show("api", ""), show("relay", ""),
-				show("nats", ""), show("pg", ""), o, busy
-		}' "$2" "$3" >>"$WORK/cpu"
-}
-
-# --- a quiet machine? --------------------------------------------------------------
-sys_busy() { awk '/^cpu / { t = 0; for (i = 2; i <= NF; i++) t += $i; print t - $5 - $6, t; exit }' /proc/stat; }
-background_cores() {
-	local b0 t0 b1 t1
-	read -r b0 t0 < <(sys_busy)
-	sleep 2
-	read -r b1 t1 < <(sys_busy)
-	awk -v b=$((b1 - b0)) -v t=$((t1 - t0)) -v n="$NCPU" 'BEGIN { printf "%.2f", (t > 0 ? b / t * n : 0) }'
-}
 # With BENCH_WAIT_QUIET=N, every measured phase first waits (up to N s) for
 # the machine to quiet down: a relay run lasts seconds, and other work that
 # starts meanwhile skews it (it shows as "other" in the CPU table).
-QUIET_LIMIT=0.25
-WAIT_QUIET=${BENCH_WAIT_QUIET:-0}
-[[ $WAIT_QUIET =~ ^[0-9]+$ ]] || die "BENCH_WAIT_QUIET must be whole seconds, got '$WAIT_QUIET'"
-# wait_quiet: sets BG to the cores busy now, after waiting for at most
-# WAIT_QUIET seconds for it to fall under QUIET_LIMIT.
-wait_quiet() {
-	local waited=0
-	BG=$(background_cores)
-	while awk -v b="$BG" -v l="$QUIET_LIMIT" 'BEGIN { exit !(b > l) }' && ((waited < WAIT_QUIET)); do
-		log "the machine is busy ($BG cores in use); waiting for it to quiet down (${waited}s of ${WAIT_QUIET}s)"
-		sleep 3
-		waited=$((waited + 5))
-		BG=$(background_cores)
-	done
-}
-wait_quiet
-if awk -v b="$BG" -v l="$QUIET_LIMIT" 'BEGIN { exit !(b > l) }'; then
-	log "WARNING: $BG of $NCPU cores were busy before the benchmark started; results will be low and noisy"
-fi
+wait_quiet_start
 BG_START=$BG
 QUIET_NOTE=""
 if ((WAIT_QUIET > 0)); then QUIET_NOTE=" (BENCH_WAIT_QUIET=$WAIT_QUIET: each phase first waited for fewer than $QUIET_LIMIT busy cores)"; fi
 # quiet_phase: wait_quiet before a measured phase when asked to.
 quiet_phase() { if ((WAIT_QUIET > 0)); then wait_quiet; fi; }
 
-# --- helpers ------------------------------------------------------------------------
-# jget JSON FIELD: the first scalar FIELD in a JSON object (names are unique
-# enough in relaybench's and loadgen's output; nested objects are searched
-# too, so ask for a name that occurs once).
-jget() { sed -n "s/.*\"$2\":\"\{0,1\}\([^,\"}]*\).*/\1/p" <<<"$1" | head -1; }
-# jobj JSON NAME: the flat nested object NAME of a JSON object.
-jobj() { sed -n "s/.*\"$2\":\({[^{}]*}\).*/\1/p" <<<"$1" | head -1; }
-# wait_for_line FILE PATTERN PID SECONDS: until grep finds PATTERN in FILE;
-# fails when PID exits or time runs out.
-wait_for_line() {
-	local i
-	for ((i = 0; i < $4 * 50; i++)); do
-		grep -qs -- "$2" "$1" && return 0
-		kill -0 "$3" 2>/dev/null || return 1
-		sleep 0.02
-	done
-	return 1
-}
 relaybench() { ./bin/relaybench "$@"; }
+NATS_PID=""
+RELAY_PIDS=()
 
 # --- API ------------------------------------------------------------------------
-log "starting the API (log: $WORK/api.log)"
-env -u GOMAXPROCS DATABASE_URL="$BENCH_URL" ./bin/api serve --http-addr 127.0.0.1:0 --admin-addr 127.0.0.1:0 \
-	>"$WORK/api.out" 2>"$WORK/api.log" &
-API_PID=$!
-wait_for_line "$WORK/api.log" '"listener":"api","addr":"' "$API_PID" 15 ||
-	die "the API did not report its listening address (see $WORK/api.log)"
-API_URL="http://$(grep -o '"listener":"api","addr":"[^"]*"' "$WORK/api.log" | head -1 | sed 's/.*"addr":"//; s/"$//')"
-TOKEN=$(DATABASE_URL=$BENCH_URL ./bin/api token create --tenant "$TENANT" 2>>"$WORK/api-cli.log") ||
-	die "api token create failed (see $WORK/api-cli.log)"
-log "API pid $API_PID at $API_URL"
+start_api "$TENANT"
 
 # --- NATS -------------------------------------------------------------------------
 # start_nats MODE: a nats-server on a free loopback port, JetStream storing
@@ -295,6 +116,7 @@ start_nats() {
 	} >"$dir/nats.conf"
 	env -u GOMAXPROCS "$NATS_SERVER" -c "$dir/nats.conf" >"$dir/nats.log" 2>&1 &
 	NATS_PID=$!
+	on_exit_stop "$NATS_PID"
 	ROLE[$NATS_PID]=nats
 	wait_for_line "$dir/nats.log" 'Server is ready' "$NATS_PID" 15 ||
 		die "nats-server did not start (see $dir/nats.log)"
@@ -316,10 +138,11 @@ start_relays() {
 	local i
 	for ((i = 1; i <= $1; i++)); do
 		env -u GOMAXPROCS DATABASE_URL="$BENCH_URL" NATS_URL="$NATS_URL" QUILL_STREAM="$STREAM" \
-			QUILL_SUBJECT_PREFIX="$PREFIX" QUILL_ADMIN_ADDR=127.0.0.1:0 ${RELAY_BATCH:+QUILL_RELAY_BATCH=$RELAY_BATCH} \
+			QUILL_SUBJECT_PREFIX="$PREFIX" QUILL_ADMIN_ADDR=127.0.0.1:0 QUILL_RELAY_BATCH="$RELAY_BATCH" \
 			./bin/relay run >"$WORK/$2-relay$i.out" 2>"$WORK/$2-relay$i.log" &
 		RELAY_PIDS+=($!)
 		ROLE[$!]=relay
+		on_exit_stop "$!"
 	done
 }
 # relay_metrics LABEL: "published duplicates errors" summed over the relays'
@@ -327,7 +150,7 @@ start_relays() {
 relay_metrics() {
 	local f addr pub=0 dup=0 err=0 m p d e
 	for f in "$WORK/$1"-relay*.log; do
-		addr=$(grep -o '"listener":"admin","addr":"[^"]*"' "$f" | head -1 | sed 's/.*"addr":"//; s/"$//')
+		addr=$(log_addr "$f" admin)
 		[[ -n $addr ]] || continue
 		m=$(curl -fsS "http://$addr/metrics") || continue
 		read -r p d e < <(awk '$1 == "quill_relay_published_total" { p = $2 } $1 == "quill_relay_duplicates_total" { d = $2 }
@@ -341,6 +164,7 @@ stop_relays() {
 	for p in "${RELAY_PIDS[@]}"; do
 		kill -TERM "$p" 2>/dev/null || true
 		wait "$p" || rc=$?
+		stop_pid "$p"
 		unset "ROLE[$p]"
 	done
 	RELAY_PIDS=()
@@ -368,7 +192,7 @@ raw_run() {
 	quiet_phase
 	log "[$mode] raw JetStream ceiling, run $i of $RAW_RUNS ($EVENTS messages)"
 	relaybench raw --nats-url "$NATS_URL" --stream "$STREAM" --subject-prefix "$PREFIX" --tenant "$TENANT" \
-		--count "$EVENTS" --notes "$NOTES" >"$out.json" 2>"$out.err" &
+		--count "$EVENTS" --notes "$NOTES" --max-pending $((2 * RELAY_BATCH)) >"$out.json" 2>"$out.err" &
 	pid=$!
 	ROLE[$pid]=client
 	wait_for_line "$out.err" 'publishing' "$pid" 120 || true
@@ -382,7 +206,7 @@ raw_run() {
 	RAW_RATES[$mode]="${RAW_RATES[$mode]:-} $(jget "$(jobj "$j" stream)" rate)"
 	RAW_CLIENT[$mode]="${RAW_CLIENT[$mode]:-} $(jget "$j" client_rate)"
 	RAW_ERR[$mode]=$((${RAW_ERR[$mode]:-0} + $(jget "$j" errors)))
-	cpu_report "$mode-raw$i" "$WORK/snap0" "$WORK/snap1" "$(elapsed "$t0" "$t1")" "$(jget "$j" cpu_cores)"
+	cpu_report "$mode-raw$i" "$WORK/snap0" "$WORK/snap1" "$(elapsed "$t0" "$t1")" "$ROLES" "$(jget "$j" cpu_cores)"
 	relaybench reset --nats-url "$NATS_URL" --stream "$STREAM" >/dev/null
 }
 
@@ -401,7 +225,7 @@ relay_run() {
 		die "$label: the relays did not publish the backlog (logs in $WORK)"
 	t1=$(now_s)
 	cpu_snapshot >"$WORK/snap1"
-	cpu_report "$label" "$WORK/snap0" "$WORK/snap1" "$(elapsed "$t0" "$t1")"
+	cpu_report "$label" "$WORK/snap0" "$WORK/snap1" "$(elapsed "$t0" "$t1")" "$ROLES"
 	read -r pub dup err < <(relay_metrics "$label")
 	stop_relays
 	sp=$(jobj "$j" stream)
@@ -444,7 +268,7 @@ e2e_run() {
 	sleep "$(awk -v d="$E2E_DURATION" 'BEGIN { print (d > 3 ? d - 2.5 : d / 2) }')"
 	s1=$(now_s)
 	cpu_snapshot >"$WORK/snap1"
-	cpu_report "$label" "$WORK/snap0" "$WORK/snap1" "$(elapsed "$s0" "$s1")"
+	cpu_report "$label" "$WORK/snap0" "$WORK/snap1" "$(elapsed "$s0" "$s1")" "$ROLES"
 	wait "$pid" || die "loadgen failed: $(tail -3 "$WORK/$label-loadgen.err")"
 	t_to=$(now_s)
 	unset "ROLE[$pid]" "ROLE[$API_PID]"
@@ -472,35 +296,17 @@ for mode in $MODES; do
 done
 
 # --- report ---------------------------------------------------------------------
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
-ge() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a >= b) }'; }
-gt() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a > b) }'; }
-lt() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a < b) }'; }
 median() { tr ' ' '\n' <<<"$1" | awk 'NF' | sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.1f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 int() { awk -v v="$1" 'BEGIN { printf "%.0f\n", v }'; }
 mode_name() { if [[ $1 == always ]]; then echo "sync always"; else echo "defaults"; fi; }
 
-PG_VERSION=$(psql_bench -Atc 'SHOW server_version')
-PG_SETTINGS=$(psql_bench -Atc "SELECT string_agg(name || '=' || setting, ' ' ORDER BY name) FROM pg_settings
-	WHERE name IN ('synchronous_commit', 'fsync', 'shared_buffers', 'autovacuum')")
-REV=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-[[ -z $(git status --porcelain 2>/dev/null) ]] || REV="$REV (+ uncommitted changes)"
-
-MISSED=0
-check() {
-	if "$@"; then VERDICT=met; else
-		VERDICT=MISSED
-		MISSED=$((MISSED + 1))
-	fi
-}
-
 {
 	echo "Quill bench-relay — $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-	echo "commit $REV; $("$GO" version | cut -d' ' -f3-); $NCPU CPUs ($(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo 2>/dev/null || echo unknown)), $(($(awk '/^MemTotal/ { print $2 }' /proc/meminfo) / 1024)) MiB"
-	echo "PostgreSQL $PG_VERSION at ${BENCH_URL%%\?*} ($PG_SETTINGS)"
+	host_line
+	pg_line synchronous_commit fsync shared_buffers autovacuum
 	echo "nats-server $NATS_SERVER_VERSION (built from go.mod) on a free loopback port, fresh file store; 'sync always' = jetstream { sync_interval: always }"
 	echo "stream as the relay provisions it: file storage, Duplicates 10m, MaxAge 168h, subjects $PREFIX.>; deleted before every run"
-	echo "relay: QUILL_RELAY_BATCH=${RELAY_BATCH:-256 (default)}, so up to $((2 * ${RELAY_BATCH:-256})) pending acks; raw: the same message ids, headers, sizes and pending bound"
+	echo "relay: QUILL_RELAY_BATCH=$RELAY_BATCH$BATCH_NOTE, so up to $((2 * RELAY_BATCH)) pending acks; raw: the same message ids, headers, sizes and pending bound"
 	echo "backlog: $(jget "$SEED" events) pending events over $NOTES notes, payload avg $(jget "$SEED" payload_avg_bytes) B (the API's CloudEvents JSON of a note), random note order; VACUUM ANALYZE + CHECKPOINT before each run"
 	echo "relays, nats-server, PostgreSQL, API and clients share the $NCPU CPUs (GOMAXPROCS unset); before the start, $BG_START cores were busy with other work$QUIET_NOTE"
 	echo
@@ -597,12 +403,4 @@ check() {
 	fi
 } >"$WORK/report.txt"
 
-mkdir -p "$(dirname "$RESULTS")"
-cp "$WORK/report.txt" "$RESULTS"
-cat "$RESULTS"
-echo
-log "written to $RESULTS"
-OK=true
-if [[ $STRICT == 1 ]] && ((MISSED > 0)); then
-	exit 1
-fi
+publish_report "$RESULTS"

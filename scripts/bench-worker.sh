@@ -23,7 +23,8 @@
 # cores compare the ratios of one run, not rates across runs.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-GO=${GO:-go}
+# shellcheck source=scripts/lib.sh
+source scripts/lib.sh
 # Attachments per worker benchmark: a PNG costs ~6 ms of CPU, a text ~0.3 ms,
 # so texts need more events for a run of a few seconds (the worker's start —
 # consumer, subscriptions — is inside the timed part).
@@ -33,14 +34,13 @@ out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || uptime)"
-$GO test -run '^$' -bench 'Pipeline/png|StoreCeiling/png' -benchtime "${PNG_N}x" ./internal/worker/ | tee -a "$out"
-$GO test -run '^$' -bench 'Pipeline/text|StoreCeiling/text' -benchtime "${TEXT_N}x" ./internal/worker/ | tee -a "$out"
-$GO test -run '^$' -bench 'Process' ./internal/attachment/ | tee -a "$out"
+"$GO" test -run '^$' -bench 'Pipeline/png|StoreCeiling/png' -benchtime "${PNG_N}x" ./internal/worker/ | tee -a "$out"
+"$GO" test -run '^$' -bench 'Pipeline/text|StoreCeiling/text' -benchtime "${TEXT_N}x" ./internal/worker/ | tee -a "$out"
+"$GO" test -run '^$' -bench 'Process' ./internal/attachment/ | tee -a "$out"
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || uptime)"
 
 # Lines look like: BenchmarkPipeline/png64k-2  2000  7908361 ns/op  126.4 attachments/s  12.5 events/tx
 metric() { awk -v name="$1" -v unit="$2" '$1 ~ "^"name"(-[0-9]+)?$" { for (i = 2; i < NF; i++) if ($(i+1) == unit) print $i }' "$out" | tail -n 1; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print "n/a" }'; }
 echo
 echo "fixture | pipeline /s | events/tx | store ceiling /s | raw (all cores) /s | raw (1 goroutine) /s | pipeline ÷ raw | pipeline ÷ ceiling"
 for f in png64k text4k; do
@@ -49,7 +49,7 @@ for f in png64k text4k; do
 	c=$(metric "BenchmarkStoreCeiling/$f" attachments/s)
 	rp=$(metric "BenchmarkProcessParallel/$f" attachments/s)
 	r1=$(metric "BenchmarkProcess/$f" attachments/s)
-	raw=$(ratio "$p" "$rp")
-	verdict=$(awk -v r="$raw" 'BEGIN { print (r + 0 >= 0.7) ? "met" : "MISSED" }')
-	echo "$f | $p | $b | $c | $rp | $r1 | $raw ($verdict, target ≥ 0.7) | $(ratio "$p" "$c")"
+	raw=$(ratio "$p" "$rp" 3)
+	check ge "$raw" 0.7
+	echo "$f | $p | $b | $c | $rp | $r1 | $raw ($VERDICT, target ≥ 0.7) | $(ratio "$p" "$c" 3)"
 done

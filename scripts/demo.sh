@@ -5,8 +5,10 @@
 # make dev).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# shellcheck source=scripts/lib.sh
+source scripts/lib.sh
 
-go build -o bin/ ./cmd/api ./cmd/demo
+build_bins ./cmd/api ./tools/demo
 if [[ -z ${QUILL_TOKEN:-} ]]; then
 	QUILL_TOKEN=$(./bin/api token create --tenant demo)
 	export QUILL_TOKEN

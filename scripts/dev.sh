@@ -8,10 +8,12 @@
 # restart of make dev keeps every note, key and stream.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# shellcheck source=scripts/lib.sh
+source scripts/lib.sh
 
 bash scripts/ensure-postgres.sh
 bash scripts/ensure-nats.sh
-go build -o bin/ ./cmd/... ./tools/devlog
+build_bins ./cmd/... ./tools/devlog
 
 logs() {
 	if [[ ${QUILL_DEV_LOG:-} == json ]]; then cat; else ./bin/devlog; fi

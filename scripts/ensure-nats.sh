@@ -12,17 +12,14 @@
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-REPO_ROOT=$PWD
+# shellcheck source=scripts/lib.sh
+source scripts/lib.sh
 
 NATS_URL=${NATS_URL:-nats://127.0.0.1:4222}
 WAIT_SECONDS=${ENSURE_NATS_TIMEOUT:-30}
-DATA_DIR=$REPO_ROOT/.data
+DATA_DIR=$PWD/.data
 STORE_DIR=$DATA_DIR/nats
 LOG_FILE=$DATA_DIR/nats.log
-GO_BIN_DIR=$DATA_DIR/bin
-
-log() { printf 'ensure-nats: %s\n' "$*"; }
-die() { printf 'ensure-nats: ERROR: %s\n' "$*" >&2; exit 1; }
 
 # nats://[user[:pass]@]host[:port][,nats://...]: the first server's host and port.
 url=${NATS_URL%%,*}
@@ -37,10 +34,7 @@ else
 fi
 [[ $HOST == localhost ]] && HOST=127.0.0.1
 
-listening() {
-	# shellcheck disable=SC2016 # expanded by the inner bash
-	timeout 3 bash -c 'exec 3<>"/dev/tcp/$0/$1"' "$HOST" "$PORT" >/dev/null 2>&1
-}
+listening() { tcp_open "$HOST" "$PORT"; }
 
 if listening; then
 	log "NATS already listening at $HOST:$PORT; nothing to do"
@@ -53,21 +47,16 @@ esac
 
 mkdir -p "$STORE_DIR"
 
-if command -v go >/dev/null 2>&1; then
+if command -v "$GO" >/dev/null 2>&1; then
 	# The version go.mod pins, so that dev, CI and the tests' in-process
-	# server are the same nats-server.
-	version=$(go list -m -f '{{.Version}}' github.com/nats-io/nats-server/v2) ||
-		die "go list -m github.com/nats-io/nats-server/v2 failed"
-	SERVER=$GO_BIN_DIR/nats-server
-	if [[ -x $SERVER && -f $SERVER.version && $(<"$SERVER.version") == "$version" ]]; then
-		did="started .data/bin/nats-server $version (the module's tool)"
+	# server are the same nats-server; built in the foreground, so that
+	# compiling does not eat the start-up wait.
+	nats_server_bin
+	SERVER=$NATS_SERVER
+	if $NATS_SERVER_BUILT; then
+		did="built nats-server $NATS_SERVER_VERSION (pinned in go.mod) into .data/bin and started it"
 	else
-		# Built in the foreground, so that compiling does not eat the start-up wait.
-		mkdir -p "$GO_BIN_DIR"
-		go build -o "$SERVER" github.com/nats-io/nats-server/v2 ||
-			die "go build github.com/nats-io/nats-server/v2 ($version, from go.mod) failed"
-		echo "$version" >"$SERVER.version"
-		did="built nats-server $version (pinned in go.mod) into .data/bin and started it"
+		did="started .data/bin/nats-server $NATS_SERVER_VERSION (the module's tool)"
 	fi
 elif command -v nats-server >/dev/null 2>&1; then
 	SERVER=$(command -v nats-server)

@@ -21,14 +21,13 @@
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# shellcheck source=scripts/lib.sh
+source scripts/lib.sh
 REPO_ROOT=$PWD
 
 DATABASE_URL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/quill?sslmode=disable}
 WAIT_SECONDS=${ENSURE_POSTGRES_TIMEOUT:-30}
 PRIVATE_DIR=$REPO_ROOT/.data/postgres
-
-log() { printf 'ensure-postgres: %s\n' "$*"; }
-die() { printf 'ensure-postgres: ERROR: %s\n' "$*" >&2; exit 1; }
 
 # --- host, port and user from DATABASE_URL -----------------------------------
 # postgres[ql]://[user[:password]@][host][:port][/db][?params]
@@ -73,23 +72,13 @@ connect_host() {
 	esac
 }
 
-# pg_isready, from PATH or from any installed server version.
+# pg_isready, from PATH or from the newest installed server version; looked
+# up when needed, as it may come with the package this script installs.
 PG_ISREADY=""
-find_pg_isready() {
-	if command -v pg_isready >/dev/null 2>&1; then
-		PG_ISREADY=$(command -v pg_isready)
-		return 0
-	fi
-	local c
-	for c in /usr/lib/postgresql/*/bin/pg_isready; do
-		[[ -x $c ]] && PG_ISREADY=$c
-	done
-	[[ -n $PG_ISREADY ]]
-}
 
 # 0 = accepting connections, 1 = rejecting (e.g. starting up), 2 = no answer.
 pg_status() {
-	if [[ -n $PG_ISREADY ]] || find_pg_isready; then
+	if [[ -n $PG_ISREADY ]] || PG_ISREADY=$(pg_tool pg_isready); then
 		local rc=0
 		"$PG_ISREADY" -q -h "$(connect_host)" -p "$PG_PORT" -U "$PG_USER" -t 3 || rc=$?
 		return "$rc"
@@ -97,13 +86,6 @@ pg_status() {
 	# No client at all: a TCP answer is the best we can tell.
 	if tcp_open "$(connect_host)" "$PG_PORT"; then return 0; fi
 	return 2
-}
-
-tcp_open() { # host port
-	local host=$1 port=$2
-	[[ $host == /* ]] && return 1
-	# shellcheck disable=SC2016 # expanded by the inner bash
-	timeout 3 bash -c 'exec 3<>"/dev/tcp/$0/$1"' "$host" "$port" >/dev/null 2>&1
 }
 
 wait_ready() {
@@ -233,13 +215,7 @@ if ! $IS_ROOT && pick_cluster && [[ -O /var/lib/postgresql/$CL_VER/$CL_NAME ]]; 
 fi
 
 # --- 2. nothing installed, root: install it -----------------------------------
-initdb_bin() {
-	local c found=""
-	for c in /usr/lib/postgresql/*/bin/initdb; do
-		[[ -x $c ]] && found=$c # the highest version sorts last
-	done
-	[[ -n $found ]] && echo "$found"
-}
+initdb_bin() { pg_server_tool initdb; }
 
 if $IS_ROOT && [[ -z $(initdb_bin) ]]; then
 	log "PostgreSQL is not installed; installing Debian's postgresql package"

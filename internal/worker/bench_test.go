@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quillhq/quill/internal/attachment"
-	"github.com/quillhq/quill/internal/cpustat"
 	"github.com/quillhq/quill/internal/db"
+	"github.com/quillhq/quill/internal/measure"
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/natstest"
 	"github.com/quillhq/quill/internal/worker"
@@ -139,7 +139,7 @@ func BenchmarkStoreCeiling(b *testing.B) {
 // cpuMark is the CPU time used so far by this process and by the machine.
 type cpuMark struct{ process, machine float64 }
 
-func startCPU() cpuMark { return cpuMark{cpustat.Process(), cpustat.Machine()} }
+func startCPU() cpuMark { return cpuMark{measure.ProcessCPU(), measure.MachineCPU()} }
 
 // report adds the CPU per event since m: "proc-µs/event" is this process —
 // the worker and the in-process nats-server — and "machine-µs/event" every

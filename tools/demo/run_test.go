@@ -14,6 +14,7 @@ import (
 )
 
 func TestUsageErrors(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		env  map[string]string
@@ -26,6 +27,7 @@ func TestUsageErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			_, _, err := clitest.RunOut(t, run, clitest.Env(tt.env), tt.args...)
 			var uerr cli.UsageError
 			if !errors.As(err, &uerr) || !strings.Contains(err.Error(), tt.want) {
@@ -38,6 +40,7 @@ func TestUsageErrors(t *testing.T) {
 // An API that forgets idempotency — every POST makes a new note — must be
 // caught at the retry, not reported as a success.
 func TestDemoCatchesAnAPIThatExecutesTwice(t *testing.T) {
+	t.Parallel()
 	var n atomic.Int64
 	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
@@ -64,6 +67,7 @@ func TestDemoCatchesAnAPIThatExecutesTwice(t *testing.T) {
 }
 
 func TestDemoRefusesWhenTheAPIIsDown(t *testing.T) {
+	t.Parallel()
 	api := httptest.NewServer(http.NotFoundHandler())
 	url := api.URL
 	api.Close()

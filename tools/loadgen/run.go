@@ -22,7 +22,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/quillhq/quill/internal/cpustat"
+	"github.com/quillhq/quill/internal/cli"
+	"github.com/quillhq/quill/internal/measure"
 )
 
 // Modes.
@@ -95,35 +96,35 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		if errors.Is(err, flag.ErrHelp) {
 			return c, err
 		}
-		return c, usageError{err.Error()}
+		return c, cli.UsageError{Msg: err.Error()}
 	}
 	if fs.NArg() > 0 {
-		return c, usageError{fmt.Sprintf("unexpected arguments %q", fs.Args())}
+		return c, cli.UsageError{Msg: fmt.Sprintf("unexpected arguments %q", fs.Args())}
 	}
 	u, err := url.Parse(c.url)
 	switch {
 	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
-		return c, usageError{fmt.Sprintf("--url %q is not an http(s) URL such as %s", c.url, defaultURL)}
+		return c, cli.UsageError{Msg: fmt.Sprintf("--url %q is not an http(s) URL such as %s", c.url, defaultURL)}
 	case c.token == "":
-		return c, usageError{"--token (or QUILL_TOKEN) is required; create one with: api token create --tenant bench"}
+		return c, cli.UsageError{Msg: "--token (or QUILL_TOKEN) is required; create one with: api token create --tenant bench"}
 	case c.concurrency < 1:
-		return c, usageError{"--concurrency must be at least 1"}
+		return c, cli.UsageError{Msg: "--concurrency must be at least 1"}
 	case c.duration <= 0:
-		return c, usageError{"--duration must be positive"}
+		return c, cli.UsageError{Msg: "--duration must be positive"}
 	case c.warmup < 0:
-		return c, usageError{"--warmup must not be negative"}
+		return c, cli.UsageError{Msg: "--warmup must not be negative"}
 	case c.timeout <= 0:
-		return c, usageError{"--timeout must be positive"}
+		return c, cli.UsageError{Msg: "--timeout must be positive"}
 	case c.mode != modeCreate && c.mode != modeReplay:
-		return c, usageError{fmt.Sprintf("--mode %q: use %s or %s", c.mode, modeCreate, modeReplay)}
+		return c, cli.UsageError{Msg: fmt.Sprintf("--mode %q: use %s or %s", c.mode, modeCreate, modeReplay)}
 	case c.rate < 0 || math.IsInf(c.rate, 0) || math.IsNaN(c.rate):
-		return c, usageError{"--rate must be a non-negative number of requests per second"}
+		return c, cli.UsageError{Msg: "--rate must be a non-negative number of requests per second"}
 	case c.replayKeys < 0:
-		return c, usageError{"--replay-keys must not be negative"}
+		return c, cli.UsageError{Msg: "--replay-keys must not be negative"}
 	case c.bodyBytes < 0:
-		return c, usageError{"--body-bytes must not be negative"}
+		return c, cli.UsageError{Msg: "--body-bytes must not be negative"}
 	case c.keyPrefix != "" && !keyPrefixRE.MatchString(c.keyPrefix):
-		return c, usageError{"--key-prefix must be 1-64 characters of A-Z, a-z, 0-9, '.', '_' and '-'"}
+		return c, cli.UsageError{Msg: "--key-prefix must be 1-64 characters of A-Z, a-z, 0-9, '.', '_' and '-'"}
 	}
 	if c.keyPrefix == "" {
 		var b [6]byte
@@ -138,7 +139,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	if c.mode == modeReplay && c.replayKeys < c.concurrency {
 		// Every client replays its own keys, so that no two requests with
 		// one key are in flight at once.
-		return c, usageError{fmt.Sprintf("--replay-keys (%d) must be at least --concurrency (%d)", c.replayKeys, c.concurrency)}
+		return c, cli.UsageError{Msg: fmt.Sprintf("--replay-keys (%d) must be at least --concurrency (%d)", c.replayKeys, c.concurrency)}
 	}
 	return c, nil
 }
@@ -160,12 +161,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		fmt.Fprintf(stderr, "loadgen: replay setup: created %d notes in %.2fs\n", len(targets), time.Since(t0).Seconds())
 	}
-	res := measure(ctx, cl, c, targets, stderr)
+	res := runLoad(ctx, cl, c, targets, stderr)
 	if ctx.Err() != nil {
 		return fmt.Errorf("interrupted: %w", ctx.Err())
 	}
 	if c.jsonOut {
-		if err := writeJSON(stdout, res); err != nil {
+		if err := json.NewEncoder(stdout).Encode(res); err != nil {
 			return err
 		}
 	} else {
@@ -350,12 +351,9 @@ type result struct {
 	ErrorKinds  string  `json:"error_kinds"`
 	FirstError  string  `json:"first_error,omitempty"`
 	OpsPerSec   float64 `json:"ops_per_sec"`
-	MeanMs      float64 `json:"mean_ms"`
-	P50Ms       float64 `json:"p50_ms"`
-	P90Ms       float64 `json:"p90_ms"`
-	P99Ms       float64 `json:"p99_ms"`
-	P999Ms      float64 `json:"p999_ms"`
-	MaxMs       float64 `json:"max_ms"`
+	// The latency of the successful measured requests; its fields stand
+	// in the result's own JSON object (n, min_ms, p50_ms, ...).
+	measure.Dist
 	// CPUSeconds is the loadgen's own user+system CPU time during the
 	// measured window, CPUCores that divided by the window (-1: unknown).
 	CPUSeconds float64 `json:"cpu_seconds"`
@@ -367,7 +365,7 @@ type result struct {
 	MaxSendLagMs float64 `json:"max_send_lag_ms,omitempty"`
 }
 
-// measure runs the load: c.concurrency clients, each sending its next
+// runLoad runs the load: c.concurrency clients, each sending its next
 // request as soon as the previous one answered — or, with c.rate, when the
 // next slot of the fixed schedule comes (start + i/rate for the i-th
 // request, whichever client is free takes it) — for c.warmup unmeasured and
@@ -375,7 +373,7 @@ type result struct {
 // w, w+c, w+2c, ... Progress lines go to progress: "warming up" at the start
 // and "measuring" when the measured window opens (scripts sample other
 // processes' CPU use inside the window from it).
-func measure(ctx context.Context, cl *client, c config, targets []target, progress io.Writer) result {
+func runLoad(ctx context.Context, cl *client, c config, targets []target, progress io.Writer) result {
 	start := time.Now()
 	measureFrom := start.Add(c.warmup)
 	end := measureFrom.Add(c.duration)
@@ -388,7 +386,7 @@ func measure(ctx context.Context, cl *client, c config, targets []target, progre
 		defer t.Stop()
 		select {
 		case <-t.C:
-			cpuStart <- cpustat.Process()
+			cpuStart <- measure.ProcessCPU()
 			fmt.Fprintf(progress, "loadgen: measuring for %s\n", c.duration)
 		case <-ctx.Done():
 			cpuStart <- -1
@@ -446,11 +444,11 @@ func measure(ctx context.Context, cl *client, c config, targets []target, progre
 	wg.Wait()
 	wall := time.Since(measureFrom)
 	cpu0 := <-cpuStart
-	cpu1 := cpustat.Process()
+	cpu1 := measure.ProcessCPU()
 
 	res := result{
 		Mode: c.mode, URL: cl.endpoint, Concurrency: c.concurrency,
-		WarmupS: c.warmup.Seconds(), DurationS: round(wall.Seconds(), 3), CPUSeconds: -1, CPUCores: -1,
+		WarmupS: c.warmup.Seconds(), DurationS: measure.Round(wall.Seconds(), 3),
 	}
 	if c.mode == modeReplay {
 		res.ReplayKeys = len(targets)
@@ -461,7 +459,7 @@ func measure(ctx context.Context, cl *client, c config, targets []target, progre
 		for _, st := range stats {
 			lag = max(lag, st.maxLag)
 		}
-		res.MaxSendLagMs = ms(lag)
+		res.MaxSendLagMs = measure.Ms(lag)
 	}
 	var all []time.Duration
 	errs := map[string]int{}
@@ -479,39 +477,11 @@ func measure(ctx context.Context, cl *client, c config, targets []target, progre
 	res.Requests = res.OK + res.Errors
 	res.ErrorKinds = formatKinds(errs)
 	if wall > 0 {
-		res.OpsPerSec = round(float64(res.OK)/wall.Seconds(), 1)
+		res.OpsPerSec = measure.Round(float64(res.OK)/wall.Seconds(), 1)
 	}
-	if cpu0 >= 0 && cpu1 >= 0 && wall > 0 {
-		res.CPUSeconds = round(cpu1-cpu0, 2)
-		res.CPUCores = round((cpu1-cpu0)/wall.Seconds(), 2)
-	}
-	if len(all) > 0 {
-		slices.Sort(all)
-		var sum time.Duration
-		for _, d := range all {
-			sum += d
-		}
-		res.MeanMs = ms(sum / time.Duration(len(all)))
-		res.P50Ms = ms(percentile(all, 50))
-		res.P90Ms = ms(percentile(all, 90))
-		res.P99Ms = ms(percentile(all, 99))
-		res.P999Ms = ms(percentile(all, 99.9))
-		res.MaxMs = ms(all[len(all)-1])
-	}
+	res.CPUSeconds, res.CPUCores = measure.CPUUse(cpu0, cpu1, wall)
+	res.Dist = measure.Summarize(all)
 	return res
-}
-
-// percentile returns the nearest-rank p-th percentile of sorted.
-func percentile(sorted []time.Duration, p float64) time.Duration {
-	i := int(math.Ceil(p/100*float64(len(sorted)))) - 1
-	return sorted[min(max(i, 0), len(sorted)-1)]
-}
-
-func ms(d time.Duration) float64 { return round(float64(d)/float64(time.Millisecond), 3) }
-
-func round(v float64, places int) float64 {
-	p := math.Pow(10, float64(places))
-	return math.Round(v*p) / p
 }
 
 func formatKinds(m map[string]int) string {
@@ -525,15 +495,6 @@ func formatKinds(m map[string]int) string {
 		parts[i] = k + "=" + strconv.Itoa(m[k])
 	}
 	return strings.Join(parts, ",")
-}
-
-func writeJSON(w io.Writer, r result) error {
-	b, err := json.Marshal(r)
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintf(w, "%s\n", b)
-	return err
 }
 
 func writeText(w io.Writer, r result) {
@@ -553,7 +514,7 @@ func writeText(w io.Writer, r result) {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "  latency      p50 %.2fms  p90 %.2fms  p99 %.2fms  p99.9 %.2fms  max %.2fms  mean %.2fms\n",
-		r.P50Ms, r.P90Ms, r.P99Ms, r.P999Ms, r.MaxMs, r.MeanMs)
+		r.P50, r.P90, r.P99, r.P999, r.Max, r.Mean)
 	if r.CPUCores >= 0 {
 		fmt.Fprintf(w, "  loadgen CPU  %.2f cores (%.2fs user+sys)\n", r.CPUCores, r.CPUSeconds)
 	} else {

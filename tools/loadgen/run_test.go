@@ -2,19 +2,22 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/quillhq/quill/internal/cli"
 )
 
 // TestRateSchedulesRequests: with --rate the requests follow the schedule —
 // about rate × duration of them, whatever the concurrency — and the result
 // says which rate was asked for.
 func TestRateSchedulesRequests(t *testing.T) {
+	t.Parallel()
 	var n atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n.Add(1)
@@ -25,7 +28,7 @@ func TestRateSchedulesRequests(t *testing.T) {
 	var out, errOut bytes.Buffer
 	args := []string{"--url", srv.URL, "--token", "t", "--concurrency", "8", "--rate", "200",
 		"--duration", "1s", "--warmup", "0s", "--json"}
-	if err := run(context.Background(), args, func(string) string { return "" }, &out, &errOut); err != nil {
+	if err := run(t.Context(), args, func(string) string { return "" }, &out, &errOut); err != nil {
 		t.Fatalf("run: %v (%s)", err, errOut.String())
 	}
 	var res result
@@ -45,9 +48,11 @@ func TestRateSchedulesRequests(t *testing.T) {
 }
 
 func TestRateMustNotBeNegative(t *testing.T) {
+	t.Parallel()
 	var out, errOut bytes.Buffer
-	err := run(context.Background(), []string{"--token", "t", "--rate", "-1"}, func(string) string { return "" }, &out, &errOut)
-	if _, ok := err.(usageError); !ok {
+	err := run(t.Context(), []string{"--token", "t", "--rate", "-1"}, func(string) string { return "" }, &out, &errOut)
+	var uerr cli.UsageError
+	if !errors.As(err, &uerr) {
 		t.Fatalf("err = %v, want a usage error", err)
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -23,9 +22,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/quillhq/quill/internal/cpustat"
+	"github.com/quillhq/quill/internal/cli"
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/idempotency"
+	"github.com/quillhq/quill/internal/measure"
 	"github.com/quillhq/quill/internal/notes"
 	"github.com/quillhq/quill/internal/outbox"
 	"github.com/quillhq/quill/internal/relay"
@@ -43,11 +43,28 @@ const overview = `usage: relaybench seed|raw|wait|latency|reset [flags]
 
 Each prints one JSON object. "relaybench SUBCOMMAND --help" lists its flags.`
 
+// The stream's defaults, so that raw creates the kind of stream the relay
+// provisions; this block is the only place relaybench names their package.
+const (
+	defaultStream          = relay.DefaultStream
+	defaultSubjectPrefix   = relay.DefaultSubjectPrefix
+	defaultDuplicateWindow = relay.DefaultDuplicateWindow
+	defaultMaxAge          = relay.DefaultMaxAge
+)
+
+// The relay's publish settings that raw mirrors. bench-relay.sh passes
+// --max-pending explicitly (twice the batch its relays run with); the
+// relay's acknowledgement timeout is not configurable.
+const (
+	defaultMaxPending = 2 * 256 // the relay allows 2 × its batch (default 256) in flight
+	defaultAckTimeout = 10 * time.Second
+)
+
 // common holds the flags every subcommand may use.
 type common struct {
 	natsURL, databaseURL, stream, prefix, tenant string
 	count, notes, bodyBytes, maxPending          int
-	duplicateWindow, maxAge, timeout             time.Duration
+	duplicateWindow, maxAge, ackTimeout, timeout time.Duration
 	from, to, apiLog                             string
 	// progress gets the lines scripts wait for ("publishing").
 	progress io.Writer
@@ -57,7 +74,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprintln(stdout, overview)
 		if len(args) == 0 {
-			return usageError{"a subcommand is required"}
+			return cli.UsageError{Msg: "a subcommand is required"}
 		}
 		return nil
 	}
@@ -78,7 +95,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fs.StringVar(&c.databaseURL, "database-url", envOr("DATABASE_URL", db.DefaultURL), "PostgreSQL URL (env DATABASE_URL)")
 	}
 	streamFlags := func() {
-		fs.StringVar(&c.stream, "stream", envOr("QUILL_STREAM", relay.DefaultStream), "stream name (env QUILL_STREAM)")
+		fs.StringVar(&c.stream, "stream", envOr("QUILL_STREAM", defaultStream), "stream name (env QUILL_STREAM)")
 	}
 	genFlags := func() {
 		fs.IntVar(&c.count, "count", 100_000, "number of events (messages)")
@@ -96,10 +113,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		natsFlags()
 		streamFlags()
 		genFlags()
-		fs.StringVar(&c.prefix, "subject-prefix", envOr("QUILL_SUBJECT_PREFIX", relay.DefaultSubjectPrefix), "first token of the subjects (env QUILL_SUBJECT_PREFIX)")
-		fs.IntVar(&c.maxPending, "max-pending", 2*relay.DefaultBatch, "most unacknowledged publishes at once (the relay allows 2 × its batch)")
-		fs.DurationVar(&c.duplicateWindow, "duplicate-window", relay.DefaultDuplicateWindow, "the stream's Duplicates window (the relay's default)")
-		fs.DurationVar(&c.maxAge, "max-age", relay.DefaultMaxAge, "the stream's MaxAge (the relay's default)")
+		fs.StringVar(&c.prefix, "subject-prefix", envOr("QUILL_SUBJECT_PREFIX", defaultSubjectPrefix), "first token of the subjects (env QUILL_SUBJECT_PREFIX)")
+		fs.IntVar(&c.maxPending, "max-pending", defaultMaxPending, "most unacknowledged publishes at once (the relay allows 2 × its batch)")
+		fs.DurationVar(&c.ackTimeout, "ack-timeout", defaultAckTimeout, "how long a publish waits for its acknowledgement, and for a free slot (the relay's)")
+		fs.DurationVar(&c.duplicateWindow, "duplicate-window", defaultDuplicateWindow, "the stream's Duplicates window (the relay's default)")
+		fs.DurationVar(&c.maxAge, "max-age", defaultMaxAge, "the stream's MaxAge (the relay's default)")
 		fs.DurationVar(&c.timeout, "timeout", 10*time.Minute, "give up after")
 		do = raw
 	case "wait":
@@ -122,37 +140,33 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		streamFlags()
 		do = reset
 	default:
-		return usageError{fmt.Sprintf("unknown subcommand %q; run \"relaybench --help\"", sub)}
+		return cli.UsageError{Msg: fmt.Sprintf("unknown subcommand %q; run \"relaybench --help\"", sub)}
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
 		}
-		return usageError{err.Error()}
+		return cli.UsageError{Msg: err.Error()}
 	}
 	switch {
 	case fs.NArg() > 0:
-		return usageError{fmt.Sprintf("unexpected arguments %q", fs.Args())}
+		return cli.UsageError{Msg: fmt.Sprintf("unexpected arguments %q", fs.Args())}
 	case (sub == "seed" || sub == "raw") && (c.count < 1 || c.notes < 1 || c.notes > c.count):
-		return usageError{"--count and --notes must be positive, with --notes ≤ --count"}
+		return cli.UsageError{Msg: "--count and --notes must be positive, with --notes ≤ --count"}
 	case sub == "raw" && c.maxPending < 1:
-		return usageError{"--max-pending must be positive"}
+		return cli.UsageError{Msg: "--max-pending must be positive"}
+	case sub == "raw" && c.ackTimeout <= 0:
+		return cli.UsageError{Msg: "--ack-timeout must be positive"}
 	case sub == "wait" && c.count < 1:
-		return usageError{"--count must be positive"}
+		return cli.UsageError{Msg: "--count must be positive"}
 	case sub == "latency" && c.from == "":
-		return usageError{"--from is required"}
+		return cli.UsageError{Msg: "--from is required"}
 	}
 	return do(ctx, c, stdout)
 }
 
-func writeJSON(w io.Writer, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintf(w, "%s\n", b)
-	return err
-}
+// writeJSON prints v as one line of JSON.
+func writeJSON(w io.Writer, v any) error { return json.NewEncoder(w).Encode(v) }
 
 // --- events ------------------------------------------------------------------------
 
@@ -210,7 +224,7 @@ func avgPayload(events []event) float64 {
 	for _, e := range events {
 		total += len(e.payload)
 	}
-	return round(float64(total)/float64(len(events)), 1)
+	return measure.Round(float64(total)/float64(len(events)), 1)
 }
 
 func pgUUID(u uuid.UUID) pgtype.UUID { return pgtype.UUID{Bytes: u, Valid: true} }
@@ -238,30 +252,33 @@ func seed(ctx context.Context, c common, stdout io.Writer) error {
 		return fmt.Errorf("copy events: %w", err)
 	}
 	return writeJSON(stdout, map[string]any{
-		"events": n, "notes": c.notes, "payload_avg_bytes": avgPayload(events), "copy_s": round(time.Since(t0).Seconds(), 3),
+		"events": n, "notes": c.notes, "payload_avg_bytes": avgPayload(events), "copy_s": measure.Round(time.Since(t0).Seconds(), 3),
 	})
 }
 
 // --- NATS --------------------------------------------------------------------------
 
-func connect(url, name string) (*nats.Conn, error) {
+// connect opens a NATS connection named name and a JetStream context on
+// it; the caller closes the connection.
+func connect(url, name string, opts ...jetstream.JetStreamOpt) (*nats.Conn, jetstream.JetStream, error) {
 	nc, err := nats.Connect(url, nats.Name(name), nats.MaxReconnects(-1))
 	if err != nil {
-		return nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
+		return nil, nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
 	}
-	return nc, nil
+	js, err := jetstream.New(nc, opts...)
+	if err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("JetStream at %s: %w", url, err)
+	}
+	return nc, js, nil
 }
 
 func reset(ctx context.Context, c common, stdout io.Writer) error {
-	nc, err := connect(c.natsURL, "quill-relaybench")
+	nc, js, err := connect(c.natsURL, "quill-relaybench")
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
 	deleted, err := deleteStream(ctx, js, c.stream)
 	if err != nil {
 		return err
@@ -318,17 +335,17 @@ func streamSpan(ctx context.Context, js jetstream.JetStream, name string) (span,
 	}
 	d := last.Time.Sub(first.Time)
 	out.First, out.Last = first.Time.UTC().Format(time.RFC3339Nano), last.Time.UTC().Format(time.RFC3339Nano)
-	out.SpanS = round(d.Seconds(), 4)
+	out.SpanS = measure.Round(d.Seconds(), 4)
 	if d > 0 {
-		out.Rate = round(float64(st.Msgs-1)/d.Seconds(), 1)
+		out.Rate = measure.Round(float64(st.Msgs-1)/d.Seconds(), 1)
 	}
 	return out, nil
 }
 
 // raw publishes like the relay does — jetstream.PublishMsgAsync with the
-// relay's options (10 s ack timeout, bounded pending acks), the event id as
-// Nats-Msg-Id and the same headers — but with nothing else to do: no claim,
-// no mark, no pauses between batches.
+// relay's options (its acknowledgement timeout, bounded pending acks), the
+// event id as Nats-Msg-Id and the same headers — but with nothing else to
+// do: no claim, no mark, no pauses between batches.
 func raw(ctx context.Context, c common, stdout io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
@@ -336,16 +353,12 @@ func raw(ctx context.Context, c common, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	nc, err := connect(c.natsURL, "quill-relaybench-raw")
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(relay.DefaultAckTimeout),
+	nc, js, err := connect(c.natsURL, "quill-relaybench-raw", jetstream.WithPublishAsyncTimeout(c.ackTimeout),
 		jetstream.WithPublishAsyncMaxPending(c.maxPending))
 	if err != nil {
 		return err
 	}
+	defer nc.Close()
 	if _, err := deleteStream(ctx, js, c.stream); err != nil {
 		return err
 	}
@@ -360,7 +373,7 @@ func raw(ctx context.Context, c common, stdout io.Writer) error {
 
 	futures := make([]jetstream.PubAckFuture, len(events))
 	fmt.Fprintf(c.progress, "relaybench: publishing %d messages to %s\n", len(events), subject)
-	cpu0 := cpustat.Process()
+	cpu0 := measure.ProcessCPU()
 	t0 := time.Now()
 	var pubErrs int
 	var firstErr error
@@ -373,7 +386,7 @@ func raw(ctx context.Context, c common, stdout io.Writer) error {
 		// instead of failing after nats.go's default 200 ms: the relay
 		// never has more than a batch (half the bound) in flight, so it
 		// never stalls; with sync_interval always an ack can take longer.
-		if futures[i], err = js.PublishMsgAsync(msg, jetstream.WithStallWait(relay.DefaultAckTimeout)); err != nil {
+		if futures[i], err = js.PublishMsgAsync(msg, jetstream.WithStallWait(c.ackTimeout)); err != nil {
 			if firstErr == nil {
 				firstErr = err
 			}
@@ -389,7 +402,7 @@ func raw(ctx context.Context, c common, stdout io.Writer) error {
 		return fmt.Errorf("waiting for acknowledgements: %w", ctx.Err())
 	}
 	wall := time.Since(t0)
-	cpu1 := cpustat.Process()
+	cpu1 := measure.ProcessCPU()
 
 	acked, dups, ackErrs := 0, 0, 0
 	for _, f := range futures {
@@ -419,12 +432,10 @@ func raw(ctx context.Context, c common, stdout io.Writer) error {
 		"messages": len(events), "acked": acked, "duplicates": dups, "errors": pubErrs + ackErrs,
 		"publish_errors": pubErrs, "ack_errors": ackErrs,
 		"payload_avg_bytes": avgPayload(events), "max_pending": c.maxPending,
-		"client_s": round(wall.Seconds(), 4), "client_rate": round(float64(acked)/wall.Seconds(), 1),
-		"stream": sp, "cpu_cores": -1.0,
+		"client_s": measure.Round(wall.Seconds(), 4), "client_rate": measure.Round(float64(acked)/wall.Seconds(), 1),
+		"stream": sp,
 	}
-	if cpu0 >= 0 && cpu1 >= 0 {
-		out["cpu_cores"] = round((cpu1-cpu0)/wall.Seconds(), 2)
-	}
+	_, out["cpu_cores"] = measure.CPUUse(cpu0, cpu1, wall)
 	if firstErr != nil {
 		// Reported, not fatal: the rate of what was stored still stands,
 		// and the script shows the errors.
@@ -440,15 +451,11 @@ func wait(ctx context.Context, c common, stdout io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	t0 := time.Now()
-	nc, err := connect(c.natsURL, "quill-relaybench-wait")
+	nc, js, err := connect(c.natsURL, "quill-relaybench-wait")
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
 	pool, err := db.Open(ctx, c.databaseURL, 1)
 	if err != nil {
 		return err
@@ -496,7 +503,7 @@ func wait(ctx context.Context, c common, stdout io.Writer) error {
 		return err
 	}
 	return writeJSON(stdout, map[string]any{
-		"stream": sp, "all_stored_s": round(stored.Seconds(), 3), "all_marked_s": round(marked.Seconds(), 3),
+		"stream": sp, "all_stored_s": measure.Round(stored.Seconds(), 3), "all_marked_s": measure.Round(marked.Seconds(), 3),
 	})
 }
 
@@ -537,23 +544,19 @@ type stored struct {
 func latency(ctx context.Context, c common, stdout io.Writer) error {
 	from, err := parseUnix(c.from)
 	if err != nil {
-		return usageError{"--from: " + err.Error()}
+		return cli.UsageError{Msg: "--from: " + err.Error()}
 	}
 	to := time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
 	if c.to != "" {
 		if to, err = parseUnix(c.to); err != nil {
-			return usageError{"--to: " + err.Error()}
+			return cli.UsageError{Msg: "--to: " + err.Error()}
 		}
 	}
-	nc, err := connect(c.natsURL, "quill-relaybench-latency")
+	nc, js, err := connect(c.natsURL, "quill-relaybench-latency")
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
 	msgs, err := readStream(ctx, js, c.stream)
 	if err != nil {
 		return err
@@ -609,10 +612,10 @@ func latency(ctx context.Context, c common, stdout io.Writer) error {
 	out := map[string]any{
 		"events": events, "unpublished": unpublished, "not_in_stream": notInStream,
 		"ce_time_ne_created_at": timeMismatch, "stream_messages": len(msgs),
-		"store": summary(storeLat), "mark": summary(markLat),
+		"store": measure.Summarize(storeLat), "mark": measure.Summarize(markLat),
 	}
 	if c.apiLog != "" {
-		out["answered"] = summary(answeredLat)
+		out["answered"] = measure.Summarize(answeredLat)
 	}
 	if err := writeJSON(stdout, out); err != nil {
 		return err
@@ -728,43 +731,4 @@ func ceTime(payload []byte) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("CloudEvents time %q: %w", ce.Time, err)
 	}
 	return t, nil
-}
-
-// dist is a latency distribution in milliseconds.
-type dist struct {
-	N    int     `json:"n"`
-	Min  float64 `json:"min_ms"`
-	P50  float64 `json:"p50_ms"`
-	P90  float64 `json:"p90_ms"`
-	P99  float64 `json:"p99_ms"`
-	P999 float64 `json:"p999_ms"`
-	Max  float64 `json:"max_ms"`
-	Mean float64 `json:"mean_ms"`
-}
-
-func summary(d []time.Duration) dist {
-	if len(d) == 0 {
-		return dist{}
-	}
-	slices.Sort(d)
-	var sum time.Duration
-	for _, v := range d {
-		sum += v
-	}
-	return dist{N: len(d), Min: ms(d[0]), P50: ms(percentile(d, 50)), P90: ms(percentile(d, 90)),
-		P99: ms(percentile(d, 99)), P999: ms(percentile(d, 99.9)), Max: ms(d[len(d)-1]),
-		Mean: ms(sum / time.Duration(len(d)))}
-}
-
-// percentile returns the nearest-rank p-th percentile of sorted.
-func percentile(sorted []time.Duration, p float64) time.Duration {
-	i := int(math.Ceil(p/100*float64(len(sorted)))) - 1
-	return sorted[min(max(i, 0), len(sorted)-1)]
-}
-
-func ms(d time.Duration) float64 { return round(float64(d)/float64(time.Millisecond), 3) }
-
-func round(v float64, places int) float64 {
-	p := math.Pow(10, float64(places))
-	return math.Round(v*p) / p
 }

@@ -30,39 +30,6 @@
 // QUILL_TOKEN and the URL from QUILL_URL.
 package main
 
-import (
-	"context"
-	"errors"
-	"flag"
-	"fmt"
-	"io"
-	"os"
-	"os/signal"
-	"syscall"
-)
+import "github.com/quillhq/quill/internal/cli"
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
-	stop()
-	os.Exit(exitCode(err, os.Stderr))
-}
-
-// usageError is a mistake in the command line: exit status 2.
-type usageError struct{ msg string }
-
-func (e usageError) Error() string { return e.msg }
-
-func exitCode(err error, stderr io.Writer) int {
-	var uerr usageError
-	switch {
-	case err == nil, errors.Is(err, flag.ErrHelp):
-		return 0
-	case errors.As(err, &uerr):
-		fmt.Fprintln(stderr, "loadgen:", err)
-		return 2
-	default:
-		fmt.Fprintln(stderr, "loadgen:", err)
-		return 1
-	}
-}
+func main() { cli.Main("loadgen", run) }

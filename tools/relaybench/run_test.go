@@ -2,8 +2,8 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -11,10 +11,12 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/quillhq/quill/internal/cli"
 	"github.com/quillhq/quill/internal/idempotency"
 )
 
 func TestGenerateSpreadsEventsOverNotes(t *testing.T) {
+	t.Parallel()
 	at := time.Date(2026, 1, 2, 3, 4, 5, 123456000, time.UTC)
 	events, err := generate(1000, 200, 200, "bench", at)
 	if err != nil {
@@ -55,6 +57,7 @@ func TestGenerateSpreadsEventsOverNotes(t *testing.T) {
 }
 
 func TestReadAPILogKeepsSuccessfulCreates(t *testing.T) {
+	t.Parallel()
 	hash := idempotency.KeyHash("bench", "k1")
 	lines := []string{
 		`{"level":"info","message":"listening"}`,
@@ -76,15 +79,9 @@ func TestReadAPILogKeepsSuccessfulCreates(t *testing.T) {
 	}
 }
 
-func TestSummaryAndParseUnix(t *testing.T) {
-	var d []time.Duration
-	for i := 100; i >= 1; i-- {
-		d = append(d, time.Duration(i)*time.Millisecond)
-	}
-	s := summary(d)
-	if s.N != 100 || s.P50 != 50 || s.P99 != 99 || s.Max != 100 || s.Min != 1 {
-		t.Fatalf("summary = %+v", s)
-	}
+// The latency summary's assertions are measure's TestSummarize.
+func TestParseUnix(t *testing.T) {
+	t.Parallel()
 	tm, err := parseUnix("1767323045.25")
 	if err != nil || tm.UnixMilli() != 1767323045250 {
 		t.Fatalf("parseUnix = %v, %v", tm, err)
@@ -95,11 +92,13 @@ func TestSummaryAndParseUnix(t *testing.T) {
 }
 
 func TestUsageErrors(t *testing.T) {
+	t.Parallel()
 	env := func(string) string { return "" }
 	for _, args := range [][]string{nil, {"nope"}, {"latency"}, {"seed", "--notes", "10", "--count", "5"}, {"wait", "extra"}} {
 		var out, errOut bytes.Buffer
-		err := run(context.Background(), args, env, &out, &errOut)
-		if _, ok := err.(usageError); !ok {
+		err := run(t.Context(), args, env, &out, &errOut)
+		var uerr cli.UsageError
+		if !errors.As(err, &uerr) {
 			t.Errorf("run %q: err = %v, want a usage error", args, err)
 		}
 	}
