@@ -18,8 +18,8 @@ import (
 	"github.com/quillhq/quill/client"
 	"github.com/quillhq/quill/internal/cli"
 	"github.com/quillhq/quill/internal/config"
-	"github.com/quillhq/quill/internal/idempotency"
 	"github.com/quillhq/quill/internal/mcpserver"
+	"github.com/quillhq/quill/internal/opkey"
 )
 
 func (e *env) set(name, synopsis string) *config.Set {
@@ -34,7 +34,7 @@ func (e *env) writer(c common, fs *flag.FlagSet, flagKey string) (*client.Client
 	fs.Visit(func(f *flag.Flag) { set = set || f.Name == "key" })
 	key := ""
 	if set {
-		k, err := idempotency.ParseKey(flagKey)
+		k, err := opkey.Parse(flagKey)
 		if err != nil {
 			return nil, "", cli.UsageError{Msg: "--key: " + err.Error()}
 		}
@@ -225,7 +225,7 @@ func (e *env) opsGet(ctx context.Context, args []string) error {
 	if len(pos) != 1 {
 		return cli.UsageError{Msg: "usage: quill ops get KEY"}
 	}
-	key, err := idempotency.ParseKey(pos[0])
+	key, err := opkey.Parse(pos[0])
 	if err != nil {
 		return cli.UsageError{Msg: "KEY: " + err.Error()}
 	}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/quillhq/quill/internal/idempotency"
+	"github.com/quillhq/quill/internal/opkey"
 )
 
 func TestGenerateSpreadsEventsOverNotes(t *testing.T) {
@@ -55,7 +55,7 @@ func TestGenerateSpreadsEventsOverNotes(t *testing.T) {
 }
 
 func TestReadAPILogKeepsSuccessfulCreates(t *testing.T) {
-	hash := idempotency.KeyHash("bench", "k1")
+	hash := opkey.Hash("bench", "k1")
 	lines := []string{
 		`{"level":"info","message":"listening"}`,
 		`{"level":"info","method":"POST","status":201,"key_hash":"` + hash + `","time":"2026-01-02T03:04:05.5Z","message":"request"}`,
