@@ -5,8 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -41,16 +39,11 @@ func setup(t *testing.T) *testBundle {
 			next.ServeHTTP(w, r)
 		})
 	})
-	u, err := url.Parse(b.api.URL)
-	require.NoError(t, err)
-	b.proxy, err = faultproxy.New(faultproxy.Config{Upstream: u})
-	require.NoError(t, err)
-	t.Cleanup(b.proxy.Close)
-	front := httptest.NewServer(b.proxy)
-	t.Cleanup(front.Close)
+	var front string
+	b.proxy, front = b.api.Proxy(t, faultproxy.Config{})
 	home := t.TempDir()
 	b.journal = filepath.Join(home, "state", "quill", "journal")
-	b.env = map[string]string{"QUILL_URL": front.URL, "QUILL_TOKEN": b.api.Token, "HOME": home,
+	b.env = map[string]string{"QUILL_URL": front, "QUILL_TOKEN": b.api.Token, "HOME": home,
 		"XDG_STATE_HOME": filepath.Join(home, "state")}
 	return b
 }
