@@ -6,7 +6,6 @@ export NATS_URL ?= nats://127.0.0.1:4222
 
 # CI=true adds the race detector.
 RACE := $(if $(filter true,$(CI)),-race,)
-STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # A count, not a duration: Go 1.26's fuzz coordinator can report a spurious
 # "context deadline exceeded" when a -fuzztime duration ends mid-execution
 # (golang/go#75804, fixed in Go 1.27); a count has no deadline to race.
@@ -35,10 +34,10 @@ soak: ## the fault suite's long profile (50,000 operations, ~10 min here) with i
 	@bash scripts/ensure-postgres.sh
 	QUILL_E2E_PROFILE=soak $(GO) test -count=1 -run '^TestFaults$$' -v -timeout 60m ./e2e/
 
-lint: ## gofmt, go vet and staticcheck
+lint: ## gofmt, go vet and staticcheck (the version go.mod pins as a tool)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
-	$(GO) run $(STATICCHECK) ./...
+	$(GO) tool staticcheck ./...
 
 fuzz: ## run every fuzz target for FUZZTIME each
 	@for pkg in $$($(GO) list ./...); do \

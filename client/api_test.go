@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
-	"net/url"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -30,15 +28,8 @@ type testBundle struct {
 func setup(t *testing.T, pcfg faultproxy.Config) *testBundle {
 	t.Helper()
 	api := apitest.Start(t)
-	u, err := url.Parse(api.URL)
-	require.NoError(t, err)
-	pcfg.Upstream = u
-	p, err := faultproxy.New(pcfg)
-	require.NoError(t, err)
-	t.Cleanup(p.Close)
-	front := httptest.NewServer(p)
-	t.Cleanup(front.Close)
-	return &testBundle{api: api, proxy: p, front: front.URL}
+	p, front := api.Proxy(t, pcfg)
+	return &testBundle{api: api, proxy: p, front: front}
 }
 
 func (b *testBundle) client(t *testing.T, cfg client.Config) *client.Client {

@@ -37,7 +37,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/quillhq/quill/internal/idempotency"
+	"github.com/quillhq/quill/internal/opkey"
 )
 
 // Defaults of Config.
@@ -271,7 +271,7 @@ func (c *Client) ListNotes(ctx context.Context, o ListOptions) (*NoteList, error
 // GetOperation looks an operation key up (GET /v1/operations/{key}). A key
 // the server has no record of is a *Problem with code operation_not_found.
 func (c *Client) GetOperation(ctx context.Context, key string) (*Operation, error) {
-	k, err := idempotency.ParseKey(key)
+	k, err := opkey.Parse(key)
 	if err != nil {
 		return nil, err
 	}
@@ -458,7 +458,7 @@ func (c *Client) write(ctx context.Context, action, method, path string, params 
 	if key == "" {
 		key = c.cfg.NewKey()
 	}
-	key, err := idempotency.ParseKey(key)
+	key, err := opkey.Parse(key)
 	if err != nil {
 		return Write{Key: o.key}, fmt.Errorf("operation key: %w", err)
 	}

@@ -16,7 +16,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/quillhq/quill/internal/idempotency"
+	"github.com/quillhq/quill/internal/opkey"
 )
 
 // Settlement states: the final outcome of a journalled operation.
@@ -313,7 +313,7 @@ func syncDir(dir string) error {
 }
 
 func checkEntry(e JournalEntry) error {
-	if _, err := idempotency.ParseKey(e.Key); err != nil || strings.HasPrefix(e.Key, `"`) {
+	if _, err := opkey.Parse(e.Key); err != nil || strings.HasPrefix(e.Key, `"`) {
 		return fmt.Errorf("journal entry: bad key %q", e.Key)
 	}
 	if e.Action != ActionCreateNote && e.Action != ActionDeleteNote {

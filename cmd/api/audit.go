@@ -18,8 +18,8 @@ import (
 	"github.com/quillhq/quill/internal/cli"
 	"github.com/quillhq/quill/internal/config"
 	"github.com/quillhq/quill/internal/db"
-	"github.com/quillhq/quill/internal/idempotency"
 	"github.com/quillhq/quill/internal/notes"
+	"github.com/quillhq/quill/internal/opkey"
 	"github.com/quillhq/quill/internal/relay"
 )
 
@@ -149,9 +149,9 @@ func auditCmd(ctx context.Context, args []string, getenv func(string) string, st
 
 // keyErr validates an operation key as the API does (bare form only).
 func keyErr(key string) error {
-	if k, err := idempotency.ParseKey(key); err != nil || k != key {
+	if k, err := opkey.Parse(key); err != nil || k != key {
 		if err == nil {
-			err = fmt.Errorf("%w: pass the key itself, not its quoted header form", idempotency.ErrKeyInvalid)
+			err = fmt.Errorf("%w: pass the key itself, not its quoted header form", opkey.ErrInvalid)
 		}
 		return err
 	}

@@ -18,8 +18,8 @@ import (
 	"github.com/quillhq/quill/client"
 	"github.com/quillhq/quill/internal/cli"
 	"github.com/quillhq/quill/internal/config"
-	"github.com/quillhq/quill/internal/idempotency"
 	"github.com/quillhq/quill/internal/mcpserver"
+	"github.com/quillhq/quill/internal/opkey"
 )
 
 func (e *env) set(name, synopsis string) *config.Set {
@@ -34,7 +34,7 @@ func (e *env) writer(c common, fs *flag.FlagSet, flagKey string) (*client.Client
 	fs.Visit(func(f *flag.Flag) { set = set || f.Name == "key" })
 	key := ""
 	if set {
-		k, err := idempotency.ParseKey(flagKey)
+		k, err := opkey.Parse(flagKey)
 		if err != nil {
 			return nil, "", cli.UsageError{Msg: "--key: " + err.Error()}
 		}
@@ -225,7 +225,7 @@ func (e *env) opsGet(ctx context.Context, args []string) error {
 	if len(pos) != 1 {
 		return cli.UsageError{Msg: "usage: quill ops get KEY"}
 	}
-	key, err := idempotency.ParseKey(pos[0])
+	key, err := opkey.Parse(pos[0])
 	if err != nil {
 		return cli.UsageError{Msg: "KEY: " + err.Error()}
 	}
@@ -272,14 +272,21 @@ type resumeLine struct {
 	Error        any    `json:"error,omitempty"`
 }
 
-func (e *env) opsResume(ctx context.Context, args []string) error {
+// journalled reads the settings of a command that has only the common ones
+// and no arguments, and opens its client with the journal.
+func (e *env) journalled(name, synopsis string, args []string) (*client.Client, common, error) {
 	var c common
-	s := e.set("quill ops resume", "quill ops resume")
+	s := e.set(name, synopsis)
 	e.define(s, &c, true)
 	if err := parseNone(s, args); err != nil {
-		return err
+		return nil, c, err
 	}
 	cl, err := e.newClient(c, true)
+	return cl, c, err
+}
+
+func (e *env) opsResume(ctx context.Context, args []string) error {
+	cl, c, err := e.journalled("quill ops resume", "quill ops resume", args)
 	if err != nil {
 		return err
 	}
@@ -388,13 +395,7 @@ func (e *env) opsPrune(ctx context.Context, args []string) error {
 const version = "1"
 
 func (e *env) mcp(ctx context.Context, args []string) error {
-	var c common
-	s := e.set("quill mcp", "quill mcp — an MCP server on stdin/stdout with the tools create_note, delete_note, get_note and get_operation")
-	e.define(s, &c, true)
-	if err := parseNone(s, args); err != nil {
-		return err
-	}
-	cl, err := e.newClient(c, true)
+	cl, _, err := e.journalled("quill mcp", "quill mcp — an MCP server on stdin/stdout with the tools create_note, delete_note, get_note and get_operation", args)
 	if err != nil {
 		return err
 	}

@@ -51,6 +51,7 @@ Usage:
   quill ops resume
   quill ops prune [--older-than D] [--abandon]
   quill mcp
+  quill version
 
 Every command takes --url (QUILL_URL), --token (QUILL_TOKEN), --attempts,
 --deadline and --json; writes and "ops resume" also --journal (QUILL_JOURNAL).

@@ -5,8 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,6 +16,7 @@ import (
 
 	"github.com/quillhq/quill/client"
 	"github.com/quillhq/quill/internal/apitest"
+	"github.com/quillhq/quill/internal/buildinfo"
 	"github.com/quillhq/quill/internal/faultproxy"
 )
 
@@ -41,16 +40,11 @@ func setup(t *testing.T) *testBundle {
 			next.ServeHTTP(w, r)
 		})
 	})
-	u, err := url.Parse(b.api.URL)
-	require.NoError(t, err)
-	b.proxy, err = faultproxy.New(faultproxy.Config{Upstream: u})
-	require.NoError(t, err)
-	t.Cleanup(b.proxy.Close)
-	front := httptest.NewServer(b.proxy)
-	t.Cleanup(front.Close)
+	var front string
+	b.proxy, front = b.api.Proxy(t, faultproxy.Config{})
 	home := t.TempDir()
 	b.journal = filepath.Join(home, "state", "quill", "journal")
-	b.env = map[string]string{"QUILL_URL": front.URL, "QUILL_TOKEN": b.api.Token, "HOME": home,
+	b.env = map[string]string{"QUILL_URL": front, "QUILL_TOKEN": b.api.Token, "HOME": home,
 		"XDG_STATE_HOME": filepath.Join(home, "state")}
 	return b
 }
@@ -324,4 +318,36 @@ func TestOpsPrune(t *testing.T) {
 
 	_, errOut, code = b.quill("ops", "prune", "--older-than", "0s")
 	require.Equal(t, 2, code, errOut)
+}
+
+// TestVersion runs the real program: --version and version answer one line
+// on stdout and exit 0, sending nothing (no server, no token, no journal).
+// A subcommand's --version goes where its --help goes: stderr, which keeps
+// stdout for results.
+func TestVersion(t *testing.T) {
+	t.Parallel()
+	line := buildinfo.Read().Line("quill") + "\n"
+	tests := []struct {
+		args           []string
+		stdout, stderr string
+	}{
+		{args: []string{"--version"}, stdout: line},
+		{args: []string{"-version"}, stdout: line},
+		{args: []string{"version"}, stdout: line},
+		{args: []string{"notes", "--version"}, stdout: line},
+		{args: []string{"notes", "create", "--version"}, stderr: line},
+		{args: []string{"ops", "resume", "--json", "--version"}, stderr: line},
+		{args: []string{"mcp", "--version"}, stderr: line},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			t.Parallel()
+			var stdout, stderr bytes.Buffer
+			getenv := func(k string) string { return map[string]string{"QUILL_URL": "http://127.0.0.1:1"}[k] }
+			err := run(t.Context(), tt.args, getenv, strings.NewReader(""), &stdout, &stderr)
+			require.Equal(t, exitOK, exitCode(err, &stderr), "%v", err)
+			require.Equal(t, tt.stdout, stdout.String())
+			require.Equal(t, tt.stderr, stderr.String())
+		})
+	}
 }

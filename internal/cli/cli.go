@@ -14,6 +14,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/quillhq/quill/internal/buildinfo"
 	"github.com/quillhq/quill/internal/config"
 	"github.com/quillhq/quill/internal/db"
 )
@@ -33,8 +34,8 @@ func (e LoggedError) Error() string { return e.Err.Error() }
 func (e LoggedError) Unwrap() error { return e.Err }
 
 // ExitCode returns the exit status for run's error and prints the error,
-// prefixed with the program's name, unless it was logged: 0 for nil and for
-// --help, 2 for a UsageError, 1 otherwise.
+// prefixed with the program's name, unless it was logged: 0 for nil, --help
+// and --version, 2 for a UsageError, 1 otherwise.
 func ExitCode(prog string, err error, stderr io.Writer) int {
 	var (
 		uerr   UsageError
@@ -67,7 +68,8 @@ func Main(prog string, run RunFunc) {
 }
 
 // Parse reads a command's settings; a bad flag or value becomes a
-// UsageError, --help stays flag.ErrHelp.
+// UsageError, --help stays flag.ErrHelp and --version config.ErrVersion
+// (which wraps flag.ErrHelp).
 func Parse(s *config.Set, args []string) error {
 	err := s.Parse(args)
 	if err == nil || errors.Is(err, flag.ErrHelp) {
@@ -77,14 +79,19 @@ func Parse(s *config.Set, args []string) error {
 }
 
 // Dispatch runs the subcommand named by args[0] (def when args is empty or
-// starts with a flag), answers -h/--help/help with overview, and refuses an
-// unknown command with a UsageError.
+// starts with a flag), answers -h/--help/help with overview and
+// --version/version with the program's version line (prog's first word names
+// the program), and refuses an unknown command with a UsageError.
 func Dispatch(ctx context.Context, prog, overview, def string, cmds map[string]RunFunc,
 	args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	cmd := def
 	switch {
 	case len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help" || args[0] == "help"):
 		fmt.Fprintln(stdout, overview)
+		return nil
+	case len(args) > 0 && (args[0] == "--version" || args[0] == "-version" || (args[0] == "version" && cmds["version"] == nil)):
+		name, _, _ := strings.Cut(prog, " ")
+		fmt.Fprintln(stdout, buildinfo.Read().Line(name))
 		return nil
 	case len(args) > 0 && !strings.HasPrefix(args[0], "-"):
 		cmd, args = args[0], args[1:]

@@ -11,7 +11,13 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/quillhq/quill/internal/buildinfo"
 )
+
+// ErrVersion is returned by Parse after printing the version for --version.
+// It wraps flag.ErrHelp, so a command stops as it does for --help and exits 0.
+var ErrVersion = fmt.Errorf("version printed: %w", flag.ErrHelp)
 
 // Set is the settings of one command.
 type Set struct {
@@ -20,6 +26,7 @@ type Set struct {
 	settings []*setting
 	out      io.Writer
 	synopsis string
+	version  *bool
 }
 
 type setting struct {
@@ -28,11 +35,13 @@ type setting struct {
 	parse                 func(string) error
 }
 
-// New returns an empty set for the command name; usage and help go to out.
+// New returns a set for the command name ("api serve": its first word names
+// the program) with only --version; usage, help and the version go to out.
 func New(name, synopsis string, getenv func(string) string, out io.Writer) *Set {
 	s := &Set{fs: flag.NewFlagSet(name, flag.ContinueOnError), getenv: getenv, out: out, synopsis: synopsis}
 	s.fs.SetOutput(out)
 	s.fs.Usage = s.usage
+	s.version = s.fs.Bool("version", false, "print the program's version and exit")
 	return s
 }
 
@@ -116,11 +125,17 @@ func (s *Set) Int(p *int, name, env string, def, minimum int, usage string) {
 }
 
 // Parse reads args and the environment. It returns flag.ErrHelp after
-// printing the usage for -h/--help, and otherwise an error naming the flag or
-// variable whose value is bad.
+// printing the usage for -h/--help, ErrVersion after printing the version for
+// --version (a bad environment stops neither), and otherwise an error naming
+// the flag or variable whose value is bad.
 func (s *Set) Parse(args []string) error {
 	if err := s.fs.Parse(args); err != nil {
 		return err
+	}
+	if *s.version {
+		prog, _, _ := strings.Cut(s.fs.Name(), " ")
+		fmt.Fprintln(s.out, buildinfo.Read().Line(prog))
+		return ErrVersion
 	}
 	set := map[string]bool{}
 	s.fs.Visit(func(f *flag.Flag) { set[f.Name] = true })

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/quillhq/quill/internal/buildinfo"
 	"github.com/quillhq/quill/internal/config"
 )
 
@@ -237,4 +239,26 @@ func TestFlagSetExtraFlags(t *testing.T) {
 	s.FlagSet().String("tenant", "", "tenant name")
 	require.ErrorIs(t, s.Parse([]string{"-h"}), flag.ErrHelp)
 	require.Contains(t, out.String(), "--tenant")
+}
+
+func TestParseVersion(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"--version"}, {"-version"}, {"--version=true"}, {"--http-addr", ":9", "--version"}} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			t.Parallel()
+			var out bytes.Buffer
+			// A bad environment does not stop --version.
+			s, _ := newSet(map[string]string{"QUILL_IDEMPOTENCY_WAIT": "bad"}, &out)
+			err := s.Parse(args)
+			require.ErrorIs(t, err, config.ErrVersion)
+			require.ErrorIs(t, err, flag.ErrHelp, "a command stops for --version as for --help")
+			require.Equal(t, buildinfo.Read().Line("api")+"\n", out.String(), "one line, named by the program (the name's first word)")
+		})
+	}
+	var out bytes.Buffer
+	s, _ := newSet(nil, &out)
+	require.NoError(t, s.Parse([]string{"--version=false"}))
+	require.Empty(t, out.String())
+	require.ErrorIs(t, s.Parse([]string{"-h"}), flag.ErrHelp)
+	require.Contains(t, out.String(), "--version", "the help lists --version")
 }

@@ -11,8 +11,8 @@ import (
 	"github.com/go-json-experiment/json"
 	"github.com/google/uuid"
 
-	"github.com/quillhq/quill/internal/idempotency"
 	"github.com/quillhq/quill/internal/notes"
+	"github.com/quillhq/quill/internal/opkey"
 	"github.com/quillhq/quill/internal/problem"
 )
 
@@ -32,15 +32,15 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 func operationKey(r *http.Request, action string) (string, *problem.Problem) {
 	ri := info(r)
 	ri.action = action
-	key, err := idempotency.ParseKeyHeader(r.Header.Values("Idempotency-Key"))
+	key, err := opkey.ParseHeader(r.Header.Values("Idempotency-Key"))
 	switch {
-	case errors.Is(err, idempotency.ErrKeyMissing):
+	case errors.Is(err, opkey.ErrMissing):
 		return "", problem.New(http.StatusBadRequest, problem.CodeKeyMissing,
 			"send Idempotency-Key with a key that names this operation; a retry of the same operation sends the same key")
 	case err != nil:
 		return "", problem.New(http.StatusBadRequest, problem.CodeKeyInvalid, err.Error())
 	}
-	ri.keyHash = idempotency.KeyHash(ri.tenant, key)
+	ri.keyHash = opkey.Hash(ri.tenant, key)
 	return key, nil
 }
 
@@ -257,12 +257,12 @@ func (s *server) getThumbnail(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) getOperation(w http.ResponseWriter, r *http.Request) {
-	key, err := idempotency.ParseKey(r.PathValue("key"))
+	key, err := opkey.Parse(r.PathValue("key"))
 	if err != nil {
 		writeProblem(w, r, problem.New(http.StatusBadRequest, problem.CodeKeyInvalid, err.Error()))
 		return
 	}
-	info(r).keyHash = idempotency.KeyHash(info(r).tenant, key)
+	info(r).keyHash = opkey.Hash(info(r).tenant, key)
 	op, err := s.Notes.Lookup(r.Context(), info(r).tenant, key)
 	if err != nil {
 		writeError(w, r, err)

@@ -3,8 +3,6 @@ package mcpserver_test
 import (
 	"encoding/base64"
 	"encoding/json"
-	"net/http/httptest"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -30,16 +28,11 @@ type testBundle struct {
 func setup(t *testing.T) *testBundle {
 	t.Helper()
 	b := &testBundle{t: t, api: apitest.Start(t)}
-	u, err := url.Parse(b.api.URL)
-	require.NoError(t, err)
-	b.proxy, err = faultproxy.New(faultproxy.Config{Upstream: u})
-	require.NoError(t, err)
-	t.Cleanup(b.proxy.Close)
-	front := httptest.NewServer(b.proxy)
-	t.Cleanup(front.Close)
+	var front string
+	b.proxy, front = b.api.Proxy(t, faultproxy.Config{})
 	j, err := client.OpenFileJournal(t.TempDir())
 	require.NoError(t, err)
-	c, err := client.New(client.Config{BaseURL: front.URL, Token: b.api.Token, Journal: j, Attempts: 2,
+	c, err := client.New(client.Config{BaseURL: front, Token: b.api.Token, Journal: j, Attempts: 2,
 		Deadline: 3 * time.Second, BaseDelay: 5 * time.Millisecond})
 	require.NoError(t, err)
 

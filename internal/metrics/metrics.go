@@ -1,6 +1,6 @@
-// Package metrics defines the Prometheus metrics of Quill's API (SPEC §8) on
-// a registry the caller owns, and serves the admin endpoints every process
-// exposes: /healthz, /readyz and /metrics.
+// Package metrics defines the Prometheus metrics of Quill's processes (SPEC
+// §8) on a registry the caller owns, and serves the admin endpoints every
+// process exposes: /healthz, /readyz and /metrics.
 package metrics
 
 import (
@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/quillhq/quill/internal/buildinfo"
 )
 
 // API holds the API's counters. Requests, business effects and replays are
@@ -67,11 +69,25 @@ func (m *API) HTTPRequest(route, method string, code int) {
 	m.httpRequests.WithLabelValues(route, method, strconv.Itoa(code)).Inc()
 }
 
-// NewRegistry returns a registry with the Go runtime and process collectors.
+// NewRegistry returns a registry with the Go runtime and process collectors
+// and quill_build_info.
 func NewRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		newBuildInfo(buildinfo.Read()))
 	return reg
+}
+
+// newBuildInfo is quill_build_info for info: a gauge of 1 whose labels say
+// what the process runs, the same version that --version prints.
+func newBuildInfo(info buildinfo.Info) prometheus.Gauge {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "quill_build_info",
+		Help:        "Always 1; the labels name the module version and the Go version the process was built with.",
+		ConstLabels: prometheus.Labels{"version": info.Version, "goversion": info.GoVersion},
+	})
+	g.Set(1)
+	return g
 }
 
 // ReadyFunc checks that a dependency is reachable.
@@ -114,27 +130,18 @@ type Relay struct {
 
 // NewRelay registers the relay's metrics on reg; all start at zero.
 func NewRelay(reg prometheus.Registerer) *Relay {
+	gauge := func(name, help string) prometheus.Gauge {
+		return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+	}
+	counter := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+	}
 	m := &Relay{
-		Pending: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "quill_outbox_pending_events",
-			Help: "Committed events not yet published (parked ones included).",
-		}),
-		OldestAge: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "quill_outbox_oldest_pending_age_seconds",
-			Help: "Age of the oldest unpublished event; 0 when none.",
-		}),
-		Published: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "quill_relay_published_total",
-			Help: "Events the stream acknowledged, duplicates included.",
-		}),
-		Errors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "quill_relay_publish_errors_total",
-			Help: "Publish attempts that failed (transient or permanent).",
-		}),
-		Duplicates: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "quill_relay_duplicates_total",
-			Help: "Acknowledgements JetStream marked duplicate: an event republished within the duplicate window.",
-		}),
+		Pending:    gauge("quill_outbox_pending_events", "Committed events not yet published (parked ones included)."),
+		OldestAge:  gauge("quill_outbox_oldest_pending_age_seconds", "Age of the oldest unpublished event; 0 when none."),
+		Published:  counter("quill_relay_published_total", "Events the stream acknowledged, duplicates included."),
+		Errors:     counter("quill_relay_publish_errors_total", "Publish attempts that failed (transient or permanent)."),
+		Duplicates: counter("quill_relay_duplicates_total", "Acknowledgements JetStream marked duplicate: an event republished within the duplicate window."),
 	}
 	reg.MustRegister(m.Pending, m.OldestAge, m.Published, m.Errors, m.Duplicates)
 	return m

@@ -19,6 +19,7 @@ import (
 
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/idempotency"
+	"github.com/quillhq/quill/internal/opkey"
 	"github.com/quillhq/quill/internal/outbox"
 	"github.com/quillhq/quill/internal/problem"
 )
@@ -562,7 +563,7 @@ func rollback(ctx context.Context, conn *pgxpool.Conn) {
 func (s *Service) recheck(reqCtx context.Context, r Request, fp idempotency.Fingerprint, mine *idempotency.Record, eff *effect, cause error, pid uint32, sessionSince time.Time) (Outcome, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(reqCtx), recheckTimeout)
 	defer cancel()
-	s.log.Warn().Err(cause).Str("action", fp.Action).Str("key_hash", idempotency.KeyHash(r.Tenant, r.Key)).
+	s.log.Warn().Err(cause).Str("action", fp.Action).Str("key_hash", opkey.Hash(r.Tenant, r.Key)).
 		Str("error_category", "commit_reply_lost").Msg("commit reply lost; re-checking the outcome")
 	gone := false
 	for delay := 20 * time.Millisecond; ; delay = min(delay*2, 500*time.Millisecond) {

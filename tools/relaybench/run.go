@@ -24,9 +24,9 @@ import (
 
 	"github.com/quillhq/quill/internal/cli"
 	"github.com/quillhq/quill/internal/db"
-	"github.com/quillhq/quill/internal/idempotency"
 	"github.com/quillhq/quill/internal/measure"
 	"github.com/quillhq/quill/internal/notes"
+	"github.com/quillhq/quill/internal/opkey"
 	"github.com/quillhq/quill/internal/outbox"
 	"github.com/quillhq/quill/internal/relay"
 )
@@ -602,7 +602,7 @@ func latency(ctx context.Context, c common, stdout io.Writer) error {
 			timeMismatch++
 		}
 		storeLat = append(storeLat, m.at.Sub(m.ceTime))
-		if at, ok := answered[idempotency.KeyHash(tenant, key)]; ok && key != "" {
+		if at, ok := answered[opkey.Hash(tenant, key)]; ok && key != "" {
 			answeredLat = append(answeredLat, m.at.Sub(at))
 		}
 	}

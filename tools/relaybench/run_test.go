@@ -12,7 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/quillhq/quill/internal/cli"
-	"github.com/quillhq/quill/internal/idempotency"
+	"github.com/quillhq/quill/internal/opkey"
 )
 
 func TestGenerateSpreadsEventsOverNotes(t *testing.T) {
@@ -58,7 +58,7 @@ func TestGenerateSpreadsEventsOverNotes(t *testing.T) {
 
 func TestReadAPILogKeepsSuccessfulCreates(t *testing.T) {
 	t.Parallel()
-	hash := idempotency.KeyHash("bench", "k1")
+	hash := opkey.Hash("bench", "k1")
 	lines := []string{
 		`{"level":"info","message":"listening"}`,
 		`{"level":"info","method":"POST","status":201,"key_hash":"` + hash + `","time":"2026-01-02T03:04:05.5Z","message":"request"}`,

@@ -1,4 +1,4 @@
-package idempotency_test
+package opkey_test
 
 import (
 	"errors"
@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/quillhq/quill/internal/idempotency"
+	"github.com/quillhq/quill/internal/opkey"
 )
 
 // keyChars is every character a key may contain: 0x21–0x7E except '"' and ','.
@@ -40,7 +40,7 @@ func sfString(k string) string {
 	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(k) + `"`
 }
 
-func TestParseKey(t *testing.T) {
+func TestParse(t *testing.T) {
 	t.Parallel()
 	all := keyChars()
 	tests := []struct {
@@ -98,38 +98,38 @@ func TestParseKey(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got, err := idempotency.ParseKey(tt.in)
+			got, err := opkey.Parse(tt.in)
 			if tt.want == "" {
 				require.Error(t, err)
-				require.ErrorIs(t, err, idempotency.ErrKeyInvalid)
-				require.NotErrorIs(t, err, idempotency.ErrKeyMissing)
+				require.ErrorIs(t, err, opkey.ErrInvalid)
+				require.NotErrorIs(t, err, opkey.ErrMissing)
 				require.Empty(t, got)
 				return
 			}
 			require.NoError(t, err)
 			require.Equal(t, tt.want, got)
 
-			// ParseKeyHeader with one value agrees with ParseKey.
-			got, err = idempotency.ParseKeyHeader([]string{tt.in})
+			// ParseHeader with one value agrees with Parse.
+			got, err = opkey.ParseHeader([]string{tt.in})
 			require.NoError(t, err)
 			require.Equal(t, tt.want, got)
 		})
 	}
 }
 
-func TestParseKeyBareAndQuotedNameTheSameKey(t *testing.T) {
+func TestParseBareAndQuotedNameTheSameKey(t *testing.T) {
 	t.Parallel()
 	for _, k := range []string{"a", "abc", `a\b`, `\`, `\\`, keyChars(), strings.Repeat("z", 255)} {
-		bare, err := idempotency.ParseKey(k)
+		bare, err := opkey.Parse(k)
 		require.NoError(t, err, "bare %q", k)
-		quoted, err := idempotency.ParseKey(sfString(k))
+		quoted, err := opkey.Parse(sfString(k))
 		require.NoError(t, err, "quoted %q", sfString(k))
 		require.Equal(t, bare, quoted)
 		require.Equal(t, k, bare)
 	}
 }
 
-func TestParseKeyHeader(t *testing.T) {
+func TestParseHeader(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name    string
@@ -137,21 +137,21 @@ func TestParseKeyHeader(t *testing.T) {
 		want    string
 		wantErr error
 	}{
-		{name: "absent (nil)", values: nil, wantErr: idempotency.ErrKeyMissing},
-		{name: "absent (empty slice)", values: []string{}, wantErr: idempotency.ErrKeyMissing},
+		{name: "absent (nil)", values: nil, wantErr: opkey.ErrMissing},
+		{name: "absent (empty slice)", values: []string{}, wantErr: opkey.ErrMissing},
 		{name: "one bare", values: []string{"abc"}, want: "abc"},
 		{name: "one quoted", values: []string{`"abc"`}, want: "abc"},
-		{name: "empty value", values: []string{""}, wantErr: idempotency.ErrKeyInvalid},
-		{name: "list in one line", values: []string{"a, b"}, wantErr: idempotency.ErrKeyInvalid},
-		{name: "repeated header", values: []string{"a", "b"}, wantErr: idempotency.ErrKeyInvalid},
-		{name: "repeated header with the same value", values: []string{"a", "a"}, wantErr: idempotency.ErrKeyInvalid},
-		{name: "repeated header bare and quoted", values: []string{"a", `"a"`}, wantErr: idempotency.ErrKeyInvalid},
-		{name: "malformed", values: []string{"a b"}, wantErr: idempotency.ErrKeyInvalid},
+		{name: "empty value", values: []string{""}, wantErr: opkey.ErrInvalid},
+		{name: "list in one line", values: []string{"a, b"}, wantErr: opkey.ErrInvalid},
+		{name: "repeated header", values: []string{"a", "b"}, wantErr: opkey.ErrInvalid},
+		{name: "repeated header with the same value", values: []string{"a", "a"}, wantErr: opkey.ErrInvalid},
+		{name: "repeated header bare and quoted", values: []string{"a", `"a"`}, wantErr: opkey.ErrInvalid},
+		{name: "malformed", values: []string{"a b"}, wantErr: opkey.ErrInvalid},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got, err := idempotency.ParseKeyHeader(tt.values)
+			got, err := opkey.ParseHeader(tt.values)
 			if tt.wantErr == nil {
 				require.NoError(t, err)
 				require.Equal(t, tt.want, got)
@@ -160,7 +160,7 @@ func TestParseKeyHeader(t *testing.T) {
 			require.ErrorIs(t, err, tt.wantErr)
 			require.Empty(t, got)
 			// Missing and invalid are different answers (two codes).
-			for _, other := range []error{idempotency.ErrKeyMissing, idempotency.ErrKeyInvalid} {
+			for _, other := range []error{opkey.ErrMissing, opkey.ErrInvalid} {
 				if other != tt.wantErr {
 					require.False(t, errors.Is(err, other), "%v must not also be %v", err, other)
 				}
@@ -169,7 +169,7 @@ func TestParseKeyHeader(t *testing.T) {
 	}
 }
 
-func FuzzParseKey(f *testing.F) {
+func FuzzParse(f *testing.F) {
 	for _, s := range []string{
 		"", "abc", `"abc"`, `""`, `"`, "a, b", `"a", "b"`, `"a\"b"`, `"a\\b"`, `a\b`,
 		`"a\b"`, `"abc\`, " abc", "a\x00", "clé", "\xff", keyChars(), sfString(keyChars()),
@@ -178,19 +178,19 @@ func FuzzParseKey(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, v string) {
-		k, err := idempotency.ParseKey(v)
+		k, err := opkey.Parse(v)
 
-		hk, herr := idempotency.ParseKeyHeader([]string{v})
-		require.Equal(t, k, hk, "ParseKeyHeader with one value must agree with ParseKey")
+		hk, herr := opkey.ParseHeader([]string{v})
+		require.Equal(t, k, hk, "ParseHeader with one value must agree with Parse")
 		require.Equal(t, err == nil, herr == nil)
 
 		if err != nil {
-			require.ErrorIs(t, err, idempotency.ErrKeyInvalid)
+			require.ErrorIs(t, err, opkey.ErrInvalid)
 			require.Empty(t, k)
 		} else {
 			require.True(t, validKey(k), "accepted key %q (from %q) breaks the key syntax", k, v)
 			// The quoted form of an accepted key names the same key.
-			q, err := idempotency.ParseKey(sfString(k))
+			q, err := opkey.Parse(sfString(k))
 			require.NoError(t, err, "quoted form %q of accepted key %q", sfString(k), k)
 			require.Equal(t, k, q)
 		}
@@ -201,7 +201,7 @@ func FuzzParseKey(f *testing.F) {
 			require.Equal(t, validKey(v), err == nil, "bare %q", v)
 			if err == nil {
 				require.Equal(t, v, k)
-				q, err := idempotency.ParseKey(sfString(v))
+				q, err := opkey.Parse(sfString(v))
 				require.NoError(t, err, "bare key %q accepted but its quoted form %q is not", v, sfString(v))
 				require.Equal(t, k, q)
 			}
