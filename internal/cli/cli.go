@@ -89,9 +89,8 @@ func Dispatch(ctx context.Context, prog, overview, def string, cmds map[string]R
 	case len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help" || args[0] == "help"):
 		fmt.Fprintln(stdout, overview)
 		return nil
-	case len(args) > 0 && (args[0] == "--version" || args[0] == "-version" || (args[0] == "version" && cmds["version"] == nil)):
-		name, _, _ := strings.Cut(prog, " ")
-		fmt.Fprintln(stdout, buildinfo.Read().Line(name))
+	case AsksVersion(args) || (len(args) > 0 && args[0] == "version" && cmds["version"] == nil):
+		PrintVersion(prog, stdout)
 		return nil
 	case len(args) > 0 && !strings.HasPrefix(args[0], "-"):
 		cmd, args = args[0], args[1:]
@@ -101,6 +100,19 @@ func Dispatch(ctx context.Context, prog, overview, def string, cmds map[string]R
 		return UsageError{Msg: fmt.Sprintf("unknown command %q; run \"%s --help\" for the commands", cmd, prog)}
 	}
 	return run(ctx, args, getenv, stdout, stderr)
+}
+
+// AsksVersion reports whether args start with --version (or -version), for
+// a program that parses its own flags.
+func AsksVersion(args []string) bool {
+	return len(args) > 0 && (args[0] == "--version" || args[0] == "-version")
+}
+
+// PrintVersion writes the version line of prog (its first word names the
+// program) to w.
+func PrintVersion(prog string, w io.Writer) {
+	name, _, _ := strings.Cut(prog, " ")
+	fmt.Fprintln(w, buildinfo.Read().Line(name))
 }
 
 // DefaultNATSURL is the NATS server used when NATS_URL is not set.

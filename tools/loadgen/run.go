@@ -146,6 +146,10 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 
 // run is the whole program: main only wires signals and the exit status.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if cli.AsksVersion(args) {
+		cli.PrintVersion("loadgen", stdout)
+		return nil
+	}
 	c, err := parseConfig(args, getenv, stderr)
 	if err != nil {
 		return err

@@ -6,9 +6,12 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/quillhq/quill/internal/cli"
 )
@@ -55,4 +58,12 @@ func TestRateMustNotBeNegative(t *testing.T) {
 	if !errors.As(err, &uerr) {
 		t.Fatalf("err = %v, want a usage error", err)
 	}
+}
+
+func TestVersionFlag(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr bytes.Buffer
+	require.NoError(t, run(t.Context(), []string{"--version"}, func(string) string { return "" }, &stdout, &stderr))
+	require.True(t, strings.HasPrefix(stdout.String(), "loadgen "), stdout.String())
+	require.Empty(t, stderr.String())
 }

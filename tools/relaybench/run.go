@@ -71,6 +71,10 @@ type common struct {
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if cli.AsksVersion(args) {
+		cli.PrintVersion("relaybench", stdout)
+		return nil
+	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprintln(stdout, overview)
 		if len(args) == 0 {

@@ -6,10 +6,13 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/quillhq/quill/internal/cli"
 	"github.com/quillhq/quill/internal/opkey"
@@ -102,4 +105,12 @@ func TestUsageErrors(t *testing.T) {
 			t.Errorf("run %q: err = %v, want a usage error", args, err)
 		}
 	}
+}
+
+func TestVersionFlag(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr bytes.Buffer
+	require.NoError(t, run(t.Context(), []string{"--version"}, func(string) string { return "" }, &stdout, &stderr))
+	require.True(t, strings.HasPrefix(stdout.String(), "relaybench "), stdout.String())
+	require.Empty(t, stderr.String())
 }
