@@ -22,7 +22,6 @@ import (
 	"github.com/quillhq/quill/internal/logging"
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/outbox"
-	"github.com/quillhq/quill/internal/relay"
 	"github.com/quillhq/quill/internal/worker"
 )
 
@@ -52,10 +51,7 @@ type settings struct {
 func define(s *config.Set, c *settings) {
 	c.Daemon.Define(s, defaultAdminAddr)
 	w := &c.worker
-	s.String(&w.Stream, "stream", "QUILL_STREAM", relay.DefaultStream, "JetStream stream name")
-	s.String(&w.SubjectPrefix, "subject-prefix", "QUILL_SUBJECT_PREFIX", relay.DefaultSubjectPrefix, "first token of every subject")
-	s.Duration(&w.DuplicateWindow, "duplicate-window", "QUILL_DUPLICATE_WINDOW", relay.DefaultDuplicateWindow, "the stream's Duplicates window, used only if the worker creates the stream")
-	s.Duration(&w.MaxAge, "stream-max-age", "QUILL_STREAM_MAX_AGE", relay.DefaultMaxAge, "the stream's MaxAge, used only if the worker creates the stream")
+	w.Stream.Define(s, false)
 	s.String(&w.Consumer, "consumer", "QUILL_CONSUMER", worker.DefaultConsumer, "durable consumer name (and the inbox's consumer)")
 	s.Int(&w.MaxDeliver, "max-deliver", "QUILL_MAX_DELIVER", worker.DefaultMaxDeliver, 1, "deliveries before a failing event becomes a dead letter")
 	s.Duration(&w.AckWait, "ack-wait", "QUILL_ACK_WAIT", worker.DefaultAckWait, "the consumer's ack wait")

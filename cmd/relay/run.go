@@ -21,6 +21,8 @@ import (
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/outbox"
 	"github.com/quillhq/quill/internal/relay"
+	"github.com/quillhq/quill/internal/retention"
+	"github.com/quillhq/quill/internal/stream"
 )
 
 const overview = `usage: relay [run] [flags]           publish committed outbox events to JetStream (default)
@@ -43,22 +45,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 type settings struct {
 	cli.Daemon
-	relay relay.Config
+	relay     relay.Config
+	retention retention.Config
 }
 
 func define(s *config.Set, c *settings) {
 	c.Daemon.Define(s, defaultAdminAddr)
 	r := &c.relay
-	s.String(&r.Stream, "stream", "QUILL_STREAM", relay.DefaultStream, "JetStream stream name")
-	s.String(&r.SubjectPrefix, "subject-prefix", "QUILL_SUBJECT_PREFIX", relay.DefaultSubjectPrefix, "first token of every subject")
-	s.Duration(&r.DuplicateWindow, "duplicate-window", "QUILL_DUPLICATE_WINDOW", relay.DefaultDuplicateWindow, "the stream's Duplicates window")
-	s.Duration(&r.MaxAge, "stream-max-age", "QUILL_STREAM_MAX_AGE", relay.DefaultMaxAge, "the stream's MaxAge; at least the duplicate window, at most the inbox retention")
+	r.Stream.Define(s, true)
 	s.Duration(&r.Lease, "lease", "QUILL_RELAY_LEASE", relay.DefaultLease, "how long PostgreSQL keeps the claims of a relay whose connection went silent (a relay that exits loses them at once)")
 	s.Duration(&r.PollInterval, "poll-interval", "QUILL_RELAY_POLL_INTERVAL", relay.DefaultPollInterval, "polling fallback when notifications are lost")
 	s.Duration(&r.MaxBackoff, "max-backoff", "QUILL_RELAY_MAX_BACKOFF", relay.DefaultMaxBackoff, "longest backoff while NATS or PostgreSQL fail")
 	s.Int(&r.Batch, "batch", "QUILL_RELAY_BATCH", relay.DefaultBatch, 1, "events claimed per pass")
-	s.Duration(&r.OutboxRetention, "outbox-retention", "QUILL_OUTBOX_RETENTION", relay.DefaultOutboxRetention, "how long published events stay in the outbox")
-	s.Duration(&r.InboxRetention, "inbox-retention", "QUILL_INBOX_RETENTION", relay.DefaultInboxRetention, "how long consumers remember processed event ids; at least the stream's MaxAge")
+	s.Duration(&c.retention.OutboxRetention, "outbox-retention", "QUILL_OUTBOX_RETENTION", retention.DefaultOutboxRetention, "how long published events stay in the outbox")
+	s.Duration(&c.retention.InboxRetention, "inbox-retention", "QUILL_INBOX_RETENTION", retention.DefaultInboxRetention, "how long consumers remember processed event ids; at least the stream's MaxAge")
 }
 
 func daemon(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -71,9 +71,11 @@ func daemon(ctx context.Context, args []string, getenv func(string) string, stdo
 	if len(s.Args()) > 0 {
 		return cli.UsageError{Msg: fmt.Sprintf("unexpected arguments: %q", s.Args())}
 	}
-	cfg := c.relay.WithDefaults()
-	if err := cfg.Validate(); err != nil {
-		return cli.UsageError{Msg: err.Error()}
+	cfg, rcfg := c.relay.WithDefaults(), c.retention.WithDefaults()
+	for _, check := range []func() error{cfg.Validate, func() error { return rcfg.CoversStream(cfg.Stream) }, rcfg.Validate} {
+		if err := check(); err != nil {
+			return cli.UsageError{Msg: err.Error()}
+		}
 	}
 	log, err := logging.New(stderr, c.LogLevel, "relay")
 	if err != nil {
@@ -105,6 +107,10 @@ func daemon(ctx context.Context, args []string, getenv func(string) string, stdo
 	if err != nil {
 		return cli.UsageError{Msg: err.Error()}
 	}
+	cleaner, err := retention.New(pool, rcfg, log)
+	if err != nil {
+		return cli.UsageError{Msg: err.Error()}
+	}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	err = r.Provision(pctx)
 	cancel()
@@ -112,8 +118,8 @@ func daemon(ctx context.Context, args []string, getenv func(string) string, stdo
 		log.Error().Err(err).Str("error_category", "stream_provisioning_failed").Msg("cannot start: the stream could not be created or updated")
 		return cli.LoggedError{Err: err}
 	}
-	log.Info().Str("stream", cfg.Stream).Str("subjects", cfg.SubjectPrefix+".>").Dur("duplicate_window", cfg.DuplicateWindow).
-		Dur("max_age", cfg.MaxAge).Msg("stream provisioned")
+	log.Info().Str("stream", cfg.Stream.Name).Str("subjects", stream.All(cfg.Stream.SubjectPrefix)).Dur("duplicate_window", cfg.Stream.DuplicateWindow).
+		Dur("max_age", cfg.Stream.MaxAge).Msg("stream provisioned")
 
 	ln, err := net.Listen("tcp", c.AdminAddr)
 	if err != nil {
@@ -137,6 +143,7 @@ func daemon(ctx context.Context, args []string, getenv func(string) string, stdo
 		return admin.Shutdown(sctx)
 	})
 	g.Go(func() error { return r.Run(gctx) })
+	g.Go(func() error { return cleaner.Run(gctx) })
 	err = g.Wait()
 	log.Info().Msg("stopped")
 	return err

@@ -29,17 +29,16 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/quillhq/quill/internal/retention"
+	"github.com/quillhq/quill/internal/stream"
 )
 
 // Defaults of Config.
 const (
-	DefaultStream            = "QUILL_EVENTS"
-	DefaultSubjectPrefix     = "quill"
 	DefaultConsumer          = "attachment-worker"
 	DefaultResponseRetention = 72 * time.Hour
 	DefaultKeyRetention      = 720 * time.Hour
-	DefaultOutboxRetention   = 168 * time.Hour
-	DefaultInboxRetention    = 336 * time.Hour
 	DefaultPendingThreshold  = time.Minute
 	DefaultProcessThreshold  = 5 * time.Minute
 	DefaultHorizonMargin     = time.Minute
@@ -67,11 +66,9 @@ type Config struct {
 	// the key's record, the notes it acted on, their attachments and every
 	// event about them.
 	Key string
-	// Stream is the JetStream stream (QUILL_STREAM). Default QUILL_EVENTS.
-	Stream string
-	// SubjectPrefix is the first subject token (QUILL_SUBJECT_PREFIX).
-	// Default quill.
-	SubjectPrefix string
+	// Stream names the stream and its subject prefix; its zero fields take
+	// stream's defaults.
+	Stream stream.Config
 	// Consumer is the inbox's consumer (QUILL_CONSUMER). Default
 	// attachment-worker.
 	Consumer string
@@ -117,13 +114,12 @@ func (c Config) WithDefaults() Config {
 			*p = v
 		}
 	}
-	str(&c.Stream, DefaultStream)
-	str(&c.SubjectPrefix, DefaultSubjectPrefix)
+	c.Stream = c.Stream.WithDefaults()
 	str(&c.Consumer, DefaultConsumer)
 	dur(&c.ResponseRetention, DefaultResponseRetention)
 	dur(&c.KeyRetention, DefaultKeyRetention)
-	dur(&c.OutboxRetention, DefaultOutboxRetention)
-	dur(&c.InboxRetention, DefaultInboxRetention)
+	dur(&c.OutboxRetention, retention.DefaultOutboxRetention)
+	dur(&c.InboxRetention, retention.DefaultInboxRetention)
 	dur(&c.PendingThreshold, DefaultPendingThreshold)
 	dur(&c.ProcessThreshold, DefaultProcessThreshold)
 	dur(&c.HorizonMargin, DefaultHorizonMargin)
@@ -427,7 +423,7 @@ func Run(ctx context.Context, db Beginner, js jetstream.JetStream, notChecked st
 			PendingThreshold: cfg.PendingThreshold.String(), ProcessThreshold: cfg.ProcessThreshold.String(),
 			Margin: cfg.HorizonMargin.String()},
 		Anomalies: []Anomaly{}, Chains: []Chain{}, Notes: []string{},
-		Stream: StreamInfo{Name: cfg.Stream},
+		Stream: StreamInfo{Name: cfg.Stream.Name},
 	}}
 	if cfg.Key != "" && len(ds.ops) == 0 && len(ds.events) == 0 && len(ds.notes) == 0 {
 		a.rep.Scope.Found = false
@@ -803,7 +799,7 @@ func (a *auditor) checkDeadLetters() {
 		if a.cfg.Key != "" && e == nil {
 			continue // not this key's
 		}
-		x := Anomaly{Kind: KindDeadLetter, Tenant: subjectTenant(a.cfg.SubjectPrefix, d.Subject), EventID: d.EventID,
+		x := Anomaly{Kind: KindDeadLetter, Tenant: stream.Tenant(a.cfg.Stream.SubjectPrefix, d.Subject), EventID: d.EventID,
 			Detail: fmt.Sprintf("dead letter %d after %d deliveries: %s (re-drive with \"attachment-worker dead-letters retry %d\" once fixed)",
 				d.ID, d.Deliveries, d.Error, d.ID)}
 		if e != nil {

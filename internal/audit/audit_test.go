@@ -25,6 +25,7 @@ import (
 	"github.com/quillhq/quill/internal/notes"
 	"github.com/quillhq/quill/internal/outbox"
 	"github.com/quillhq/quill/internal/relay"
+	"github.com/quillhq/quill/internal/stream"
 	"github.com/quillhq/quill/internal/worker"
 )
 
@@ -64,7 +65,7 @@ func setup(t *testing.T, srv *natstest.Server) *bundle {
 }
 
 func (b *bundle) config() audit.Config {
-	return audit.Config{Stream: b.stream, SubjectPrefix: b.prefix, Consumer: "attachment-worker-" + b.prefix}
+	return audit.Config{Stream: stream.Config{Name: b.stream, SubjectPrefix: b.prefix}, Consumer: "attachment-worker-" + b.prefix}
 }
 
 func (b *bundle) audit(mod func(*audit.Config)) *audit.Report {
@@ -201,13 +202,13 @@ func TestCleanPipeline(t *testing.T) {
 	logger := zerolog.Nop()
 
 	rnc, _ := b.srv.Connect(t)
-	r, err := relay.New(b.pool, rnc, relay.Config{Stream: b.stream, SubjectPrefix: b.prefix, DuplicateWindow: time.Minute,
-		MaxAge: time.Hour, Lease: time.Second, PollInterval: 50 * time.Millisecond, MaxBackoff: 250 * time.Millisecond,
+	r, err := relay.New(b.pool, rnc, relay.Config{Stream: stream.Config{Name: b.stream, SubjectPrefix: b.prefix, DuplicateWindow: time.Minute,
+		MaxAge: time.Hour}, Lease: time.Second, PollInterval: 50 * time.Millisecond, MaxBackoff: 250 * time.Millisecond,
 		AckTimeout: time.Second}, logger, metrics.NewRelay(prometheus.NewRegistry()))
 	require.NoError(t, err)
 	require.NoError(t, r.Provision(ctx))
 	wnc, _ := b.srv.Connect(t)
-	w, err := worker.New(b.pool, wnc, worker.Config{Stream: b.stream, SubjectPrefix: b.prefix, Consumer: b.config().Consumer,
+	w, err := worker.New(b.pool, wnc, worker.Config{Stream: b.config().Stream, Consumer: b.config().Consumer,
 		AckWait: 5 * time.Second, Concurrency: 2}, logger, metrics.NewWorker(prometheus.NewRegistry()))
 	require.NoError(t, err)
 	require.NoError(t, w.Provision(ctx))
@@ -546,7 +547,7 @@ func TestStreamNotChecked(t *testing.T) {
 	require.Contains(t, text(t, rep), "INCOMPLETE")
 
 	// A stream that does not exist: same.
-	rep = b.audit(func(c *audit.Config) { c.Stream = "NO_SUCH_STREAM" })
+	rep = b.audit(func(c *audit.Config) { c.Stream.Name = "NO_SUCH_STREAM" })
 	require.False(t, rep.Complete())
 	require.Contains(t, rep.Stream.Reason, "NO_SUCH_STREAM")
 }

@@ -10,6 +10,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/quillhq/quill/internal/stream"
 )
 
 // Querier runs queries: a pool, a connection or a transaction.
@@ -357,22 +359,12 @@ func load(ctx context.Context, tx pgx.Tx, cfg Config) (*dataset, error) {
 		return nil, fmt.Errorf("read dead letters: %w", err)
 	}
 	for _, d := range dead {
-		if cfg.Tenant != "" && subjectTenant(cfg.SubjectPrefix, d.Subject) != cfg.Tenant {
+		if cfg.Tenant != "" && stream.Tenant(cfg.Stream.SubjectPrefix, d.Subject) != cfg.Tenant {
 			continue
 		}
 		ds.dead = append(ds.dead, d)
 	}
 	return ds, nil
-}
-
-// subjectTenant returns the tenant token of <prefix>.<tenant>.<aggregate>.<event>.
-func subjectTenant(prefix, subject string) string {
-	rest, ok := strings.CutPrefix(subject, prefix+".")
-	if !ok {
-		return ""
-	}
-	tenant, _, _ := strings.Cut(rest, ".")
-	return tenant
 }
 
 func containsUUID(ids []uuid.UUID, id uuid.UUID) bool {

@@ -44,7 +44,7 @@ import (
 	"github.com/quillhq/quill/internal/deadletter"
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/outbox"
-	"github.com/quillhq/quill/internal/relay"
+	"github.com/quillhq/quill/internal/stream"
 )
 
 // Defaults of Config.
@@ -75,15 +75,10 @@ const (
 
 // Config tunes a worker. Every zero field takes its default.
 type Config struct {
-	// Stream is the JetStream stream (QUILL_STREAM). Default QUILL_EVENTS.
-	Stream string
-	// SubjectPrefix is the first subject token (QUILL_SUBJECT_PREFIX).
-	// Default quill.
-	SubjectPrefix string
-	// DuplicateWindow and MaxAge are used only to create the stream when it
-	// does not exist yet (the relay owns its settings). Defaults as the
-	// relay's.
-	DuplicateWindow, MaxAge time.Duration
+	// Stream is the stream consumed; its zero fields take stream's
+	// defaults. Its DuplicateWindow and MaxAge are used only to create the
+	// stream when it does not exist yet (the relay owns its settings).
+	Stream stream.Config
 	// Consumer is the durable consumer's name, also the inbox's consumer
 	// (QUILL_CONSUMER). Default attachment-worker.
 	Consumer string
@@ -139,8 +134,7 @@ type Config struct {
 
 // WithDefaults returns c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
-	rc := relay.Config{Stream: c.Stream, SubjectPrefix: c.SubjectPrefix, DuplicateWindow: c.DuplicateWindow, MaxAge: c.MaxAge}.WithDefaults()
-	c.Stream, c.SubjectPrefix, c.DuplicateWindow, c.MaxAge = rc.Stream, rc.SubjectPrefix, rc.DuplicateWindow, rc.MaxAge
+	c.Stream = c.Stream.WithDefaults()
 	if c.Consumer == "" {
 		c.Consumer = DefaultConsumer
 	}
@@ -215,7 +209,9 @@ func (c Config) Validate() error {
 
 // FilterSubject is the consumer's subject filter: every tenant's
 // note.created events.
-func (c Config) FilterSubject() string { return c.SubjectPrefix + ".*." + outbox.TypeNoteCreated }
+func (c Config) FilterSubject() string {
+	return stream.OfType(c.Stream.SubjectPrefix, outbox.TypeNoteCreated)
+}
 
 // ConsumerConfig is the durable consumer the worker creates or updates.
 //
@@ -312,28 +308,16 @@ func New(pool *pgxpool.Pool, nc *nats.Conn, cfg Config, log zerolog.Logger, m *m
 // Config returns the worker's configuration with defaults applied.
 func (w *Worker) Config() Config { return w.cfg }
 
-// Provision creates the stream when it does not exist (with the relay's
-// settings; the relay owns them and may update them) and creates or updates
-// the durable consumer.
+// Provision creates the stream when it does not exist (the relay owns its
+// settings and may update them; see stream.ProvisionIfMissing) and creates
+// or updates the durable consumer. The error wraps JetStream's.
 func (w *Worker) Provision(ctx context.Context) error {
-	st, err := w.js.Stream(ctx, w.cfg.Stream)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		st, err = w.js.CreateStream(ctx, jetstream.StreamConfig{
-			Name:       w.cfg.Stream,
-			Subjects:   []string{w.cfg.SubjectPrefix + ".>"},
-			Storage:    jetstream.FileStorage,
-			Duplicates: w.cfg.DuplicateWindow,
-			MaxAge:     w.cfg.MaxAge,
-		})
-		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			st, err = w.js.Stream(ctx, w.cfg.Stream)
-		}
-	}
+	st, err := stream.ProvisionIfMissing(ctx, w.js, w.cfg.Stream)
 	if err != nil {
-		return fmt.Errorf("stream %s: %w", w.cfg.Stream, err)
+		return err
 	}
 	if _, err := st.CreateOrUpdateConsumer(ctx, w.cfg.ConsumerConfig()); err != nil {
-		return fmt.Errorf("consumer %s on stream %s: %w", w.cfg.Consumer, w.cfg.Stream, err)
+		return fmt.Errorf("consumer %s on stream %s: %w", w.cfg.Consumer, w.cfg.Stream.Name, err)
 	}
 	return nil
 }
@@ -353,9 +337,9 @@ func (w *Worker) Ready(ctx context.Context) error {
 // created or updated, never deleted at close (other workers share it). The
 // consumer is wrapped so that Run can drain its subscriptions at shutdown.
 func (w *Worker) resources(ctx context.Context, js jetstream.JetStream, _ string) (jetstream.Consumer, func(context.Context, watermill.LoggerAdapter), error) {
-	st, err := js.Stream(ctx, w.cfg.Stream)
+	st, err := js.Stream(ctx, w.cfg.Stream.Name)
 	if err != nil {
-		return nil, nil, fmt.Errorf("stream %s: %w", w.cfg.Stream, err)
+		return nil, nil, fmt.Errorf("stream %s: %w", w.cfg.Stream.Name, err)
 	}
 	c, err := st.CreateOrUpdateConsumer(ctx, w.cfg.ConsumerConfig())
 	if err != nil {
