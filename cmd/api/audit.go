@@ -17,6 +17,7 @@ import (
 	"github.com/quillhq/quill/internal/auth"
 	"github.com/quillhq/quill/internal/cli"
 	"github.com/quillhq/quill/internal/config"
+	"github.com/quillhq/quill/internal/daemon"
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/idempotency"
 	"github.com/quillhq/quill/internal/notes"
@@ -67,7 +68,7 @@ func auditCmd(ctx context.Context, args []string, getenv func(string) string, st
 	)
 	s := config.New("api audit", auditSynopsis, getenv, stdout)
 	s.String(&databaseURL, "database-url", "DATABASE_URL", db.DefaultURL, "PostgreSQL URL")
-	s.String(&natsURL, "nats-url", "NATS_URL", cli.DefaultNATSURL, "NATS URL (JetStream enabled); the stream is compared with the outbox")
+	s.String(&natsURL, "nats-url", "NATS_URL", daemon.DefaultNATSURL, "NATS URL (JetStream enabled); the stream is compared with the outbox")
 	cfg.Stream.DefineSubjects(s)
 	s.String(&cfg.Consumer, "consumer", "QUILL_CONSUMER", audit.DefaultConsumer, "the attachment worker's durable consumer (its inbox's consumer)")
 	s.Duration(&cfg.ResponseRetention, "idempotency-retention", "QUILL_IDEMPOTENCY_RETENTION", notes.DefaultResponseRetention, "how long a completed operation's response is replayed")

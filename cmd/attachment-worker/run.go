@@ -5,18 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/go-json-experiment/json"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/quillhq/quill/internal/cli"
 	"github.com/quillhq/quill/internal/config"
+	"github.com/quillhq/quill/internal/daemon"
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/deadletter"
 	"github.com/quillhq/quill/internal/logging"
@@ -31,25 +29,23 @@ const overview = `usage: attachment-worker [run] [flags]                 process
 
 Run "attachment-worker run --help" for the settings.`
 
-const (
-	defaultAdminAddr = ":9092"
-	shutdownTimeout  = 30 * time.Second
-)
+// defaultAdminAddr is the worker's admin address (SPEC §2).
+const defaultAdminAddr = ":9092"
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	return cli.Dispatch(ctx, "attachment-worker", overview, "run", map[string]cli.RunFunc{
-		"run":          daemon,
+		"run":          runDaemon,
 		"dead-letters": deadLetters,
 	}, args, getenv, stdout, stderr)
 }
 
 type settings struct {
-	cli.Daemon
+	daemon.Settings
 	worker worker.Config
 }
 
 func define(s *config.Set, c *settings) {
-	c.Daemon.Define(s, defaultAdminAddr)
+	c.Settings.Define(s, defaultAdminAddr)
 	w := &c.worker
 	w.Stream.Define(s, false)
 	s.String(&w.Consumer, "consumer", "QUILL_CONSUMER", worker.DefaultConsumer, "durable consumer name (and the inbox's consumer)")
@@ -62,7 +58,7 @@ func define(s *config.Set, c *settings) {
 	s.Int(&w.Committers, "committers", "QUILL_WORKER_COMMITTERS", worker.DefaultCommitters, 1, "transactions in flight at once, each on its own connection")
 }
 
-func daemon(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+func runDaemon(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var c settings
 	s := config.New("attachment-worker run", "usage: attachment-worker [run] [flags]\n\nConsumes note.created events and processes their attachments, once per event.", getenv, stdout)
 	define(s, &c)
@@ -76,36 +72,17 @@ func daemon(ctx context.Context, args []string, getenv func(string) string, stdo
 	if err := cfg.Validate(); err != nil {
 		return cli.UsageError{Msg: err.Error()}
 	}
-	log, err := logging.New(stderr, c.LogLevel, "attachment-worker")
-	if err != nil {
-		return cli.UsageError{Msg: err.Error()}
-	}
 	// A connection per committer, and some for dead letters, the
 	// notifier and the readiness check; handlers do not hold one.
-	pool, err := db.Open(ctx, c.DatabaseURL, int32(cfg.Committers+4))
+	d, err := daemon.Start(ctx, c.Settings, daemon.Process{Name: "attachment-worker", PoolSize: int32(cfg.Committers + 4),
+		Disconnected: "NATS connection lost; reconnecting"}, stderr)
 	if err != nil {
-		log.Error().Err(err).Str("error_category", "database_unreachable").Msg("cannot start: PostgreSQL is not reachable at DATABASE_URL")
-		return cli.LoggedError{Err: err}
+		return err
 	}
-	defer pool.Close()
-	nc, err := nats.Connect(c.NATSURL, nats.Name("quill-attachment-worker"), nats.MaxReconnects(-1),
-		nats.ReconnectWait(time.Second), nats.RetryOnFailedConnect(false),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			if err == nil {
-				return
-			}
-			log.Warn().Err(err).Str("error_category", "nats_disconnected").Msg("NATS connection lost; reconnecting")
-		}),
-		nats.ReconnectHandler(func(*nats.Conn) { log.Info().Msg("NATS connection restored") }))
-	if err != nil {
-		log.Error().Err(err).Str("error_category", "nats_unreachable").Msg("cannot start: NATS is not reachable at NATS_URL")
-		return cli.LoggedError{Err: err}
-	}
-	defer nc.Close()
-
-	reg := metrics.NewRegistry()
-	notifier := outbox.NewNotifier(pool, func(err error) { log.Warn().Err(err).Msg("notify relays") })
-	w, err := worker.New(pool, nc, cfg, log, metrics.NewWorker(reg), worker.WithNotifier(notifier))
+	defer d.Close()
+	log := d.Log
+	notifier := outbox.NewNotifier(d.Pool, func(err error) { log.Warn().Err(err).Msg("notify relays") })
+	w, err := worker.New(d.Pool, d.NATS, cfg, log, metrics.NewWorker(d.Registry), worker.WithNotifier(notifier))
 	if err != nil {
 		return cli.UsageError{Msg: err.Error()}
 	}
@@ -116,39 +93,16 @@ func daemon(ctx context.Context, args []string, getenv func(string) string, stdo
 		log.Error().Err(err).Str("error_category", "consumer_provisioning_failed").Msg("cannot start: the stream or the durable consumer could not be set up")
 		return cli.LoggedError{Err: err}
 	}
-	ln, err := net.Listen("tcp", c.AdminAddr)
-	if err != nil {
-		log.Error().Err(err).Msg("cannot listen on the admin address")
-		return cli.LoggedError{Err: err}
-	}
-	admin := &http.Server{Handler: metrics.AdminHandler(reg, map[string]metrics.ReadyFunc{"worker": w.Ready}), ReadHeaderTimeout: 10 * time.Second}
-	log.Info().Str("listener", "admin").Str("addr", ln.Addr().String()).Msg("listening")
-
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error {
-		if err := admin.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			return err
-		}
-		return nil
+	return d.Run(ctx, map[string]metrics.ReadyFunc{"worker": w.Ready}, func(ctx context.Context) error {
+		// The notifier outlives the worker by a moment: it is stopped
+		// after the worker returned, so the last commits still wake the
+		// relays.
+		nctx, stopNotifier := context.WithCancel(context.WithoutCancel(ctx))
+		notified := make(chan struct{})
+		go func() { defer close(notified); _ = notifier.Run(nctx) }()
+		defer func() { stopNotifier(); <-notified }()
+		return w.Run(ctx)
 	})
-	g.Go(func() error {
-		<-gctx.Done()
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(gctx), shutdownTimeout)
-		defer cancel()
-		return admin.Shutdown(sctx)
-	})
-	// The notifier outlives the worker by a moment: it is stopped after
-	// the worker returned, so the last commits still wake the relays.
-	nctx, stopNotifier := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopNotifier()
-	notified := make(chan struct{})
-	go func() { defer close(notified); _ = notifier.Run(nctx) }()
-	g.Go(func() error { return w.Run(gctx) })
-	err = g.Wait()
-	stopNotifier()
-	<-notified
-	log.Info().Msg("stopped")
-	return err
 }
 
 func deadLetters(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -175,7 +129,7 @@ func deadLetters(ctx context.Context, args []string, getenv func(string) string,
 		s.FlagSet().BoolVar(&all, "all", false, "include dead letters already re-driven")
 		s.FlagSet().BoolVar(&asJSON, "json", false, "one JSON object per line")
 	} else {
-		s.String(&natsURL, "nats-url", "NATS_URL", cli.DefaultNATSURL, "NATS URL (JetStream enabled)")
+		s.String(&natsURL, "nats-url", "NATS_URL", daemon.DefaultNATSURL, "NATS URL (JetStream enabled)")
 	}
 	if err := cli.Parse(s, args); err != nil {
 		return err

@@ -2,20 +2,16 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"time"
 
 	"github.com/go-json-experiment/json"
 	"github.com/google/uuid"
-	"github.com/nats-io/nats.go"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/quillhq/quill/internal/cli"
 	"github.com/quillhq/quill/internal/config"
+	"github.com/quillhq/quill/internal/daemon"
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/logging"
 	"github.com/quillhq/quill/internal/metrics"
@@ -31,26 +27,24 @@ const overview = `usage: relay [run] [flags]           publish committed outbox 
 
 Run "relay run --help" for the settings.`
 
-const (
-	defaultAdminAddr = ":9091"
-	shutdownTimeout  = 30 * time.Second
-)
+// defaultAdminAddr is the relay's admin address (SPEC §2).
+const defaultAdminAddr = ":9091"
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	return cli.Dispatch(ctx, "relay", overview, "run", map[string]cli.RunFunc{
-		"run":    daemon,
+		"run":    runDaemon,
 		"events": events,
 	}, args, getenv, stdout, stderr)
 }
 
 type settings struct {
-	cli.Daemon
+	daemon.Settings
 	relay     relay.Config
 	retention retention.Config
 }
 
 func define(s *config.Set, c *settings) {
-	c.Daemon.Define(s, defaultAdminAddr)
+	c.Settings.Define(s, defaultAdminAddr)
 	r := &c.relay
 	r.Stream.Define(s, true)
 	s.Duration(&r.Lease, "lease", "QUILL_RELAY_LEASE", relay.DefaultLease, "how long PostgreSQL keeps the claims of a relay whose connection went silent (a relay that exits loses them at once)")
@@ -61,7 +55,7 @@ func define(s *config.Set, c *settings) {
 	s.Duration(&c.retention.InboxRetention, "inbox-retention", "QUILL_INBOX_RETENTION", retention.DefaultInboxRetention, "how long consumers remember processed event ids; at least the stream's MaxAge")
 }
 
-func daemon(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+func runDaemon(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var c settings
 	s := config.New("relay run", "usage: relay [run] [flags]\n\nPublishes committed outbox events to NATS JetStream and runs the retention cleanup.", getenv, stdout)
 	define(s, &c)
@@ -77,37 +71,18 @@ func daemon(ctx context.Context, args []string, getenv func(string) string, stdo
 			return cli.UsageError{Msg: err.Error()}
 		}
 	}
-	log, err := logging.New(stderr, c.LogLevel, "relay")
+	d, err := daemon.Start(ctx, c.Settings, daemon.Process{Name: "relay", PoolSize: 8,
+		Disconnected: "NATS connection lost; events wait in the outbox"}, stderr)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	log := d.Log
+	r, err := relay.New(d.Pool, d.NATS, cfg, log, metrics.NewRelay(d.Registry))
 	if err != nil {
 		return cli.UsageError{Msg: err.Error()}
 	}
-	pool, err := db.Open(ctx, c.DatabaseURL, 8)
-	if err != nil {
-		log.Error().Err(err).Str("error_category", "database_unreachable").Msg("cannot start: PostgreSQL is not reachable at DATABASE_URL")
-		return cli.LoggedError{Err: err}
-	}
-	defer pool.Close()
-	nc, err := nats.Connect(c.NATSURL, nats.Name("quill-relay"), nats.MaxReconnects(-1),
-		nats.ReconnectWait(time.Second), nats.RetryOnFailedConnect(false),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			if err == nil {
-				return // our own Close at shutdown
-			}
-			log.Warn().Err(err).Str("error_category", "nats_disconnected").Msg("NATS connection lost; events wait in the outbox")
-		}),
-		nats.ReconnectHandler(func(*nats.Conn) { log.Info().Msg("NATS connection restored") }))
-	if err != nil {
-		log.Error().Err(err).Str("error_category", "nats_unreachable").Msg("cannot start: NATS is not reachable at NATS_URL")
-		return cli.LoggedError{Err: err}
-	}
-	defer nc.Close()
-
-	reg := metrics.NewRegistry()
-	r, err := relay.New(pool, nc, cfg, log, metrics.NewRelay(reg))
-	if err != nil {
-		return cli.UsageError{Msg: err.Error()}
-	}
-	cleaner, err := retention.New(pool, rcfg, log)
+	cleaner, err := retention.New(d.Pool, rcfg, log)
 	if err != nil {
 		return cli.UsageError{Msg: err.Error()}
 	}
@@ -120,33 +95,7 @@ func daemon(ctx context.Context, args []string, getenv func(string) string, stdo
 	}
 	log.Info().Str("stream", cfg.Stream.Name).Str("subjects", stream.All(cfg.Stream.SubjectPrefix)).Dur("duplicate_window", cfg.Stream.DuplicateWindow).
 		Dur("max_age", cfg.Stream.MaxAge).Msg("stream provisioned")
-
-	ln, err := net.Listen("tcp", c.AdminAddr)
-	if err != nil {
-		log.Error().Err(err).Msg("cannot listen on the admin address")
-		return cli.LoggedError{Err: err}
-	}
-	admin := &http.Server{Handler: metrics.AdminHandler(reg, map[string]metrics.ReadyFunc{"relay": r.Ready}), ReadHeaderTimeout: 10 * time.Second}
-	log.Info().Str("listener", "admin").Str("addr", ln.Addr().String()).Msg("listening")
-
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error {
-		if err := admin.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			return err
-		}
-		return nil
-	})
-	g.Go(func() error {
-		<-gctx.Done()
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(gctx), shutdownTimeout)
-		defer cancel()
-		return admin.Shutdown(sctx)
-	})
-	g.Go(func() error { return r.Run(gctx) })
-	g.Go(func() error { return cleaner.Run(gctx) })
-	err = g.Wait()
-	log.Info().Msg("stopped")
-	return err
+	return d.Run(ctx, map[string]metrics.ReadyFunc{"relay": r.Ready}, r.Run, cleaner.Run)
 }
 
 func events(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
