@@ -15,9 +15,7 @@ import (
 	"github.com/quillhq/quill/internal/cli"
 	"github.com/quillhq/quill/internal/config"
 	"github.com/quillhq/quill/internal/daemon"
-	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/deadletter"
-	"github.com/quillhq/quill/internal/logging"
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/outbox"
 	"github.com/quillhq/quill/internal/worker"
@@ -62,11 +60,8 @@ func runDaemon(ctx context.Context, args []string, getenv func(string) string, s
 	var c settings
 	s := config.New("attachment-worker run", "usage: attachment-worker [run] [flags]\n\nConsumes note.created events and processes their attachments, once per event.", getenv, stdout)
 	define(s, &c)
-	if err := cli.Parse(s, args); err != nil {
+	if err := daemon.Parse(s, args); err != nil {
 		return err
-	}
-	if len(s.Args()) > 0 {
-		return cli.UsageError{Msg: fmt.Sprintf("unexpected arguments: %q", s.Args())}
 	}
 	cfg := c.worker.WithDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -86,12 +81,8 @@ func runDaemon(ctx context.Context, args []string, getenv func(string) string, s
 	if err != nil {
 		return cli.UsageError{Msg: err.Error()}
 	}
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	err = w.Provision(pctx)
-	cancel()
-	if err != nil {
-		log.Error().Err(err).Str("error_category", "consumer_provisioning_failed").Msg("cannot start: the stream or the durable consumer could not be set up")
-		return cli.LoggedError{Err: err}
+	if err := d.Provision(ctx, "consumer_provisioning_failed", "cannot start: the stream or the durable consumer could not be set up", w.Provision); err != nil {
+		return err
 	}
 	return d.Run(ctx, map[string]metrics.ReadyFunc{"worker": w.Ready}, func(ctx context.Context) error {
 		// The notifier outlives the worker by a moment: it is stopped
@@ -119,11 +110,11 @@ func deadLetters(ctx context.Context, args []string, getenv func(string) string,
 	default:
 		return cli.UsageError{Msg: fmt.Sprintf("unknown dead-letters command %q; %s", sub, usage)}
 	}
-	var databaseURL, natsURL, consumer, logLevel string
+	var c daemon.CommandSettings
+	var natsURL, consumer string
 	var all, asJSON bool
 	s := config.New("attachment-worker dead-letters "+sub, usage, getenv, stdout)
-	s.String(&databaseURL, "database-url", "DATABASE_URL", db.DefaultURL, "PostgreSQL URL")
-	s.String(&logLevel, "log-level", "QUILL_LOG_LEVEL", "info", "log level")
+	c.Define(s)
 	if sub == "list" {
 		s.String(&consumer, "consumer", "QUILL_CONSUMER", worker.DefaultConsumer, "the consumer whose dead letters to list")
 		s.FlagSet().BoolVar(&all, "all", false, "include dead letters already re-driven")
@@ -144,14 +135,9 @@ func deadLetters(ctx context.Context, args []string, getenv func(string) string,
 			return cli.UsageError{Msg: fmt.Sprintf("%q is not a dead letter id (a positive integer)", s.Args()[0])}
 		}
 	}
-	log, err := logging.New(stderr, logLevel, "attachment-worker")
+	log, pool, err := c.Open(ctx, "attachment-worker", stderr)
 	if err != nil {
-		return cli.UsageError{Msg: err.Error()}
-	}
-	pool, err := db.Open(ctx, databaseURL, 2)
-	if err != nil {
-		log.Error().Err(err).Str("error_category", "database_unreachable").Msg("PostgreSQL is not reachable at DATABASE_URL")
-		return cli.LoggedError{Err: err}
+		return err
 	}
 	defer pool.Close()
 	if sub == "retry" {

@@ -12,8 +12,6 @@ import (
 	"github.com/quillhq/quill/internal/cli"
 	"github.com/quillhq/quill/internal/config"
 	"github.com/quillhq/quill/internal/daemon"
-	"github.com/quillhq/quill/internal/db"
-	"github.com/quillhq/quill/internal/logging"
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/outbox"
 	"github.com/quillhq/quill/internal/relay"
@@ -59,11 +57,8 @@ func runDaemon(ctx context.Context, args []string, getenv func(string) string, s
 	var c settings
 	s := config.New("relay run", "usage: relay [run] [flags]\n\nPublishes committed outbox events to NATS JetStream and runs the retention cleanup.", getenv, stdout)
 	define(s, &c)
-	if err := cli.Parse(s, args); err != nil {
+	if err := daemon.Parse(s, args); err != nil {
 		return err
-	}
-	if len(s.Args()) > 0 {
-		return cli.UsageError{Msg: fmt.Sprintf("unexpected arguments: %q", s.Args())}
 	}
 	cfg, rcfg := c.relay.WithDefaults(), c.retention.WithDefaults()
 	for _, check := range []func() error{cfg.Validate, func() error { return rcfg.CoversStream(cfg.Stream) }, rcfg.Validate} {
@@ -86,12 +81,8 @@ func runDaemon(ctx context.Context, args []string, getenv func(string) string, s
 	if err != nil {
 		return cli.UsageError{Msg: err.Error()}
 	}
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	err = r.Provision(pctx)
-	cancel()
-	if err != nil {
-		log.Error().Err(err).Str("error_category", "stream_provisioning_failed").Msg("cannot start: the stream could not be created or updated")
-		return cli.LoggedError{Err: err}
+	if err := d.Provision(ctx, "stream_provisioning_failed", "cannot start: the stream could not be created or updated", r.Provision); err != nil {
+		return err
 	}
 	log.Info().Str("stream", cfg.Stream.Name).Str("subjects", stream.All(cfg.Stream.SubjectPrefix)).Dur("duplicate_window", cfg.Stream.DuplicateWindow).
 		Dur("max_age", cfg.Stream.MaxAge).Msg("stream provisioned")
@@ -109,11 +100,10 @@ func events(ctx context.Context, args []string, getenv func(string) string, stdo
 		fmt.Fprintln(stdout, usage)
 		return nil
 	}
-	var databaseURL, logLevel string
+	var c daemon.CommandSettings
 	var parked, asJSON, all bool
 	s := config.New("relay events "+sub, usage, getenv, stdout)
-	s.String(&databaseURL, "database-url", "DATABASE_URL", db.DefaultURL, "PostgreSQL URL")
-	s.String(&logLevel, "log-level", "QUILL_LOG_LEVEL", "info", "log level")
+	c.Define(s)
 	if sub == "list" {
 		s.FlagSet().BoolVar(&parked, "parked", false, "list parked events (the only listing so far)")
 		s.FlagSet().BoolVar(&asJSON, "json", false, "one JSON object per line")
@@ -143,14 +133,9 @@ func events(ctx context.Context, args []string, getenv func(string) string, stdo
 	default:
 		return cli.UsageError{Msg: fmt.Sprintf("unknown events command %q; %s", sub, usage)}
 	}
-	log, err := logging.New(stderr, logLevel, "relay")
+	_, pool, err := c.Open(ctx, "relay", stderr)
 	if err != nil {
-		return cli.UsageError{Msg: err.Error()}
-	}
-	pool, err := db.Open(ctx, databaseURL, 2)
-	if err != nil {
-		log.Error().Err(err).Str("error_category", "database_unreachable").Msg("PostgreSQL is not reachable at DATABASE_URL")
-		return cli.LoggedError{Err: err}
+		return err
 	}
 	defer pool.Close()
 	if sub == "retry" && all {

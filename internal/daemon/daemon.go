@@ -38,9 +38,13 @@ const ShutdownTimeout = 30 * time.Second
 // readHeaderTimeout bounds the headers of an admin request.
 const readHeaderTimeout = 10 * time.Second
 
+// ProvisionTimeout bounds a start-up step such as provisioning the stream.
+const ProvisionTimeout = 10 * time.Second
+
 // Settings are the settings every daemon shares.
 type Settings struct {
-	DatabaseURL, NATSURL, AdminAddr, LogLevel string
+	CommandSettings
+	NATSURL, AdminAddr string
 }
 
 // Define registers the shared settings on s (DATABASE_URL, NATS_URL,
@@ -51,6 +55,48 @@ func (d *Settings) Define(s *config.Set, adminAddr string) {
 	s.String(&d.NATSURL, "nats-url", "NATS_URL", DefaultNATSURL, "NATS URL (JetStream enabled)")
 	s.String(&d.AdminAddr, "admin-addr", "QUILL_ADMIN_ADDR", adminAddr, "/healthz, /readyz and /metrics listen address")
 	s.String(&d.LogLevel, "log-level", "QUILL_LOG_LEVEL", "info", "log level: trace, debug, info, warn, error")
+}
+
+// Parse reads a daemon's settings, registered on s, from args and the
+// environment; a daemon takes no positional arguments. It returns
+// flag.ErrHelp for --help and a cli.UsageError for anything wrong.
+func Parse(s *config.Set, args []string) error {
+	if err := cli.Parse(s, args); err != nil {
+		return err
+	}
+	if len(s.Args()) > 0 {
+		return cli.UsageError{Msg: fmt.Sprintf("unexpected arguments: %q", s.Args())}
+	}
+	return nil
+}
+
+// CommandSettings are the settings of a daemon's operator commands (relay
+// events, attachment-worker dead-letters), which need only the database.
+type CommandSettings struct {
+	DatabaseURL, LogLevel string
+}
+
+// Define registers DATABASE_URL and QUILL_LOG_LEVEL on s.
+func (c *CommandSettings) Define(s *config.Set) {
+	s.String(&c.DatabaseURL, "database-url", "DATABASE_URL", db.DefaultURL, "PostgreSQL URL")
+	s.String(&c.LogLevel, "log-level", "QUILL_LOG_LEVEL", "info", "log level")
+}
+
+// Open builds an operator command's logger on stderr, named as the daemon
+// name, and a pool of two connections. It returns a cli.UsageError for a
+// bad log level and a cli.LoggedError (logged as one line) when PostgreSQL
+// is not reachable. The caller closes the pool.
+func (c CommandSettings) Open(ctx context.Context, name string, stderr io.Writer) (zerolog.Logger, *pgxpool.Pool, error) {
+	log, err := logging.New(stderr, c.LogLevel, name)
+	if err != nil {
+		return log, nil, cli.UsageError{Msg: err.Error()}
+	}
+	pool, err := db.Open(ctx, c.DatabaseURL, 2)
+	if err != nil {
+		log.Error().Err(err).Str("error_category", "database_unreachable").Msg("PostgreSQL is not reachable at DATABASE_URL")
+		return log, nil, cli.LoggedError{Err: err}
+	}
+	return log, pool, nil
 }
 
 // Process describes the daemon being started.
@@ -111,6 +157,19 @@ func Start(ctx context.Context, s Settings, p Process, stderr io.Writer) (*Daemo
 func (d *Daemon) Close() {
 	d.NATS.Close()
 	d.Pool.Close()
+}
+
+// Provision runs a start-up step (provisioning the stream or a consumer),
+// bounded by ProvisionTimeout. A failure is logged as one line, msg with
+// category as its error_category, and returned as a cli.LoggedError.
+func (d *Daemon) Provision(ctx context.Context, category, msg string, step func(context.Context) error) error {
+	pctx, cancel := context.WithTimeout(ctx, ProvisionTimeout)
+	defer cancel()
+	if err := step(pctx); err != nil {
+		d.Log.Error().Err(err).Str("error_category", category).Msg(msg)
+		return cli.LoggedError{Err: err}
+	}
+	return nil
 }
 
 // Run serves the admin address, with ready as /readyz's checks, and runs

@@ -3,6 +3,7 @@ package daemon_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -35,7 +36,8 @@ func settings(t *testing.T) daemon.Settings {
 	t.Helper()
 	_, dbURL := dbtest.Pool(t, 2)
 	srv := natstest.Start(t)
-	return daemon.Settings{DatabaseURL: dbURL, NATSURL: srv.URL(), AdminAddr: "127.0.0.1:0", LogLevel: "info"}
+	return daemon.Settings{CommandSettings: daemon.CommandSettings{DatabaseURL: dbURL, LogLevel: "info"},
+		NATSURL: srv.URL(), AdminAddr: "127.0.0.1:0"}
 }
 
 // Start refuses what cannot work with the error kind that decides the exit
@@ -143,4 +145,47 @@ func TestRunRefusesABusyAdminAddress(t *testing.T) {
 	err = d.Run(t.Context(), nil, func(context.Context) error { t.Error("a service ran"); return nil })
 	require.ErrorAs(t, err, new(cli.LoggedError))
 	require.Contains(t, logs.String(), "cannot listen on the admin address")
+}
+
+// A failed start-up step is one log line with its category and a logged
+// error; a step that succeeds returns nil.
+func TestProvision(t *testing.T) {
+	t.Parallel()
+	var logs clitest.SyncBuffer
+	d, err := daemon.Start(t.Context(), settings(t), daemon.Process{Name: "test", PoolSize: 2, Disconnected: "lost"}, &logs)
+	require.NoError(t, err)
+	defer d.Close()
+	require.NoError(t, d.Provision(t.Context(), "x_failed", "cannot start", func(ctx context.Context) error {
+		_, ok := ctx.Deadline()
+		require.True(t, ok, "the step is bounded")
+		return nil
+	}))
+	failure := errors.New("no stream")
+	err = d.Provision(t.Context(), "stream_provisioning_failed", "cannot start: no stream", func(context.Context) error { return failure })
+	require.ErrorIs(t, err, failure)
+	require.ErrorAs(t, err, new(cli.LoggedError))
+	require.Contains(t, logs.String(), `"error_category":"stream_provisioning_failed"`)
+}
+
+// An operator command opens the database only, and refuses what Start
+// refuses in the same way.
+func TestCommandSettingsOpen(t *testing.T) {
+	t.Parallel()
+	c := settings(t).CommandSettings
+	_, pool, err := c.Open(t.Context(), "test", io.Discard)
+	require.NoError(t, err)
+	require.NoError(t, pool.Ping(t.Context()))
+	pool.Close()
+
+	bad := c
+	bad.LogLevel = "loud"
+	_, _, err = bad.Open(t.Context(), "test", io.Discard)
+	require.ErrorAs(t, err, new(cli.UsageError))
+	bad = c
+	bad.DatabaseURL = "postgres://postgres@127.0.0.1:1/x?sslmode=disable"
+	var logs clitest.SyncBuffer
+	_, _, err = bad.Open(t.Context(), "test", &logs)
+	require.ErrorAs(t, err, new(cli.LoggedError))
+	require.Equal(t, 1, strings.Count(logs.String(), "\n"), "one log line: %s", logs.String())
+	require.Contains(t, logs.String(), `"error_category":"database_unreachable"`)
 }
