@@ -238,8 +238,7 @@ type Horizons struct {
 }
 
 // Counts keeps requests, business effects and replays apart, with the
-// duplicates each layer suppressed. A null count is one the schema cannot
-// tell yet (its column is not migrated).
+// duplicates each layer suppressed.
 type Counts struct {
 	// Operations is the number of operation records (tombstones included);
 	// records past the key retention are gone and not counted.
@@ -400,7 +399,10 @@ type Beginner interface {
 // notChecked, when js is nil, says why the stream is not checked (NATS not
 // configured or not reachable); the report says so and Complete is false.
 // Errors are operational (the database could not be read, or the stream
-// failed in a way other than being unreachable) and wrapped.
+// failed in a way other than being unreachable) and wrapped; the audit reads
+// the schema that the embedded migrations define, and returns
+// ErrSchemaVersion, naming both versions, for a database not migrated to
+// the latest of them.
 func Run(ctx context.Context, db Beginner, js jetstream.JetStream, notChecked string, cfg Config) (*Report, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -449,15 +451,6 @@ func Run(ctx context.Context, db Beginner, js jetstream.JetStream, notChecked st
 	}
 	a.count()
 	a.chains()
-	if !ds.cols.opReplays {
-		a.note("operations.replays is missing (migration 00006 not applied): API replays are not counted")
-	}
-	if !ds.cols.eventAckDuplicate {
-		a.note("outbox_events.ack_duplicate is missing (migration 00004 not applied): relay duplicate acks are not counted")
-	}
-	if !ds.cols.inboxDuplicates || !ds.cols.inboxDeliveries {
-		a.note("inbox.deliveries/duplicates are missing (migration 00005 not applied): inbox deliveries and duplicates are not counted")
-	}
 	return a.rep, nil
 }
 
@@ -865,14 +858,10 @@ func (a *auditor) count() {
 	s := &c.DuplicatesSuppressed
 	s.APIReplays = c.Replays
 	s.Total = c.Replays
-	if a.ds.cols.eventAckDuplicate {
-		s.RelayDuplicateAcks = &acks
-		s.Total += acks
-	}
-	if a.ds.inboxDuplicates != nil {
-		s.InboxDuplicates = a.ds.inboxDuplicates
-		s.Total += *a.ds.inboxDuplicates
-	}
+	s.RelayDuplicateAcks = &acks
+	s.Total += acks
+	s.InboxDuplicates = a.ds.inboxDuplicates
+	s.Total += *a.ds.inboxDuplicates
 	for _, x := range a.rep.Anomalies {
 		switch x.Kind {
 		case KindDuplicateNote, KindDuplicateEvent, KindDuplicateProcessed, KindDuplicateStreamMessage:

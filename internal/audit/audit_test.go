@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quillhq/quill/internal/audit"
+	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/dbtest"
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/natstest"
@@ -560,4 +561,26 @@ func TestUnknownKey(t *testing.T) {
 	require.Empty(t, rep.Anomalies)
 	require.False(t, rep.Scope.Found)
 	require.Empty(t, rep.Chains)
+}
+
+// The audit reads the schema the migrations define: a database behind the
+// latest migration, or never migrated, is refused with both versions named
+// rather than audited in part.
+func TestRefusesASchemaNotMigrated(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	var latest int64
+	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT max(version_id) FROM goose_db_version`).Scan(&latest))
+	_, err := b.pool.Exec(t.Context(), `DELETE FROM goose_db_version WHERE version_id = $1`, latest)
+	require.NoError(t, err)
+	_, err = audit.Run(t.Context(), b.pool, b.js, "", b.config())
+	require.ErrorIs(t, err, audit.ErrSchemaVersion)
+	require.ErrorContains(t, err, fmt.Sprintf("at version %d, the audit needs version %d", latest-1, latest))
+
+	pool, err := db.Open(t.Context(), dbtest.EmptySchema(t), 2)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	_, err = audit.Run(t.Context(), pool, nil, "skipped", b.config())
+	require.ErrorIs(t, err, audit.ErrSchemaVersion)
+	require.ErrorContains(t, err, "no migrations applied")
 }
