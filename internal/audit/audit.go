@@ -19,6 +19,7 @@ package audit
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -104,25 +105,15 @@ type Config struct {
 
 // WithDefaults returns c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
-	str := func(p *string, v string) {
-		if *p == "" {
-			*p = v
-		}
-	}
-	dur := func(p *time.Duration, v time.Duration) {
-		if *p == 0 {
-			*p = v
-		}
-	}
 	c.Stream = c.Stream.WithDefaults()
-	str(&c.Consumer, DefaultConsumer)
-	dur(&c.ResponseRetention, DefaultResponseRetention)
-	dur(&c.KeyRetention, DefaultKeyRetention)
-	dur(&c.OutboxRetention, retention.DefaultOutboxRetention)
-	dur(&c.InboxRetention, retention.DefaultInboxRetention)
-	dur(&c.PendingThreshold, DefaultPendingThreshold)
-	dur(&c.ProcessThreshold, DefaultProcessThreshold)
-	dur(&c.HorizonMargin, DefaultHorizonMargin)
+	c.Consumer = cmp.Or(c.Consumer, DefaultConsumer)
+	c.ResponseRetention = cmp.Or(c.ResponseRetention, DefaultResponseRetention)
+	c.KeyRetention = cmp.Or(c.KeyRetention, DefaultKeyRetention)
+	c.OutboxRetention = cmp.Or(c.OutboxRetention, retention.DefaultOutboxRetention)
+	c.InboxRetention = cmp.Or(c.InboxRetention, retention.DefaultInboxRetention)
+	c.PendingThreshold = cmp.Or(c.PendingThreshold, DefaultPendingThreshold)
+	c.ProcessThreshold = cmp.Or(c.ProcessThreshold, DefaultProcessThreshold)
+	c.HorizonMargin = cmp.Or(c.HorizonMargin, DefaultHorizonMargin)
 	if c.Now == nil {
 		c.Now = time.Now
 	}

@@ -12,6 +12,7 @@
 package relay
 
 import (
+	"cmp"
 	"context"
 	crand "crypto/rand"
 	"encoding/hex"
@@ -38,10 +39,10 @@ import (
 	"github.com/quillhq/quill/internal/stream"
 )
 
-// The stream's defaults, for programs not yet switched to package stream.
-//
-// Deprecated: use stream.DefaultName, stream.DefaultSubjectPrefix,
-// stream.DefaultDuplicateWindow and stream.DefaultMaxAge.
+// The stream's defaults under their former names, kept only while
+// cmd/relaybench still reads them here; use stream.DefaultName,
+// stream.DefaultSubjectPrefix, stream.DefaultDuplicateWindow and
+// stream.DefaultMaxAge.
 const (
 	DefaultStream          = stream.DefaultName
 	DefaultSubjectPrefix   = stream.DefaultSubjectPrefix
@@ -88,19 +89,12 @@ type Config struct {
 
 // WithDefaults returns c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
-	def := func(d *time.Duration, v time.Duration) {
-		if *d == 0 {
-			*d = v
-		}
-	}
 	c.Stream = c.Stream.WithDefaults()
-	def(&c.Lease, DefaultLease)
-	def(&c.PollInterval, DefaultPollInterval)
-	def(&c.MaxBackoff, DefaultMaxBackoff)
-	def(&c.AckTimeout, DefaultAckTimeout)
-	if c.Batch == 0 {
-		c.Batch = DefaultBatch
-	}
+	c.Lease = cmp.Or(c.Lease, DefaultLease)
+	c.PollInterval = cmp.Or(c.PollInterval, DefaultPollInterval)
+	c.MaxBackoff = cmp.Or(c.MaxBackoff, DefaultMaxBackoff)
+	c.AckTimeout = cmp.Or(c.AckTimeout, DefaultAckTimeout)
+	c.Batch = cmp.Or(c.Batch, DefaultBatch)
 	return c
 }
 
@@ -238,10 +232,8 @@ type batch struct {
 // marks, parks or releases and hands the batch back; the claimer then ends
 // its claims with its next claim statement. So the claim of batch N+2, the
 // publish of N+1 and the ack wait and mark of N overlap, and a claim ends
-// only after its event is marked. (One relay is bound by its claimer: a
-// claim of 256 events takes several milliseconds of round trips and
-// PostgreSQL work, and publishing them in the claimer's stead cost a
-// fifth of its time.)
+// only after its event is marked. The claimer bounds one relay's
+// throughput, so it does nothing but claim.
 type pipeline struct {
 	r       *Relay
 	conn    *pgx.Conn // the claim session; nil until (re)connected

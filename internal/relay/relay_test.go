@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/quillhq/quill/internal/clitest"
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/dbtest"
 	"github.com/quillhq/quill/internal/metrics"
@@ -234,24 +235,6 @@ func (h *harness) row(id uuid.UUID) outboxRow {
 	}
 	require.FailNow(h.t, "no outbox row", "event %s", id)
 	return outboxRow{}
-}
-
-// syncBuffer is a goroutine-safe buffer for a relay's log.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // cloudEvent is the part of a message's CloudEvents body the tests read.
@@ -766,7 +749,7 @@ func TestPostgresConnectionLossRecovers(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	id := h.relayID("pgloss")
-	var logs syncBuffer
+	var logs clitest.SyncBuffer
 	r, m := h.newRelayLogging(h.config(), id, zerolog.New(&logs))
 	require.NoError(t, r.Provision(h.ctx()))
 	start(t, r)

@@ -8,6 +8,7 @@
 package retention
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -47,18 +48,10 @@ type Config struct {
 
 // WithDefaults returns c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
-	if c.OutboxRetention == 0 {
-		c.OutboxRetention = DefaultOutboxRetention
-	}
-	if c.InboxRetention == 0 {
-		c.InboxRetention = DefaultInboxRetention
-	}
-	if c.Interval == 0 {
-		c.Interval = DefaultInterval
-	}
-	if c.Batch == 0 {
-		c.Batch = DefaultBatch
-	}
+	c.OutboxRetention = cmp.Or(c.OutboxRetention, DefaultOutboxRetention)
+	c.InboxRetention = cmp.Or(c.InboxRetention, DefaultInboxRetention)
+	c.Interval = cmp.Or(c.Interval, DefaultInterval)
+	c.Batch = cmp.Or(c.Batch, DefaultBatch)
 	return c
 }
 

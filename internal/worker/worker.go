@@ -22,6 +22,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -135,48 +136,24 @@ type Config struct {
 // WithDefaults returns c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
 	c.Stream = c.Stream.WithDefaults()
-	if c.Consumer == "" {
-		c.Consumer = DefaultConsumer
-	}
-	if c.MaxDeliver == 0 {
-		c.MaxDeliver = DefaultMaxDeliver
-	}
-	if c.AckWait == 0 {
-		c.AckWait = DefaultAckWait
-	}
-	if c.Concurrency == 0 {
-		c.Concurrency = DefaultConcurrency
-	}
-	if c.BatchSize == 0 {
-		c.BatchSize = DefaultBatchSize
-	}
-	if c.BatchBytes == 0 {
-		c.BatchBytes = DefaultBatchBytes
-	}
-	if c.Committers == 0 {
-		c.Committers = DefaultCommitters
-	}
-	if c.MaxAckPending == 0 {
-		c.MaxAckPending = DefaultMaxAckPending
-	}
+	c.Consumer = cmp.Or(c.Consumer, DefaultConsumer)
+	c.MaxDeliver = cmp.Or(c.MaxDeliver, DefaultMaxDeliver)
+	c.AckWait = cmp.Or(c.AckWait, DefaultAckWait)
+	c.Concurrency = cmp.Or(c.Concurrency, DefaultConcurrency)
+	c.BatchSize = cmp.Or(c.BatchSize, DefaultBatchSize)
+	c.BatchBytes = cmp.Or(c.BatchBytes, DefaultBatchBytes)
+	c.Committers = cmp.Or(c.Committers, DefaultCommitters)
+	c.MaxAckPending = cmp.Or(c.MaxAckPending, DefaultMaxAckPending)
 	if c.Prefetch == 0 {
 		// A higher concurrency pulls fewer messages ahead per
 		// subscription, so that QUILL_WORKER_CONCURRENCY alone can go up
 		// to MaxAckPending.
 		c.Prefetch = max(1, min(DefaultPrefetch, c.MaxAckPending/c.Concurrency))
 	}
-	if c.Retries == 0 {
-		c.Retries = DefaultRetries
-	}
-	if c.RetryInterval == 0 {
-		c.RetryInterval = DefaultRetryInterval
-	}
-	if c.NakDelay == 0 {
-		c.NakDelay = DefaultNakDelay
-	}
-	if c.MaxNakDelay == 0 {
-		c.MaxNakDelay = DefaultMaxNakDelay
-	}
+	c.Retries = cmp.Or(c.Retries, DefaultRetries)
+	c.RetryInterval = cmp.Or(c.RetryInterval, DefaultRetryInterval)
+	c.NakDelay = cmp.Or(c.NakDelay, DefaultNakDelay)
+	c.MaxNakDelay = cmp.Or(c.MaxNakDelay, DefaultMaxNakDelay)
 	return c
 }
 
@@ -224,8 +201,8 @@ func (c Config) FilterSubject() string {
 // No server-side BackOff: the redelivery delay after a failure is the
 // worker's Nak delay (NakDelay doubling up to MaxNakDelay). With a BackOff
 // set, nats-server reckons a delayed Nak against the BackOff step of the
-// next delivery rather than the AckWait, and the third delivery came an
-// AckWait late (measured: 5 s instead of 200 ms with AckWait 5s).
+// next delivery rather than the AckWait, so a later delivery would come an
+// AckWait late.
 func (c Config) ConsumerConfig() jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
 		Durable:       c.Consumer,
