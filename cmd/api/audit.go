@@ -17,10 +17,11 @@ import (
 	"github.com/quillhq/quill/internal/auth"
 	"github.com/quillhq/quill/internal/cli"
 	"github.com/quillhq/quill/internal/config"
+	"github.com/quillhq/quill/internal/daemon"
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/notes"
 	"github.com/quillhq/quill/internal/opkey"
-	"github.com/quillhq/quill/internal/relay"
+	"github.com/quillhq/quill/internal/retention"
 )
 
 // Exit statuses of api audit besides 0 (consistent) and 2 (usage).
@@ -67,14 +68,13 @@ func auditCmd(ctx context.Context, args []string, getenv func(string) string, st
 	)
 	s := config.New("api audit", auditSynopsis, getenv, stdout)
 	s.String(&databaseURL, "database-url", "DATABASE_URL", db.DefaultURL, "PostgreSQL URL")
-	s.String(&natsURL, "nats-url", "NATS_URL", cli.DefaultNATSURL, "NATS URL (JetStream enabled); the stream is compared with the outbox")
-	s.String(&cfg.Stream, "stream", "QUILL_STREAM", relay.DefaultStream, "JetStream stream name")
-	s.String(&cfg.SubjectPrefix, "subject-prefix", "QUILL_SUBJECT_PREFIX", relay.DefaultSubjectPrefix, "first token of every subject")
+	s.String(&natsURL, "nats-url", "NATS_URL", daemon.DefaultNATSURL, "NATS URL (JetStream enabled); the stream is compared with the outbox")
+	cfg.Stream.DefineSubjects(s)
 	s.String(&cfg.Consumer, "consumer", "QUILL_CONSUMER", audit.DefaultConsumer, "the attachment worker's durable consumer (its inbox's consumer)")
 	s.Duration(&cfg.ResponseRetention, "idempotency-retention", "QUILL_IDEMPOTENCY_RETENTION", notes.DefaultResponseRetention, "how long a completed operation's response is replayed")
 	s.Duration(&cfg.KeyRetention, "key-retention", "QUILL_KEY_RETENTION", notes.DefaultKeyRetention, "how long a key is remembered at all; an older effect may have lost its operation record")
-	s.Duration(&cfg.OutboxRetention, "outbox-retention", "QUILL_OUTBOX_RETENTION", relay.DefaultOutboxRetention, "how long published events stay in the outbox")
-	s.Duration(&cfg.InboxRetention, "inbox-retention", "QUILL_INBOX_RETENTION", relay.DefaultInboxRetention, "how long the worker remembers processed event ids")
+	s.Duration(&cfg.OutboxRetention, "outbox-retention", "QUILL_OUTBOX_RETENTION", retention.DefaultOutboxRetention, "how long published events stay in the outbox")
+	s.Duration(&cfg.InboxRetention, "inbox-retention", "QUILL_INBOX_RETENTION", retention.DefaultInboxRetention, "how long the worker remembers processed event ids")
 	fs := s.FlagSet()
 	fs.StringVar(&cfg.Tenant, "tenant", "", "audit only this tenant")
 	fs.StringVar(&cfg.Key, "key", "", "audit only this operation key (needs --tenant) and print its chain")

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -16,6 +15,7 @@ import (
 	"github.com/quillhq/quill/internal/auth"
 	"github.com/quillhq/quill/internal/cli"
 	"github.com/quillhq/quill/internal/config"
+	"github.com/quillhq/quill/internal/daemon"
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/httpapi"
 	"github.com/quillhq/quill/internal/logging"
@@ -43,7 +43,6 @@ const (
 	// defaultTokenCacheTTL spares a query per request; a revoked token is
 	// refused within it.
 	defaultTokenCacheTTL = 5 * time.Second
-	shutdownTimeout      = 30 * time.Second
 )
 
 // run is the whole program: main only wires signals and the exit status.
@@ -173,18 +172,7 @@ func serveHTTP(ctx context.Context, log zerolog.Logger, servers map[string]serve
 		}
 		srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
 		log.Info().Str("listener", name).Str("addr", ln.Addr().String()).Msg("listening")
-		g.Go(func() error {
-			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-				return fmt.Errorf("%s server: %w", name, err)
-			}
-			return nil
-		})
-		g.Go(func() error {
-			<-gctx.Done()
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(gctx), shutdownTimeout)
-			defer cancel()
-			return srv.Shutdown(sctx)
-		})
+		g.Go(func() error { return daemon.Serve(gctx, name, srv, ln) })
 	}
 	err := g.Wait()
 	log.Info().Msg("stopped")

@@ -5,24 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/go-json-experiment/json"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/quillhq/quill/internal/cli"
 	"github.com/quillhq/quill/internal/config"
-	"github.com/quillhq/quill/internal/db"
+	"github.com/quillhq/quill/internal/daemon"
 	"github.com/quillhq/quill/internal/deadletter"
-	"github.com/quillhq/quill/internal/logging"
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/outbox"
-	"github.com/quillhq/quill/internal/relay"
 	"github.com/quillhq/quill/internal/worker"
 )
 
@@ -32,30 +27,25 @@ const overview = `usage: attachment-worker [run] [flags]                 process
 
 Run "attachment-worker run --help" for the settings.`
 
-const (
-	defaultAdminAddr = ":9092"
-	shutdownTimeout  = 30 * time.Second
-)
+// defaultAdminAddr is the worker's admin address (SPEC §2).
+const defaultAdminAddr = ":9092"
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	return cli.Dispatch(ctx, "attachment-worker", overview, "run", map[string]cli.RunFunc{
-		"run":          daemon,
+		"run":          runDaemon,
 		"dead-letters": deadLetters,
 	}, args, getenv, stdout, stderr)
 }
 
 type settings struct {
-	cli.Daemon
+	daemon.Settings
 	worker worker.Config
 }
 
 func define(s *config.Set, c *settings) {
-	c.Daemon.Define(s, defaultAdminAddr)
+	c.Settings.Define(s, defaultAdminAddr)
 	w := &c.worker
-	s.String(&w.Stream, "stream", "QUILL_STREAM", relay.DefaultStream, "JetStream stream name")
-	s.String(&w.SubjectPrefix, "subject-prefix", "QUILL_SUBJECT_PREFIX", relay.DefaultSubjectPrefix, "first token of every subject")
-	s.Duration(&w.DuplicateWindow, "duplicate-window", "QUILL_DUPLICATE_WINDOW", relay.DefaultDuplicateWindow, "the stream's Duplicates window, used only if the worker creates the stream")
-	s.Duration(&w.MaxAge, "stream-max-age", "QUILL_STREAM_MAX_AGE", relay.DefaultMaxAge, "the stream's MaxAge, used only if the worker creates the stream")
+	w.Stream.Define(s, false)
 	s.String(&w.Consumer, "consumer", "QUILL_CONSUMER", worker.DefaultConsumer, "durable consumer name (and the inbox's consumer)")
 	s.Int(&w.MaxDeliver, "max-deliver", "QUILL_MAX_DELIVER", worker.DefaultMaxDeliver, 1, "deliveries before a failing event becomes a dead letter")
 	s.Duration(&w.AckWait, "ack-wait", "QUILL_ACK_WAIT", worker.DefaultAckWait, "the consumer's ack wait")
@@ -66,93 +56,44 @@ func define(s *config.Set, c *settings) {
 	s.Int(&w.Committers, "committers", "QUILL_WORKER_COMMITTERS", worker.DefaultCommitters, 1, "transactions in flight at once, each on its own connection")
 }
 
-func daemon(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+func runDaemon(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var c settings
 	s := config.New("attachment-worker run", "usage: attachment-worker [run] [flags]\n\nConsumes note.created events and processes their attachments, once per event.", getenv, stdout)
 	define(s, &c)
-	if err := cli.Parse(s, args); err != nil {
+	if err := daemon.Parse(s, args); err != nil {
 		return err
-	}
-	if len(s.Args()) > 0 {
-		return cli.UsageError{Msg: fmt.Sprintf("unexpected arguments: %q", s.Args())}
 	}
 	cfg := c.worker.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return cli.UsageError{Msg: err.Error()}
 	}
-	log, err := logging.New(stderr, c.LogLevel, "attachment-worker")
-	if err != nil {
-		return cli.UsageError{Msg: err.Error()}
-	}
 	// A connection per committer, and some for dead letters, the
 	// notifier and the readiness check; handlers do not hold one.
-	pool, err := db.Open(ctx, c.DatabaseURL, int32(cfg.Committers+4))
+	d, err := daemon.Start(ctx, c.Settings, daemon.Process{Name: "attachment-worker", PoolSize: int32(cfg.Committers + 4),
+		Disconnected: "NATS connection lost; reconnecting"}, stderr)
 	if err != nil {
-		log.Error().Err(err).Str("error_category", "database_unreachable").Msg("cannot start: PostgreSQL is not reachable at DATABASE_URL")
-		return cli.LoggedError{Err: err}
+		return err
 	}
-	defer pool.Close()
-	nc, err := nats.Connect(c.NATSURL, nats.Name("quill-attachment-worker"), nats.MaxReconnects(-1),
-		nats.ReconnectWait(time.Second), nats.RetryOnFailedConnect(false),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			if err == nil {
-				return
-			}
-			log.Warn().Err(err).Str("error_category", "nats_disconnected").Msg("NATS connection lost; reconnecting")
-		}),
-		nats.ReconnectHandler(func(*nats.Conn) { log.Info().Msg("NATS connection restored") }))
-	if err != nil {
-		log.Error().Err(err).Str("error_category", "nats_unreachable").Msg("cannot start: NATS is not reachable at NATS_URL")
-		return cli.LoggedError{Err: err}
-	}
-	defer nc.Close()
-
-	reg := metrics.NewRegistry()
-	notifier := outbox.NewNotifier(pool, func(err error) { log.Warn().Err(err).Msg("notify relays") })
-	w, err := worker.New(pool, nc, cfg, log, metrics.NewWorker(reg), worker.WithNotifier(notifier))
+	defer d.Close()
+	log := d.Log
+	notifier := outbox.NewNotifier(d.Pool, func(err error) { log.Warn().Err(err).Msg("notify relays") })
+	w, err := worker.New(d.Pool, d.NATS, cfg, log, metrics.NewWorker(d.Registry), worker.WithNotifier(notifier))
 	if err != nil {
 		return cli.UsageError{Msg: err.Error()}
 	}
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	err = w.Provision(pctx)
-	cancel()
-	if err != nil {
-		log.Error().Err(err).Str("error_category", "consumer_provisioning_failed").Msg("cannot start: the stream or the durable consumer could not be set up")
-		return cli.LoggedError{Err: err}
+	if err := d.Provision(ctx, "consumer_provisioning_failed", "cannot start: the stream or the durable consumer could not be set up", w.Provision); err != nil {
+		return err
 	}
-	ln, err := net.Listen("tcp", c.AdminAddr)
-	if err != nil {
-		log.Error().Err(err).Msg("cannot listen on the admin address")
-		return cli.LoggedError{Err: err}
-	}
-	admin := &http.Server{Handler: metrics.AdminHandler(reg, map[string]metrics.ReadyFunc{"worker": w.Ready}), ReadHeaderTimeout: 10 * time.Second}
-	log.Info().Str("listener", "admin").Str("addr", ln.Addr().String()).Msg("listening")
-
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error {
-		if err := admin.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			return err
-		}
-		return nil
+	return d.Run(ctx, map[string]metrics.ReadyFunc{"worker": w.Ready}, func(ctx context.Context) error {
+		// The notifier outlives the worker by a moment: it is stopped
+		// after the worker returned, so the last commits still wake the
+		// relays.
+		nctx, stopNotifier := context.WithCancel(context.WithoutCancel(ctx))
+		notified := make(chan struct{})
+		go func() { defer close(notified); _ = notifier.Run(nctx) }()
+		defer func() { stopNotifier(); <-notified }()
+		return w.Run(ctx)
 	})
-	g.Go(func() error {
-		<-gctx.Done()
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(gctx), shutdownTimeout)
-		defer cancel()
-		return admin.Shutdown(sctx)
-	})
-	// The notifier outlives the worker by a moment: it is stopped after
-	// the worker returned, so the last commits still wake the relays.
-	nctx, stopNotifier := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopNotifier()
-	notified := make(chan struct{})
-	go func() { defer close(notified); _ = notifier.Run(nctx) }()
-	g.Go(func() error { return w.Run(gctx) })
-	err = g.Wait()
-	stopNotifier()
-	<-notified
-	log.Info().Msg("stopped")
-	return err
 }
 
 func deadLetters(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -169,17 +110,17 @@ func deadLetters(ctx context.Context, args []string, getenv func(string) string,
 	default:
 		return cli.UsageError{Msg: fmt.Sprintf("unknown dead-letters command %q; %s", sub, usage)}
 	}
-	var databaseURL, natsURL, consumer, logLevel string
+	var c daemon.CommandSettings
+	var natsURL, consumer string
 	var all, asJSON bool
 	s := config.New("attachment-worker dead-letters "+sub, usage, getenv, stdout)
-	s.String(&databaseURL, "database-url", "DATABASE_URL", db.DefaultURL, "PostgreSQL URL")
-	s.String(&logLevel, "log-level", "QUILL_LOG_LEVEL", "info", "log level")
+	c.Define(s)
 	if sub == "list" {
 		s.String(&consumer, "consumer", "QUILL_CONSUMER", worker.DefaultConsumer, "the consumer whose dead letters to list")
 		s.FlagSet().BoolVar(&all, "all", false, "include dead letters already re-driven")
 		s.FlagSet().BoolVar(&asJSON, "json", false, "one JSON object per line")
 	} else {
-		s.String(&natsURL, "nats-url", "NATS_URL", cli.DefaultNATSURL, "NATS URL (JetStream enabled)")
+		s.String(&natsURL, "nats-url", "NATS_URL", daemon.DefaultNATSURL, "NATS URL (JetStream enabled)")
 	}
 	if err := cli.Parse(s, args); err != nil {
 		return err
@@ -194,14 +135,9 @@ func deadLetters(ctx context.Context, args []string, getenv func(string) string,
 			return cli.UsageError{Msg: fmt.Sprintf("%q is not a dead letter id (a positive integer)", s.Args()[0])}
 		}
 	}
-	log, err := logging.New(stderr, logLevel, "attachment-worker")
+	log, pool, err := c.Open(ctx, "attachment-worker", stderr)
 	if err != nil {
-		return cli.UsageError{Msg: err.Error()}
-	}
-	pool, err := db.Open(ctx, databaseURL, 2)
-	if err != nil {
-		log.Error().Err(err).Str("error_category", "database_unreachable").Msg("PostgreSQL is not reachable at DATABASE_URL")
-		return cli.LoggedError{Err: err}
+		return err
 	}
 	defer pool.Close()
 	if sub == "retry" {

@@ -2,25 +2,21 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"time"
 
 	"github.com/go-json-experiment/json"
 	"github.com/google/uuid"
-	"github.com/nats-io/nats.go"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/quillhq/quill/internal/cli"
 	"github.com/quillhq/quill/internal/config"
-	"github.com/quillhq/quill/internal/db"
-	"github.com/quillhq/quill/internal/logging"
+	"github.com/quillhq/quill/internal/daemon"
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/outbox"
 	"github.com/quillhq/quill/internal/relay"
+	"github.com/quillhq/quill/internal/retention"
+	"github.com/quillhq/quill/internal/stream"
 )
 
 const overview = `usage: relay [run] [flags]           publish committed outbox events to JetStream (default)
@@ -29,117 +25,68 @@ const overview = `usage: relay [run] [flags]           publish committed outbox 
 
 Run "relay run --help" for the settings.`
 
-const (
-	defaultAdminAddr = ":9091"
-	shutdownTimeout  = 30 * time.Second
-)
+// defaultAdminAddr is the relay's admin address (SPEC §2).
+const defaultAdminAddr = ":9091"
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	return cli.Dispatch(ctx, "relay", overview, "run", map[string]cli.RunFunc{
-		"run":    daemon,
+		"run":    runDaemon,
 		"events": events,
 	}, args, getenv, stdout, stderr)
 }
 
 type settings struct {
-	cli.Daemon
-	relay relay.Config
+	daemon.Settings
+	relay     relay.Config
+	retention retention.Config
 }
 
 func define(s *config.Set, c *settings) {
-	c.Daemon.Define(s, defaultAdminAddr)
+	c.Settings.Define(s, defaultAdminAddr)
 	r := &c.relay
-	s.String(&r.Stream, "stream", "QUILL_STREAM", relay.DefaultStream, "JetStream stream name")
-	s.String(&r.SubjectPrefix, "subject-prefix", "QUILL_SUBJECT_PREFIX", relay.DefaultSubjectPrefix, "first token of every subject")
-	s.Duration(&r.DuplicateWindow, "duplicate-window", "QUILL_DUPLICATE_WINDOW", relay.DefaultDuplicateWindow, "the stream's Duplicates window")
-	s.Duration(&r.MaxAge, "stream-max-age", "QUILL_STREAM_MAX_AGE", relay.DefaultMaxAge, "the stream's MaxAge; at least the duplicate window, at most the inbox retention")
+	r.Stream.Define(s, true)
 	s.Duration(&r.Lease, "lease", "QUILL_RELAY_LEASE", relay.DefaultLease, "how long PostgreSQL keeps the claims of a relay whose connection went silent (a relay that exits loses them at once)")
 	s.Duration(&r.PollInterval, "poll-interval", "QUILL_RELAY_POLL_INTERVAL", relay.DefaultPollInterval, "polling fallback when notifications are lost")
 	s.Duration(&r.MaxBackoff, "max-backoff", "QUILL_RELAY_MAX_BACKOFF", relay.DefaultMaxBackoff, "longest backoff while NATS or PostgreSQL fail")
 	s.Int(&r.Batch, "batch", "QUILL_RELAY_BATCH", relay.DefaultBatch, 1, "events claimed per pass")
-	s.Duration(&r.OutboxRetention, "outbox-retention", "QUILL_OUTBOX_RETENTION", relay.DefaultOutboxRetention, "how long published events stay in the outbox")
-	s.Duration(&r.InboxRetention, "inbox-retention", "QUILL_INBOX_RETENTION", relay.DefaultInboxRetention, "how long consumers remember processed event ids; at least the stream's MaxAge")
+	s.Duration(&c.retention.OutboxRetention, "outbox-retention", "QUILL_OUTBOX_RETENTION", retention.DefaultOutboxRetention, "how long published events stay in the outbox")
+	s.Duration(&c.retention.InboxRetention, "inbox-retention", "QUILL_INBOX_RETENTION", retention.DefaultInboxRetention, "how long consumers remember processed event ids; at least the stream's MaxAge")
 }
 
-func daemon(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+func runDaemon(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var c settings
 	s := config.New("relay run", "usage: relay [run] [flags]\n\nPublishes committed outbox events to NATS JetStream and runs the retention cleanup.", getenv, stdout)
 	define(s, &c)
-	if err := cli.Parse(s, args); err != nil {
+	if err := daemon.Parse(s, args); err != nil {
 		return err
 	}
-	if len(s.Args()) > 0 {
-		return cli.UsageError{Msg: fmt.Sprintf("unexpected arguments: %q", s.Args())}
-	}
-	cfg := c.relay.WithDefaults()
-	if err := cfg.Validate(); err != nil {
-		return cli.UsageError{Msg: err.Error()}
-	}
-	log, err := logging.New(stderr, c.LogLevel, "relay")
-	if err != nil {
-		return cli.UsageError{Msg: err.Error()}
-	}
-	pool, err := db.Open(ctx, c.DatabaseURL, 8)
-	if err != nil {
-		log.Error().Err(err).Str("error_category", "database_unreachable").Msg("cannot start: PostgreSQL is not reachable at DATABASE_URL")
-		return cli.LoggedError{Err: err}
-	}
-	defer pool.Close()
-	nc, err := nats.Connect(c.NATSURL, nats.Name("quill-relay"), nats.MaxReconnects(-1),
-		nats.ReconnectWait(time.Second), nats.RetryOnFailedConnect(false),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			if err == nil {
-				return // our own Close at shutdown
-			}
-			log.Warn().Err(err).Str("error_category", "nats_disconnected").Msg("NATS connection lost; events wait in the outbox")
-		}),
-		nats.ReconnectHandler(func(*nats.Conn) { log.Info().Msg("NATS connection restored") }))
-	if err != nil {
-		log.Error().Err(err).Str("error_category", "nats_unreachable").Msg("cannot start: NATS is not reachable at NATS_URL")
-		return cli.LoggedError{Err: err}
-	}
-	defer nc.Close()
-
-	reg := metrics.NewRegistry()
-	r, err := relay.New(pool, nc, cfg, log, metrics.NewRelay(reg))
-	if err != nil {
-		return cli.UsageError{Msg: err.Error()}
-	}
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	err = r.Provision(pctx)
-	cancel()
-	if err != nil {
-		log.Error().Err(err).Str("error_category", "stream_provisioning_failed").Msg("cannot start: the stream could not be created or updated")
-		return cli.LoggedError{Err: err}
-	}
-	log.Info().Str("stream", cfg.Stream).Str("subjects", cfg.SubjectPrefix+".>").Dur("duplicate_window", cfg.DuplicateWindow).
-		Dur("max_age", cfg.MaxAge).Msg("stream provisioned")
-
-	ln, err := net.Listen("tcp", c.AdminAddr)
-	if err != nil {
-		log.Error().Err(err).Msg("cannot listen on the admin address")
-		return cli.LoggedError{Err: err}
-	}
-	admin := &http.Server{Handler: metrics.AdminHandler(reg, map[string]metrics.ReadyFunc{"relay": r.Ready}), ReadHeaderTimeout: 10 * time.Second}
-	log.Info().Str("listener", "admin").Str("addr", ln.Addr().String()).Msg("listening")
-
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error {
-		if err := admin.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			return err
+	cfg, rcfg := c.relay.WithDefaults(), c.retention.WithDefaults()
+	for _, check := range []func() error{cfg.Validate, func() error { return rcfg.CoversStream(cfg.Stream) }, rcfg.Validate} {
+		if err := check(); err != nil {
+			return cli.UsageError{Msg: err.Error()}
 		}
-		return nil
-	})
-	g.Go(func() error {
-		<-gctx.Done()
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(gctx), shutdownTimeout)
-		defer cancel()
-		return admin.Shutdown(sctx)
-	})
-	g.Go(func() error { return r.Run(gctx) })
-	err = g.Wait()
-	log.Info().Msg("stopped")
-	return err
+	}
+	d, err := daemon.Start(ctx, c.Settings, daemon.Process{Name: "relay", PoolSize: 8,
+		Disconnected: "NATS connection lost; events wait in the outbox"}, stderr)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	log := d.Log
+	r, err := relay.New(d.Pool, d.NATS, cfg, log, metrics.NewRelay(d.Registry))
+	if err != nil {
+		return cli.UsageError{Msg: err.Error()}
+	}
+	cleaner, err := retention.New(d.Pool, rcfg, log)
+	if err != nil {
+		return cli.UsageError{Msg: err.Error()}
+	}
+	if err := d.Provision(ctx, "stream_provisioning_failed", "cannot start: the stream could not be created or updated", r.Provision); err != nil {
+		return err
+	}
+	log.Info().Str("stream", cfg.Stream.Name).Str("subjects", stream.All(cfg.Stream.SubjectPrefix)).Dur("duplicate_window", cfg.Stream.DuplicateWindow).
+		Dur("max_age", cfg.Stream.MaxAge).Msg("stream provisioned")
+	return d.Run(ctx, map[string]metrics.ReadyFunc{"relay": r.Ready}, r.Run, cleaner.Run)
 }
 
 func events(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -153,11 +100,10 @@ func events(ctx context.Context, args []string, getenv func(string) string, stdo
 		fmt.Fprintln(stdout, usage)
 		return nil
 	}
-	var databaseURL, logLevel string
+	var c daemon.CommandSettings
 	var parked, asJSON, all bool
 	s := config.New("relay events "+sub, usage, getenv, stdout)
-	s.String(&databaseURL, "database-url", "DATABASE_URL", db.DefaultURL, "PostgreSQL URL")
-	s.String(&logLevel, "log-level", "QUILL_LOG_LEVEL", "info", "log level")
+	c.Define(s)
 	if sub == "list" {
 		s.FlagSet().BoolVar(&parked, "parked", false, "list parked events (the only listing so far)")
 		s.FlagSet().BoolVar(&asJSON, "json", false, "one JSON object per line")
@@ -187,14 +133,9 @@ func events(ctx context.Context, args []string, getenv func(string) string, stdo
 	default:
 		return cli.UsageError{Msg: fmt.Sprintf("unknown events command %q; %s", sub, usage)}
 	}
-	log, err := logging.New(stderr, logLevel, "relay")
+	_, pool, err := c.Open(ctx, "relay", stderr)
 	if err != nil {
-		return cli.UsageError{Msg: err.Error()}
-	}
-	pool, err := db.Open(ctx, databaseURL, 2)
-	if err != nil {
-		log.Error().Err(err).Str("error_category", "database_unreachable").Msg("PostgreSQL is not reachable at DATABASE_URL")
-		return cli.LoggedError{Err: err}
+		return err
 	}
 	defer pool.Close()
 	if sub == "retry" && all {

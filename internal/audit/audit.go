@@ -19,6 +19,7 @@ package audit
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -29,17 +30,16 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/quillhq/quill/internal/retention"
+	"github.com/quillhq/quill/internal/stream"
 )
 
 // Defaults of Config.
 const (
-	DefaultStream            = "QUILL_EVENTS"
-	DefaultSubjectPrefix     = "quill"
 	DefaultConsumer          = "attachment-worker"
 	DefaultResponseRetention = 72 * time.Hour
 	DefaultKeyRetention      = 720 * time.Hour
-	DefaultOutboxRetention   = 168 * time.Hour
-	DefaultInboxRetention    = 336 * time.Hour
 	DefaultPendingThreshold  = time.Minute
 	DefaultProcessThreshold  = 5 * time.Minute
 	DefaultHorizonMargin     = time.Minute
@@ -67,11 +67,9 @@ type Config struct {
 	// the key's record, the notes it acted on, their attachments and every
 	// event about them.
 	Key string
-	// Stream is the JetStream stream (QUILL_STREAM). Default QUILL_EVENTS.
-	Stream string
-	// SubjectPrefix is the first subject token (QUILL_SUBJECT_PREFIX).
-	// Default quill.
-	SubjectPrefix string
+	// Stream names the stream and its subject prefix; its zero fields take
+	// stream's defaults.
+	Stream stream.Config
 	// Consumer is the inbox's consumer (QUILL_CONSUMER). Default
 	// attachment-worker.
 	Consumer string
@@ -107,26 +105,15 @@ type Config struct {
 
 // WithDefaults returns c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
-	str := func(p *string, v string) {
-		if *p == "" {
-			*p = v
-		}
-	}
-	dur := func(p *time.Duration, v time.Duration) {
-		if *p == 0 {
-			*p = v
-		}
-	}
-	str(&c.Stream, DefaultStream)
-	str(&c.SubjectPrefix, DefaultSubjectPrefix)
-	str(&c.Consumer, DefaultConsumer)
-	dur(&c.ResponseRetention, DefaultResponseRetention)
-	dur(&c.KeyRetention, DefaultKeyRetention)
-	dur(&c.OutboxRetention, DefaultOutboxRetention)
-	dur(&c.InboxRetention, DefaultInboxRetention)
-	dur(&c.PendingThreshold, DefaultPendingThreshold)
-	dur(&c.ProcessThreshold, DefaultProcessThreshold)
-	dur(&c.HorizonMargin, DefaultHorizonMargin)
+	c.Stream = c.Stream.WithDefaults()
+	c.Consumer = cmp.Or(c.Consumer, DefaultConsumer)
+	c.ResponseRetention = cmp.Or(c.ResponseRetention, DefaultResponseRetention)
+	c.KeyRetention = cmp.Or(c.KeyRetention, DefaultKeyRetention)
+	c.OutboxRetention = cmp.Or(c.OutboxRetention, retention.DefaultOutboxRetention)
+	c.InboxRetention = cmp.Or(c.InboxRetention, retention.DefaultInboxRetention)
+	c.PendingThreshold = cmp.Or(c.PendingThreshold, DefaultPendingThreshold)
+	c.ProcessThreshold = cmp.Or(c.ProcessThreshold, DefaultProcessThreshold)
+	c.HorizonMargin = cmp.Or(c.HorizonMargin, DefaultHorizonMargin)
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -242,8 +229,7 @@ type Horizons struct {
 }
 
 // Counts keeps requests, business effects and replays apart, with the
-// duplicates each layer suppressed. A null count is one the schema cannot
-// tell yet (its column is not migrated).
+// duplicates each layer suppressed.
 type Counts struct {
 	// Operations is the number of operation records (tombstones included);
 	// records past the key retention are gone and not counted.
@@ -404,7 +390,10 @@ type Beginner interface {
 // notChecked, when js is nil, says why the stream is not checked (NATS not
 // configured or not reachable); the report says so and Complete is false.
 // Errors are operational (the database could not be read, or the stream
-// failed in a way other than being unreachable) and wrapped.
+// failed in a way other than being unreachable) and wrapped; the audit reads
+// the schema that the embedded migrations define, and returns
+// ErrSchemaVersion, naming both versions, for a database not migrated to
+// the latest of them.
 func Run(ctx context.Context, db Beginner, js jetstream.JetStream, notChecked string, cfg Config) (*Report, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -427,7 +416,7 @@ func Run(ctx context.Context, db Beginner, js jetstream.JetStream, notChecked st
 			PendingThreshold: cfg.PendingThreshold.String(), ProcessThreshold: cfg.ProcessThreshold.String(),
 			Margin: cfg.HorizonMargin.String()},
 		Anomalies: []Anomaly{}, Chains: []Chain{}, Notes: []string{},
-		Stream: StreamInfo{Name: cfg.Stream},
+		Stream: StreamInfo{Name: cfg.Stream.Name},
 	}}
 	if cfg.Key != "" && len(ds.ops) == 0 && len(ds.events) == 0 && len(ds.notes) == 0 {
 		a.rep.Scope.Found = false
@@ -453,15 +442,6 @@ func Run(ctx context.Context, db Beginner, js jetstream.JetStream, notChecked st
 	}
 	a.count()
 	a.chains()
-	if !ds.cols.opReplays {
-		a.note("operations.replays is missing (migration 00006 not applied): API replays are not counted")
-	}
-	if !ds.cols.eventAckDuplicate {
-		a.note("outbox_events.ack_duplicate is missing (migration 00004 not applied): relay duplicate acks are not counted")
-	}
-	if !ds.cols.inboxDuplicates || !ds.cols.inboxDeliveries {
-		a.note("inbox.deliveries/duplicates are missing (migration 00005 not applied): inbox deliveries and duplicates are not counted")
-	}
 	return a.rep, nil
 }
 
@@ -803,7 +783,7 @@ func (a *auditor) checkDeadLetters() {
 		if a.cfg.Key != "" && e == nil {
 			continue // not this key's
 		}
-		x := Anomaly{Kind: KindDeadLetter, Tenant: subjectTenant(a.cfg.SubjectPrefix, d.Subject), EventID: d.EventID,
+		x := Anomaly{Kind: KindDeadLetter, Tenant: stream.Tenant(a.cfg.Stream.SubjectPrefix, d.Subject), EventID: d.EventID,
 			Detail: fmt.Sprintf("dead letter %d after %d deliveries: %s (re-drive with \"attachment-worker dead-letters retry %d\" once fixed)",
 				d.ID, d.Deliveries, d.Error, d.ID)}
 		if e != nil {
@@ -869,14 +849,10 @@ func (a *auditor) count() {
 	s := &c.DuplicatesSuppressed
 	s.APIReplays = c.Replays
 	s.Total = c.Replays
-	if a.ds.cols.eventAckDuplicate {
-		s.RelayDuplicateAcks = &acks
-		s.Total += acks
-	}
-	if a.ds.inboxDuplicates != nil {
-		s.InboxDuplicates = a.ds.inboxDuplicates
-		s.Total += *a.ds.inboxDuplicates
-	}
+	s.RelayDuplicateAcks = &acks
+	s.Total += acks
+	s.InboxDuplicates = a.ds.inboxDuplicates
+	s.Total += *a.ds.inboxDuplicates
 	for _, x := range a.rep.Anomalies {
 		switch x.Kind {
 		case KindDuplicateNote, KindDuplicateEvent, KindDuplicateProcessed, KindDuplicateStreamMessage:

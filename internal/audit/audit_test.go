@@ -19,12 +19,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quillhq/quill/internal/audit"
+	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/dbtest"
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/natstest"
 	"github.com/quillhq/quill/internal/notes"
 	"github.com/quillhq/quill/internal/outbox"
 	"github.com/quillhq/quill/internal/relay"
+	"github.com/quillhq/quill/internal/stream"
 	"github.com/quillhq/quill/internal/worker"
 )
 
@@ -64,7 +66,7 @@ func setup(t *testing.T, srv *natstest.Server) *bundle {
 }
 
 func (b *bundle) config() audit.Config {
-	return audit.Config{Stream: b.stream, SubjectPrefix: b.prefix, Consumer: "attachment-worker-" + b.prefix}
+	return audit.Config{Stream: stream.Config{Name: b.stream, SubjectPrefix: b.prefix}, Consumer: "attachment-worker-" + b.prefix}
 }
 
 func (b *bundle) audit(mod func(*audit.Config)) *audit.Report {
@@ -201,13 +203,13 @@ func TestCleanPipeline(t *testing.T) {
 	logger := zerolog.Nop()
 
 	rnc, _ := b.srv.Connect(t)
-	r, err := relay.New(b.pool, rnc, relay.Config{Stream: b.stream, SubjectPrefix: b.prefix, DuplicateWindow: time.Minute,
-		MaxAge: time.Hour, Lease: time.Second, PollInterval: 50 * time.Millisecond, MaxBackoff: 250 * time.Millisecond,
+	r, err := relay.New(b.pool, rnc, relay.Config{Stream: stream.Config{Name: b.stream, SubjectPrefix: b.prefix, DuplicateWindow: time.Minute,
+		MaxAge: time.Hour}, Lease: time.Second, PollInterval: 50 * time.Millisecond, MaxBackoff: 250 * time.Millisecond,
 		AckTimeout: time.Second}, logger, metrics.NewRelay(prometheus.NewRegistry()))
 	require.NoError(t, err)
 	require.NoError(t, r.Provision(ctx))
 	wnc, _ := b.srv.Connect(t)
-	w, err := worker.New(b.pool, wnc, worker.Config{Stream: b.stream, SubjectPrefix: b.prefix, Consumer: b.config().Consumer,
+	w, err := worker.New(b.pool, wnc, worker.Config{Stream: b.config().Stream, Consumer: b.config().Consumer,
 		AckWait: 5 * time.Second, Concurrency: 2}, logger, metrics.NewWorker(prometheus.NewRegistry()))
 	require.NoError(t, err)
 	require.NoError(t, w.Provision(ctx))
@@ -546,7 +548,7 @@ func TestStreamNotChecked(t *testing.T) {
 	require.Contains(t, text(t, rep), "INCOMPLETE")
 
 	// A stream that does not exist: same.
-	rep = b.audit(func(c *audit.Config) { c.Stream = "NO_SUCH_STREAM" })
+	rep = b.audit(func(c *audit.Config) { c.Stream.Name = "NO_SUCH_STREAM" })
 	require.False(t, rep.Complete())
 	require.Contains(t, rep.Stream.Reason, "NO_SUCH_STREAM")
 }
@@ -559,4 +561,26 @@ func TestUnknownKey(t *testing.T) {
 	require.Empty(t, rep.Anomalies)
 	require.False(t, rep.Scope.Found)
 	require.Empty(t, rep.Chains)
+}
+
+// The audit reads the schema the migrations define: a database behind the
+// latest migration, or never migrated, is refused with both versions named
+// rather than audited in part.
+func TestRefusesASchemaNotMigrated(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	var latest int64
+	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT max(version_id) FROM goose_db_version`).Scan(&latest))
+	_, err := b.pool.Exec(t.Context(), `DELETE FROM goose_db_version WHERE version_id = $1`, latest)
+	require.NoError(t, err)
+	_, err = audit.Run(t.Context(), b.pool, b.js, "", b.config())
+	require.ErrorIs(t, err, audit.ErrSchemaVersion)
+	require.ErrorContains(t, err, fmt.Sprintf("at version %d, the audit needs version %d", latest-1, latest))
+
+	pool, err := db.Open(t.Context(), dbtest.EmptySchema(t), 2)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	_, err = audit.Run(t.Context(), pool, nil, "skipped", b.config())
+	require.ErrorIs(t, err, audit.ErrSchemaVersion)
+	require.ErrorContains(t, err, "no migrations applied")
 }

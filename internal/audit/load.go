@@ -4,12 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/quillhq/quill/internal/stream"
+	"github.com/quillhq/quill/migrations"
 )
 
 // Querier runs queries: a pool, a connection or a transaction.
@@ -96,61 +101,67 @@ type deadRow struct {
 	CreatedAt  time.Time
 }
 
-// columns says which optional columns the schema has: they are added by
-// migrations that may not be applied yet where the audit runs.
-type columns struct {
-	opReplays         bool // operations.replays (00006)
-	eventAckDuplicate bool // outbox_events.ack_duplicate (00004)
-	pendingQueue      bool // outbox_pending (00007)
-	inboxDeliveries   bool // inbox.deliveries (00005)
-	inboxDuplicates   bool // inbox.duplicates (00005)
-}
+// ErrSchemaVersion is returned when the database's schema is not the one
+// the embedded migrations define: the audit reads exactly that schema.
+var ErrSchemaVersion = errors.New("the database schema is not at the current migration")
 
-// sqlColumnExists resolves the table through the search_path, exactly as
-// the audit's queries do.
-const sqlColumnExists = `SELECT EXISTS (
-	SELECT 1 FROM information_schema.columns
-	WHERE table_schema = current_schema() AND table_name = $1 AND column_name = $2)`
+// undefinedTable is PostgreSQL's SQLSTATE for a missing table: here, goose's
+// version table in a database never migrated.
+const undefinedTable = "42P01"
 
-func detectColumns(ctx context.Context, q Querier) (columns, error) {
-	var c columns
-	for _, x := range []struct {
-		table, column string
-		p             *bool
-	}{
-		{"operations", "replays", &c.opReplays},
-		{"outbox_events", "ack_duplicate", &c.eventAckDuplicate},
-		{"outbox_pending", "seq", &c.pendingQueue},
-		{"inbox", "deliveries", &c.inboxDeliveries},
-		{"inbox", "duplicates", &c.inboxDuplicates},
-	} {
-		if err := q.QueryRow(ctx, sqlColumnExists, x.table, x.column).Scan(x.p); err != nil {
-			return c, fmt.Errorf("inspect schema: %w", err)
+// sqlSchemaVersion is goose's record of the latest migration applied,
+// resolved through the search_path as every query of the audit is.
+const sqlSchemaVersion = `SELECT coalesce(max(version_id), 0) FROM goose_db_version WHERE is_applied`
+
+// latestMigration is the version of the newest embedded migration: the
+// leading number of its file name (NNNNN_description.sql).
+func latestMigration() (int64, error) {
+	names, err := fs.Glob(migrations.FS, "*.sql")
+	if err != nil {
+		return 0, err
+	}
+	var latest int64
+	for _, name := range names {
+		digits, _, _ := strings.Cut(name, "_")
+		v, err := strconv.ParseInt(digits, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("migration %s: %w", name, err)
 		}
+		latest = max(latest, v)
 	}
-	return c, nil
+	return latest, nil
 }
 
-// pick returns col when the optional column exists, else the SQL NULL (or
-// zero) standing in for it. Only constant fragments are ever chosen.
-func pick(has bool, col, absent string) string {
-	if has {
-		return col
+// checkSchema returns ErrSchemaVersion, with both versions, unless the
+// database is migrated to the latest embedded migration.
+func checkSchema(ctx context.Context, q Querier) error {
+	want, err := latestMigration()
+	if err != nil {
+		return fmt.Errorf("embedded migrations: %w", err)
 	}
-	return absent
+	var have int64
+	if err := q.QueryRow(ctx, sqlSchemaVersion).Scan(&have); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == undefinedTable {
+			return fmt.Errorf("%w: it has no migrations applied, the audit needs version %d: run api migrate", ErrSchemaVersion, want)
+		}
+		return fmt.Errorf("read schema version: %w", err)
+	}
+	if have != want {
+		return fmt.Errorf("%w: it is at version %d, the audit needs version %d: run api migrate (or audit with the api of that version)", ErrSchemaVersion, have, want)
+	}
+	return nil
 }
 
 // Scope filters: $1 tenant (” = all), and in key mode $2 key and $3 the
 // notes the key's chain touches.
-func sqlOperations(c columns) string {
-	return `SELECT tenant, key, action, coalesce(resource, ''), response_status, created_at, completed_at,
-		expires_at, forget_at, compacted_at, ` + pick(c.opReplays, "replays::bigint", "0::bigint") + `
+const (
+	sqlOperations = `SELECT tenant, key, action, coalesce(resource, ''), response_status, created_at, completed_at,
+		expires_at, forget_at, compacted_at, replays::bigint
 	FROM operations WHERE ($1 = '' OR tenant = $1)
 	  AND ($2 = '' OR key = $2 OR resource = ANY($3::text[]))
 	ORDER BY tenant, created_at, key`
-}
 
-const (
 	sqlNotes = `SELECT id, tenant, created_at, deleted_at FROM notes
 	WHERE ($1 = '' OR tenant = $1) AND ($2 = '' OR id = ANY($3::uuid[]))`
 
@@ -163,33 +174,24 @@ const (
 
 	sqlDeadLetters = `SELECT id, event_id, subject, error, deliveries, created_at FROM dead_letters
 	WHERE consumer = $1 AND retried_at IS NULL ORDER BY id`
-)
 
-func sqlEvents(c columns) string {
-	return `SELECT seq, id, tenant, coalesce(operation_key, ''), aggregate_id, type, created_at, published_at,
-		stream_seq, parked_at, parked_reason, attempts, last_error, ` + pick(c.eventAckDuplicate, "ack_duplicate", "NULL::boolean") + `,
-		` + pick(c.pendingQueue, "EXISTS (SELECT 1 FROM outbox_pending q WHERE q.seq = outbox_events.seq)", "NULL::boolean") + `
+	sqlEvents = `SELECT seq, id, tenant, coalesce(operation_key, ''), aggregate_id, type, created_at, published_at,
+		stream_seq, parked_at, parked_reason, attempts, last_error, ack_duplicate,
+		EXISTS (SELECT 1 FROM outbox_pending q WHERE q.seq = outbox_events.seq)
 	FROM outbox_events WHERE ($1 = '' OR tenant = $1)
 	  AND ($2 = '' OR operation_key = $2 OR aggregate_id = ANY($3::uuid[]))
 	ORDER BY seq`
-}
 
-func sqlInbox(c columns) string {
-	return `SELECT event_id, processed_at, ` + pick(c.inboxDeliveries, "deliveries::bigint", "NULL::bigint") + `, ` +
-		pick(c.inboxDuplicates, "duplicates::bigint", "NULL::bigint") + `
+	sqlInbox = `SELECT event_id, processed_at, deliveries::bigint, duplicates::bigint
 	FROM inbox WHERE consumer = $1 AND event_id = ANY($2::uuid[])`
-}
 
-func sqlInboxTotals(c columns) string {
-	return `SELECT count(*), ` + pick(c.inboxDeliveries, "coalesce(sum(deliveries), 0)::bigint", "NULL::bigint") + `, ` +
-		pick(c.inboxDuplicates, "coalesce(sum(duplicates), 0)::bigint", "NULL::bigint") + `
+	sqlInboxTotals = `SELECT count(*), coalesce(sum(deliveries), 0)::bigint, coalesce(sum(duplicates), 0)::bigint
 	FROM inbox WHERE consumer = $1`
-}
+)
 
 // dataset is everything in the audit's scope, read in one REPEATABLE READ
 // transaction so that the tables agree with each other.
 type dataset struct {
-	cols   columns
 	ops    []*opRow
 	notes  map[uuid.UUID]*noteRow
 	atts   map[uuid.UUID]*attRow // by note id
@@ -204,8 +206,7 @@ type dataset struct {
 
 func load(ctx context.Context, tx pgx.Tx, cfg Config) (*dataset, error) {
 	ds := &dataset{notes: map[uuid.UUID]*noteRow{}, atts: map[uuid.UUID]*attRow{}, inbox: map[uuid.UUID]*inboxRow{}}
-	var err error
-	if ds.cols, err = detectColumns(ctx, tx); err != nil {
+	if err := checkSchema(ctx, tx); err != nil {
 		return nil, err
 	}
 	// In key mode the scope is the key's notes: the one its record names and
@@ -240,7 +241,7 @@ func load(ctx context.Context, tx pgx.Tx, cfg Config) (*dataset, error) {
 		}
 	}
 
-	rows, err := tx.Query(ctx, sqlOperations(ds.cols), cfg.Tenant, cfg.Key, resources)
+	rows, err := tx.Query(ctx, sqlOperations, cfg.Tenant, cfg.Key, resources)
 	if err != nil {
 		return nil, fmt.Errorf("read operations: %w", err)
 	}
@@ -286,7 +287,7 @@ func load(ctx context.Context, tx pgx.Tx, cfg Config) (*dataset, error) {
 		ds.atts[a.NoteID] = a
 	}
 
-	rows, err = tx.Query(ctx, sqlEvents(ds.cols), cfg.Tenant, cfg.Key, noteIDs)
+	rows, err = tx.Query(ctx, sqlEvents, cfg.Tenant, cfg.Key, noteIDs)
 	if err != nil {
 		return nil, fmt.Errorf("read outbox events: %w", err)
 	}
@@ -306,7 +307,7 @@ func load(ctx context.Context, tx pgx.Tx, cfg Config) (*dataset, error) {
 			created = append(created, e.ID)
 		}
 	}
-	rows, err = tx.Query(ctx, sqlInbox(ds.cols), cfg.Consumer, created)
+	rows, err = tx.Query(ctx, sqlInbox, cfg.Consumer, created)
 	if err != nil {
 		return nil, fmt.Errorf("read inbox: %w", err)
 	}
@@ -322,25 +323,16 @@ func load(ctx context.Context, tx pgx.Tx, cfg Config) (*dataset, error) {
 		ds.inbox[i.EventID] = i
 	}
 	if cfg.Tenant == "" {
-		err := tx.QueryRow(ctx, sqlInboxTotals(ds.cols), cfg.Consumer).Scan(&ds.inboxRows, &ds.inboxDeliveries, &ds.inboxDuplicates)
+		err := tx.QueryRow(ctx, sqlInboxTotals, cfg.Consumer).Scan(&ds.inboxRows, &ds.inboxDeliveries, &ds.inboxDuplicates)
 		if err != nil {
 			return nil, fmt.Errorf("read inbox totals: %w", err)
 		}
 	} else {
 		ds.inboxRows = int64(len(inbox))
-		if ds.cols.inboxDeliveries {
-			ds.inboxDeliveries = new(int64)
-		}
-		if ds.cols.inboxDuplicates {
-			ds.inboxDuplicates = new(int64)
-		}
+		ds.inboxDeliveries, ds.inboxDuplicates = new(int64), new(int64)
 		for _, i := range inbox {
-			if i.Deliveries != nil && ds.inboxDeliveries != nil {
-				*ds.inboxDeliveries += *i.Deliveries
-			}
-			if i.Duplicates != nil && ds.inboxDuplicates != nil {
-				*ds.inboxDuplicates += *i.Duplicates
-			}
+			*ds.inboxDeliveries += *i.Deliveries
+			*ds.inboxDuplicates += *i.Duplicates
 		}
 	}
 
@@ -357,22 +349,12 @@ func load(ctx context.Context, tx pgx.Tx, cfg Config) (*dataset, error) {
 		return nil, fmt.Errorf("read dead letters: %w", err)
 	}
 	for _, d := range dead {
-		if cfg.Tenant != "" && subjectTenant(cfg.SubjectPrefix, d.Subject) != cfg.Tenant {
+		if cfg.Tenant != "" && stream.Tenant(cfg.Stream.SubjectPrefix, d.Subject) != cfg.Tenant {
 			continue
 		}
 		ds.dead = append(ds.dead, d)
 	}
 	return ds, nil
-}
-
-// subjectTenant returns the tenant token of <prefix>.<tenant>.<aggregate>.<event>.
-func subjectTenant(prefix, subject string) string {
-	rest, ok := strings.CutPrefix(subject, prefix+".")
-	if !ok {
-		return ""
-	}
-	tenant, _, _ := strings.Cut(rest, ".")
-	return tenant
 }
 
 func containsUUID(ids []uuid.UUID, id uuid.UUID) bool {

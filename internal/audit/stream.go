@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/quillhq/quill/internal/stream"
 )
 
 // streamFetchBatch is how many message headers one fetch of the duplicate
@@ -24,9 +26,9 @@ const streamFetchWait = 2 * time.Second
 // then is incomplete (Report.Complete). Other errors are returned.
 func (a *auditor) checkStream(ctx context.Context, js jetstream.JetStream) error {
 	si := &a.rep.Stream
-	st, err := js.Stream(ctx, a.cfg.Stream)
+	st, err := js.Stream(ctx, a.cfg.Stream.Name)
 	if err != nil {
-		si.Reason = fmt.Sprintf("stream %s is not available: %v", a.cfg.Stream, err)
+		si.Reason = fmt.Sprintf("stream %s is not available: %v", a.cfg.Stream.Name, err)
 		a.note("stream not checked: " + si.Reason)
 		return nil
 	}
@@ -42,7 +44,7 @@ func (a *auditor) checkStream(ctx context.Context, js jetstream.JetStream) error
 			continue
 		}
 		seq := uint64(*e.StreamSeq)
-		subject := a.cfg.SubjectPrefix + "." + e.Tenant + "." + e.Type
+		subject := stream.Subject(a.cfg.Stream.SubjectPrefix, e.Tenant, e.Type)
 		base := Anomaly{Tenant: e.Tenant, Key: e.OpKey, EventID: e.ID.String(), NoteID: e.AggregateID.String(), StreamSeq: e.StreamSeq}
 		if base.Key == "" {
 			base.Key = a.keyOfNote(e.Tenant, e.AggregateID)
@@ -63,10 +65,10 @@ func (a *auditor) checkStream(ctx context.Context, js jetstream.JetStream) error
 			x := base
 			x.Kind = KindStreamMissing
 			x.Detail = fmt.Sprintf("%s event marked published %s ago at stream sequence %d, which holds no message (stream %s keeps %d..%d, MaxAge %s): the stream lost it or was purged or recreated",
-				e.Type, a.now.Sub(*e.PublishedAt).Round(time.Second), seq, a.cfg.Stream, si.FirstSeq, si.LastSeq, maxAgeString(maxAge))
+				e.Type, a.now.Sub(*e.PublishedAt).Round(time.Second), seq, a.cfg.Stream.Name, si.FirstSeq, si.LastSeq, maxAgeString(maxAge))
 			a.add(x)
 		case err != nil:
-			return a.streamFailed(fmt.Errorf("read stream %s at sequence %d: %w", a.cfg.Stream, seq, err))
+			return a.streamFailed(fmt.Errorf("read stream %s at sequence %d: %w", a.cfg.Stream.Name, seq, err))
 		default:
 			got := m.Header.Get(jetstream.MsgIDHeader)
 			if got != e.ID.String() || m.Subject != subject {
@@ -112,13 +114,13 @@ func maxAgeString(d time.Duration) string {
 // with an ordered consumer and reports each event id stored more than once.
 // A dead letter's re-drive carries its own Nats-Msg-Id and is not one.
 func (a *auditor) scanDuplicates(ctx context.Context, st jetstream.Stream) error {
-	filter := a.cfg.SubjectPrefix + ".>"
+	filter := stream.All(a.cfg.Stream.SubjectPrefix)
 	if a.cfg.Tenant != "" {
-		filter = a.cfg.SubjectPrefix + "." + a.cfg.Tenant + ".>"
+		filter = stream.OfTenant(a.cfg.Stream.SubjectPrefix, a.cfg.Tenant)
 	}
 	info, err := st.Info(ctx, jetstream.WithSubjectFilter(filter))
 	if err != nil {
-		return fmt.Errorf("stream %s info: %w", a.cfg.Stream, err)
+		return fmt.Errorf("stream %s info: %w", a.cfg.Stream.Name, err)
 	}
 	var total uint64
 	for _, n := range info.State.Subjects {
@@ -132,7 +134,7 @@ func (a *auditor) scanDuplicates(ctx context.Context, st jetstream.Stream) error
 		InactiveThreshold: time.Minute,
 	})
 	if err != nil {
-		return fmt.Errorf("scan stream %s: %w", a.cfg.Stream, err)
+		return fmt.Errorf("scan stream %s: %w", a.cfg.Stream.Name, err)
 	}
 	seqs := map[string][]uint64{}
 	subjects := map[string]string{}
@@ -140,7 +142,7 @@ func (a *auditor) scanDuplicates(ctx context.Context, st jetstream.Stream) error
 	for read < total {
 		batch, err := cons.Fetch(streamFetchBatch, jetstream.FetchMaxWait(streamFetchWait))
 		if err != nil {
-			return fmt.Errorf("scan stream %s: %w", a.cfg.Stream, err)
+			return fmt.Errorf("scan stream %s: %w", a.cfg.Stream.Name, err)
 		}
 		n := 0
 		caughtUp := false
@@ -149,7 +151,7 @@ func (a *auditor) scanDuplicates(ctx context.Context, st jetstream.Stream) error
 			read++
 			meta, err := m.Metadata()
 			if err != nil {
-				return fmt.Errorf("scan stream %s: %w", a.cfg.Stream, err)
+				return fmt.Errorf("scan stream %s: %w", a.cfg.Stream.Name, err)
 			}
 			id := m.Headers().Get(jetstream.MsgIDHeader)
 			if id != "" {
@@ -161,7 +163,7 @@ func (a *auditor) scanDuplicates(ctx context.Context, st jetstream.Stream) error
 			}
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, jetstream.ErrNoMessages) {
-			return fmt.Errorf("scan stream %s: %w", a.cfg.Stream, err)
+			return fmt.Errorf("scan stream %s: %w", a.cfg.Stream.Name, err)
 		}
 		if n == 0 || caughtUp {
 			break // caught up (messages aged out since the count)
@@ -185,7 +187,7 @@ func (a *auditor) scanDuplicates(ctx context.Context, st jetstream.Stream) error
 			continue // another key's
 		}
 		s := seqs[id]
-		x := Anomaly{Kind: KindDuplicateStreamMessage, Tenant: subjectTenant(a.cfg.SubjectPrefix, subjects[id]), EventID: id,
+		x := Anomaly{Kind: KindDuplicateStreamMessage, Tenant: stream.Tenant(a.cfg.Stream.SubjectPrefix, subjects[id]), EventID: id,
 			Detail: fmt.Sprintf("the stream holds %d messages with event id %s, at sequences %v (republished after the duplicate window)", len(s), id, s)}
 		if e != nil {
 			x.Key, x.NoteID = e.OpKey, e.AggregateID.String()

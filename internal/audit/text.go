@@ -165,7 +165,7 @@ func orDash(s string) string {
 
 func orNA(p *int64) string {
 	if p == nil {
-		return "n/a (column not migrated)"
+		return "n/a"
 	}
 	return fmt.Sprint(*p)
 }

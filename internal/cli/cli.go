@@ -16,7 +16,6 @@ import (
 
 	"github.com/quillhq/quill/internal/buildinfo"
 	"github.com/quillhq/quill/internal/config"
-	"github.com/quillhq/quill/internal/db"
 )
 
 // UsageError is a mistake in the command line or the settings, caught
@@ -113,21 +112,4 @@ func AsksVersion(args []string) bool {
 func PrintVersion(prog string, w io.Writer) {
 	name, _, _ := strings.Cut(prog, " ")
 	fmt.Fprintln(w, buildinfo.Read().Line(name))
-}
-
-// DefaultNATSURL is the NATS server used when NATS_URL is not set.
-const DefaultNATSURL = "nats://127.0.0.1:4222"
-
-// Daemon holds the settings every daemon shares.
-type Daemon struct {
-	DatabaseURL, NATSURL, AdminAddr, LogLevel string
-}
-
-// Define registers the shared settings on s; adminAddr is the process's
-// default admin address.
-func (d *Daemon) Define(s *config.Set, adminAddr string) {
-	s.String(&d.DatabaseURL, "database-url", "DATABASE_URL", db.DefaultURL, "PostgreSQL URL")
-	s.String(&d.NATSURL, "nats-url", "NATS_URL", DefaultNATSURL, "NATS URL (JetStream enabled)")
-	s.String(&d.AdminAddr, "admin-addr", "QUILL_ADMIN_ADDR", adminAddr, "/healthz, /readyz and /metrics listen address")
-	s.String(&d.LogLevel, "log-level", "QUILL_LOG_LEVEL", "info", "log level: trace, debug, info, warn, error")
 }

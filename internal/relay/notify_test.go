@@ -24,6 +24,7 @@ import (
 	"github.com/quillhq/quill/internal/notes"
 	"github.com/quillhq/quill/internal/outbox"
 	"github.com/quillhq/quill/internal/relay"
+	"github.com/quillhq/quill/internal/stream"
 )
 
 // isolatedDatabase creates and migrates a database of t's own and returns
@@ -84,8 +85,8 @@ func startHourlyRelay(t *testing.T, name string, maxBackoff time.Duration) *hour
 	srv := natstest.Start(t)
 	var nc *nats.Conn
 	nc, h.js = srv.Connect(t)
-	h.cfg = relay.Config{Stream: "HOURLY_" + strings.ToUpper(h.suffix), SubjectPrefix: "q" + h.suffix,
-		PollInterval: time.Hour, DuplicateWindow: 2 * time.Hour, MaxAge: 3 * time.Hour,
+	h.cfg = relay.Config{Stream: stream.Config{Name: "HOURLY_" + strings.ToUpper(h.suffix), SubjectPrefix: "q" + h.suffix,
+		DuplicateWindow: 2 * time.Hour, MaxAge: 3 * time.Hour}, PollInterval: time.Hour,
 		Lease: time.Second, AckTimeout: time.Second, MaxBackoff: maxBackoff, Batch: 64}
 	r, err := relay.New(relayPool, nc, h.cfg, testLogger(t), metrics.NewRelay(prometheus.NewRegistry()), relay.WithID(h.id))
 	require.NoError(t, err)
@@ -122,7 +123,7 @@ func TestNotifyWakesAnIdleRelay(t *testing.T) {
 	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		require.False(t, publishedAt(silent.ID), "an event committed without a notification waits for the hour-long poll")
 	}
-	require.Empty(t, natstest.StreamMessages(t, js, cfg.Stream, ""))
+	require.Empty(t, natstest.StreamMessages(t, js, cfg.Stream.Name, ""))
 
 	// The API's way: the service commits and signals the notifier, whose
 	// NOTIFY wakes the relay.
@@ -154,10 +155,10 @@ func TestNotifyWakesAnIdleRelay(t *testing.T) {
 	natstest.WaitFor(t, 15*time.Second, func() bool { return publishedAt(created) && publishedAt(silent.ID) },
 		"the notified event, and the one committed before it, published long before the hour-long poll")
 	inStream := map[string]string{}
-	for _, m := range natstest.StreamMessages(t, js, cfg.Stream, "") {
+	for _, m := range natstest.StreamMessages(t, js, cfg.Stream.Name, "") {
 		inStream[m.Header.Get(jetstream.MsgIDHeader)] = m.Subject
 	}
-	subject := outbox.Subject(cfg.SubjectPrefix, tenant, outbox.TypeNoteCreated)
+	subject := stream.Subject(cfg.Stream.SubjectPrefix, tenant, outbox.TypeNoteCreated)
 	require.Equal(t, map[string]string{created.String(): subject, silent.ID.String(): subject}, inStream)
 	notifyErrs.Lock()
 	defer notifyErrs.Unlock()

@@ -5,12 +5,14 @@
 // Nats-Msg-Id, waits for the stream's acknowledgement and only then marks it
 // published. Claiming and publishing the next batch overlap with waiting for
 // and marking the previous one. It wakes on LISTEN/NOTIFY, polls as a
-// fallback, backs off with jitter while NATS or PostgreSQL is down, parks
-// events that can never be published, and runs the retention cleanup.
-// Several relays may run at once.
+// fallback, backs off with jitter while NATS or PostgreSQL is down, and
+// parks events that can never be published. Several relays may run at once.
+// The stream's definition is package stream's; the retention cleanup that
+// runs beside the relay is package retention's.
 package relay
 
 import (
+	"cmp"
 	"context"
 	crand "crypto/rand"
 	"encoding/hex"
@@ -32,42 +34,26 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/quillhq/quill/internal/idempotency"
-	"github.com/quillhq/quill/internal/inbox"
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/outbox"
+	"github.com/quillhq/quill/internal/stream"
 )
 
 // Defaults of Config.
 const (
-	DefaultStream          = "QUILL_EVENTS"
-	DefaultSubjectPrefix   = "quill"
-	DefaultDuplicateWindow = 10 * time.Minute
-	DefaultMaxAge          = 168 * time.Hour
-	DefaultLease           = 30 * time.Second
-	DefaultPollInterval    = time.Second
-	DefaultMaxBackoff      = 30 * time.Second
-	DefaultAckTimeout      = 10 * time.Second
-	DefaultBatch           = 256
-	DefaultOutboxRetention = 168 * time.Hour
-	DefaultInboxRetention  = 336 * time.Hour
-	DefaultCleanupInterval = time.Minute
-	DefaultCleanupBatch    = 500
-	statsInterval          = 5 * time.Second
+	DefaultLease        = 30 * time.Second
+	DefaultPollInterval = time.Second
+	DefaultMaxBackoff   = 30 * time.Second
+	DefaultAckTimeout   = 10 * time.Second
+	DefaultBatch        = 256
+	statsInterval       = 5 * time.Second
 )
 
 // Config tunes a relay. Every zero field takes its default.
 type Config struct {
-	// Stream is the JetStream stream (QUILL_STREAM). Default QUILL_EVENTS.
-	Stream string
-	// SubjectPrefix is the first token of every subject
-	// (QUILL_SUBJECT_PREFIX). Default quill.
-	SubjectPrefix string
-	// DuplicateWindow is the stream's Duplicates window
-	// (QUILL_DUPLICATE_WINDOW). Default 10m.
-	DuplicateWindow time.Duration
-	// MaxAge is the stream's MaxAge (QUILL_STREAM_MAX_AGE). Default 168h.
-	MaxAge time.Duration
+	// Stream is the stream the relay provisions and publishes to; its
+	// zero fields take stream's defaults.
+	Stream stream.Config
 	// Lease bounds how long the claims of a relay that vanished without
 	// closing its connection (a host crash, a network partition) outlive
 	// it (QUILL_RELAY_LEASE): the claim session's TCP keepalives and
@@ -88,47 +74,16 @@ type Config struct {
 	// Batch is how many events one pass claims (QUILL_RELAY_BATCH).
 	// Default 256.
 	Batch int
-	// OutboxRetention: published events are deleted after it
-	// (QUILL_OUTBOX_RETENTION). Default 168h.
-	OutboxRetention time.Duration
-	// InboxRetention: consumers' inbox rows are deleted after it
-	// (QUILL_INBOX_RETENTION); at least MaxAge. Default 336h.
-	InboxRetention time.Duration
-	// CleanupInterval is how often cleanup runs. Default 1m.
-	CleanupInterval time.Duration
-	// CleanupBatch is how many rows one cleanup statement touches.
-	// Default 500.
-	CleanupBatch int
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
-	def := func(d *time.Duration, v time.Duration) {
-		if *d == 0 {
-			*d = v
-		}
-	}
-	if c.Stream == "" {
-		c.Stream = DefaultStream
-	}
-	if c.SubjectPrefix == "" {
-		c.SubjectPrefix = DefaultSubjectPrefix
-	}
-	def(&c.DuplicateWindow, DefaultDuplicateWindow)
-	def(&c.MaxAge, DefaultMaxAge)
-	def(&c.Lease, DefaultLease)
-	def(&c.PollInterval, DefaultPollInterval)
-	def(&c.MaxBackoff, DefaultMaxBackoff)
-	def(&c.AckTimeout, DefaultAckTimeout)
-	def(&c.OutboxRetention, DefaultOutboxRetention)
-	def(&c.InboxRetention, DefaultInboxRetention)
-	def(&c.CleanupInterval, DefaultCleanupInterval)
-	if c.Batch == 0 {
-		c.Batch = DefaultBatch
-	}
-	if c.CleanupBatch == 0 {
-		c.CleanupBatch = DefaultCleanupBatch
-	}
+	c.Stream = c.Stream.WithDefaults()
+	c.Lease = cmp.Or(c.Lease, DefaultLease)
+	c.PollInterval = cmp.Or(c.PollInterval, DefaultPollInterval)
+	c.MaxBackoff = cmp.Or(c.MaxBackoff, DefaultMaxBackoff)
+	c.AckTimeout = cmp.Or(c.AckTimeout, DefaultAckTimeout)
+	c.Batch = cmp.Or(c.Batch, DefaultBatch)
 	return c
 }
 
@@ -142,25 +97,19 @@ func (c Config) WorstRepublishDelay() time.Duration {
 }
 
 // Validate checks that the horizons nest: a republish after a crash falls
-// inside the duplicate window (so JetStream drops it), the duplicate window
-// fits in the stream's MaxAge, and consumers remember processed events for
-// at least as long as the stream can redeliver them. The error names the
-// settings involved.
+// inside the duplicate window (so JetStream drops it), and the duplicate
+// window fits in the stream's MaxAge (stream.Config.Validate). The error
+// names the settings involved. (That consumers remember events for as long
+// as the stream keeps them is retention.Config.CoversStream's check.)
 func (c Config) Validate() error {
 	switch {
 	case c.Batch < 1:
 		return errors.New("QUILL_RELAY_BATCH must be at least 1")
-	case c.WorstRepublishDelay() >= c.DuplicateWindow:
+	case c.WorstRepublishDelay() >= c.Stream.DuplicateWindow:
 		return fmt.Errorf("the worst-case republish delay, ack timeout %s + QUILL_RELAY_LEASE %s + QUILL_RELAY_MAX_BACKOFF %s + QUILL_RELAY_POLL_INTERVAL %s = %s, must be shorter than QUILL_DUPLICATE_WINDOW %s, or a relay crash or hang could publish an event twice",
-			c.AckTimeout, c.Lease, c.MaxBackoff, c.PollInterval, c.WorstRepublishDelay(), c.DuplicateWindow)
-	case c.DuplicateWindow > c.MaxAge:
-		return fmt.Errorf("QUILL_DUPLICATE_WINDOW %s must not exceed QUILL_STREAM_MAX_AGE %s", c.DuplicateWindow, c.MaxAge)
-	case c.InboxRetention < c.MaxAge:
-		return fmt.Errorf("QUILL_INBOX_RETENTION %s must be at least QUILL_STREAM_MAX_AGE %s: consumers must remember an event for as long as the stream can redeliver it", c.InboxRetention, c.MaxAge)
-	case c.OutboxRetention <= 0 || c.CleanupInterval <= 0 || c.CleanupBatch < 1:
-		return errors.New("QUILL_OUTBOX_RETENTION and the cleanup interval and batch must be positive")
+			c.AckTimeout, c.Lease, c.MaxBackoff, c.PollInterval, c.WorstRepublishDelay(), c.Stream.DuplicateWindow)
 	}
-	return nil
+	return c.Stream.Validate()
 }
 
 // Hooks let tests act at points a crash could hit. Nil hooks cost nothing.
@@ -222,20 +171,11 @@ func defaultID() string {
 	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
 }
 
-// Provision creates the stream, or updates it to the configuration:
-// subjects <prefix>.>, file storage, the duplicate window and MaxAge.
+// Provision creates the stream, or updates it to the configuration (see
+// stream.Provision). The error wraps JetStream's.
 func (r *Relay) Provision(ctx context.Context) error {
-	_, err := r.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:       r.cfg.Stream,
-		Subjects:   []string{r.cfg.SubjectPrefix + ".>"},
-		Storage:    jetstream.FileStorage,
-		Duplicates: r.cfg.DuplicateWindow,
-		MaxAge:     r.cfg.MaxAge,
-	})
-	if err != nil {
-		return fmt.Errorf("provision stream %s: %w", r.cfg.Stream, err)
-	}
-	return nil
+	_, err := stream.Provision(ctx, r.js, r.cfg.Stream)
+	return err
 }
 
 // Ready reports whether NATS is connected and PostgreSQL answers.
@@ -264,7 +204,6 @@ func (r *Relay) Run(ctx context.Context) error {
 	g.Go(func() error { return r.publishLoop(ctx) })
 	g.Go(func() error { return r.listenLoop(ctx) })
 	g.Go(func() error { return r.statsLoop(ctx) })
-	g.Go(func() error { return r.cleanupLoop(ctx) })
 	return g.Wait()
 }
 
@@ -282,10 +221,8 @@ type batch struct {
 // marks, parks or releases and hands the batch back; the claimer then ends
 // its claims with its next claim statement. So the claim of batch N+2, the
 // publish of N+1 and the ack wait and mark of N overlap, and a claim ends
-// only after its event is marked. (One relay is bound by its claimer: a
-// claim of 256 events takes several milliseconds of round trips and
-// PostgreSQL work, and publishing them in the claimer's stead cost a
-// fifth of its time.)
+// only after its event is marked. The claimer bounds one relay's
+// throughput, so it does nothing but claim.
 type pipeline struct {
 	r       *Relay
 	conn    *pgx.Conn // the claim session; nil until (re)connected
@@ -694,7 +631,7 @@ func (r *Relay) settle(ctx context.Context, b *batch, acks []outbox.Published) e
 }
 
 func (r *Relay) message(e outbox.Pending) *nats.Msg {
-	msg := nats.NewMsg(outbox.Subject(r.cfg.SubjectPrefix, e.Tenant, e.Type))
+	msg := nats.NewMsg(stream.Subject(r.cfg.Stream.SubjectPrefix, e.Tenant, e.Type))
 	msg.Data = e.Payload
 	msg.Header.Set(jetstream.MsgIDHeader, e.ID.String())
 	msg.Header.Set("Content-Type", "application/cloudevents+json")
@@ -716,7 +653,7 @@ func (r *Relay) permanent(ctx context.Context, e outbox.Pending, err error) (str
 	case errors.Is(err, nats.ErrMaxPayload):
 		return fmt.Sprintf("payload of %d bytes exceeds the NATS server's max_payload of %d", len(e.Payload), r.nc.MaxPayload()), true
 	case errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrNoResponders):
-		subject := outbox.Subject(r.cfg.SubjectPrefix, e.Tenant, e.Type)
+		subject := stream.Subject(r.cfg.Stream.SubjectPrefix, e.Tenant, e.Type)
 		_, lerr := r.js.StreamNameBySubject(ctx, subject)
 		if errors.Is(lerr, jetstream.ErrStreamNotFound) {
 			return "no stream captures subject " + subject, true
@@ -812,58 +749,6 @@ func (r *Relay) statsLoop(ctx context.Context) error {
 			return nil
 		}
 	}
-}
-
-// cleanupLoop applies the retention horizons in small batches.
-func (r *Relay) cleanupLoop(ctx context.Context) error {
-	for {
-		if err := r.Cleanup(ctx, time.Now()); err != nil && ctx.Err() == nil {
-			r.log.Warn().Err(err).Str("error_category", "cleanup_failed").Msg("cleanup failed; it runs again later")
-		}
-		if !sleep(ctx, r.cfg.CleanupInterval, nil) {
-			return nil
-		}
-	}
-}
-
-// Cleanup deletes published events past the outbox retention, compacts
-// operation records past their response retention to tombstones, deletes
-// records past their key retention, and deletes inbox rows past the inbox
-// retention — each in batches of CleanupBatch until nothing is left. Several
-// relays may run it at once.
-func (r *Relay) Cleanup(ctx context.Context, now time.Time) error {
-	steps := []struct {
-		name string
-		run  func() (int64, error)
-		// whole: run does every batch itself.
-		whole bool
-	}{
-		{"outbox", func() (int64, error) {
-			return outbox.DeletePublished(ctx, r.pool, now, r.cfg.OutboxRetention, r.cfg.CleanupBatch)
-		}, true},
-		{"compact", func() (int64, error) { return idempotency.Compact(ctx, r.pool, now, r.cfg.CleanupBatch) }, false},
-		{"forget", func() (int64, error) { return idempotency.Forget(ctx, r.pool, now, r.cfg.CleanupBatch) }, false},
-		{"inbox", func() (int64, error) {
-			return inbox.DeleteExpired(ctx, r.pool, r.cfg.InboxRetention, r.cfg.CleanupBatch)
-		}, false},
-	}
-	for _, s := range steps {
-		total := int64(0)
-		for {
-			n, err := s.run()
-			if err != nil {
-				return fmt.Errorf("cleanup %s: %w", s.name, err)
-			}
-			total += n
-			if s.whole || n < int64(r.cfg.CleanupBatch) || ctx.Err() != nil {
-				break
-			}
-		}
-		if total > 0 {
-			r.log.Info().Str("step", s.name).Int64("rows", total).Msg("cleanup")
-		}
-	}
-	return nil
 }
 
 // backoff is exponential with full jitter.

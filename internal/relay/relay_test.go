@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/quillhq/quill/internal/clitest"
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/dbtest"
 	"github.com/quillhq/quill/internal/metrics"
@@ -29,6 +30,7 @@ import (
 	"github.com/quillhq/quill/internal/notes"
 	"github.com/quillhq/quill/internal/outbox"
 	"github.com/quillhq/quill/internal/relay"
+	"github.com/quillhq/quill/internal/stream"
 )
 
 // waitLong bounds every wait for the relay to catch up; the polls end as
@@ -64,15 +66,12 @@ func newHarness(t *testing.T, opts ...natstest.Option) *harness {
 // config is a relay configuration with short horizons that still nest.
 func (h *harness) config() relay.Config {
 	return relay.Config{
-		Stream:          h.stream,
-		SubjectPrefix:   h.prefix,
-		DuplicateWindow: time.Minute,
-		MaxAge:          time.Hour,
-		Lease:           time.Second,
-		PollInterval:    100 * time.Millisecond,
-		MaxBackoff:      250 * time.Millisecond,
-		AckTimeout:      time.Second,
-		Batch:           64,
+		Stream:       stream.Config{Name: h.stream, SubjectPrefix: h.prefix, DuplicateWindow: time.Minute, MaxAge: time.Hour},
+		Lease:        time.Second,
+		PollInterval: 100 * time.Millisecond,
+		MaxBackoff:   250 * time.Millisecond,
+		AckTimeout:   time.Second,
+		Batch:        64,
 	}
 }
 
@@ -238,24 +237,6 @@ func (h *harness) row(id uuid.UUID) outboxRow {
 	return outboxRow{}
 }
 
-// syncBuffer is a goroutine-safe buffer for a relay's log.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // cloudEvent is the part of a message's CloudEvents body the tests read.
 type cloudEvent struct {
 	ID      string `json:"id"`
@@ -332,25 +313,21 @@ func TestConfigValidateRefusesHorizonsThatDoNotNest(t *testing.T) {
 		want []string // substrings of the error; nil: valid
 	}{
 		{name: "defaults nest", cfg: relay.Config{}},
-		{name: "short test horizons nest", cfg: relay.Config{DuplicateWindow: time.Minute, MaxAge: time.Hour,
+		{name: "short test horizons nest", cfg: relay.Config{Stream: stream.Config{DuplicateWindow: time.Minute, MaxAge: time.Hour},
 			Lease: 300 * time.Millisecond, PollInterval: 100 * time.Millisecond, MaxBackoff: 250 * time.Millisecond, AckTimeout: time.Second}},
 		{name: "lease longer than the duplicate window", cfg: relay.Config{Lease: 15 * time.Minute},
 			want: []string{"QUILL_RELAY_LEASE 15m0s", "QUILL_DUPLICATE_WINDOW 10m0s", "QUILL_RELAY_MAX_BACKOFF", "QUILL_RELAY_POLL_INTERVAL", "ack timeout"}},
 		{name: "lease, backoff, poll and ack timeout together reach the window",
 			// 10s + 30s + 30s + 1s = 71s: equal is refused, shorter than the window is required.
-			cfg:  relay.Config{DuplicateWindow: 71 * time.Second},
+			cfg:  relay.Config{Stream: stream.Config{DuplicateWindow: 71 * time.Second}},
 			want: []string{"= 1m11s", "QUILL_DUPLICATE_WINDOW 1m11s"}},
-		{name: "one more second and they fit", cfg: relay.Config{DuplicateWindow: 72 * time.Second}},
-		{name: "backoff alone breaks a short window", cfg: relay.Config{DuplicateWindow: time.Minute, MaxBackoff: time.Minute, Lease: time.Second},
+		{name: "one more second and they fit", cfg: relay.Config{Stream: stream.Config{DuplicateWindow: 72 * time.Second}}},
+		{name: "backoff alone breaks a short window", cfg: relay.Config{Stream: stream.Config{DuplicateWindow: time.Minute}, MaxBackoff: time.Minute, Lease: time.Second},
 			want: []string{"QUILL_RELAY_MAX_BACKOFF 1m0s", "QUILL_DUPLICATE_WINDOW 1m0s"}},
-		{name: "duplicate window longer than the stream keeps messages", cfg: relay.Config{DuplicateWindow: 2 * time.Hour, MaxAge: time.Hour},
+		{name: "duplicate window longer than the stream keeps messages", cfg: relay.Config{Stream: stream.Config{DuplicateWindow: 2 * time.Hour, MaxAge: time.Hour}},
 			want: []string{"QUILL_DUPLICATE_WINDOW 2h0m0s", "QUILL_STREAM_MAX_AGE 1h0m0s"}},
-		{name: "duplicate window equal to MaxAge", cfg: relay.Config{DuplicateWindow: time.Hour, MaxAge: time.Hour}},
-		{name: "inbox forgets before the stream does", cfg: relay.Config{MaxAge: 400 * time.Hour},
-			want: []string{"QUILL_INBOX_RETENTION 336h0m0s", "QUILL_STREAM_MAX_AGE 400h0m0s"}},
-		{name: "inbox retention equal to MaxAge", cfg: relay.Config{MaxAge: 400 * time.Hour, InboxRetention: 400 * time.Hour}},
+		{name: "duplicate window equal to MaxAge", cfg: relay.Config{Stream: stream.Config{DuplicateWindow: time.Hour, MaxAge: time.Hour}}},
 		{name: "negative batch", cfg: relay.Config{Batch: -1}, want: []string{"QUILL_RELAY_BATCH"}},
-		{name: "negative outbox retention", cfg: relay.Config{OutboxRetention: -time.Hour}, want: []string{"QUILL_OUTBOX_RETENTION"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -359,7 +336,7 @@ func TestConfigValidateRefusesHorizonsThatDoNotNest(t *testing.T) {
 			err := cfg.Validate()
 			if tc.want == nil {
 				require.NoError(t, err)
-				require.Less(t, cfg.WorstRepublishDelay(), cfg.DuplicateWindow)
+				require.Less(t, cfg.WorstRepublishDelay(), cfg.Stream.DuplicateWindow)
 				return
 			}
 			require.Error(t, err)
@@ -772,7 +749,7 @@ func TestPostgresConnectionLossRecovers(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	id := h.relayID("pgloss")
-	var logs syncBuffer
+	var logs clitest.SyncBuffer
 	r, m := h.newRelayLogging(h.config(), id, zerolog.New(&logs))
 	require.NoError(t, r.Provision(h.ctx()))
 	start(t, r)
@@ -818,138 +795,6 @@ func TestPostgresConnectionLossRecovers(t *testing.T) {
 	h.requireExactlyOnce(written)
 	require.Contains(t, logs.String(), `"error_category":"listen_failed"`, "the relay saw its LISTEN session end")
 	t.Logf("publish errors %v, duplicates %v; warnings:\n%s", value(m.Errors), value(m.Duplicates), logs.String())
-}
-
-// TestCleanupHonoursRetention deletes published events older than the
-// outbox retention in small batches, keeps recent and unpublished ones,
-// compacts and forgets operation records past their horizons, and deletes
-// old inbox rows — with two relays cleaning at once.
-func TestCleanupHonoursRetention(t *testing.T) {
-	t.Parallel()
-	h := newHarness(t)
-	cfg := h.config()
-	cfg.CleanupBatch = 2
-	a, _ := h.newRelay(cfg, h.relayID("a"))
-	b, _ := h.newRelay(cfg, h.relayID("b"))
-	ctx := h.ctx()
-
-	age := func(id uuid.UUID, ago string) {
-		// Created a second before it was published, as for real: cleanup
-		// walks the outbox in seq order and stops at events too young.
-		_, err := h.pool.Exec(ctx, `UPDATE outbox_events SET published_at = now() - $2::interval, stream_seq = seq,
-			created_at = now() - $2::interval - interval '1 second' WHERE id = $1`, id, ago)
-		require.NoError(t, err)
-	}
-	var old []uuid.UUID
-	for range 5 {
-		id := h.write(h.tenant, uuid.New(), outbox.TypeNoteCreated)
-		age(id, "169 hours")
-		old = append(old, id)
-	}
-	recent := h.write(h.tenant, uuid.New(), outbox.TypeNoteCreated)
-	age(recent, "167 hours")
-	pending := h.write(h.tenant, uuid.New(), outbox.TypeNoteCreated)
-	oldPending := h.write(h.tenant, uuid.New(), outbox.TypeNoteCreated)
-	_, err := h.pool.Exec(ctx, `UPDATE outbox_events SET created_at = now() - interval '400 hours' WHERE id = $1`, oldPending)
-	require.NoError(t, err)
-
-	// Operation records: one past its key retention, one past its response
-	// retention only, one fresh. (Their note.created events stay pending.)
-	svc, err := notes.NewService(h.pool, notes.Config{}, zerolog.Nop())
-	require.NoError(t, err)
-	for _, key := range []string{"forgotten", "compacted", "fresh"} {
-		_, err := svc.Create(ctx, notes.Request{Tenant: h.tenant, Key: key, Wait: -1}, notes.CreateParams{Title: key})
-		require.NoError(t, err)
-	}
-	_, err = h.pool.Exec(ctx, `UPDATE operations SET expires_at = now() - interval '1 hour', forget_at = now() - interval '1 minute' WHERE key = 'forgotten'`)
-	require.NoError(t, err)
-	_, err = h.pool.Exec(ctx, `UPDATE operations SET expires_at = now() - interval '1 hour' WHERE key = 'compacted'`)
-	require.NoError(t, err)
-	keep := []uuid.UUID{recent, pending, oldPending}
-	rows, err := h.pool.Query(ctx, `SELECT id FROM outbox_events WHERE operation_key IS NOT NULL`)
-	require.NoError(t, err)
-	opEvents, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
-	require.NoError(t, err)
-	require.Len(t, opEvents, 3)
-	keep = append(keep, opEvents...)
-
-	// Inbox rows: three past the inbox retention (336h), one within it.
-	// (Written directly: the inbox's own writers run in a consumer's
-	// processing transaction.)
-	for i, ago := range []time.Duration{337 * time.Hour, 400 * time.Hour, 1000 * time.Hour, 335 * time.Hour} {
-		_, err := h.pool.Exec(ctx, `INSERT INTO inbox (consumer, event_id, processed_at) VALUES ($1, $2, $3)`,
-			"worker-"+h.suffix, uuid.New(), time.Now().Add(-ago))
-		require.NoError(t, err, "inbox row %d", i)
-	}
-
-	now := time.Now()
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return a.Cleanup(gctx, now) })
-	g.Go(func() error { return b.Cleanup(gctx, now) })
-	require.NoError(t, g.Wait())
-
-	var left []uuid.UUID
-	for _, r := range h.rows() {
-		left = append(left, r.ID)
-	}
-	for _, id := range old {
-		require.NotContains(t, left, id, "published 169h ago: deleted")
-	}
-	require.ElementsMatch(t, keep, left,
-		"published events past the retention are deleted; recent and unpublished ones stay")
-	require.Zero(t, h.count(`SELECT count(*) FROM operations WHERE key = 'forgotten'`))
-	require.Equal(t, 1, h.count(`SELECT count(*) FROM operations WHERE key = 'compacted' AND response_body IS NULL AND compacted_at IS NOT NULL`),
-		"a record past its response retention is compacted to a tombstone")
-	require.Equal(t, 1, h.count(`SELECT count(*) FROM operations WHERE key = 'fresh' AND response_body IS NOT NULL AND compacted_at IS NULL`))
-	require.Equal(t, 1, h.count(`SELECT count(*) FROM inbox WHERE consumer = $1`, "worker-"+h.suffix),
-		"only the inbox row within the retention is kept")
-
-	// Nothing left to do is not an error.
-	require.NoError(t, a.Cleanup(ctx, time.Now()))
-	require.Len(t, h.rows(), len(keep))
-}
-
-// Cleanup walks the outbox from its oldest event; old events that must
-// stay — parked or still pending — fill whole windows at its head without
-// stopping the walk, and the published events behind them are deleted.
-func TestCleanupStepsOverOldUnpublishedEvents(t *testing.T) {
-	t.Parallel()
-	h := newHarness(t)
-	cfg := h.config()
-	cfg.CleanupBatch = 2
-	r, _ := h.newRelay(cfg, h.relayID("a"))
-	ctx := h.ctx()
-	set := func(id uuid.UUID, sql string) {
-		_, err := h.pool.Exec(ctx, `UPDATE outbox_events SET `+sql+` WHERE id = $1`, id)
-		require.NoError(t, err)
-	}
-	var stay, gone []uuid.UUID
-	for i := range 5 {
-		id := h.write(h.tenant, uuid.New(), outbox.TypeNoteCreated)
-		set(id, `created_at = now() - interval '500 hours'`)
-		if i%2 == 0 {
-			set(id, `parked_at = now(), parked_reason = 'payload too large'`)
-		}
-		stay = append(stay, id)
-	}
-	for range 3 {
-		id := h.write(h.tenant, uuid.New(), outbox.TypeNoteCreated)
-		set(id, `created_at = now() - interval '300 hours', published_at = now() - interval '299 hours', stream_seq = seq`)
-		gone = append(gone, id)
-	}
-	young := h.write(h.tenant, uuid.New(), outbox.TypeNoteCreated)
-	set(young, `published_at = now(), stream_seq = seq`)
-	stay = append(stay, young)
-
-	require.NoError(t, r.Cleanup(ctx, time.Now()))
-	var left []uuid.UUID
-	for _, row := range h.rows() {
-		left = append(left, row.ID)
-	}
-	require.ElementsMatch(t, stay, left, "the three old published events behind five old unpublished ones are deleted")
-	for _, id := range gone {
-		require.NotContains(t, left, id)
-	}
 }
 
 // After a cause that parked many events is fixed, one command returns them
@@ -1023,8 +868,8 @@ func TestHeldBackEventsFollowWithoutWaitingForThePoll(t *testing.T) {
 	srv := natstest.Start(t)
 	nc, js := srv.Connect(t)
 	suffix := strings.ReplaceAll(uuid.NewString(), "-", "")[:10]
-	cfg := relay.Config{Stream: "HELD_" + strings.ToUpper(suffix), SubjectPrefix: "q" + suffix,
-		DuplicateWindow: 2 * time.Minute, MaxAge: time.Hour, Lease: time.Second, AckTimeout: time.Second,
+	cfg := relay.Config{Stream: stream.Config{Name: "HELD_" + strings.ToUpper(suffix), SubjectPrefix: "q" + suffix,
+		DuplicateWindow: 2 * time.Minute, MaxAge: time.Hour}, Lease: time.Second, AckTimeout: time.Second,
 		MaxBackoff: 250 * time.Millisecond, PollInterval: time.Minute, Batch: 64}
 	note := uuid.New()
 	const events = 5
@@ -1045,5 +890,5 @@ func TestHeldBackEventsFollowWithoutWaitingForThePoll(t *testing.T) {
 		_ = pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE published_at IS NOT NULL`).Scan(&n)
 		return n == events
 	}, "all of the note's events published before the next poll")
-	require.Len(t, natstest.StreamMessages(t, js, cfg.Stream, ""), events)
+	require.Len(t, natstest.StreamMessages(t, js, cfg.Stream.Name, ""), events)
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/quillhq/quill/internal/natstest"
 	"github.com/quillhq/quill/internal/notes"
 	"github.com/quillhq/quill/internal/relay"
+	"github.com/quillhq/quill/internal/stream"
 	"github.com/quillhq/quill/internal/worker"
 )
 
@@ -85,7 +86,7 @@ func testLogger(t testing.TB) zerolog.Logger {
 }
 
 func (h *harness) relayConfig() relay.Config {
-	return relay.Config{Stream: h.stream, SubjectPrefix: h.prefix, DuplicateWindow: time.Minute, MaxAge: time.Hour,
+	return relay.Config{Stream: stream.Config{Name: h.stream, SubjectPrefix: h.prefix, DuplicateWindow: time.Minute, MaxAge: time.Hour},
 		Lease: time.Second, PollInterval: 50 * time.Millisecond, MaxBackoff: 250 * time.Millisecond, AckTimeout: time.Second, Batch: 256}
 }
 
@@ -103,7 +104,7 @@ func (h *harness) startRelay() {
 
 // config is a worker configuration with short horizons for tests.
 func (h *harness) config() worker.Config {
-	return worker.Config{Stream: h.stream, SubjectPrefix: h.prefix, Consumer: "attachment-worker-" + h.suffix,
+	return worker.Config{Stream: stream.Config{Name: h.stream, SubjectPrefix: h.prefix}, Consumer: "attachment-worker-" + h.suffix,
 		AckWait: 5 * time.Second, Concurrency: 4, MaxDeliver: 10, RetryInterval: 20 * time.Millisecond,
 		NakDelay: 100 * time.Millisecond, MaxNakDelay: 500 * time.Millisecond}
 }

@@ -22,6 +22,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -44,7 +45,7 @@ import (
 	"github.com/quillhq/quill/internal/deadletter"
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/outbox"
-	"github.com/quillhq/quill/internal/relay"
+	"github.com/quillhq/quill/internal/stream"
 )
 
 // Defaults of Config.
@@ -75,15 +76,10 @@ const (
 
 // Config tunes a worker. Every zero field takes its default.
 type Config struct {
-	// Stream is the JetStream stream (QUILL_STREAM). Default QUILL_EVENTS.
-	Stream string
-	// SubjectPrefix is the first subject token (QUILL_SUBJECT_PREFIX).
-	// Default quill.
-	SubjectPrefix string
-	// DuplicateWindow and MaxAge are used only to create the stream when it
-	// does not exist yet (the relay owns its settings). Defaults as the
-	// relay's.
-	DuplicateWindow, MaxAge time.Duration
+	// Stream is the stream consumed; its zero fields take stream's
+	// defaults. Its DuplicateWindow and MaxAge are used only to create the
+	// stream when it does not exist yet (the relay owns its settings).
+	Stream stream.Config
 	// Consumer is the durable consumer's name, also the inbox's consumer
 	// (QUILL_CONSUMER). Default attachment-worker.
 	Consumer string
@@ -139,50 +135,25 @@ type Config struct {
 
 // WithDefaults returns c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
-	rc := relay.Config{Stream: c.Stream, SubjectPrefix: c.SubjectPrefix, DuplicateWindow: c.DuplicateWindow, MaxAge: c.MaxAge}.WithDefaults()
-	c.Stream, c.SubjectPrefix, c.DuplicateWindow, c.MaxAge = rc.Stream, rc.SubjectPrefix, rc.DuplicateWindow, rc.MaxAge
-	if c.Consumer == "" {
-		c.Consumer = DefaultConsumer
-	}
-	if c.MaxDeliver == 0 {
-		c.MaxDeliver = DefaultMaxDeliver
-	}
-	if c.AckWait == 0 {
-		c.AckWait = DefaultAckWait
-	}
-	if c.Concurrency == 0 {
-		c.Concurrency = DefaultConcurrency
-	}
-	if c.BatchSize == 0 {
-		c.BatchSize = DefaultBatchSize
-	}
-	if c.BatchBytes == 0 {
-		c.BatchBytes = DefaultBatchBytes
-	}
-	if c.Committers == 0 {
-		c.Committers = DefaultCommitters
-	}
-	if c.MaxAckPending == 0 {
-		c.MaxAckPending = DefaultMaxAckPending
-	}
+	c.Stream = c.Stream.WithDefaults()
+	c.Consumer = cmp.Or(c.Consumer, DefaultConsumer)
+	c.MaxDeliver = cmp.Or(c.MaxDeliver, DefaultMaxDeliver)
+	c.AckWait = cmp.Or(c.AckWait, DefaultAckWait)
+	c.Concurrency = cmp.Or(c.Concurrency, DefaultConcurrency)
+	c.BatchSize = cmp.Or(c.BatchSize, DefaultBatchSize)
+	c.BatchBytes = cmp.Or(c.BatchBytes, DefaultBatchBytes)
+	c.Committers = cmp.Or(c.Committers, DefaultCommitters)
+	c.MaxAckPending = cmp.Or(c.MaxAckPending, DefaultMaxAckPending)
 	if c.Prefetch == 0 {
 		// A higher concurrency pulls fewer messages ahead per
 		// subscription, so that QUILL_WORKER_CONCURRENCY alone can go up
 		// to MaxAckPending.
 		c.Prefetch = max(1, min(DefaultPrefetch, c.MaxAckPending/c.Concurrency))
 	}
-	if c.Retries == 0 {
-		c.Retries = DefaultRetries
-	}
-	if c.RetryInterval == 0 {
-		c.RetryInterval = DefaultRetryInterval
-	}
-	if c.NakDelay == 0 {
-		c.NakDelay = DefaultNakDelay
-	}
-	if c.MaxNakDelay == 0 {
-		c.MaxNakDelay = DefaultMaxNakDelay
-	}
+	c.Retries = cmp.Or(c.Retries, DefaultRetries)
+	c.RetryInterval = cmp.Or(c.RetryInterval, DefaultRetryInterval)
+	c.NakDelay = cmp.Or(c.NakDelay, DefaultNakDelay)
+	c.MaxNakDelay = cmp.Or(c.MaxNakDelay, DefaultMaxNakDelay)
 	return c
 }
 
@@ -215,7 +186,9 @@ func (c Config) Validate() error {
 
 // FilterSubject is the consumer's subject filter: every tenant's
 // note.created events.
-func (c Config) FilterSubject() string { return c.SubjectPrefix + ".*." + outbox.TypeNoteCreated }
+func (c Config) FilterSubject() string {
+	return stream.OfType(c.Stream.SubjectPrefix, outbox.TypeNoteCreated)
+}
 
 // ConsumerConfig is the durable consumer the worker creates or updates.
 //
@@ -228,8 +201,8 @@ func (c Config) FilterSubject() string { return c.SubjectPrefix + ".*." + outbox
 // No server-side BackOff: the redelivery delay after a failure is the
 // worker's Nak delay (NakDelay doubling up to MaxNakDelay). With a BackOff
 // set, nats-server reckons a delayed Nak against the BackOff step of the
-// next delivery rather than the AckWait, and the third delivery came an
-// AckWait late (measured: 5 s instead of 200 ms with AckWait 5s).
+// next delivery rather than the AckWait, so a later delivery would come an
+// AckWait late.
 func (c Config) ConsumerConfig() jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
 		Durable:       c.Consumer,
@@ -312,28 +285,16 @@ func New(pool *pgxpool.Pool, nc *nats.Conn, cfg Config, log zerolog.Logger, m *m
 // Config returns the worker's configuration with defaults applied.
 func (w *Worker) Config() Config { return w.cfg }
 
-// Provision creates the stream when it does not exist (with the relay's
-// settings; the relay owns them and may update them) and creates or updates
-// the durable consumer.
+// Provision creates the stream when it does not exist (the relay owns its
+// settings and may update them; see stream.ProvisionIfMissing) and creates
+// or updates the durable consumer. The error wraps JetStream's.
 func (w *Worker) Provision(ctx context.Context) error {
-	st, err := w.js.Stream(ctx, w.cfg.Stream)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		st, err = w.js.CreateStream(ctx, jetstream.StreamConfig{
-			Name:       w.cfg.Stream,
-			Subjects:   []string{w.cfg.SubjectPrefix + ".>"},
-			Storage:    jetstream.FileStorage,
-			Duplicates: w.cfg.DuplicateWindow,
-			MaxAge:     w.cfg.MaxAge,
-		})
-		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			st, err = w.js.Stream(ctx, w.cfg.Stream)
-		}
-	}
+	st, err := stream.ProvisionIfMissing(ctx, w.js, w.cfg.Stream)
 	if err != nil {
-		return fmt.Errorf("stream %s: %w", w.cfg.Stream, err)
+		return err
 	}
 	if _, err := st.CreateOrUpdateConsumer(ctx, w.cfg.ConsumerConfig()); err != nil {
-		return fmt.Errorf("consumer %s on stream %s: %w", w.cfg.Consumer, w.cfg.Stream, err)
+		return fmt.Errorf("consumer %s on stream %s: %w", w.cfg.Consumer, w.cfg.Stream.Name, err)
 	}
 	return nil
 }
@@ -353,9 +314,9 @@ func (w *Worker) Ready(ctx context.Context) error {
 // created or updated, never deleted at close (other workers share it). The
 // consumer is wrapped so that Run can drain its subscriptions at shutdown.
 func (w *Worker) resources(ctx context.Context, js jetstream.JetStream, _ string) (jetstream.Consumer, func(context.Context, watermill.LoggerAdapter), error) {
-	st, err := js.Stream(ctx, w.cfg.Stream)
+	st, err := js.Stream(ctx, w.cfg.Stream.Name)
 	if err != nil {
-		return nil, nil, fmt.Errorf("stream %s: %w", w.cfg.Stream, err)
+		return nil, nil, fmt.Errorf("stream %s: %w", w.cfg.Stream.Name, err)
 	}
 	c, err := st.CreateOrUpdateConsumer(ctx, w.cfg.ConsumerConfig())
 	if err != nil {

@@ -28,7 +28,7 @@ import (
 	"github.com/quillhq/quill/internal/notes"
 	"github.com/quillhq/quill/internal/opkey"
 	"github.com/quillhq/quill/internal/outbox"
-	"github.com/quillhq/quill/internal/relay"
+	"github.com/quillhq/quill/internal/stream"
 )
 
 const overview = `usage: relaybench seed|raw|wait|latency|reset [flags]
@@ -46,10 +46,10 @@ Each prints one JSON object. "relaybench SUBCOMMAND --help" lists its flags.`
 // The stream's defaults, so that raw creates the kind of stream the relay
 // provisions; this block is the only place relaybench names their package.
 const (
-	defaultStream          = relay.DefaultStream
-	defaultSubjectPrefix   = relay.DefaultSubjectPrefix
-	defaultDuplicateWindow = relay.DefaultDuplicateWindow
-	defaultMaxAge          = relay.DefaultMaxAge
+	defaultStream          = stream.DefaultName
+	defaultSubjectPrefix   = stream.DefaultSubjectPrefix
+	defaultDuplicateWindow = stream.DefaultDuplicateWindow
+	defaultMaxAge          = stream.DefaultMaxAge
 )
 
 // The relay's publish settings that raw mirrors. bench-relay.sh passes
@@ -373,7 +373,7 @@ func raw(ctx context.Context, c common, stdout io.Writer) error {
 	}); err != nil {
 		return fmt.Errorf("create stream %s: %w", c.stream, err)
 	}
-	subject := outbox.Subject(c.prefix, c.tenant, outbox.TypeNoteCreated)
+	subject := stream.Subject(c.prefix, c.tenant, outbox.TypeNoteCreated)
 
 	futures := make([]jetstream.PubAckFuture, len(events))
 	fmt.Fprintf(c.progress, "relaybench: publishing %d messages to %s\n", len(events), subject)

@@ -1,0 +1,191 @@
+package daemon_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/quillhq/quill/internal/cli"
+	"github.com/quillhq/quill/internal/clitest"
+	"github.com/quillhq/quill/internal/daemon"
+	"github.com/quillhq/quill/internal/dbtest"
+	"github.com/quillhq/quill/internal/metrics"
+	"github.com/quillhq/quill/internal/natstest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// pgx's pool health checker and nats-server's background
+		// goroutines end shortly after Close; give them a moment.
+		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).startGoRoutine.func1"),
+	)
+}
+
+const waitLong = 30 * time.Second
+
+func settings(t *testing.T) daemon.Settings {
+	t.Helper()
+	_, dbURL := dbtest.Pool(t, 2)
+	srv := natstest.Start(t)
+	return daemon.Settings{CommandSettings: daemon.CommandSettings{DatabaseURL: dbURL, LogLevel: "info"},
+		NATSURL: srv.URL(), AdminAddr: "127.0.0.1:0"}
+}
+
+// Start refuses what cannot work with the error kind that decides the exit
+// status, and one log line for an unreachable dependency.
+func TestStartRefuses(t *testing.T) {
+	t.Parallel()
+	good := settings(t)
+	for _, tc := range []struct {
+		name     string
+		mod      func(*daemon.Settings)
+		category string // "": a usage error
+	}{
+		{"bad log level", func(s *daemon.Settings) { s.LogLevel = "loud" }, ""},
+		{"database unreachable", func(s *daemon.Settings) { s.DatabaseURL = "postgres://postgres@127.0.0.1:1/x?sslmode=disable" }, "database_unreachable"},
+		{"nats unreachable", func(s *daemon.Settings) { s.NATSURL = "nats://127.0.0.1:1" }, "nats_unreachable"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := good
+			tc.mod(&s)
+			var logs clitest.SyncBuffer
+			d, err := daemon.Start(t.Context(), s, daemon.Process{Name: "test", PoolSize: 2, Disconnected: "lost"}, &logs)
+			require.Nil(t, d)
+			if tc.category == "" {
+				require.ErrorAs(t, err, new(cli.UsageError))
+				return
+			}
+			require.ErrorAs(t, err, new(cli.LoggedError))
+			require.Equal(t, 1, strings.Count(logs.String(), "\n"), "one log line: %s", logs.String())
+			require.Contains(t, logs.String(), `"error_category":"`+tc.category+`"`)
+		})
+	}
+}
+
+// Run serves the admin address and the services until the context ends,
+// then returns nil after every service returned, and logs "stopped"; a
+// failing service stops the others and is returned.
+func TestRunServesAndStops(t *testing.T) {
+	t.Parallel()
+	s := settings(t)
+	var logs clitest.SyncBuffer
+	d, err := daemon.Start(t.Context(), s, daemon.Process{Name: "test", PoolSize: 2, Disconnected: "lost"}, &logs)
+	require.NoError(t, err)
+	defer d.Close()
+
+	ctx, cancel := context.WithCancel(t.Context())
+	returned := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- d.Run(ctx, map[string]metrics.ReadyFunc{"postgres": d.Pool.Ping}, func(ctx context.Context) error {
+			<-ctx.Done()
+			close(returned)
+			return nil
+		})
+	}()
+	var addr string
+	natstest.WaitFor(t, waitLong, func() bool {
+		for line := range strings.Lines(logs.String()) {
+			if strings.Contains(line, `"message":"listening"`) {
+				_, rest, _ := strings.Cut(line, `"addr":"`)
+				addr, _, _ = strings.Cut(rest, `"`)
+				return true
+			}
+		}
+		return false
+	}, "the admin server listens")
+	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
+		res, err := http.Get("http://" + addr + path)
+		require.NoError(t, err)
+		res.Body.Close()
+		require.Equal(t, http.StatusOK, res.StatusCode, path)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(waitLong):
+		t.Fatal("Run did not return after its context ended")
+	}
+	<-returned
+	require.Contains(t, logs.String(), `"message":"stopped"`)
+	_, err = net.DialTimeout("tcp", addr, time.Second)
+	require.Error(t, err, "the admin server is shut down")
+
+	failure := errors.New("service failed")
+	err = d.Run(t.Context(), nil, func(context.Context) error { return failure }, func(ctx context.Context) error {
+		<-ctx.Done()
+		return nil
+	})
+	require.ErrorIs(t, err, failure)
+}
+
+// Run refuses an admin address it cannot listen on, with one log line.
+func TestRunRefusesABusyAdminAddress(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	s := settings(t)
+	s.AdminAddr = ln.Addr().String()
+	var logs clitest.SyncBuffer
+	d, err := daemon.Start(t.Context(), s, daemon.Process{Name: "test", PoolSize: 2, Disconnected: "lost"}, &logs)
+	require.NoError(t, err)
+	defer d.Close()
+	err = d.Run(t.Context(), nil, func(context.Context) error { t.Error("a service ran"); return nil })
+	require.ErrorAs(t, err, new(cli.LoggedError))
+	require.Contains(t, logs.String(), "cannot listen on the admin address")
+}
+
+// A failed start-up step is one log line with its category and a logged
+// error; a step that succeeds returns nil.
+func TestProvision(t *testing.T) {
+	t.Parallel()
+	var logs clitest.SyncBuffer
+	d, err := daemon.Start(t.Context(), settings(t), daemon.Process{Name: "test", PoolSize: 2, Disconnected: "lost"}, &logs)
+	require.NoError(t, err)
+	defer d.Close()
+	require.NoError(t, d.Provision(t.Context(), "x_failed", "cannot start", func(ctx context.Context) error {
+		_, ok := ctx.Deadline()
+		require.True(t, ok, "the step is bounded")
+		return nil
+	}))
+	failure := errors.New("no stream")
+	err = d.Provision(t.Context(), "stream_provisioning_failed", "cannot start: no stream", func(context.Context) error { return failure })
+	require.ErrorIs(t, err, failure)
+	require.ErrorAs(t, err, new(cli.LoggedError))
+	require.Contains(t, logs.String(), `"error_category":"stream_provisioning_failed"`)
+}
+
+// An operator command opens the database only, and refuses what Start
+// refuses in the same way.
+func TestCommandSettingsOpen(t *testing.T) {
+	t.Parallel()
+	c := settings(t).CommandSettings
+	_, pool, err := c.Open(t.Context(), "test", io.Discard)
+	require.NoError(t, err)
+	require.NoError(t, pool.Ping(t.Context()))
+	pool.Close()
+
+	bad := c
+	bad.LogLevel = "loud"
+	_, _, err = bad.Open(t.Context(), "test", io.Discard)
+	require.ErrorAs(t, err, new(cli.UsageError))
+	bad = c
+	bad.DatabaseURL = "postgres://postgres@127.0.0.1:1/x?sslmode=disable"
+	var logs clitest.SyncBuffer
+	_, _, err = bad.Open(t.Context(), "test", &logs)
+	require.ErrorAs(t, err, new(cli.LoggedError))
+	require.Equal(t, 1, strings.Count(logs.String(), "\n"), "one log line: %s", logs.String())
+	require.Contains(t, logs.String(), `"error_category":"database_unreachable"`)
+}

@@ -1,0 +1,150 @@
+// Package stream owns Quill's JetStream stream (SPEC §5): its settings and
+// their defaults, the subjects events are published on
+// (<prefix>.<tenant>.<aggregate>.<event>), and its provisioning. The relay,
+// the attachment worker and the audit take all three from here, so the
+// stream has one definition.
+package stream
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/quillhq/quill/internal/config"
+)
+
+// Defaults of Config.
+const (
+	DefaultName            = "QUILL_EVENTS"
+	DefaultSubjectPrefix   = "quill"
+	DefaultDuplicateWindow = 10 * time.Minute
+	DefaultMaxAge          = 168 * time.Hour
+)
+
+// Config is the part of the stream's configuration that Quill owns. Every
+// zero field takes its default.
+type Config struct {
+	// Name is the JetStream stream (QUILL_STREAM). Default QUILL_EVENTS.
+	Name string
+	// SubjectPrefix is the first token of every subject
+	// (QUILL_SUBJECT_PREFIX). Default quill.
+	SubjectPrefix string
+	// DuplicateWindow is the stream's Duplicates window
+	// (QUILL_DUPLICATE_WINDOW). Default 10m.
+	DuplicateWindow time.Duration
+	// MaxAge is the stream's MaxAge (QUILL_STREAM_MAX_AGE). Default 168h.
+	MaxAge time.Duration
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	c.Name = cmp.Or(c.Name, DefaultName)
+	c.SubjectPrefix = cmp.Or(c.SubjectPrefix, DefaultSubjectPrefix)
+	c.DuplicateWindow = cmp.Or(c.DuplicateWindow, DefaultDuplicateWindow)
+	c.MaxAge = cmp.Or(c.MaxAge, DefaultMaxAge)
+	return c
+}
+
+// DefineSubjects registers the settings that name the stream and its
+// subjects on s: QUILL_STREAM and QUILL_SUBJECT_PREFIX.
+func (c *Config) DefineSubjects(s *config.Set) {
+	s.String(&c.Name, "stream", "QUILL_STREAM", DefaultName, "JetStream stream name")
+	s.String(&c.SubjectPrefix, "subject-prefix", "QUILL_SUBJECT_PREFIX", DefaultSubjectPrefix, "first token of every subject")
+}
+
+// Define registers every stream setting on s: those of DefineSubjects,
+// QUILL_DUPLICATE_WINDOW and QUILL_STREAM_MAX_AGE. owner says whether the
+// process sets the stream's settings (the relay) or uses them only to
+// create a missing stream (a consumer); the help texts say which.
+func (c *Config) Define(s *config.Set, owner bool) {
+	c.DefineSubjects(s)
+	window, maxAge := "the stream's Duplicates window", "the stream's MaxAge; at least the duplicate window, at most the inbox retention"
+	if !owner {
+		window, maxAge = window+", used only if the worker creates the stream", "the stream's MaxAge, used only if the worker creates the stream"
+	}
+	s.Duration(&c.DuplicateWindow, "duplicate-window", "QUILL_DUPLICATE_WINDOW", DefaultDuplicateWindow, window)
+	s.Duration(&c.MaxAge, "stream-max-age", "QUILL_STREAM_MAX_AGE", DefaultMaxAge, maxAge)
+}
+
+// Validate returns an error naming the settings when the duplicate window
+// does not fit in the stream's MaxAge: JetStream would forget a message's
+// id while it could still be republished.
+func (c Config) Validate() error {
+	if c.DuplicateWindow > c.MaxAge {
+		return fmt.Errorf("QUILL_DUPLICATE_WINDOW %s must not exceed QUILL_STREAM_MAX_AGE %s", c.DuplicateWindow, c.MaxAge)
+	}
+	return nil
+}
+
+// StreamConfig is the stream as Quill defines it: subjects <prefix>.>, file
+// storage, the duplicate window and MaxAge.
+func (c Config) StreamConfig() jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:       c.Name,
+		Subjects:   []string{All(c.SubjectPrefix)},
+		Storage:    jetstream.FileStorage,
+		Duplicates: c.DuplicateWindow,
+		MaxAge:     c.MaxAge,
+	}
+}
+
+// Provision creates the stream, or updates an existing one to c's
+// definition; the relay, which owns the stream's settings, uses it. The
+// error wraps JetStream's.
+func Provision(ctx context.Context, js jetstream.JetStream, c Config) (jetstream.Stream, error) {
+	st, err := js.CreateOrUpdateStream(ctx, c.StreamConfig())
+	if err != nil {
+		return nil, fmt.Errorf("provision stream %s: %w", c.Name, err)
+	}
+	return st, nil
+}
+
+// ProvisionIfMissing returns the stream, creating it to c's definition only
+// when it does not exist: a consumer may start before any relay did, but
+// never changes the settings of a stream that is there. Two processes
+// creating it at once both get it. The error wraps JetStream's.
+func ProvisionIfMissing(ctx context.Context, js jetstream.JetStream, c Config) (jetstream.Stream, error) {
+	st, err := js.Stream(ctx, c.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		st, err = js.CreateStream(ctx, c.StreamConfig())
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			st, err = js.Stream(ctx, c.Name)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", c.Name, err)
+	}
+	return st, nil
+}
+
+// Subject returns the subject of an event of eventType ("note.created",
+// an aggregate and an event) of tenant: <prefix>.<tenant>.<aggregate>.<event>.
+func Subject(prefix, tenant, eventType string) string {
+	return prefix + "." + tenant + "." + eventType
+}
+
+// All is the filter of every subject under prefix: <prefix>.>.
+func All(prefix string) string { return prefix + ".>" }
+
+// OfTenant is the filter of every subject of tenant: <prefix>.<tenant>.>.
+func OfTenant(prefix, tenant string) string { return prefix + "." + tenant + ".>" }
+
+// OfType is the filter of every tenant's events of eventType:
+// <prefix>.*.<aggregate>.<event>.
+func OfType(prefix, eventType string) string { return prefix + ".*." + eventType }
+
+// Tenant returns the tenant token of a subject under prefix, or "" when
+// the subject is not under prefix.
+func Tenant(prefix, subject string) string {
+	rest, ok := strings.CutPrefix(subject, prefix+".")
+	if !ok {
+		return ""
+	}
+	tenant, _, _ := strings.Cut(rest, ".")
+	return tenant
+}
