@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/quillhq/quill/internal/httpapi"
 	"github.com/quillhq/quill/internal/notes"
 )
 
@@ -54,7 +55,7 @@ func TestNoLeftoverLockAfterUnclaimedAnswer(t *testing.T) {
 	const n = 200
 	for i := range n {
 		key := "leftover-" + string(rune('a'+i%26)) + time.Now().Format("150405.000000")
-		r := notes.Request{Tenant: b.tenantA, Key: key, Wait: -1}
+		r := notes.Request{Tenant: b.tenantA, Key: key, Wait: -1, Render: httpapi.RenderWrite}
 		_, err := b.svc.Create(ctx, r, notes.CreateParams{Title: "x"})
 		require.NoError(t, err)
 		b.clock.advance(responseRetention + time.Minute)

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"mime"
 	"net/http"
 	"net/url"
@@ -45,7 +46,33 @@ func operationKey(r *http.Request, action string) (string, *problem.Problem) {
 }
 
 func (s *server) writeRequest(r *http.Request, key string) notes.Request {
-	return notes.Request{Tenant: info(r).tenant, Key: key, Wait: preferWait(r), Traceparent: traceparent(r)}
+	return notes.Request{Tenant: info(r).tenant, Key: key, Wait: preferWait(r), Traceparent: traceparent(r), Render: RenderWrite}
+}
+
+// RenderWrite renders an executed write's result as the HTTP response the
+// notes service records for the operation and replays byte for byte: 201
+// with Location and the note for a create, 200 with the delete result, the
+// error's problem (see problemFor) for a write recorded with an error.
+func RenderWrite(res notes.Result) (notes.RecordedResponse, error) {
+	switch {
+	case res.Err != nil:
+		p := problemFor(res.Err)
+		return notes.RecordedResponse{Status: p.Status, Body: p.JSON()}, nil
+	case res.Note != nil:
+		body, err := json.Marshal(res.Note)
+		if err != nil {
+			return notes.RecordedResponse{}, fmt.Errorf("marshal note: %w", err)
+		}
+		return notes.RecordedResponse{Status: http.StatusCreated, Body: body, Location: res.Resource}, nil
+	case res.Deleted != nil:
+		body, err := json.Marshal(res.Deleted)
+		if err != nil {
+			return notes.RecordedResponse{}, fmt.Errorf("marshal delete result: %w", err)
+		}
+		return notes.RecordedResponse{Status: http.StatusOK, Body: body}, nil
+	default:
+		return notes.RecordedResponse{}, errors.New("render write: the result is empty")
+	}
 }
 
 // writeOutcome sends a write's recorded response.

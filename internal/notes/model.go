@@ -21,7 +21,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/quillhq/quill/internal/outbox"
-	"github.com/quillhq/quill/internal/problem"
 )
 
 // Limits of a note's fields (SPEC §3).
@@ -155,9 +154,15 @@ type NewAttachment struct {
 	SHA256      string
 }
 
+// FieldError names one invalid field of a request and what is wrong with it.
+type FieldError struct {
+	Field   string
+	Message string
+}
+
 // ValidationError lists every invalid field of a request.
 type ValidationError struct {
-	Errors []problem.FieldError
+	Errors []FieldError
 }
 
 func (e *ValidationError) Error() string {
@@ -169,7 +174,7 @@ func (e *ValidationError) Error() string {
 }
 
 func (e *ValidationError) add(field, format string, args ...any) {
-	e.Errors = append(e.Errors, problem.FieldError{Field: field, Message: fmt.Sprintf(format, args...)})
+	e.Errors = append(e.Errors, FieldError{Field: field, Message: fmt.Sprintf(format, args...)})
 }
 
 // TooLargeError says a decoded attachment is over the limit.
@@ -311,6 +316,9 @@ var (
 	ErrOperationNotFound = errors.New("operation not found")
 	// ErrInProgress: another request with this key is still executing.
 	ErrInProgress = errors.New("operation in progress")
+	// ErrNothingToDelete: a delete found no live note with the id; the
+	// operation is recorded with this error. It is also an ErrNotFound.
+	ErrNothingToDelete = fmt.Errorf("%w: no live note to delete", ErrNotFound)
 )
 
 // KeyReusedError: the key is recorded for different parameters or another

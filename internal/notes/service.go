@@ -5,11 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net/http"
 	"strings"
 	"time"
 
-	"github.com/go-json-experiment/json"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -21,7 +19,6 @@ import (
 	"github.com/quillhq/quill/internal/idempotency"
 	"github.com/quillhq/quill/internal/opkey"
 	"github.com/quillhq/quill/internal/outbox"
-	"github.com/quillhq/quill/internal/problem"
 )
 
 // Actions and their parameter versions. A version changes whenever the
@@ -184,14 +181,46 @@ type Request struct {
 	Key         string
 	Wait        time.Duration
 	Traceparent string
+	// Render renders the response recorded for the operation when this
+	// request executes it; required.
+	Render Render
 }
+
+// RecordedResponse is the response recorded for an operation and replayed,
+// byte for byte, to every later request with its key. The service stores it
+// as it gets it from the request's Render and gives it no meaning of its own.
+type RecordedResponse struct {
+	Status   int
+	Body     []byte
+	Location string
+}
+
+// Result is what an executed write produced, for Render to turn into the
+// recorded Response.
+type Result struct {
+	// Resource is the path of the note the write created or acted on,
+	// e.g. /v1/notes/{id}.
+	Resource string
+	// Note is the created note (a create).
+	Note *NoteView
+	// Deleted is the deleted note (a delete).
+	Deleted *DeleteResult
+	// Err is the domain error the operation is recorded with:
+	// ErrNothingToDelete for a delete that found no live note. Note and
+	// Deleted are nil then.
+	Err error
+}
+
+// Render turns an executed write's result into the response recorded for
+// the operation. It runs inside the write, before the commit, so that the
+// recorded bytes are written in the same round trip as the effect; an error
+// aborts the write (nothing is committed).
+type Render func(Result) (RecordedResponse, error)
 
 // Outcome is a write's answer: the recorded response, and whether it is a
 // replay of an earlier execution.
 type Outcome struct {
-	Status   int
-	Body     []byte
-	Location string
+	RecordedResponse
 	Replayed bool
 }
 
@@ -206,10 +235,16 @@ func (s *Service) waitFor(r Request) time.Duration {
 // a recorded body and a later read agree.
 func (s *Service) clock() time.Time { return s.now().UTC().Truncate(time.Microsecond) }
 
+// errNoRender: a write request came without its Render.
+var errNoRender = errors.New("notes: the write request has no Render")
+
 // Create creates a note as the operation (r.Tenant, r.Key). Errors:
 // *KeyReusedError, *ExpiredError, ErrInProgress, *UnavailableError, and
 // others for unexpected failures (nothing committed).
 func (s *Service) Create(ctx context.Context, r Request, p CreateParams) (Outcome, error) {
+	if r.Render == nil {
+		return Outcome{}, errNoRender
+	}
 	params := idempotency.Params{"title": p.Title, "body": p.Body, "attachment": nil}
 	if a := p.Attachment; a != nil {
 		params["attachment"] = map[string]any{"filename": a.Filename, "content_type": a.ContentType,
@@ -223,9 +258,12 @@ func (s *Service) Create(ctx context.Context, r Request, p CreateParams) (Outcom
 }
 
 // Delete deletes note id as the operation (r.Tenant, r.Key). Deleting a note
-// that does not exist (or not any more) is recorded as a 404. Errors as for
-// Create.
+// that does not exist (or not any more) is recorded with ErrNothingToDelete.
+// Errors as for Create.
 func (s *Service) Delete(ctx context.Context, r Request, id uuid.UUID) (Outcome, error) {
+	if r.Render == nil {
+		return Outcome{}, errNoRender
+	}
 	fp, err := idempotency.NewFingerprint(ActionDelete, deleteVersion, idempotency.Params{"id": id.String()})
 	if err != nil {
 		return Outcome{}, err
@@ -235,9 +273,7 @@ func (s *Service) Delete(ctx context.Context, r Request, id uuid.UUID) (Outcome,
 
 // effect is what an executed write produced, to be recorded.
 type effect struct {
-	status   int
-	body     []byte
-	location string
+	resp     RecordedResponse
 	resource string
 	// counted: whether a business effect happened (a 404 delete has none).
 	counted bool
@@ -376,7 +412,7 @@ func (s *Service) answerRecorded(rec *idempotency.Record, fp idempotency.Fingerp
 	case idempotency.Replay:
 		s.obs.Idempotency(fp.Action, "replayed")
 		s.replays.add(rec.Tenant, rec.Key, rec.CreatedAt)
-		return Outcome{Status: rec.Status, Body: rec.Body, Location: rec.Location, Replayed: true}, nil, true
+		return Outcome{RecordedResponse: recorded(rec), Replayed: true}, nil, true
 	case idempotency.Reused:
 		s.obs.Idempotency(fp.Action, "key_reused")
 		return Outcome{}, &KeyReusedError{RecordedAction: rec.Action, Fields: fields}, true
@@ -386,6 +422,11 @@ func (s *Service) answerRecorded(rec *idempotency.Record, fp idempotency.Fingerp
 	default:
 		return Outcome{}, nil, false
 	}
+}
+
+// recorded returns rec's response.
+func recorded(rec *idempotency.Record) RecordedResponse {
+	return RecordedResponse{Status: rec.Status, Body: rec.Body, Location: rec.Location}
 }
 
 func (s *Service) unavailable(err error, unknown bool) error {
@@ -479,7 +520,7 @@ func (s *Service) attempt(reqCtx context.Context, r Request, fp idempotency.Fing
 	record := &idempotency.Record{
 		Tenant: r.Tenant, Key: r.Key, Action: fp.Action, Version: fp.Version,
 		Fingerprint: fp.Sum, Fields: fp.Fields, Resource: eff.resource,
-		Status: eff.status, Body: eff.body, Location: eff.location,
+		Status: eff.resp.Status, Body: eff.resp.Body, Location: eff.resp.Location,
 		CreatedAt: now, CompletedAt: completed,
 		ExpiresAt: completed.Add(s.cfg.ResponseRetention), ForgetAt: completed.Add(s.cfg.KeyRetention),
 	}
@@ -492,7 +533,7 @@ func (s *Service) attempt(reqCtx context.Context, r Request, fp idempotency.Fing
 		}
 		s.committed(fp, eff)
 		s.cache.Put(record)
-		return Outcome{Status: eff.status, Body: eff.body, Location: eff.location}, nil
+		return Outcome{RecordedResponse: eff.resp}, nil
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && !sessionEnded(pgErr) {
@@ -585,7 +626,7 @@ func (s *Service) recheck(reqCtx context.Context, r Request, fp idempotency.Fing
 			case err == nil && rec != nil && rec.Resource == mine.Resource && rec.CreatedAt.Equal(mine.CreatedAt):
 				s.committed(fp, eff)
 				s.cache.Put(rec)
-				return Outcome{Status: rec.Status, Body: rec.Body, Location: rec.Location}, nil
+				return Outcome{RecordedResponse: recorded(rec)}, nil
 			case err == nil && rec != nil:
 				out, err, done := s.answerRecorded(rec, fp)
 				if done {
@@ -638,12 +679,12 @@ func (s *Service) planCreate(r Request, p CreateParams, now time.Time) (*plan, e
 			Size: len(a.Data), SHA256: a.SHA256, Status: AttachmentPending}
 	}
 	view := n.View()
-	body, err := json.Marshal(view)
+	resource := ResourcePath(id)
+	resp, err := r.Render(Result{Resource: resource, Note: &view})
 	if err != nil {
-		return nil, fmt.Errorf("marshal note: %w", err)
+		return nil, fmt.Errorf("render create: %w", err)
 	}
-	loc := "/v1/notes/" + id.String()
-	eff := &effect{status: http.StatusCreated, body: body, location: loc, resource: loc, counted: true, noteID: id}
+	eff := &effect{resp: resp, resource: resource, counted: true, noteID: id}
 	return &plan{eff: eff, queue: func(b *pgx.Batch) error {
 		b.Queue(sqlNoteInsert, pgUUID(n.ID), n.Tenant, n.Title, n.Body, n.CreatedAt)
 		if a := p.Attachment; a != nil {
@@ -653,7 +694,14 @@ func (s *Service) planCreate(r Request, p CreateParams, now time.Time) (*plan, e
 	}}, nil
 }
 
-// DeleteResult is the body of a successful delete.
+// notePathPrefix starts the path that names a note in operation records
+// (and in the API).
+const notePathPrefix = "/v1/notes/"
+
+// ResourcePath is the path that names note id in operation records.
+func ResourcePath(id uuid.UUID) string { return notePathPrefix + id.String() }
+
+// DeleteResult is what a successful delete did.
 type DeleteResult struct {
 	ID        string `json:"id"`
 	DeletedAt string `json:"deleted_at"`
@@ -667,20 +715,23 @@ func (s *Service) planDelete(r Request, id uuid.UUID, now time.Time) *plan {
 		if err != nil {
 			return nil, fmt.Errorf("delete note: %w", err)
 		}
-		resource := "/v1/notes/" + id.String()
+		resource := ResourcePath(id)
 		if tag.RowsAffected() == 0 {
-			p := problem.New(http.StatusNotFound, problem.CodeNotFound, "no note with this id exists for this tenant (it may have been deleted)")
-			return &effect{status: http.StatusNotFound, body: p.JSON(), resource: resource, noteID: id}, nil
+			resp, err := r.Render(Result{Resource: resource, Err: ErrNothingToDelete})
+			if err != nil {
+				return nil, fmt.Errorf("render delete: %w", err)
+			}
+			return &effect{resp: resp, resource: resource, noteID: id}, nil
 		}
 		res := DeleteResult{ID: id.String(), DeletedAt: FormatTime(now)}
-		body, err := json.Marshal(res)
+		resp, err := r.Render(Result{Resource: resource, Deleted: &res})
 		if err != nil {
-			return nil, fmt.Errorf("marshal delete result: %w", err)
+			return nil, fmt.Errorf("render delete: %w", err)
 		}
 		if err := s.queueEvent(b, r, outbox.TypeNoteDeleted, id, now, res); err != nil {
 			return nil, err
 		}
-		return &effect{status: http.StatusOK, body: body, resource: resource, counted: true, noteID: id}, nil
+		return &effect{resp: resp, resource: resource, counted: true, noteID: id}, nil
 	}}
 }
 

@@ -23,6 +23,7 @@ import (
 
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/dbtest"
+	"github.com/quillhq/quill/internal/httpapi"
 	"github.com/quillhq/quill/internal/notes"
 )
 
@@ -67,7 +68,7 @@ func TestProductionPathConcurrentAcrossProcessesExecutesOnce(t *testing.T) {
 		for i := range per {
 			wg.Go(func() {
 				out, err := svcs[i%len(svcs)].Create(context.Background(),
-					notes.Request{Tenant: tenant, Key: key, Wait: -1}, notes.CreateParams{Title: "same"})
+					notes.Request{Tenant: tenant, Key: key, Wait: -1, Render: httpapi.RenderWrite}, notes.CreateParams{Title: "same"})
 				switch {
 				case errors.Is(err, notes.ErrInProgress):
 					busy.Add(1)
@@ -169,11 +170,11 @@ func TestRecheckEndsTheOldSessionBeforeSayingNothingCommitted(t *testing.T) {
 
 	// Warm the connection: its statements are prepared, so the next create
 	// is one chunk of Bind/Execute messages, COMMIT included.
-	_, err = svc.Create(ctx, notes.Request{Tenant: tenant, Key: "warm", Wait: -1}, notes.CreateParams{Title: "warm"})
+	_, err = svc.Create(ctx, notes.Request{Tenant: tenant, Key: "warm", Wait: -1, Render: httpapi.RenderWrite}, notes.CreateParams{Title: "warm"})
 	require.NoError(t, err)
 
 	proxy.armed.Store(true)
-	_, err = svc.Create(ctx, notes.Request{Tenant: tenant, Key: "late", Wait: -1}, notes.CreateParams{Title: "late"})
+	_, err = svc.Create(ctx, notes.Request{Tenant: tenant, Key: "late", Wait: -1, Render: httpapi.RenderWrite}, notes.CreateParams{Title: "late"})
 	var unavail *notes.UnavailableError
 	require.ErrorAs(t, err, &unavail)
 	<-proxy.delivered
@@ -201,12 +202,12 @@ func TestRecheckWorksWithAFullPool(t *testing.T) {
 	svc := reviewService(t, pool, 2*time.Second)
 	tenant := reviewTenant()
 	ctx := context.Background()
-	_, err = svc.Create(ctx, notes.Request{Tenant: tenant, Key: "warm", Wait: -1}, notes.CreateParams{Title: "warm"})
+	_, err = svc.Create(ctx, notes.Request{Tenant: tenant, Key: "warm", Wait: -1, Render: httpapi.RenderWrite}, notes.CreateParams{Title: "warm"})
 	require.NoError(t, err)
 
 	proxy.LoseNextReply()
 	start := time.Now()
-	out, err := svc.Create(ctx, notes.Request{Tenant: tenant, Key: "lost", Wait: -1}, notes.CreateParams{Title: "lost"})
+	out, err := svc.Create(ctx, notes.Request{Tenant: tenant, Key: "lost", Wait: -1, Render: httpapi.RenderWrite}, notes.CreateParams{Title: "lost"})
 	require.Equal(t, 1, proxy.Cuts())
 	require.NoError(t, err, "after %s: the COMMIT succeeded and the database is reachable; the recheck should find it", time.Since(start))
 	require.Equal(t, 201, out.Status)

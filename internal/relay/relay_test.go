@@ -24,6 +24,7 @@ import (
 
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/dbtest"
+	"github.com/quillhq/quill/internal/httpapi"
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/natstest"
 	"github.com/quillhq/quill/internal/notes"
@@ -605,7 +606,7 @@ func TestTwoRelaysPublishEveryEventOnceInCommitOrderPerNote(t *testing.T) {
 	require.NoError(t, err)
 
 	life := func(ctx context.Context, n int) error {
-		out, err := svc.Create(ctx, notes.Request{Tenant: h.tenant, Key: fmt.Sprintf("create-%d", n), Wait: -1},
+		out, err := svc.Create(ctx, notes.Request{Tenant: h.tenant, Key: fmt.Sprintf("create-%d", n), Wait: -1, Render: httpapi.RenderWrite},
 			notes.CreateParams{Title: fmt.Sprintf("note %d", n)})
 		if err != nil {
 			return err
@@ -621,7 +622,7 @@ func TestTwoRelaysPublishEveryEventOnceInCommitOrderPerNote(t *testing.T) {
 			}
 			notifier.Signal()
 		}
-		out, err = svc.Delete(ctx, notes.Request{Tenant: h.tenant, Key: fmt.Sprintf("delete-%d", n), Wait: -1}, id)
+		out, err = svc.Delete(ctx, notes.Request{Tenant: h.tenant, Key: fmt.Sprintf("delete-%d", n), Wait: -1, Render: httpapi.RenderWrite}, id)
 		if err != nil {
 			return err
 		}
@@ -858,7 +859,7 @@ func TestCleanupHonoursRetention(t *testing.T) {
 	svc, err := notes.NewService(h.pool, notes.Config{}, zerolog.Nop())
 	require.NoError(t, err)
 	for _, key := range []string{"forgotten", "compacted", "fresh"} {
-		_, err := svc.Create(ctx, notes.Request{Tenant: h.tenant, Key: key, Wait: -1}, notes.CreateParams{Title: key})
+		_, err := svc.Create(ctx, notes.Request{Tenant: h.tenant, Key: key, Wait: -1, Render: httpapi.RenderWrite}, notes.CreateParams{Title: key})
 		require.NoError(t, err)
 	}
 	_, err = h.pool.Exec(ctx, `UPDATE operations SET expires_at = now() - interval '1 hour', forget_at = now() - interval '1 minute' WHERE key = 'forgotten'`)
