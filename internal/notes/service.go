@@ -5,12 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
@@ -290,8 +288,8 @@ type plan struct {
 	eff   *effect
 	queue func(b *pgx.Batch) error
 	// run: executes the effect inside the claimed transaction, queueing
-	// what it can into b.
-	run func(ctx context.Context, conn *pgxpool.Conn, b *pgx.Batch) (*effect, error)
+	// what it can into tx's batch.
+	run func(ctx context.Context, tx *db.Pipeline) (*effect, error)
 }
 
 // planFunc prepares a write at time now.
@@ -436,14 +434,6 @@ func (s *Service) unavailable(err error, unknown bool) error {
 	return err
 }
 
-const (
-	// Pinned: the claim relies on READ COMMITTED (a statement sees rows
-	// committed before it started; the unique check sees all committed rows).
-	sqlBegin    = "BEGIN ISOLATION LEVEL READ COMMITTED"
-	sqlCommit   = "COMMIT"
-	sqlRollback = "ROLLBACK"
-)
-
 // attempt runs one execution attempt in its own transaction, detached from
 // the client's cancellation. It returns errBusy when another transaction owns
 // the key.
@@ -460,58 +450,44 @@ func (s *Service) attempt(reqCtx context.Context, r Request, fp idempotency.Fing
 	if err != nil {
 		return Outcome{}, err
 	}
-	conn, err := s.pool.Acquire(ctx)
+	tx, err := db.BeginPipeline(ctx, s.pool)
 	if err != nil {
 		return Outcome{}, s.unavailable(err, false)
 	}
-	detached := false
-	defer func() {
-		if !detached {
-			conn.Release()
-		}
-	}()
-	sessionSince := time.Now()
+	defer tx.Release()
 
 	var claim idempotency.Claim
-	b := &pgx.Batch{}
-	b.Queue(sqlBegin)
-	idempotency.QueueClaimGuarded(b, r.Tenant, r.Key, now, &claim)
+	idempotency.QueueClaimGuarded(tx.Batch(), r.Tenant, r.Key, now, &claim)
 	eff := p.eff
 	if p.queue != nil {
-		if err := p.queue(b); err != nil {
+		if err := p.queue(tx.Batch()); err != nil {
 			return Outcome{}, err
 		}
 	}
 	if p.run != nil || s.hooks.AfterEffect != nil {
 		// The effect must be decided (delete) or observed (test hook)
 		// before the record is written: this round trip ends here.
-		if err := conn.SendBatch(ctx, b).Close(); err != nil {
-			rollback(ctx, conn)
+		if err := tx.Send(ctx); err != nil {
 			return Outcome{}, s.unavailable(err, false)
 		}
 		if !claim.Claimed {
 			// End the transaction before answering: until then it holds
 			// the key's lock, and a lookup would see "in progress".
-			rollback(ctx, conn)
+			tx.Rollback(ctx)
 			return s.unclaimed(claim, fp)
 		}
-		b = &pgx.Batch{}
 		if p.run != nil {
-			if eff, err = p.run(ctx, conn, b); err != nil {
-				rollback(ctx, conn)
+			if eff, err = p.run(ctx, tx); err != nil {
+				tx.Rollback(ctx)
 				return Outcome{}, s.unavailable(err, false)
 			}
 		}
 		if s.hooks.AfterEffect != nil {
-			if b.Len() > 0 {
-				if err := conn.SendBatch(ctx, b).Close(); err != nil {
-					rollback(ctx, conn)
-					return Outcome{}, s.unavailable(err, false)
-				}
-				b = &pgx.Batch{}
+			if err := tx.Send(ctx); err != nil {
+				return Outcome{}, s.unavailable(err, false)
 			}
-			if err := s.hooks.AfterEffect(ctx, conn, eff.noteID); err != nil {
-				rollback(ctx, conn)
+			if err := s.hooks.AfterEffect(ctx, tx, eff.noteID); err != nil {
+				tx.Rollback(ctx)
 				return Outcome{}, err
 			}
 		}
@@ -524,35 +500,25 @@ func (s *Service) attempt(reqCtx context.Context, r Request, fp idempotency.Fing
 		CreatedAt: now, CompletedAt: completed,
 		ExpiresAt: completed.Add(s.cfg.ResponseRetention), ForgetAt: completed.Add(s.cfg.KeyRetention),
 	}
-	idempotency.QueueInsertGuarded(b, record)
-	b.Queue(sqlCommit)
-	err = conn.SendBatch(ctx, b).Close()
-	if err == nil {
-		if !claim.Claimed {
-			return s.unclaimed(claim, fp) // the COMMIT committed nothing
-		}
+	idempotency.QueueInsertGuarded(tx.Batch(), record)
+	err = tx.Commit(ctx)
+	var lost *db.OutcomeUnknownError
+	switch {
+	case err == nil && !claim.Claimed:
+		return s.unclaimed(claim, fp) // the COMMIT committed nothing
+	case err == nil:
 		s.committed(fp, eff)
 		s.cache.Put(record)
 		return Outcome{RecordedResponse: eff.resp}, nil
-	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && !sessionEnded(pgErr) {
-		// The server refused a statement: the transaction is aborted and
-		// COMMIT never ran.
-		rollback(ctx, conn)
-		if pgErr.Code == "23505" {
-			return Outcome{}, errBusy // a concurrent writer recorded the key first
-		}
+	case errors.As(err, &lost):
+		// The COMMIT may or may not have happened: find out on another
+		// connection (Commit gave this one back, closed).
+		return s.recheck(reqCtx, r, fp, record, eff, lost)
+	case errors.Is(err, db.ErrDuplicate):
+		return Outcome{}, errBusy // a concurrent writer recorded the key first
+	default:
 		return Outcome{}, fmt.Errorf("write %s: %w", fp.Action, err)
 	}
-	// The connection failed somewhere in the final round trip: the COMMIT
-	// may or may not have happened. Give the connection back (closed, so the
-	// pool drops it) and find out on another one.
-	pid := conn.Conn().PgConn().PID()
-	conn.Conn().Close(ctx) //nolint:errcheck // it is broken
-	conn.Release()
-	detached = true
-	return s.recheck(reqCtx, r, fp, record, eff, err, pid, sessionSince)
 }
 
 // unclaimed answers an attempt whose claim failed: the recorded outcome, or
@@ -577,81 +543,50 @@ func (s *Service) committed(fp idempotency.Fingerprint, eff *effect) {
 	}
 }
 
-// sessionEnded reports whether the server ended the session (admin
-// shutdown, crash, connection failure): then it is unknown which statements
-// of the pipeline, COMMIT included, ran before it did.
-func sessionEnded(e *pgconn.PgError) bool {
-	return e.Severity == "FATAL" || e.Severity == "PANIC" ||
-		strings.HasPrefix(e.Code, "08") || strings.HasPrefix(e.Code, "57P")
-}
-
-// rollback ends the connection's transaction; a failure closes the
-// connection, which PostgreSQL treats as a rollback.
-func rollback(ctx context.Context, conn *pgxpool.Conn) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if _, err := conn.Exec(rctx, sqlRollback); err != nil {
-		_ = conn.Conn().Close(rctx)
-	}
-}
-
 // recheck establishes whether a write whose COMMIT reply was lost
-// committed. First the old session must be gone — until it is, a batch still
-// on its way to it could take the key's lock and commit — so the recheck ends
-// it (pg_terminate_backend on its pid, only if that session started before
-// the attempt) and waits for it to disappear. Then it takes the key's lock and
-// reads the record: found means committed; absent means nothing was.
-func (s *Service) recheck(reqCtx context.Context, r Request, fp idempotency.Fingerprint, mine *idempotency.Record, eff *effect, cause error, pid uint32, sessionSince time.Time) (Outcome, error) {
+// committed. Once db.Recheck ended the old session, it takes the key's lock
+// and reads the record: found means committed; absent means nothing was.
+func (s *Service) recheck(reqCtx context.Context, r Request, fp idempotency.Fingerprint, mine *idempotency.Record, eff *effect, lost *db.OutcomeUnknownError) (Outcome, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(reqCtx), recheckTimeout)
 	defer cancel()
-	s.log.Warn().Err(cause).Str("action", fp.Action).Str("key_hash", opkey.Hash(r.Tenant, r.Key)).
+	s.log.Warn().Err(lost.Err).Str("action", fp.Action).Str("key_hash", opkey.Hash(r.Tenant, r.Key)).
 		Str("error_category", "commit_reply_lost").Msg("commit reply lost; re-checking the outcome")
-	gone := false
-	for delay := 20 * time.Millisecond; ; delay = min(delay*2, 500*time.Millisecond) {
-		if !gone {
-			err := s.pool.QueryRow(ctx, sqlEndSession, int64(pid), sessionSince).Scan(&gone)
-			if err != nil {
-				gone = false
+	var (
+		out    Outcome
+		outErr error
+	)
+	err := db.Recheck(ctx, s.pool, lost, func(ctx context.Context) bool {
+		var locked bool
+		var rec *idempotency.Record
+		err := db.WithTx(ctx, s.pool, func(tx pgx.Tx) error {
+			b := &pgx.Batch{}
+			idempotency.QueueClaim(b, r.Tenant, r.Key, &locked, &rec)
+			return tx.SendBatch(ctx, b).Close()
+		})
+		switch {
+		case err != nil:
+			return false
+		case rec != nil && rec.Resource == mine.Resource && rec.CreatedAt.Equal(mine.CreatedAt):
+			s.committed(fp, eff)
+			s.cache.Put(rec)
+			out = Outcome{RecordedResponse: recorded(rec)}
+		case rec != nil:
+			var done bool
+			if out, outErr, done = s.answerRecorded(rec, fp); !done {
+				outErr = &UnavailableError{Err: lost.Err}
 			}
+		case locked:
+			outErr = &UnavailableError{Err: lost.Err}
+		default:
+			return false // someone else holds the key's lock
 		}
-		if gone {
-			var locked bool
-			var rec *idempotency.Record
-			err := db.WithTx(ctx, s.pool, func(tx pgx.Tx) error {
-				b := &pgx.Batch{}
-				idempotency.QueueClaim(b, r.Tenant, r.Key, &locked, &rec)
-				return tx.SendBatch(ctx, b).Close()
-			})
-			switch {
-			case err == nil && rec != nil && rec.Resource == mine.Resource && rec.CreatedAt.Equal(mine.CreatedAt):
-				s.committed(fp, eff)
-				s.cache.Put(rec)
-				return Outcome{RecordedResponse: recorded(rec)}, nil
-			case err == nil && rec != nil:
-				out, err, done := s.answerRecorded(rec, fp)
-				if done {
-					return out, err
-				}
-				return Outcome{}, &UnavailableError{Err: cause}
-			case err == nil && locked:
-				return Outcome{}, &UnavailableError{Err: cause}
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return Outcome{}, &UnavailableError{Unknown: true, Err: cause}
-		case <-time.After(delay):
-		}
+		return true
+	})
+	if err != nil {
+		return Outcome{}, &UnavailableError{Unknown: true, Err: lost.Err}
 	}
+	return out, outErr
 }
-
-// sqlEndSession terminates the session with pid if it started before $2 (so
-// that a reused pid is left alone), waiting up to a second, and reports
-// whether no such session is left.
-const sqlEndSession = `SELECT CASE
-	WHEN EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND backend_start <= $2)
-	THEN pg_terminate_backend($1::int, 1000) AND NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND backend_start <= $2)
-	ELSE true END`
 
 const (
 	// Guarded: they run only when the transaction claimed the operation.
@@ -708,10 +643,10 @@ type DeleteResult struct {
 }
 
 func (s *Service) planDelete(r Request, id uuid.UUID, now time.Time) *plan {
-	return &plan{run: func(ctx context.Context, conn *pgxpool.Conn, b *pgx.Batch) (*effect, error) {
+	return &plan{run: func(ctx context.Context, tx *db.Pipeline) (*effect, error) {
 		// The UPDATE takes the note's row lock, which orders this event
 		// after every other event of the note that committed before it.
-		tag, err := conn.Exec(ctx, sqlNoteDelete, r.Tenant, pgUUID(id), now)
+		tag, err := tx.Exec(ctx, sqlNoteDelete, r.Tenant, pgUUID(id), now)
 		if err != nil {
 			return nil, fmt.Errorf("delete note: %w", err)
 		}
@@ -728,7 +663,7 @@ func (s *Service) planDelete(r Request, id uuid.UUID, now time.Time) *plan {
 		if err != nil {
 			return nil, fmt.Errorf("render delete: %w", err)
 		}
-		if err := s.queueEvent(b, r, outbox.TypeNoteDeleted, id, now, res); err != nil {
+		if err := s.queueEvent(tx.Batch(), r, outbox.TypeNoteDeleted, id, now, res); err != nil {
 			return nil, err
 		}
 		return &effect{resp: resp, resource: resource, counted: true, noteID: id}, nil

@@ -11,7 +11,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -268,9 +267,6 @@ const (
 	WHERE a.id = v.id`
 
 	sqlAttachmentSkipped = `UPDATE attachments SET reason = $2 WHERE id = $1 AND status = 'pending'`
-
-	sqlBegin  = "BEGIN ISOLATION LEVEL READ COMMITTED"
-	sqlCommit = "COMMIT"
 )
 
 // transact runs batch in one transaction. It returns one outcome per job
@@ -304,11 +300,11 @@ func (c *committer) transact(batch []*job) ([]outcome, error) {
 		tenants = append(tenants, j.p.tenant)
 	}
 
-	conn, err := c.pool.Acquire(ctx)
+	tx, err := db.BeginPipeline(ctx, c.pool)
 	if err != nil {
-		return nil, fmt.Errorf("acquire connection: %w", db.Translate(err))
+		return nil, err
 	}
-	defer conn.Release()
+	defer tx.Release()
 
 	// Round trip 1: begin, lock, record.
 	type locked struct {
@@ -318,8 +314,7 @@ func (c *committer) transact(batch []*job) ([]outcome, error) {
 		data    []byte
 	}
 	rows := make(map[uuid.UUID]locked, len(noteIDs))
-	b := &pgx.Batch{}
-	b.Queue(sqlBegin)
+	b := tx.Batch()
 	b.Queue(sqlAttachmentsLock, noteIDs, tenants).Query(func(r pgx.Rows) error {
 		var noteID pgtype.UUID
 		var l locked
@@ -331,9 +326,8 @@ func (c *committer) transact(batch []*job) ([]outcome, error) {
 		return err
 	})
 	inbox.QueueRecord(b, w.cfg.Consumer, now, recs)
-	if err := conn.SendBatch(ctx, b).Close(); err != nil {
-		rollback(ctx, conn)
-		return nil, fmt.Errorf("lock and record: %w", db.Translate(err))
+	if err := tx.Send(ctx); err != nil {
+		return nil, fmt.Errorf("lock and record: %w", err)
 	}
 
 	var forget []uuid.UUID
@@ -394,7 +388,7 @@ func (c *committer) transact(batch []*job) ([]outcome, error) {
 	wg.Wait()
 
 	// Round trip 2: the writes and the commit.
-	b = &pgx.Batch{}
+	b = tx.Batch()
 	var ids []pgtype.UUID
 	var states, results, reasons []*string
 	var thumbs [][]byte
@@ -411,12 +405,12 @@ func (c *committer) transact(batch []*job) ([]outcome, error) {
 		thumbs = append(thumbs, e.thumb)
 		eid, err := uuid.NewV7()
 		if err != nil {
-			rollback(ctx, conn)
+			tx.Rollback(ctx)
 			return nil, fmt.Errorf("new event id: %w", err)
 		}
 		if err := outbox.Queue(b, outbox.Event{ID: eid, Tenant: e.j.p.tenant, AggregateID: e.j.p.noteID,
 			Type: outbox.TypeAttachmentProcessed, Time: now, Data: e.ev, Traceparent: e.j.trace}); err != nil {
-			rollback(ctx, conn)
+			tx.Rollback(ctx)
 			return nil, fmt.Errorf("outbox event: %w", err)
 		}
 	}
@@ -436,14 +430,10 @@ func (c *committer) transact(batch []*job) ([]outcome, error) {
 	if len(forget) > 0 {
 		inbox.QueueForget(b, w.cfg.Consumer, forget)
 	}
-	var tag pgconn.CommandTag
-	b.Queue(sqlCommit).Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
-	if err := conn.SendBatch(ctx, b).Close(); err != nil {
-		rollback(ctx, conn)
-		return nil, fmt.Errorf("store results: %w", db.Translate(err))
-	}
-	if tag.String() != "COMMIT" {
-		return nil, fmt.Errorf("commit: the transaction was rolled back (%s)", tag)
+	// A lost COMMIT reply needs no recheck here: the message is not
+	// acknowledged, and its redelivery finds the inbox row if it committed.
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("store results: %w", err)
 	}
 	committed := w.now()
 
@@ -504,14 +494,4 @@ func bytesString(b []byte) *string {
 	}
 	s := string(b)
 	return &s
-}
-
-// rollback ends conn's transaction; a failure closes the connection, which
-// PostgreSQL treats as a rollback.
-func rollback(ctx context.Context, conn *pgxpool.Conn) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if _, err := conn.Exec(rctx, "ROLLBACK"); err != nil {
-		_ = conn.Conn().Close(rctx)
-	}
 }
