@@ -167,6 +167,16 @@ func (p *Pipeline) Release() {
 	}
 }
 
+// Flag is a transaction-local boolean setting by which one statement of a
+// pipelined transaction decides whether later ones write: that statement
+// sets it (set_config(flag, 'on' or 'off', true)), and every statement it
+// guards ends in WHERE current_setting($n)::boolean with the flag bound as
+// parameter $n. The server decides mid-pipeline, so a transaction whose
+// statements depend on an earlier one's outcome is still one round trip.
+// A flag crosses packages as a value, never as SQL text: each guarded
+// statement is whole in the package that owns its table.
+type Flag string
+
 // OutcomeUnknownError says the connection failed (or the server ended the
 // session) during the round trip that carried COMMIT: whether the
 // transaction committed is unknown. Recheck establishes it. Err is the

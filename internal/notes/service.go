@@ -589,12 +589,13 @@ func (s *Service) recheck(reqCtx context.Context, r Request, fp idempotency.Fing
 }
 
 const (
-	// Guarded: they run only when the transaction claimed the operation.
+	// Guarded by the flag passed last (idempotency.Claimed): they write
+	// only when the transaction claimed the operation.
 	sqlNoteInsert = `INSERT INTO notes (id, tenant, title, body, created_at)
-	SELECT $1::uuid, $2::text, $3::text, $4::text, $5::timestamptz WHERE ` + idempotency.Guard
+	SELECT $1::uuid, $2::text, $3::text, $4::text, $5::timestamptz WHERE current_setting($6::text)::boolean`
 
 	sqlAttachmentInsert = `INSERT INTO attachments (id, tenant, note_id, filename, content_type, size, sha256, data)
-	SELECT $1::uuid, $2::text, $3::uuid, $4::text, $5::text, $6::int, $7::text, $8::bytea WHERE ` + idempotency.Guard
+	SELECT $1::uuid, $2::text, $3::uuid, $4::text, $5::text, $6::int, $7::text, $8::bytea WHERE current_setting($9::text)::boolean`
 
 	sqlNoteDelete = `UPDATE notes SET deleted_at = $3 WHERE tenant = $1 AND id = $2 AND deleted_at IS NULL`
 )
@@ -621,9 +622,10 @@ func (s *Service) planCreate(r Request, p CreateParams, now time.Time) (*plan, e
 	}
 	eff := &effect{resp: resp, resource: resource, counted: true, noteID: id}
 	return &plan{eff: eff, queue: func(b *pgx.Batch) error {
-		b.Queue(sqlNoteInsert, pgUUID(n.ID), n.Tenant, n.Title, n.Body, n.CreatedAt)
+		b.Queue(sqlNoteInsert, pgUUID(n.ID), n.Tenant, n.Title, n.Body, n.CreatedAt, string(idempotency.Claimed))
 		if a := p.Attachment; a != nil {
-			b.Queue(sqlAttachmentInsert, pgUUID(aid), r.Tenant, pgUUID(id), a.Filename, a.ContentType, len(a.Data), a.SHA256, a.Data)
+			b.Queue(sqlAttachmentInsert, pgUUID(aid), r.Tenant, pgUUID(id), a.Filename, a.ContentType, len(a.Data), a.SHA256, a.Data,
+				string(idempotency.Claimed))
 		}
 		return s.queueEvent(b, r, outbox.TypeNoteCreated, id, now, view)
 	}}, nil
@@ -680,5 +682,5 @@ func (s *Service) queueEvent(b *pgx.Batch, r Request, typ string, noteID uuid.UU
 		return fmt.Errorf("new event id: %w", err)
 	}
 	return outbox.QueueGuarded(b, outbox.Event{ID: eid, Tenant: r.Tenant, OperationKey: r.Key, AggregateID: noteID,
-		Type: typ, Time: now, Data: data, Traceparent: r.Traceparent}, idempotency.Guard)
+		Type: typ, Time: now, Data: data, Traceparent: r.Traceparent}, idempotency.Claimed)
 }
