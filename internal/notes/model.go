@@ -2,7 +2,13 @@
 // validation of create requests, and the service that performs each write as
 // one idempotent operation — note, attachment, operation record and outbox
 // events in one PostgreSQL transaction — plus the reads and the outcome
-// lookup.
+// lookup. It speaks no HTTP: a write returns domain errors and records the
+// response its caller's Render produced.
+//
+// It owns the notes and attachments tables: no other package writes them.
+// The attachment worker stores its results through QueueAttachmentsLock,
+// QueueAttachmentsProcessed and QueueAttachmentSkipped, in its own
+// transaction.
 package notes
 
 import (

@@ -9,10 +9,10 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/go-json-experiment/json"
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/quillhq/quill/internal/deadletter"
 	"github.com/quillhq/quill/internal/metrics"
+	"github.com/quillhq/quill/internal/notes"
 	"github.com/quillhq/quill/internal/outbox"
 )
 
@@ -100,15 +100,13 @@ type ProcessedData struct {
 
 // Attachment states the worker writes.
 const (
-	StateProcessed = "processed"
-	StateFailed    = "failed"
+	StateProcessed = notes.AttachmentProcessed
+	StateFailed    = notes.AttachmentFailed
 )
 
 // ReasonNoteDeleted is the reason recorded on the attachment of a note that
 // was deleted before its event was processed; the attachment stays pending.
 const ReasonNoteDeleted = "skipped: the note was deleted before processing"
-
-func pgUUID(u uuid.UUID) pgtype.UUID { return pgtype.UUID{Bytes: u, Valid: true} }
 
 // process handles one delivery: parse, then the group commit of its
 // transaction (see commit.go), then the notification and the metrics. It
