@@ -12,9 +12,9 @@ import (
 	"github.com/quillhq/quill/internal/notes"
 )
 
-// Regression: "." and ".." are valid keys (SPEC §3: 0x21–0x7E except '"' and
-// ','), but GET /v1/operations/.. is path-cleaned by ServeMux into a redirect
-// to /v1/ — the outcome of such a key can never be looked up.
+// "." and ".." are valid keys (SPEC §3: 0x21–0x7E except '"' and
+// ','), and GET /v1/operations/.. must not be path-cleaned by ServeMux into
+// a redirect to /v1/, or the outcome of such a key could never be looked up.
 func TestDotKeysCanBeLookedUp(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -31,7 +31,7 @@ func TestDotKeysCanBeLookedUp(t *testing.T) {
 	}
 }
 
-// Regression: a POST without a body is not "a request with a body whose
+// A POST without a body is not "a request with a body whose
 // Content-Type is not JSON" (SPEC §3 415); it is an invalid (empty) JSON body.
 func TestEmptyBodyWithoutContentTypeIs400(t *testing.T) {
 	t.Parallel()

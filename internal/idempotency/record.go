@@ -133,14 +133,7 @@ func RecordGet(ctx context.Context, q Querier, tenant, key string) (*Record, err
 // its record. After the batch ran, *locked says whether this transaction now
 // owns execution and *rec holds the committed record, if any.
 func QueueClaim(b *pgx.Batch, tenant, key string, locked *bool, rec **Record) {
-	b.Queue(sqlAdvisoryTryLock, LockID(tenant, key)).QueryRow(func(row pgx.Row) error {
-		return row.Scan(locked)
-	})
-	b.Queue(sqlOperationGet, tenant, key).QueryRow(func(row pgx.Row) error {
-		r, err := scanRecord(row)
-		*rec = r
-		return err
-	})
+	queueLockAndGet(b, sqlAdvisoryTryLock, tenant, key, locked, rec)
 }
 
 // QueueProbe is QueueClaim for readers: it takes the lock shared, so that
@@ -148,8 +141,12 @@ func QueueClaim(b *pgx.Batch, tenant, key string, locked *bool, rec **Record) {
 // whether no request is executing the operation now; while the transaction
 // lasts, none can start.
 func QueueProbe(b *pgx.Batch, tenant, key string, free *bool, rec **Record) {
-	b.Queue(sqlAdvisoryTryLockShared, LockID(tenant, key)).QueryRow(func(row pgx.Row) error {
-		return row.Scan(free)
+	queueLockAndGet(b, sqlAdvisoryTryLockShared, tenant, key, free, rec)
+}
+
+func queueLockAndGet(b *pgx.Batch, lockSQL, tenant, key string, got *bool, rec **Record) {
+	b.Queue(lockSQL, LockID(tenant, key)).QueryRow(func(row pgx.Row) error {
+		return row.Scan(got)
 	})
 	b.Queue(sqlOperationGet, tenant, key).QueryRow(func(row pgx.Row) error {
 		r, err := scanRecord(row)

@@ -183,6 +183,22 @@ func (e *ValidationError) add(field, format string, args ...any) {
 	e.Errors = append(e.Errors, FieldError{Field: field, Message: fmt.Sprintf(format, args...)})
 }
 
+// requiredText checks that the text field v is present, not empty and at
+// most limit characters long, and returns it ("" when absent).
+func (e *ValidationError) requiredText(field string, v *string, limit int) string {
+	if v == nil {
+		e.add(field, "is required")
+		return ""
+	}
+	switch n := utf8.RuneCountInString(*v); {
+	case n == 0:
+		e.add(field, "must not be empty")
+	case n > limit:
+		e.add(field, "is %d characters long, the limit is %d", n, limit)
+	}
+	return *v
+}
+
 // TooLargeError says a decoded attachment is over the limit.
 type TooLargeError struct {
 	Size, Limit int
@@ -198,18 +214,7 @@ func (e *TooLargeError) Error() string {
 func Validate(in CreateInput, maxAttachment int) (CreateParams, error) {
 	var p CreateParams
 	verr := &ValidationError{}
-	switch {
-	case in.Title == nil:
-		verr.add("title", "is required")
-	default:
-		p.Title = *in.Title
-		n := utf8.RuneCountInString(p.Title)
-		switch {
-		case n == 0:
-			verr.add("title", "must not be empty")
-		case n > MaxTitleChars:
-			verr.add("title", "is %d characters long, the limit is %d", n, MaxTitleChars)
-		}
+	if p.Title = verr.requiredText("title", in.Title, MaxTitleChars); in.Title != nil {
 		if i := indexControl(p.Title); i >= 0 {
 			verr.add("title", "must not contain control characters (character %d)", i+1)
 		}
@@ -238,17 +243,7 @@ func Validate(in CreateInput, maxAttachment int) (CreateParams, error) {
 
 func validateAttachment(a *AttachmentInput, limit int, verr *ValidationError) (*NewAttachment, *TooLargeError) {
 	var att NewAttachment
-	if a.Filename == nil {
-		verr.add("attachment.filename", "is required")
-	} else {
-		att.Filename = *a.Filename
-		n := utf8.RuneCountInString(att.Filename)
-		switch {
-		case n == 0:
-			verr.add("attachment.filename", "must not be empty")
-		case n > MaxFilenameChars:
-			verr.add("attachment.filename", "is %d characters long, the limit is %d", n, MaxFilenameChars)
-		}
+	if att.Filename = verr.requiredText("attachment.filename", a.Filename, MaxFilenameChars); a.Filename != nil {
 		if indexControl(att.Filename) >= 0 || strings.ContainsAny(att.Filename, `/\`) {
 			verr.add("attachment.filename", "must not contain control characters, '/' or '\\'")
 		}

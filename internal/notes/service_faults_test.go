@@ -151,12 +151,11 @@ func (p *delayProxy) clientToServer(c, s net.Conn) {
 	}
 }
 
-// Regression (found in review): the lost-COMMIT recheck concluded "nothing was committed" as soon as
-// it can take the key's lock and finds no record — but the old session's
-// batch may not have reached its backend yet. It then arrives, claims the
-// free lock and commits: the client was told 503 "nothing committed" for a
-// write that committed (SPEC §3: 503 "sent only when nothing was
-// committed").
+// The lost-COMMIT recheck must not conclude "nothing was committed" merely
+// because it can take the key's lock and finds no record: the old session's
+// batch may not have reached its backend yet, and could then claim the free
+// lock and commit — a 503 "nothing committed" for a write that committed
+// (SPEC §3: 503 "sent only when nothing was committed").
 func TestRecheckEndsTheOldSessionBeforeSayingNothingCommitted(t *testing.T) {
 	t.Parallel()
 	direct, u := dbtest.Pool(t, 2)
@@ -186,12 +185,12 @@ func TestRecheckEndsTheOldSessionBeforeSayingNothingCommitted(t *testing.T) {
 	}
 }
 
-// Regression (found in review): attempt kept the broken connection acquired while it rechecks, so
-// the recheck needs a second pool slot. When every slot is held by a write
-// whose COMMIT reply was lost (a pool of 1 here; a failover under load with
-// QUILL_DB_MAX_CONNS in-flight writes in general), no recheck can acquire a
-// connection: each waits its 5 s and answers "outcome unknown", although
-// the database is up and the answer (201) is one query away.
+// The recheck must not need a second pool slot: when every slot is held by
+// a write whose COMMIT reply was lost (a pool of 1 here; a failover under
+// load with QUILL_DB_MAX_CONNS in-flight writes in general), a recheck that
+// cannot acquire a connection would wait its 5 s and answer "outcome
+// unknown", although the database is up and the answer (201) is one query
+// away.
 func TestRecheckWorksWithAFullPool(t *testing.T) {
 	t.Parallel()
 	_, u := dbtest.Pool(t, 2)

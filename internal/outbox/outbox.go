@@ -53,7 +53,9 @@ func CloudEventType(typ string) string { return "quill." + typ + ".v1" }
 // Subject returns the NATS subject of an event: <prefix>.<tenant>.<type>.
 func Subject(prefix, tenant, typ string) string { return prefix + "." + tenant + "." + typ }
 
-type envelope struct {
+// CloudEvent is an event as the relay publishes it: CloudEvents 1.0
+// structured JSON. Consumers parse Data as the data of the event's type.
+type CloudEvent struct {
 	SpecVersion     string         `json:"specversion"`
 	ID              string         `json:"id"`
 	Source          string         `json:"source"`
@@ -74,7 +76,7 @@ func Envelope(e Event) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("marshal event data: %w", err)
 	}
-	return json.Marshal(envelope{
+	return json.Marshal(CloudEvent{
 		SpecVersion:     "1.0",
 		ID:              e.ID.String(),
 		Source:          "/tenants/" + e.Tenant,
