@@ -106,6 +106,15 @@ func Rollback(ctx context.Context, tx pgx.Tx) {
 	_ = tx.Rollback(rctx)
 }
 
+// Affected returns how many rows the statement that answered tag and err
+// affected, or err wrapped with what the statement did.
+func Affected(what string, tag pgconn.CommandTag, err error) (int64, error) {
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", what, err)
+	}
+	return tag.RowsAffected(), nil
+}
+
 // Translate maps driver errors to Quill's sentinel errors, keeping the
 // original in the chain: pgx.ErrNoRows → ErrNotFound; a unique violation →
 // ErrDuplicate (also an ErrConflict); a serialization failure or deadlock →

@@ -76,8 +76,12 @@ func RenderWrite(res notes.Result) (notes.RecordedResponse, error) {
 	}
 }
 
-// writeOutcome sends a write's recorded response.
-func writeOutcome(w http.ResponseWriter, r *http.Request, out notes.Outcome) {
+// writeOutcome sends a write's recorded response, or the problem of err.
+func writeOutcome(w http.ResponseWriter, r *http.Request, out notes.Outcome, err error) {
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
 	h := w.Header()
 	if out.Status >= 400 {
 		h.Set("Content-Type", problem.ContentType)
@@ -112,11 +116,7 @@ func (s *server) createNote(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out, err := s.Notes.Create(r.Context(), s.writeRequest(r, key), params)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	writeOutcome(w, r, out)
+	writeOutcome(w, r, out, err)
 }
 
 func (s *server) deleteNote(w http.ResponseWriter, r *http.Request) {
@@ -139,11 +139,7 @@ func (s *server) deleteNote(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out, err := s.Notes.Delete(r.Context(), s.writeRequest(r, key), id)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	writeOutcome(w, r, out)
+	writeOutcome(w, r, out, err)
 }
 
 func (s *server) getNote(w http.ResponseWriter, r *http.Request) {

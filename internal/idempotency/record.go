@@ -246,18 +246,12 @@ func TryLock(ctx context.Context, q Querier, tenant, key string) (bool, error) {
 // several processes at once.
 func Compact(ctx context.Context, q Querier, now time.Time, batch int) (int64, error) {
 	tag, err := q.Exec(ctx, sqlOperationsCompact, now, batch)
-	if err != nil {
-		return 0, fmt.Errorf("compact operations: %w", err)
-	}
-	return tag.RowsAffected(), nil
+	return db.Affected("compact operations", tag, err)
 }
 
 // Forget deletes up to batch records whose key retention ended by now, and
 // returns how many it deleted. Safe to run from several processes at once.
 func Forget(ctx context.Context, q Querier, now time.Time, batch int) (int64, error) {
 	tag, err := q.Exec(ctx, sqlOperationsForget, now, batch)
-	if err != nil {
-		return 0, fmt.Errorf("forget operations: %w", err)
-	}
-	return tag.RowsAffected(), nil
+	return db.Affected("forget operations", tag, err)
 }
