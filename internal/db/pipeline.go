@@ -75,13 +75,10 @@ func (p *Pipeline) send(ctx context.Context) error {
 	return p.conn.SendBatch(ctx, b).Close()
 }
 
-// flush sends what is queued before a statement that runs at once.
-func (p *Pipeline) flush(ctx context.Context) error { return p.send(ctx) }
-
 // Exec runs sql inside the transaction at once, after the statements queued
 // so far. A failure leaves the transaction for the caller to roll back.
 func (p *Pipeline) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	if err := p.flush(ctx); err != nil {
+	if err := p.send(ctx); err != nil {
 		return pgconn.CommandTag{}, err
 	}
 	return p.conn.Exec(ctx, sql, args...)
@@ -89,7 +86,7 @@ func (p *Pipeline) Exec(ctx context.Context, sql string, args ...any) (pgconn.Co
 
 // Query is Exec for a statement that returns rows.
 func (p *Pipeline) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	if err := p.flush(ctx); err != nil {
+	if err := p.send(ctx); err != nil {
 		return nil, err
 	}
 	return p.conn.Query(ctx, sql, args...)
@@ -97,7 +94,7 @@ func (p *Pipeline) Query(ctx context.Context, sql string, args ...any) (pgx.Rows
 
 // QueryRow is Exec for a statement that returns one row.
 func (p *Pipeline) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	if err := p.flush(ctx); err != nil {
+	if err := p.send(ctx); err != nil {
 		return errRow{err}
 	}
 	return p.conn.QueryRow(ctx, sql, args...)

@@ -295,6 +295,9 @@ type plan struct {
 // planFunc prepares a write at time now.
 type planFunc func(now time.Time) (*plan, error)
 
+// The test hook runs its statements on the write's pipeline.
+var _ idempotency.Querier = (*db.Pipeline)(nil)
+
 // errBusy: another transaction holds the operation's lock.
 var errBusy = errors.New("operation locked by another transaction")
 
