@@ -19,6 +19,7 @@ import (
 
 	"github.com/quillhq/quill/internal/clitest"
 	"github.com/quillhq/quill/internal/dbtest"
+	"github.com/quillhq/quill/internal/httpapi"
 	"github.com/quillhq/quill/internal/natstest"
 	"github.com/quillhq/quill/internal/notes"
 )
@@ -63,7 +64,7 @@ func TestRunProcessesAndDeadLetters(t *testing.T) {
 	data := []byte("hello\nworld\n")
 	sum := sha256.Sum256(data)
 	tenant := "t-" + suffix
-	_, err = svc.Create(t.Context(), notes.Request{Tenant: tenant, Key: "k1", Wait: -1},
+	_, err = svc.Create(t.Context(), notes.Request{Tenant: tenant, Key: "k1", Wait: -1, Render: httpapi.RenderWrite},
 		notes.CreateParams{Title: "x", Attachment: &notes.NewAttachment{Filename: "a.txt", ContentType: "text/plain", Data: data, SHA256: hex.EncodeToString(sum[:])}})
 	require.NoError(t, err)
 	var payload []byte

@@ -21,6 +21,7 @@ import (
 	"github.com/quillhq/quill/internal/audit"
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/dbtest"
+	"github.com/quillhq/quill/internal/httpapi"
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/natstest"
 	"github.com/quillhq/quill/internal/notes"
@@ -94,7 +95,7 @@ func (b *bundle) create(key string, withAttachment bool) uuid.UUID {
 	if withAttachment {
 		p.Attachment = pngAttachment
 	}
-	out, err := b.svc.Create(b.t.Context(), notes.Request{Tenant: b.tenant, Key: key, Wait: -1}, p)
+	out, err := b.svc.Create(b.t.Context(), notes.Request{Tenant: b.tenant, Key: key, Wait: -1, Render: httpapi.RenderWrite}, p)
 	require.NoError(b.t, err)
 	id, err := uuid.Parse(strings.TrimPrefix(out.Location, "/v1/notes/"))
 	require.NoError(b.t, err)
@@ -223,7 +224,7 @@ func TestCleanPipeline(t *testing.T) {
 	b.create("k2", true)
 	b.create("k3", false)
 	b.create("k1", true) // a retry: replayed
-	_, err = b.svc.Delete(ctx, notes.Request{Tenant: b.tenant, Key: "d1", Wait: -1}, n1)
+	_, err = b.svc.Delete(ctx, notes.Request{Tenant: b.tenant, Key: "d1", Wait: -1, Render: httpapi.RenderWrite}, n1)
 	require.NoError(t, err)
 	_, err = b.svc.FlushReplays(ctx)
 	require.NoError(t, err)

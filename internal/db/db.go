@@ -1,16 +1,19 @@
 // Package db opens Quill's PostgreSQL pool, applies the embedded migrations,
-// runs transactions and translates driver errors into Quill's own once, at the
-// boundary.
+// runs transactions — WithTx, and Pipeline for a transaction sent in as few
+// round trips as possible, with Recheck for one whose COMMIT reply was lost —
+// and translates driver errors into Quill's own once, at the boundary.
 package db
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
-	"strings"
+	"syscall"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -36,6 +39,10 @@ var ErrUnavailable = errors.New("database unavailable")
 // ErrConflict marks a unique-violation, serialization failure or deadlock:
 // another transaction won a race.
 var ErrConflict = errors.New("conflict with a concurrent transaction")
+
+// ErrDuplicate marks a unique violation: a concurrent transaction inserted
+// the same key first. It is also an ErrConflict.
+var ErrDuplicate = fmt.Errorf("%w: duplicate key", ErrConflict)
 
 // Open connects a pool to url and verifies the connection with a ping. It
 // returns an error wrapping ErrUnavailable when the server cannot be reached.
@@ -99,8 +106,18 @@ func Rollback(ctx context.Context, tx pgx.Tx) {
 	_ = tx.Rollback(rctx)
 }
 
+// Affected returns how many rows the statement that answered tag and err
+// affected, or err wrapped with what the statement did.
+func Affected(what string, tag pgconn.CommandTag, err error) (int64, error) {
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", what, err)
+	}
+	return tag.RowsAffected(), nil
+}
+
 // Translate maps driver errors to Quill's sentinel errors, keeping the
-// original in the chain: pgx.ErrNoRows → ErrNotFound; 23505, 40001, 40P01 →
+// original in the chain: pgx.ErrNoRows → ErrNotFound; a unique violation →
+// ErrDuplicate (also an ErrConflict); a serialization failure or deadlock →
 // ErrConflict; network errors, admin shutdown and connection failures →
 // ErrUnavailable. Other errors are returned unchanged.
 func Translate(err error) error {
@@ -113,9 +130,14 @@ func Translate(err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
-		case "23505", "40001", "40P01":
+		case pgerrcode.UniqueViolation:
+			return fmt.Errorf("%w: %w", ErrDuplicate, err)
+		case pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected:
 			return fmt.Errorf("%w: %w", ErrConflict, err)
-		case "57P01", "57P02", "57P03", "53300", "08000", "08003", "08006", "08001", "08004":
+		case pgerrcode.AdminShutdown, pgerrcode.CrashShutdown, pgerrcode.CannotConnectNow,
+			pgerrcode.TooManyConnections,
+			pgerrcode.ConnectionException, pgerrcode.ConnectionDoesNotExist, pgerrcode.ConnectionFailure,
+			pgerrcode.SQLClientUnableToEstablishSQLConnection, pgerrcode.SQLServerRejectedEstablishmentOfSQLConnection:
 			return fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 		return err
@@ -130,31 +152,40 @@ func Translate(err error) error {
 // from the server's answer to a statement: dial failures, broken sockets,
 // timeouts, a closed connection.
 func IsConnectionError(err error) bool {
-	var connErr *pgconn.ConnectError
-	var netErr net.Error
+	var (
+		connErr *pgconn.ConnectError
+		netErr  net.Error
+		pgErr   *pgconn.PgError
+	)
 	switch {
 	case errors.As(err, &connErr), errors.As(err, &netErr):
 		return true
 	case pgconn.SafeToRetry(err), pgconn.Timeout(err):
 		return true
-	case errors.Is(err, net.ErrClosed):
+	case errors.Is(err, pgconn.ErrConnClosed), errors.Is(err, net.ErrClosed),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE), errors.Is(err, syscall.ECONNREFUSED):
+		// What pgconn returns, wrapped, for a socket that died: the read's
+		// EOF, the write's broken pipe, or its own "conn closed" after it
+		// closed the connection on an earlier failure.
 		return true
-	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
+	case errors.As(err, &pgErr):
 		return false
 	}
-	// pgconn reports a dead connection as a plain error ("conn closed",
-	// "unexpected EOF"); anything not from the server is treated as transport.
-	return errors.Is(err, context.DeadlineExceeded) || isClosed(err)
+	return errors.Is(err, context.DeadlineExceeded)
 }
 
-func isClosed(err error) bool {
-	msg := err.Error()
-	for _, s := range []string{"conn closed", "unexpected EOF", "connection reset", "broken pipe", "connection refused", "EOF"} {
-		if strings.Contains(msg, s) {
-			return true
-		}
+// sessionEnded reports whether the server ended the session (admin
+// shutdown, crash, connection failure): then it is unknown which statements
+// of a pipeline, COMMIT included, ran before it did.
+func sessionEnded(e *pgconn.PgError) bool {
+	if e.Severity == "FATAL" || e.Severity == "PANIC" || pgerrcode.IsConnectionException(e.Code) {
+		return true
+	}
+	switch e.Code {
+	case pgerrcode.AdminShutdown, pgerrcode.CrashShutdown, pgerrcode.CannotConnectNow,
+		pgerrcode.DatabaseDropped, pgerrcode.IdleSessionTimeout:
+		return true
 	}
 	return false
 }

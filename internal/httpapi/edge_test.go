@@ -8,12 +8,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/quillhq/quill/internal/httpapi"
 	"github.com/quillhq/quill/internal/notes"
 )
 
-// Regression: "." and ".." are valid keys (SPEC §3: 0x21–0x7E except '"' and
-// ','), but GET /v1/operations/.. is path-cleaned by ServeMux into a redirect
-// to /v1/ — the outcome of such a key can never be looked up.
+// "." and ".." are valid keys (SPEC §3: 0x21–0x7E except '"' and
+// ','), and GET /v1/operations/.. must not be path-cleaned by ServeMux into
+// a redirect to /v1/, or the outcome of such a key could never be looked up.
 func TestDotKeysCanBeLookedUp(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -30,7 +31,7 @@ func TestDotKeysCanBeLookedUp(t *testing.T) {
 	}
 }
 
-// Regression: a POST without a body is not "a request with a body whose
+// A POST without a body is not "a request with a body whose
 // Content-Type is not JSON" (SPEC §3 415); it is an invalid (empty) JSON body.
 func TestEmptyBodyWithoutContentTypeIs400(t *testing.T) {
 	t.Parallel()
@@ -54,7 +55,7 @@ func TestNoLeftoverLockAfterUnclaimedAnswer(t *testing.T) {
 	const n = 200
 	for i := range n {
 		key := "leftover-" + string(rune('a'+i%26)) + time.Now().Format("150405.000000")
-		r := notes.Request{Tenant: b.tenantA, Key: key, Wait: -1}
+		r := notes.Request{Tenant: b.tenantA, Key: key, Wait: -1, Render: httpapi.RenderWrite}
 		_, err := b.svc.Create(ctx, r, notes.CreateParams{Title: "x"})
 		require.NoError(t, err)
 		b.clock.advance(responseRetention + time.Minute)

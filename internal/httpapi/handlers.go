@@ -1,8 +1,10 @@
 package httpapi
 
 import (
+	"context"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"mime"
 	"net/http"
 	"net/url"
@@ -45,11 +47,41 @@ func operationKey(r *http.Request, action string) (string, *problem.Problem) {
 }
 
 func (s *server) writeRequest(r *http.Request, key string) notes.Request {
-	return notes.Request{Tenant: info(r).tenant, Key: key, Wait: preferWait(r), Traceparent: traceparent(r)}
+	return notes.Request{Tenant: info(r).tenant, Key: key, Wait: preferWait(r), Traceparent: traceparent(r), Render: RenderWrite}
 }
 
-// writeOutcome sends a write's recorded response.
-func writeOutcome(w http.ResponseWriter, r *http.Request, out notes.Outcome) {
+// RenderWrite renders an executed write's result as the HTTP response the
+// notes service records for the operation and replays byte for byte: 201
+// with Location and the note for a create, 200 with the delete result, the
+// error's problem (see problemFor) for a write recorded with an error.
+func RenderWrite(res notes.Result) (notes.RecordedResponse, error) {
+	switch {
+	case res.Err != nil:
+		p := problemFor(res.Err)
+		return notes.RecordedResponse{Status: p.Status, Body: p.JSON()}, nil
+	case res.Note != nil:
+		body, err := json.Marshal(res.Note)
+		if err != nil {
+			return notes.RecordedResponse{}, fmt.Errorf("marshal note: %w", err)
+		}
+		return notes.RecordedResponse{Status: http.StatusCreated, Body: body, Location: res.Resource}, nil
+	case res.Deleted != nil:
+		body, err := json.Marshal(res.Deleted)
+		if err != nil {
+			return notes.RecordedResponse{}, fmt.Errorf("marshal delete result: %w", err)
+		}
+		return notes.RecordedResponse{Status: http.StatusOK, Body: body}, nil
+	default:
+		return notes.RecordedResponse{}, errors.New("render write: the result is empty")
+	}
+}
+
+// writeOutcome sends a write's recorded response, or the problem of err.
+func writeOutcome(w http.ResponseWriter, r *http.Request, out notes.Outcome, err error) {
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
 	h := w.Header()
 	if out.Status >= 400 {
 		h.Set("Content-Type", problem.ContentType)
@@ -84,11 +116,7 @@ func (s *server) createNote(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out, err := s.Notes.Create(r.Context(), s.writeRequest(r, key), params)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	writeOutcome(w, r, out)
+	writeOutcome(w, r, out, err)
 }
 
 func (s *server) deleteNote(w http.ResponseWriter, r *http.Request) {
@@ -111,25 +139,31 @@ func (s *server) deleteNote(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out, err := s.Notes.Delete(r.Context(), s.writeRequest(r, key), id)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	writeOutcome(w, r, out)
+	writeOutcome(w, r, out, err)
 }
 
 func (s *server) getNote(w http.ResponseWriter, r *http.Request) {
+	if n, ok := readNote(w, r, s.Notes.Get); ok {
+		writeJSON(w, http.StatusOK, n.View())
+	}
+}
+
+// readNote reads, with read, what belongs to the tenant's note named by the
+// path's id. When the id is malformed or read fails it answers the error and
+// reports false.
+func readNote[T any](w http.ResponseWriter, r *http.Request, read func(ctx context.Context, tenant string, id uuid.UUID) (T, error)) (T, bool) {
+	var zero T
 	id, ok := parseID(r)
 	if !ok {
 		writeError(w, r, notes.ErrNotFound)
-		return
+		return zero, false
 	}
-	n, err := s.Notes.Get(r.Context(), info(r).tenant, id)
+	v, err := read(r.Context(), info(r).tenant, id)
 	if err != nil {
 		writeError(w, r, err)
-		return
+		return zero, false
 	}
-	writeJSON(w, http.StatusOK, n.View())
+	return v, true
 }
 
 // List limits.
@@ -200,59 +234,44 @@ func decodeCursor(c string) (uuid.UUID, bool) {
 }
 
 func (s *server) getAttachment(w http.ResponseWriter, r *http.Request) {
-	id, ok := parseID(r)
-	if !ok {
-		writeError(w, r, notes.ErrNotFound)
-		return
+	if a, ok := readNote(w, r, s.Notes.Attachment); ok {
+		writeJSON(w, http.StatusOK, a.Detail())
 	}
-	a, err := s.Notes.Attachment(r.Context(), info(r).tenant, id)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, a.Detail())
+}
+
+// content is an attachment's bytes as served.
+type content struct {
+	contentType, filename string
+	data                  []byte
 }
 
 func (s *server) getAttachmentContent(w http.ResponseWriter, r *http.Request) {
-	id, ok := parseID(r)
-	if !ok {
-		writeError(w, r, notes.ErrNotFound)
-		return
-	}
-	ct, filename, data, err := s.Notes.AttachmentContent(r.Context(), info(r).tenant, id)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	h := w.Header()
-	h.Set("Content-Type", ct)
-	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": filename}))
-	h.Set("Content-Length", strconv.Itoa(len(data)))
-	w.WriteHeader(http.StatusOK)
-	if r.Method != http.MethodHead {
-		_, _ = w.Write(data)
+	c, ok := readNote(w, r, func(ctx context.Context, tenant string, id uuid.UUID) (content, error) {
+		ct, filename, data, err := s.Notes.AttachmentContent(ctx, tenant, id)
+		return content{ct, filename, data}, err
+	})
+	if ok {
+		w.Header().Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": c.filename}))
+		writeBytes(w, r, c.contentType, c.data)
 	}
 }
 
 func (s *server) getThumbnail(w http.ResponseWriter, r *http.Request) {
-	id, ok := parseID(r)
-	if !ok {
-		writeError(w, r, notes.ErrNotFound)
-		return
+	if png, ok := readNote(w, r, s.Notes.Thumbnail); ok {
+		writeBytes(w, r, "image/png", png)
 	}
-	png, err := s.Notes.Thumbnail(r.Context(), info(r).tenant, id)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
+}
+
+// writeBytes answers 200 with data as contentType, never sniffed, and
+// without the body for HEAD.
+func writeBytes(w http.ResponseWriter, r *http.Request, contentType string, data []byte) {
 	h := w.Header()
-	h.Set("Content-Type", "image/png")
+	h.Set("Content-Type", contentType)
 	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("Content-Length", strconv.Itoa(len(png)))
+	h.Set("Content-Length", strconv.Itoa(len(data)))
 	w.WriteHeader(http.StatusOK)
 	if r.Method != http.MethodHead {
-		_, _ = w.Write(png)
+		_, _ = w.Write(data)
 	}
 }
 

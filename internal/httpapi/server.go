@@ -216,7 +216,10 @@ func problemFor(err error) *problem.Problem {
 	switch {
 	case errors.As(err, &verr):
 		p := problem.New(http.StatusBadRequest, problem.CodeValidation, "the request has invalid fields; see errors")
-		p.Errors = verr.Errors
+		p.Errors = make([]problem.FieldError, len(verr.Errors))
+		for i, f := range verr.Errors {
+			p.Errors[i] = problem.FieldError{Field: f.Field, Message: f.Message}
+		}
 		return p
 	case errors.As(err, &tooLarge):
 		return problem.New(http.StatusRequestEntityTooLarge, problem.CodeTooLarge, tooLarge.Error())
@@ -250,6 +253,8 @@ func problemFor(err error) *problem.Problem {
 		p := problem.New(http.StatusServiceUnavailable, problem.CodeUnavailable, "the database is unavailable; nothing was changed")
 		p.RetryAfter = 1
 		return p
+	case errors.Is(err, notes.ErrNothingToDelete):
+		return problem.New(http.StatusNotFound, problem.CodeNotFound, "no note with this id exists for this tenant (it may have been deleted)")
 	case errors.Is(err, notes.ErrNotFound):
 		return problem.New(http.StatusNotFound, problem.CodeNotFound, "no such note for this tenant")
 	case errors.Is(err, notes.ErrOperationNotFound):

@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/quillhq/quill/internal/db"
 )
 
 // Record is the committed outcome of one operation: what was asked (action,
@@ -131,14 +133,7 @@ func RecordGet(ctx context.Context, q Querier, tenant, key string) (*Record, err
 // its record. After the batch ran, *locked says whether this transaction now
 // owns execution and *rec holds the committed record, if any.
 func QueueClaim(b *pgx.Batch, tenant, key string, locked *bool, rec **Record) {
-	b.Queue(sqlAdvisoryTryLock, LockID(tenant, key)).QueryRow(func(row pgx.Row) error {
-		return row.Scan(locked)
-	})
-	b.Queue(sqlOperationGet, tenant, key).QueryRow(func(row pgx.Row) error {
-		r, err := scanRecord(row)
-		*rec = r
-		return err
-	})
+	queueLockAndGet(b, sqlAdvisoryTryLock, tenant, key, locked, rec)
 }
 
 // QueueProbe is QueueClaim for readers: it takes the lock shared, so that
@@ -146,8 +141,12 @@ func QueueClaim(b *pgx.Batch, tenant, key string, locked *bool, rec **Record) {
 // whether no request is executing the operation now; while the transaction
 // lasts, none can start.
 func QueueProbe(b *pgx.Batch, tenant, key string, free *bool, rec **Record) {
-	b.Queue(sqlAdvisoryTryLockShared, LockID(tenant, key)).QueryRow(func(row pgx.Row) error {
-		return row.Scan(free)
+	queueLockAndGet(b, sqlAdvisoryTryLockShared, tenant, key, free, rec)
+}
+
+func queueLockAndGet(b *pgx.Batch, lockSQL, tenant, key string, got *bool, rec **Record) {
+	b.Queue(lockSQL, LockID(tenant, key)).QueryRow(func(row pgx.Row) error {
+		return row.Scan(got)
 	})
 	b.Queue(sqlOperationGet, tenant, key).QueryRow(func(row pgx.Row) error {
 		r, err := scanRecord(row)
@@ -156,11 +155,11 @@ func QueueProbe(b *pgx.Batch, tenant, key string, free *bool, rec **Record) {
 	})
 }
 
-// Guard is the SQL condition that holds inside a transaction whose claim
-// (QueueClaimGuarded) succeeded: statements that write an operation's effect
-// carry it, so that one pipelined round trip can claim, write and commit —
-// and commit nothing when the claim failed.
-const Guard = `current_setting('quill.claimed') = 'on'`
+// Claimed is the flag (see db.Flag) that QueueClaimGuarded turns on when the
+// transaction claimed the operation. The statements that write an
+// operation's effect are guarded by it, so that one pipelined round trip can
+// claim, write and commit — and commit nothing when the claim failed.
+const Claimed db.Flag = "quill.claimed"
 
 // Claim is the outcome of QueueClaimGuarded.
 type Claim struct {
@@ -175,8 +174,8 @@ type Claim struct {
 }
 
 const sqlClaimGuarded = `SELECT lk.locked,
-	set_config('quill.claimed',
-		CASE WHEN lk.locked AND (rec.key IS NULL OR rec.forget_at <= $4) THEN 'on' ELSE 'off' END, true) = 'on',
+	set_config($5::text,
+		CASE WHEN lk.locked AND (rec.key IS NULL OR rec.forget_at <= $4) THEN 'on' ELSE 'off' END, true)::boolean,
 	rec.key, rec.action, rec.version, rec.fingerprint, rec.field_hashes,
 	coalesce(rec.resource, ''), rec.response_status, rec.response_body, coalesce(rec.response_location, ''),
 	rec.created_at, rec.completed_at, rec.expires_at, rec.forget_at, rec.compacted_at
@@ -185,11 +184,11 @@ LEFT JOIN (SELECT * FROM operations WHERE tenant = $2 AND key = $3) rec ON true`
 
 // QueueClaimGuarded queues, into b inside a transaction, the statement that
 // claims the operation: it tries the advisory lock, reads the record, and
-// sets the transaction-local flag that Guard tests. A record committed
-// between the statement's snapshot and the lock is caught by the primary
-// key: the guarded record insert then fails with a unique violation.
+// turns Claimed on or off. A record committed between the statement's
+// snapshot and the lock is caught by the primary key: the guarded record
+// insert then fails with a unique violation.
 func QueueClaimGuarded(b *pgx.Batch, tenant, key string, now time.Time, c *Claim) {
-	b.Queue(sqlClaimGuarded, LockID(tenant, key), tenant, key, now).QueryRow(func(row pgx.Row) error {
+	b.Queue(sqlClaimGuarded, LockID(tenant, key), tenant, key, now, string(Claimed)).QueryRow(func(row pgx.Row) error {
 		var (
 			r                               Record
 			rkey, action, resource, loc     *string
@@ -210,26 +209,26 @@ func QueueClaimGuarded(b *pgx.Batch, tenant, key string, now time.Time, c *Claim
 		c.Record = &r
 		return nil
 	})
-	b.Queue(sqlOperationDeleteForgotten, tenant, key, now)
+	b.Queue(sqlOperationDeleteForgotten, tenant, key, now, string(Claimed))
 }
 
 const (
-	sqlOperationDeleteForgotten = `DELETE FROM operations WHERE tenant = $1 AND key = $2 AND forget_at <= $3 AND ` + Guard
+	sqlOperationDeleteForgotten = `DELETE FROM operations WHERE tenant = $1 AND key = $2 AND forget_at <= $3
+		AND current_setting($4::text)::boolean`
 
 	sqlOperationInsertGuarded = `INSERT INTO operations (tenant, key, action, version, fingerprint,
 		field_hashes, resource, response_status, response_body, response_location,
 		created_at, completed_at, expires_at, forget_at)
 	SELECT $1::text, $2::text, $3::text, $4::int, $5::bytea, $6::jsonb, nullif($7::text, ''), $8::int, $9::bytea,
 		nullif($10::text, ''), $11::timestamptz, $12::timestamptz, $13::timestamptz, $14::timestamptz
-	WHERE ` + Guard
+	WHERE current_setting($15::text)::boolean`
 )
 
-// QueueInsertGuarded queues the insert of r into b, executed only when the
-// transaction's claim succeeded.
+// QueueInsertGuarded queues the insert of r into b, guarded by Claimed.
 func QueueInsertGuarded(b *pgx.Batch, r *Record) {
 	b.Queue(sqlOperationInsertGuarded, r.Tenant, r.Key, r.Action, r.Version, r.Fingerprint,
 		r.Fields, r.Resource, r.Status, r.Body, r.Location,
-		r.CreatedAt, r.CompletedAt, r.ExpiresAt, r.ForgetAt)
+		r.CreatedAt, r.CompletedAt, r.ExpiresAt, r.ForgetAt, string(Claimed))
 }
 
 // TryLock takes the operation's transaction-scoped advisory lock if it is
@@ -247,18 +246,12 @@ func TryLock(ctx context.Context, q Querier, tenant, key string) (bool, error) {
 // several processes at once.
 func Compact(ctx context.Context, q Querier, now time.Time, batch int) (int64, error) {
 	tag, err := q.Exec(ctx, sqlOperationsCompact, now, batch)
-	if err != nil {
-		return 0, fmt.Errorf("compact operations: %w", err)
-	}
-	return tag.RowsAffected(), nil
+	return db.Affected("compact operations", tag, err)
 }
 
 // Forget deletes up to batch records whose key retention ended by now, and
 // returns how many it deleted. Safe to run from several processes at once.
 func Forget(ctx context.Context, q Querier, now time.Time, batch int) (int64, error) {
 	tag, err := q.Exec(ctx, sqlOperationsForget, now, batch)
-	if err != nil {
-		return 0, fmt.Errorf("forget operations: %w", err)
-	}
-	return tag.RowsAffected(), nil
+	return db.Affected("forget operations", tag, err)
 }

@@ -18,6 +18,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/quillhq/quill/internal/db"
 )
 
 // Execer runs a statement: a transaction, normally.
@@ -145,8 +147,5 @@ func Get(ctx context.Context, q Querier, consumer string, eventID uuid.UUID) (Ro
 // from several processes at once.
 func DeleteExpired(ctx context.Context, q Execer, retention time.Duration, batch int) (int64, error) {
 	tag, err := q.Exec(ctx, sqlDeleteExpired, retention, batch)
-	if err != nil {
-		return 0, fmt.Errorf("inbox cleanup: %w", err)
-	}
-	return tag.RowsAffected(), nil
+	return db.Affected("inbox cleanup", tag, err)
 }

@@ -2,7 +2,13 @@
 // validation of create requests, and the service that performs each write as
 // one idempotent operation — note, attachment, operation record and outbox
 // events in one PostgreSQL transaction — plus the reads and the outcome
-// lookup.
+// lookup. It speaks no HTTP: a write returns domain errors and records the
+// response its caller's Render produced.
+//
+// It owns the notes and attachments tables: no other package writes them.
+// The attachment worker stores its results through QueueAttachmentsLock,
+// QueueAttachmentsProcessed and QueueAttachmentSkipped, in its own
+// transaction.
 package notes
 
 import (
@@ -21,7 +27,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/quillhq/quill/internal/outbox"
-	"github.com/quillhq/quill/internal/problem"
 )
 
 // Limits of a note's fields (SPEC §3).
@@ -155,9 +160,15 @@ type NewAttachment struct {
 	SHA256      string
 }
 
+// FieldError names one invalid field of a request and what is wrong with it.
+type FieldError struct {
+	Field   string
+	Message string
+}
+
 // ValidationError lists every invalid field of a request.
 type ValidationError struct {
-	Errors []problem.FieldError
+	Errors []FieldError
 }
 
 func (e *ValidationError) Error() string {
@@ -169,7 +180,23 @@ func (e *ValidationError) Error() string {
 }
 
 func (e *ValidationError) add(field, format string, args ...any) {
-	e.Errors = append(e.Errors, problem.FieldError{Field: field, Message: fmt.Sprintf(format, args...)})
+	e.Errors = append(e.Errors, FieldError{Field: field, Message: fmt.Sprintf(format, args...)})
+}
+
+// requiredText checks that the text field v is present, not empty and at
+// most limit characters long, and returns it ("" when absent).
+func (e *ValidationError) requiredText(field string, v *string, limit int) string {
+	if v == nil {
+		e.add(field, "is required")
+		return ""
+	}
+	switch n := utf8.RuneCountInString(*v); {
+	case n == 0:
+		e.add(field, "must not be empty")
+	case n > limit:
+		e.add(field, "is %d characters long, the limit is %d", n, limit)
+	}
+	return *v
 }
 
 // TooLargeError says a decoded attachment is over the limit.
@@ -187,18 +214,7 @@ func (e *TooLargeError) Error() string {
 func Validate(in CreateInput, maxAttachment int) (CreateParams, error) {
 	var p CreateParams
 	verr := &ValidationError{}
-	switch {
-	case in.Title == nil:
-		verr.add("title", "is required")
-	default:
-		p.Title = *in.Title
-		n := utf8.RuneCountInString(p.Title)
-		switch {
-		case n == 0:
-			verr.add("title", "must not be empty")
-		case n > MaxTitleChars:
-			verr.add("title", "is %d characters long, the limit is %d", n, MaxTitleChars)
-		}
+	if p.Title = verr.requiredText("title", in.Title, MaxTitleChars); in.Title != nil {
 		if i := indexControl(p.Title); i >= 0 {
 			verr.add("title", "must not contain control characters (character %d)", i+1)
 		}
@@ -227,17 +243,7 @@ func Validate(in CreateInput, maxAttachment int) (CreateParams, error) {
 
 func validateAttachment(a *AttachmentInput, limit int, verr *ValidationError) (*NewAttachment, *TooLargeError) {
 	var att NewAttachment
-	if a.Filename == nil {
-		verr.add("attachment.filename", "is required")
-	} else {
-		att.Filename = *a.Filename
-		n := utf8.RuneCountInString(att.Filename)
-		switch {
-		case n == 0:
-			verr.add("attachment.filename", "must not be empty")
-		case n > MaxFilenameChars:
-			verr.add("attachment.filename", "is %d characters long, the limit is %d", n, MaxFilenameChars)
-		}
+	if att.Filename = verr.requiredText("attachment.filename", a.Filename, MaxFilenameChars); a.Filename != nil {
 		if indexControl(att.Filename) >= 0 || strings.ContainsAny(att.Filename, `/\`) {
 			verr.add("attachment.filename", "must not contain control characters, '/' or '\\'")
 		}
@@ -311,6 +317,9 @@ var (
 	ErrOperationNotFound = errors.New("operation not found")
 	// ErrInProgress: another request with this key is still executing.
 	ErrInProgress = errors.New("operation in progress")
+	// ErrNothingToDelete: a delete found no live note with the id; the
+	// operation is recorded with this error. It is also an ErrNotFound.
+	ErrNothingToDelete = fmt.Errorf("%w: no live note to delete", ErrNotFound)
 )
 
 // KeyReusedError: the key is recorded for different parameters or another

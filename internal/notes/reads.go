@@ -282,8 +282,10 @@ func (s *Service) describe(ctx context.Context, tx pgx.Tx, rec *idempotency.Reco
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	if rec.Action == ActionCreate && rec.Status < 300 && strings.HasPrefix(rec.Resource, "/v1/notes/") {
-		noteID, err := uuid.Parse(strings.TrimPrefix(rec.Resource, "/v1/notes/"))
+	// Every recorded create created its note: a create that fails is not
+	// recorded.
+	if rest, ok := strings.CutPrefix(rec.Resource, notePathPrefix); ok && rec.Action == ActionCreate {
+		noteID, err := uuid.Parse(rest)
 		if err != nil {
 			return op, nil
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quillhq/quill/internal/dbtest"
+	"github.com/quillhq/quill/internal/httpapi"
 	"github.com/quillhq/quill/internal/notes"
 )
 
@@ -38,7 +39,7 @@ func TestReplayCounterFlushes(t *testing.T) {
 			svc, err := notes.NewService(pool, notes.Config{ReplayCacheBytes: tc.cache}, zerolog.New(io.Discard))
 			require.NoError(t, err)
 			tenant := reviewTenant()
-			req := notes.Request{Tenant: tenant, Key: "k1", Wait: -1}
+			req := notes.Request{Tenant: tenant, Key: "k1", Wait: -1, Render: httpapi.RenderWrite}
 			out, err := svc.Create(ctx, req, notes.CreateParams{Title: "once"})
 			require.NoError(t, err)
 			require.False(t, out.Replayed)
@@ -77,7 +78,7 @@ func TestReplayCounterKeepsCountsWhenFlushFails(t *testing.T) {
 	svc, err := notes.NewService(pool, notes.Config{}, zerolog.New(io.Discard))
 	require.NoError(t, err)
 	tenant := reviewTenant()
-	req := notes.Request{Tenant: tenant, Key: "k1", Wait: -1}
+	req := notes.Request{Tenant: tenant, Key: "k1", Wait: -1, Render: httpapi.RenderWrite}
 	for range 3 {
 		_, err := svc.Create(ctx, req, notes.CreateParams{Title: "x"})
 		require.NoError(t, err)
@@ -104,7 +105,7 @@ func TestRunReplayCounterFlushesPeriodicallyAndOnStop(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- svc.RunReplayCounter(runCtx) }()
 	tenant := reviewTenant()
-	req := notes.Request{Tenant: tenant, Key: "k1", Wait: -1}
+	req := notes.Request{Tenant: tenant, Key: "k1", Wait: -1, Render: httpapi.RenderWrite}
 	for range 2 {
 		_, err := svc.Create(ctx, req, notes.CreateParams{Title: "x"})
 		require.NoError(t, err)

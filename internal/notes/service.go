@@ -5,14 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net/http"
-	"strings"
 	"time"
 
-	"github.com/go-json-experiment/json"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
@@ -21,7 +17,6 @@ import (
 	"github.com/quillhq/quill/internal/idempotency"
 	"github.com/quillhq/quill/internal/opkey"
 	"github.com/quillhq/quill/internal/outbox"
-	"github.com/quillhq/quill/internal/problem"
 )
 
 // Actions and their parameter versions. A version changes whenever the
@@ -184,14 +179,46 @@ type Request struct {
 	Key         string
 	Wait        time.Duration
 	Traceparent string
+	// Render renders the response recorded for the operation when this
+	// request executes it; required.
+	Render Render
 }
+
+// RecordedResponse is the response recorded for an operation and replayed,
+// byte for byte, to every later request with its key. The service stores it
+// as it gets it from the request's Render and gives it no meaning of its own.
+type RecordedResponse struct {
+	Status   int
+	Body     []byte
+	Location string
+}
+
+// Result is what an executed write produced, for Render to turn into the
+// recorded Response.
+type Result struct {
+	// Resource is the path of the note the write created or acted on,
+	// e.g. /v1/notes/{id}.
+	Resource string
+	// Note is the created note (a create).
+	Note *NoteView
+	// Deleted is the deleted note (a delete).
+	Deleted *DeleteResult
+	// Err is the domain error the operation is recorded with:
+	// ErrNothingToDelete for a delete that found no live note. Note and
+	// Deleted are nil then.
+	Err error
+}
+
+// Render turns an executed write's result into the response recorded for
+// the operation. It runs inside the write, before the commit, so that the
+// recorded bytes are written in the same round trip as the effect; an error
+// aborts the write (nothing is committed).
+type Render func(Result) (RecordedResponse, error)
 
 // Outcome is a write's answer: the recorded response, and whether it is a
 // replay of an earlier execution.
 type Outcome struct {
-	Status   int
-	Body     []byte
-	Location string
+	RecordedResponse
 	Replayed bool
 }
 
@@ -206,10 +233,16 @@ func (s *Service) waitFor(r Request) time.Duration {
 // a recorded body and a later read agree.
 func (s *Service) clock() time.Time { return s.now().UTC().Truncate(time.Microsecond) }
 
+// errNoRender: a write request came without its Render.
+var errNoRender = errors.New("notes: the write request has no Render")
+
 // Create creates a note as the operation (r.Tenant, r.Key). Errors:
 // *KeyReusedError, *ExpiredError, ErrInProgress, *UnavailableError, and
 // others for unexpected failures (nothing committed).
 func (s *Service) Create(ctx context.Context, r Request, p CreateParams) (Outcome, error) {
+	if r.Render == nil {
+		return Outcome{}, errNoRender
+	}
 	params := idempotency.Params{"title": p.Title, "body": p.Body, "attachment": nil}
 	if a := p.Attachment; a != nil {
 		params["attachment"] = map[string]any{"filename": a.Filename, "content_type": a.ContentType,
@@ -223,9 +256,12 @@ func (s *Service) Create(ctx context.Context, r Request, p CreateParams) (Outcom
 }
 
 // Delete deletes note id as the operation (r.Tenant, r.Key). Deleting a note
-// that does not exist (or not any more) is recorded as a 404. Errors as for
-// Create.
+// that does not exist (or not any more) is recorded with ErrNothingToDelete.
+// Errors as for Create.
 func (s *Service) Delete(ctx context.Context, r Request, id uuid.UUID) (Outcome, error) {
+	if r.Render == nil {
+		return Outcome{}, errNoRender
+	}
 	fp, err := idempotency.NewFingerprint(ActionDelete, deleteVersion, idempotency.Params{"id": id.String()})
 	if err != nil {
 		return Outcome{}, err
@@ -235,9 +271,7 @@ func (s *Service) Delete(ctx context.Context, r Request, id uuid.UUID) (Outcome,
 
 // effect is what an executed write produced, to be recorded.
 type effect struct {
-	status   int
-	body     []byte
-	location string
+	resp     RecordedResponse
 	resource string
 	// counted: whether a business effect happened (a 404 delete has none).
 	counted bool
@@ -254,12 +288,15 @@ type plan struct {
 	eff   *effect
 	queue func(b *pgx.Batch) error
 	// run: executes the effect inside the claimed transaction, queueing
-	// what it can into b.
-	run func(ctx context.Context, conn *pgxpool.Conn, b *pgx.Batch) (*effect, error)
+	// what it can into tx's batch.
+	run func(ctx context.Context, tx *db.Pipeline) (*effect, error)
 }
 
 // planFunc prepares a write at time now.
 type planFunc func(now time.Time) (*plan, error)
+
+// The test hook runs its statements on the write's pipeline.
+var _ idempotency.Querier = (*db.Pipeline)(nil)
 
 // errBusy: another transaction holds the operation's lock.
 var errBusy = errors.New("operation locked by another transaction")
@@ -376,7 +413,7 @@ func (s *Service) answerRecorded(rec *idempotency.Record, fp idempotency.Fingerp
 	case idempotency.Replay:
 		s.obs.Idempotency(fp.Action, "replayed")
 		s.replays.add(rec.Tenant, rec.Key, rec.CreatedAt)
-		return Outcome{Status: rec.Status, Body: rec.Body, Location: rec.Location, Replayed: true}, nil, true
+		return Outcome{RecordedResponse: recorded(rec), Replayed: true}, nil, true
 	case idempotency.Reused:
 		s.obs.Idempotency(fp.Action, "key_reused")
 		return Outcome{}, &KeyReusedError{RecordedAction: rec.Action, Fields: fields}, true
@@ -388,20 +425,17 @@ func (s *Service) answerRecorded(rec *idempotency.Record, fp idempotency.Fingerp
 	}
 }
 
+// recorded returns rec's response.
+func recorded(rec *idempotency.Record) RecordedResponse {
+	return RecordedResponse{Status: rec.Status, Body: rec.Body, Location: rec.Location}
+}
+
 func (s *Service) unavailable(err error, unknown bool) error {
 	if errors.Is(db.Translate(err), db.ErrUnavailable) || db.IsConnectionError(err) {
 		return &UnavailableError{Unknown: unknown, Err: err}
 	}
 	return err
 }
-
-const (
-	// Pinned: the claim relies on READ COMMITTED (a statement sees rows
-	// committed before it started; the unique check sees all committed rows).
-	sqlBegin    = "BEGIN ISOLATION LEVEL READ COMMITTED"
-	sqlCommit   = "COMMIT"
-	sqlRollback = "ROLLBACK"
-)
 
 // attempt runs one execution attempt in its own transaction, detached from
 // the client's cancellation. It returns errBusy when another transaction owns
@@ -419,58 +453,44 @@ func (s *Service) attempt(reqCtx context.Context, r Request, fp idempotency.Fing
 	if err != nil {
 		return Outcome{}, err
 	}
-	conn, err := s.pool.Acquire(ctx)
+	tx, err := db.BeginPipeline(ctx, s.pool)
 	if err != nil {
 		return Outcome{}, s.unavailable(err, false)
 	}
-	detached := false
-	defer func() {
-		if !detached {
-			conn.Release()
-		}
-	}()
-	sessionSince := time.Now()
+	defer tx.Release()
 
 	var claim idempotency.Claim
-	b := &pgx.Batch{}
-	b.Queue(sqlBegin)
-	idempotency.QueueClaimGuarded(b, r.Tenant, r.Key, now, &claim)
+	idempotency.QueueClaimGuarded(tx.Batch(), r.Tenant, r.Key, now, &claim)
 	eff := p.eff
 	if p.queue != nil {
-		if err := p.queue(b); err != nil {
+		if err := p.queue(tx.Batch()); err != nil {
 			return Outcome{}, err
 		}
 	}
 	if p.run != nil || s.hooks.AfterEffect != nil {
 		// The effect must be decided (delete) or observed (test hook)
 		// before the record is written: this round trip ends here.
-		if err := conn.SendBatch(ctx, b).Close(); err != nil {
-			rollback(ctx, conn)
+		if err := tx.Send(ctx); err != nil {
 			return Outcome{}, s.unavailable(err, false)
 		}
 		if !claim.Claimed {
 			// End the transaction before answering: until then it holds
 			// the key's lock, and a lookup would see "in progress".
-			rollback(ctx, conn)
+			tx.Rollback(ctx)
 			return s.unclaimed(claim, fp)
 		}
-		b = &pgx.Batch{}
 		if p.run != nil {
-			if eff, err = p.run(ctx, conn, b); err != nil {
-				rollback(ctx, conn)
+			if eff, err = p.run(ctx, tx); err != nil {
+				tx.Rollback(ctx)
 				return Outcome{}, s.unavailable(err, false)
 			}
 		}
 		if s.hooks.AfterEffect != nil {
-			if b.Len() > 0 {
-				if err := conn.SendBatch(ctx, b).Close(); err != nil {
-					rollback(ctx, conn)
-					return Outcome{}, s.unavailable(err, false)
-				}
-				b = &pgx.Batch{}
+			if err := tx.Send(ctx); err != nil {
+				return Outcome{}, s.unavailable(err, false)
 			}
-			if err := s.hooks.AfterEffect(ctx, conn, eff.noteID); err != nil {
-				rollback(ctx, conn)
+			if err := s.hooks.AfterEffect(ctx, tx, eff.noteID); err != nil {
+				tx.Rollback(ctx)
 				return Outcome{}, err
 			}
 		}
@@ -479,39 +499,29 @@ func (s *Service) attempt(reqCtx context.Context, r Request, fp idempotency.Fing
 	record := &idempotency.Record{
 		Tenant: r.Tenant, Key: r.Key, Action: fp.Action, Version: fp.Version,
 		Fingerprint: fp.Sum, Fields: fp.Fields, Resource: eff.resource,
-		Status: eff.status, Body: eff.body, Location: eff.location,
+		Status: eff.resp.Status, Body: eff.resp.Body, Location: eff.resp.Location,
 		CreatedAt: now, CompletedAt: completed,
 		ExpiresAt: completed.Add(s.cfg.ResponseRetention), ForgetAt: completed.Add(s.cfg.KeyRetention),
 	}
-	idempotency.QueueInsertGuarded(b, record)
-	b.Queue(sqlCommit)
-	err = conn.SendBatch(ctx, b).Close()
-	if err == nil {
-		if !claim.Claimed {
-			return s.unclaimed(claim, fp) // the COMMIT committed nothing
-		}
+	idempotency.QueueInsertGuarded(tx.Batch(), record)
+	err = tx.Commit(ctx)
+	var lost *db.OutcomeUnknownError
+	switch {
+	case err == nil && !claim.Claimed:
+		return s.unclaimed(claim, fp) // the COMMIT committed nothing
+	case err == nil:
 		s.committed(fp, eff)
 		s.cache.Put(record)
-		return Outcome{Status: eff.status, Body: eff.body, Location: eff.location}, nil
-	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && !sessionEnded(pgErr) {
-		// The server refused a statement: the transaction is aborted and
-		// COMMIT never ran.
-		rollback(ctx, conn)
-		if pgErr.Code == "23505" {
-			return Outcome{}, errBusy // a concurrent writer recorded the key first
-		}
+		return Outcome{RecordedResponse: eff.resp}, nil
+	case errors.As(err, &lost):
+		// The COMMIT may or may not have happened: find out on another
+		// connection (Commit gave this one back, closed).
+		return s.recheck(reqCtx, r, fp, record, eff, lost)
+	case errors.Is(err, db.ErrDuplicate):
+		return Outcome{}, errBusy // a concurrent writer recorded the key first
+	default:
 		return Outcome{}, fmt.Errorf("write %s: %w", fp.Action, err)
 	}
-	// The connection failed somewhere in the final round trip: the COMMIT
-	// may or may not have happened. Give the connection back (closed, so the
-	// pool drops it) and find out on another one.
-	pid := conn.Conn().PgConn().PID()
-	conn.Conn().Close(ctx) //nolint:errcheck // it is broken
-	conn.Release()
-	detached = true
-	return s.recheck(reqCtx, r, fp, record, eff, err, pid, sessionSince)
 }
 
 // unclaimed answers an attempt whose claim failed: the recorded outcome, or
@@ -536,89 +546,59 @@ func (s *Service) committed(fp idempotency.Fingerprint, eff *effect) {
 	}
 }
 
-// sessionEnded reports whether the server ended the session (admin
-// shutdown, crash, connection failure): then it is unknown which statements
-// of the pipeline, COMMIT included, ran before it did.
-func sessionEnded(e *pgconn.PgError) bool {
-	return e.Severity == "FATAL" || e.Severity == "PANIC" ||
-		strings.HasPrefix(e.Code, "08") || strings.HasPrefix(e.Code, "57P")
-}
-
-// rollback ends the connection's transaction; a failure closes the
-// connection, which PostgreSQL treats as a rollback.
-func rollback(ctx context.Context, conn *pgxpool.Conn) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if _, err := conn.Exec(rctx, sqlRollback); err != nil {
-		_ = conn.Conn().Close(rctx)
-	}
-}
-
 // recheck establishes whether a write whose COMMIT reply was lost
-// committed. First the old session must be gone — until it is, a batch still
-// on its way to it could take the key's lock and commit — so the recheck ends
-// it (pg_terminate_backend on its pid, only if that session started before
-// the attempt) and waits for it to disappear. Then it takes the key's lock and
-// reads the record: found means committed; absent means nothing was.
-func (s *Service) recheck(reqCtx context.Context, r Request, fp idempotency.Fingerprint, mine *idempotency.Record, eff *effect, cause error, pid uint32, sessionSince time.Time) (Outcome, error) {
+// committed. Once db.Recheck ended the old session, it takes the key's lock
+// and reads the record: found means committed; absent means nothing was.
+func (s *Service) recheck(reqCtx context.Context, r Request, fp idempotency.Fingerprint, mine *idempotency.Record, eff *effect, lost *db.OutcomeUnknownError) (Outcome, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(reqCtx), recheckTimeout)
 	defer cancel()
-	s.log.Warn().Err(cause).Str("action", fp.Action).Str("key_hash", opkey.Hash(r.Tenant, r.Key)).
+	s.log.Warn().Err(lost.Err).Str("action", fp.Action).Str("key_hash", opkey.Hash(r.Tenant, r.Key)).
 		Str("error_category", "commit_reply_lost").Msg("commit reply lost; re-checking the outcome")
-	gone := false
-	for delay := 20 * time.Millisecond; ; delay = min(delay*2, 500*time.Millisecond) {
-		if !gone {
-			err := s.pool.QueryRow(ctx, sqlEndSession, int64(pid), sessionSince).Scan(&gone)
-			if err != nil {
-				gone = false
+	var (
+		out    Outcome
+		outErr error
+	)
+	err := db.Recheck(ctx, s.pool, lost, func(ctx context.Context) bool {
+		var locked bool
+		var rec *idempotency.Record
+		err := db.WithTx(ctx, s.pool, func(tx pgx.Tx) error {
+			b := &pgx.Batch{}
+			idempotency.QueueClaim(b, r.Tenant, r.Key, &locked, &rec)
+			return tx.SendBatch(ctx, b).Close()
+		})
+		switch {
+		case err != nil:
+			return false
+		case rec != nil && rec.Resource == mine.Resource && rec.CreatedAt.Equal(mine.CreatedAt):
+			s.committed(fp, eff)
+			s.cache.Put(rec)
+			out = Outcome{RecordedResponse: recorded(rec)}
+		case rec != nil:
+			var done bool
+			if out, outErr, done = s.answerRecorded(rec, fp); !done {
+				outErr = &UnavailableError{Err: lost.Err}
 			}
+		case locked:
+			outErr = &UnavailableError{Err: lost.Err}
+		default:
+			return false // someone else holds the key's lock
 		}
-		if gone {
-			var locked bool
-			var rec *idempotency.Record
-			err := db.WithTx(ctx, s.pool, func(tx pgx.Tx) error {
-				b := &pgx.Batch{}
-				idempotency.QueueClaim(b, r.Tenant, r.Key, &locked, &rec)
-				return tx.SendBatch(ctx, b).Close()
-			})
-			switch {
-			case err == nil && rec != nil && rec.Resource == mine.Resource && rec.CreatedAt.Equal(mine.CreatedAt):
-				s.committed(fp, eff)
-				s.cache.Put(rec)
-				return Outcome{Status: rec.Status, Body: rec.Body, Location: rec.Location}, nil
-			case err == nil && rec != nil:
-				out, err, done := s.answerRecorded(rec, fp)
-				if done {
-					return out, err
-				}
-				return Outcome{}, &UnavailableError{Err: cause}
-			case err == nil && locked:
-				return Outcome{}, &UnavailableError{Err: cause}
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return Outcome{}, &UnavailableError{Unknown: true, Err: cause}
-		case <-time.After(delay):
-		}
+		return true
+	})
+	if err != nil {
+		return Outcome{}, &UnavailableError{Unknown: true, Err: lost.Err}
 	}
+	return out, outErr
 }
 
-// sqlEndSession terminates the session with pid if it started before $2 (so
-// that a reused pid is left alone), waiting up to a second, and reports
-// whether no such session is left.
-const sqlEndSession = `SELECT CASE
-	WHEN EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND backend_start <= $2)
-	THEN pg_terminate_backend($1::int, 1000) AND NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND backend_start <= $2)
-	ELSE true END`
-
 const (
-	// Guarded: they run only when the transaction claimed the operation.
+	// Guarded by the flag passed last (idempotency.Claimed): they write
+	// only when the transaction claimed the operation.
 	sqlNoteInsert = `INSERT INTO notes (id, tenant, title, body, created_at)
-	SELECT $1::uuid, $2::text, $3::text, $4::text, $5::timestamptz WHERE ` + idempotency.Guard
+	SELECT $1::uuid, $2::text, $3::text, $4::text, $5::timestamptz WHERE current_setting($6::text)::boolean`
 
 	sqlAttachmentInsert = `INSERT INTO attachments (id, tenant, note_id, filename, content_type, size, sha256, data)
-	SELECT $1::uuid, $2::text, $3::uuid, $4::text, $5::text, $6::int, $7::text, $8::bytea WHERE ` + idempotency.Guard
+	SELECT $1::uuid, $2::text, $3::uuid, $4::text, $5::text, $6::int, $7::text, $8::bytea WHERE current_setting($9::text)::boolean`
 
 	sqlNoteDelete = `UPDATE notes SET deleted_at = $3 WHERE tenant = $1 AND id = $2 AND deleted_at IS NULL`
 )
@@ -638,49 +618,60 @@ func (s *Service) planCreate(r Request, p CreateParams, now time.Time) (*plan, e
 			Size: len(a.Data), SHA256: a.SHA256, Status: AttachmentPending}
 	}
 	view := n.View()
-	body, err := json.Marshal(view)
+	resource := ResourcePath(id)
+	resp, err := r.Render(Result{Resource: resource, Note: &view})
 	if err != nil {
-		return nil, fmt.Errorf("marshal note: %w", err)
+		return nil, fmt.Errorf("render create: %w", err)
 	}
-	loc := "/v1/notes/" + id.String()
-	eff := &effect{status: http.StatusCreated, body: body, location: loc, resource: loc, counted: true, noteID: id}
+	eff := &effect{resp: resp, resource: resource, counted: true, noteID: id}
 	return &plan{eff: eff, queue: func(b *pgx.Batch) error {
-		b.Queue(sqlNoteInsert, pgUUID(n.ID), n.Tenant, n.Title, n.Body, n.CreatedAt)
+		b.Queue(sqlNoteInsert, pgUUID(n.ID), n.Tenant, n.Title, n.Body, n.CreatedAt, string(idempotency.Claimed))
 		if a := p.Attachment; a != nil {
-			b.Queue(sqlAttachmentInsert, pgUUID(aid), r.Tenant, pgUUID(id), a.Filename, a.ContentType, len(a.Data), a.SHA256, a.Data)
+			b.Queue(sqlAttachmentInsert, pgUUID(aid), r.Tenant, pgUUID(id), a.Filename, a.ContentType, len(a.Data), a.SHA256, a.Data,
+				string(idempotency.Claimed))
 		}
 		return s.queueEvent(b, r, outbox.TypeNoteCreated, id, now, view)
 	}}, nil
 }
 
-// DeleteResult is the body of a successful delete.
+// notePathPrefix starts the path that names a note in operation records
+// (and in the API).
+const notePathPrefix = "/v1/notes/"
+
+// ResourcePath is the path that names note id in operation records.
+func ResourcePath(id uuid.UUID) string { return notePathPrefix + id.String() }
+
+// DeleteResult is what a successful delete did.
 type DeleteResult struct {
 	ID        string `json:"id"`
 	DeletedAt string `json:"deleted_at"`
 }
 
 func (s *Service) planDelete(r Request, id uuid.UUID, now time.Time) *plan {
-	return &plan{run: func(ctx context.Context, conn *pgxpool.Conn, b *pgx.Batch) (*effect, error) {
+	return &plan{run: func(ctx context.Context, tx *db.Pipeline) (*effect, error) {
 		// The UPDATE takes the note's row lock, which orders this event
 		// after every other event of the note that committed before it.
-		tag, err := conn.Exec(ctx, sqlNoteDelete, r.Tenant, pgUUID(id), now)
+		tag, err := tx.Exec(ctx, sqlNoteDelete, r.Tenant, pgUUID(id), now)
 		if err != nil {
 			return nil, fmt.Errorf("delete note: %w", err)
 		}
-		resource := "/v1/notes/" + id.String()
+		resource := ResourcePath(id)
 		if tag.RowsAffected() == 0 {
-			p := problem.New(http.StatusNotFound, problem.CodeNotFound, "no note with this id exists for this tenant (it may have been deleted)")
-			return &effect{status: http.StatusNotFound, body: p.JSON(), resource: resource, noteID: id}, nil
+			resp, err := r.Render(Result{Resource: resource, Err: ErrNothingToDelete})
+			if err != nil {
+				return nil, fmt.Errorf("render delete: %w", err)
+			}
+			return &effect{resp: resp, resource: resource, noteID: id}, nil
 		}
 		res := DeleteResult{ID: id.String(), DeletedAt: FormatTime(now)}
-		body, err := json.Marshal(res)
+		resp, err := r.Render(Result{Resource: resource, Deleted: &res})
 		if err != nil {
-			return nil, fmt.Errorf("marshal delete result: %w", err)
+			return nil, fmt.Errorf("render delete: %w", err)
 		}
-		if err := s.queueEvent(b, r, outbox.TypeNoteDeleted, id, now, res); err != nil {
+		if err := s.queueEvent(tx.Batch(), r, outbox.TypeNoteDeleted, id, now, res); err != nil {
 			return nil, err
 		}
-		return &effect{status: http.StatusOK, body: body, resource: resource, counted: true, noteID: id}, nil
+		return &effect{resp: resp, resource: resource, counted: true, noteID: id}, nil
 	}}
 }
 
@@ -694,5 +685,5 @@ func (s *Service) queueEvent(b *pgx.Batch, r Request, typ string, noteID uuid.UU
 		return fmt.Errorf("new event id: %w", err)
 	}
 	return outbox.QueueGuarded(b, outbox.Event{ID: eid, Tenant: r.Tenant, OperationKey: r.Key, AggregateID: noteID,
-		Type: typ, Time: now, Data: data, Traceparent: r.Traceparent}, idempotency.Guard)
+		Type: typ, Time: now, Data: data, Traceparent: r.Traceparent}, idempotency.Claimed)
 }

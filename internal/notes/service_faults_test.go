@@ -23,6 +23,7 @@ import (
 
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/dbtest"
+	"github.com/quillhq/quill/internal/httpapi"
 	"github.com/quillhq/quill/internal/notes"
 )
 
@@ -67,7 +68,7 @@ func TestProductionPathConcurrentAcrossProcessesExecutesOnce(t *testing.T) {
 		for i := range per {
 			wg.Go(func() {
 				out, err := svcs[i%len(svcs)].Create(context.Background(),
-					notes.Request{Tenant: tenant, Key: key, Wait: -1}, notes.CreateParams{Title: "same"})
+					notes.Request{Tenant: tenant, Key: key, Wait: -1, Render: httpapi.RenderWrite}, notes.CreateParams{Title: "same"})
 				switch {
 				case errors.Is(err, notes.ErrInProgress):
 					busy.Add(1)
@@ -150,12 +151,11 @@ func (p *delayProxy) clientToServer(c, s net.Conn) {
 	}
 }
 
-// Regression (found in review): the lost-COMMIT recheck concluded "nothing was committed" as soon as
-// it can take the key's lock and finds no record — but the old session's
-// batch may not have reached its backend yet. It then arrives, claims the
-// free lock and commits: the client was told 503 "nothing committed" for a
-// write that committed (SPEC §3: 503 "sent only when nothing was
-// committed").
+// The lost-COMMIT recheck must not conclude "nothing was committed" merely
+// because it can take the key's lock and finds no record: the old session's
+// batch may not have reached its backend yet, and could then claim the free
+// lock and commit — a 503 "nothing committed" for a write that committed
+// (SPEC §3: 503 "sent only when nothing was committed").
 func TestRecheckEndsTheOldSessionBeforeSayingNothingCommitted(t *testing.T) {
 	t.Parallel()
 	direct, u := dbtest.Pool(t, 2)
@@ -169,11 +169,11 @@ func TestRecheckEndsTheOldSessionBeforeSayingNothingCommitted(t *testing.T) {
 
 	// Warm the connection: its statements are prepared, so the next create
 	// is one chunk of Bind/Execute messages, COMMIT included.
-	_, err = svc.Create(ctx, notes.Request{Tenant: tenant, Key: "warm", Wait: -1}, notes.CreateParams{Title: "warm"})
+	_, err = svc.Create(ctx, notes.Request{Tenant: tenant, Key: "warm", Wait: -1, Render: httpapi.RenderWrite}, notes.CreateParams{Title: "warm"})
 	require.NoError(t, err)
 
 	proxy.armed.Store(true)
-	_, err = svc.Create(ctx, notes.Request{Tenant: tenant, Key: "late", Wait: -1}, notes.CreateParams{Title: "late"})
+	_, err = svc.Create(ctx, notes.Request{Tenant: tenant, Key: "late", Wait: -1, Render: httpapi.RenderWrite}, notes.CreateParams{Title: "late"})
 	var unavail *notes.UnavailableError
 	require.ErrorAs(t, err, &unavail)
 	<-proxy.delivered
@@ -185,12 +185,12 @@ func TestRecheckEndsTheOldSessionBeforeSayingNothingCommitted(t *testing.T) {
 	}
 }
 
-// Regression (found in review): attempt kept the broken connection acquired while it rechecks, so
-// the recheck needs a second pool slot. When every slot is held by a write
-// whose COMMIT reply was lost (a pool of 1 here; a failover under load with
-// QUILL_DB_MAX_CONNS in-flight writes in general), no recheck can acquire a
-// connection: each waits its 5 s and answers "outcome unknown", although
-// the database is up and the answer (201) is one query away.
+// The recheck must not need a second pool slot: when every slot is held by
+// a write whose COMMIT reply was lost (a pool of 1 here; a failover under
+// load with QUILL_DB_MAX_CONNS in-flight writes in general), a recheck that
+// cannot acquire a connection would wait its 5 s and answer "outcome
+// unknown", although the database is up and the answer (201) is one query
+// away.
 func TestRecheckWorksWithAFullPool(t *testing.T) {
 	t.Parallel()
 	_, u := dbtest.Pool(t, 2)
@@ -201,12 +201,12 @@ func TestRecheckWorksWithAFullPool(t *testing.T) {
 	svc := reviewService(t, pool, 2*time.Second)
 	tenant := reviewTenant()
 	ctx := context.Background()
-	_, err = svc.Create(ctx, notes.Request{Tenant: tenant, Key: "warm", Wait: -1}, notes.CreateParams{Title: "warm"})
+	_, err = svc.Create(ctx, notes.Request{Tenant: tenant, Key: "warm", Wait: -1, Render: httpapi.RenderWrite}, notes.CreateParams{Title: "warm"})
 	require.NoError(t, err)
 
 	proxy.LoseNextReply()
 	start := time.Now()
-	out, err := svc.Create(ctx, notes.Request{Tenant: tenant, Key: "lost", Wait: -1}, notes.CreateParams{Title: "lost"})
+	out, err := svc.Create(ctx, notes.Request{Tenant: tenant, Key: "lost", Wait: -1, Render: httpapi.RenderWrite}, notes.CreateParams{Title: "lost"})
 	require.Equal(t, 1, proxy.Cuts())
 	require.NoError(t, err, "after %s: the COMMIT succeeded and the database is reachable; the recheck should find it", time.Since(start))
 	require.Equal(t, 201, out.Status)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/dbtest"
+	"github.com/quillhq/quill/internal/httpapi"
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/natstest"
 	"github.com/quillhq/quill/internal/notes"
@@ -145,7 +146,7 @@ func TestNotifyWakesAnIdleRelay(t *testing.T) {
 	})
 	svc, err := notes.NewService(writer, notes.Config{}, zerolog.Nop(), notes.WithNotifier(notifier))
 	require.NoError(t, err)
-	out, err := svc.Create(ctx, notes.Request{Tenant: tenant, Key: "notify-" + suffix, Wait: -1},
+	out, err := svc.Create(ctx, notes.Request{Tenant: tenant, Key: "notify-" + suffix, Wait: -1, Render: httpapi.RenderWrite},
 		notes.CreateParams{Title: "wakes the relay"})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, out.Status)

@@ -25,6 +25,7 @@ import (
 	"github.com/quillhq/quill/internal/clitest"
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/dbtest"
+	"github.com/quillhq/quill/internal/httpapi"
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/natstest"
 	"github.com/quillhq/quill/internal/notes"
@@ -582,7 +583,7 @@ func TestTwoRelaysPublishEveryEventOnceInCommitOrderPerNote(t *testing.T) {
 	require.NoError(t, err)
 
 	life := func(ctx context.Context, n int) error {
-		out, err := svc.Create(ctx, notes.Request{Tenant: h.tenant, Key: fmt.Sprintf("create-%d", n), Wait: -1},
+		out, err := svc.Create(ctx, notes.Request{Tenant: h.tenant, Key: fmt.Sprintf("create-%d", n), Wait: -1, Render: httpapi.RenderWrite},
 			notes.CreateParams{Title: fmt.Sprintf("note %d", n)})
 		if err != nil {
 			return err
@@ -598,7 +599,7 @@ func TestTwoRelaysPublishEveryEventOnceInCommitOrderPerNote(t *testing.T) {
 			}
 			notifier.Signal()
 		}
-		out, err = svc.Delete(ctx, notes.Request{Tenant: h.tenant, Key: fmt.Sprintf("delete-%d", n), Wait: -1}, id)
+		out, err = svc.Delete(ctx, notes.Request{Tenant: h.tenant, Key: fmt.Sprintf("delete-%d", n), Wait: -1, Render: httpapi.RenderWrite}, id)
 		if err != nil {
 			return err
 		}

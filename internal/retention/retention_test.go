@@ -16,6 +16,7 @@ import (
 
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/dbtest"
+	"github.com/quillhq/quill/internal/httpapi"
 	"github.com/quillhq/quill/internal/notes"
 	"github.com/quillhq/quill/internal/outbox"
 	"github.com/quillhq/quill/internal/retention"
@@ -188,7 +189,7 @@ func TestCleanupHonoursRetention(t *testing.T) {
 	svc, err := notes.NewService(h.pool, notes.Config{}, zerolog.Nop())
 	require.NoError(t, err)
 	for _, key := range []string{"forgotten", "compacted", "fresh"} {
-		_, err := svc.Create(ctx, notes.Request{Tenant: h.tenant, Key: key, Wait: -1}, notes.CreateParams{Title: key})
+		_, err := svc.Create(ctx, notes.Request{Tenant: h.tenant, Key: key, Wait: -1, Render: httpapi.RenderWrite}, notes.CreateParams{Title: key})
 		require.NoError(t, err)
 	}
 	_, err = h.pool.Exec(ctx, `UPDATE operations SET expires_at = now() - interval '1 hour', forget_at = now() - interval '1 minute' WHERE key = 'forgotten'`)

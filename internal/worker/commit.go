@@ -10,15 +10,13 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/quillhq/quill/internal/attachment"
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/inbox"
 	"github.com/quillhq/quill/internal/metrics"
+	"github.com/quillhq/quill/internal/notes"
 	"github.com/quillhq/quill/internal/outbox"
 )
 
@@ -239,7 +237,7 @@ type entry struct {
 	// From the lock.
 	found   bool
 	deleted bool
-	attID   pgtype.UUID
+	attID   uuid.UUID
 	status  string
 	data    []byte
 	// After processing.
@@ -249,29 +247,6 @@ type entry struct {
 	thumb  []byte
 	out    outcome
 }
-
-const (
-	// The notes' row locks order each event this transaction writes
-	// after every event of the same note committed before it, and a
-	// concurrent delete after it (see the README's relay section); taken
-	// in note id order, they never deadlock with another batch's.
-	sqlAttachmentsLock = `SELECT n.id, n.deleted_at IS NOT NULL, a.id, a.status, a.data
-	FROM notes n
-	JOIN unnest($1::uuid[], $2::text[]) AS k(note_id, tenant) ON n.id = k.note_id AND n.tenant = k.tenant
-	JOIN attachments a ON a.note_id = n.id
-	ORDER BY n.id
-	FOR UPDATE OF n, a`
-
-	sqlAttachmentsDone = `UPDATE attachments a SET status = v.status, result = v.result::jsonb,
-		reason = nullif(v.reason, ''), thumbnail = v.thumbnail, processed_at = $1
-	FROM unnest($2::uuid[], $3::text[], $4::text[], $5::text[], $6::bytea[]) AS v(id, status, result, reason, thumbnail)
-	WHERE a.id = v.id`
-
-	sqlAttachmentSkipped = `UPDATE attachments SET reason = $2 WHERE id = $1 AND status = 'pending'`
-
-	sqlBegin  = "BEGIN ISOLATION LEVEL READ COMMITTED"
-	sqlCommit = "COMMIT"
-)
 
 // transact runs batch in one transaction. It returns one outcome per job
 // — an error outcome for a job that failed on its own — or an error when
@@ -286,8 +261,7 @@ func (c *committer) transact(batch []*job) ([]outcome, error) {
 	var recs []inbox.Entry
 	recOf := make(map[uuid.UUID]int, len(batch)) // event id → index in recs
 	leaderOf := make(map[uuid.UUID]int, len(batch))
-	noteIDs := make([]pgtype.UUID, 0, len(batch))
-	tenants := make([]string, 0, len(batch))
+	notesOf := make([]notes.NoteRef, 0, len(batch))
 	for i, j := range batch {
 		es[i] = entry{j: j, leader: -1}
 		if l, ok := leaderOf[j.p.id]; ok {
@@ -300,47 +274,31 @@ func (c *committer) transact(batch []*job) ([]outcome, error) {
 		leaderOf[j.p.id] = i
 		recOf[j.p.id] = len(recs)
 		recs = append(recs, inbox.Entry{EventID: j.p.id, Deliveries: j.deliveries})
-		noteIDs = append(noteIDs, pgUUID(j.p.noteID))
-		tenants = append(tenants, j.p.tenant)
+		notesOf = append(notesOf, notes.NoteRef{Tenant: j.p.tenant, ID: j.p.noteID})
 	}
 
-	conn, err := c.pool.Acquire(ctx)
+	tx, err := db.BeginPipeline(ctx, c.pool)
 	if err != nil {
-		return nil, fmt.Errorf("acquire connection: %w", db.Translate(err))
+		return nil, err
 	}
-	defer conn.Release()
+	defer tx.Release()
 
-	// Round trip 1: begin, lock, record.
-	type locked struct {
-		deleted bool
-		attID   pgtype.UUID
-		status  string
-		data    []byte
-	}
-	rows := make(map[uuid.UUID]locked, len(noteIDs))
-	b := &pgx.Batch{}
-	b.Queue(sqlBegin)
-	b.Queue(sqlAttachmentsLock, noteIDs, tenants).Query(func(r pgx.Rows) error {
-		var noteID pgtype.UUID
-		var l locked
-		_, err := pgx.ForEachRow(r, []any{&noteID, &l.deleted, &l.attID, &l.status, &l.data}, func() error {
-			rows[noteID.Bytes] = l
-			l = locked{}
-			return nil
-		})
-		return err
-	})
+	// Round trip 1: begin, lock, record. The notes' row locks order each
+	// event this transaction writes after every event of the same note
+	// committed before it, and a concurrent delete after it.
+	rows := make(map[uuid.UUID]notes.LockedAttachment, len(notesOf))
+	b := tx.Batch()
+	notes.QueueAttachmentsLock(b, notesOf, rows)
 	inbox.QueueRecord(b, w.cfg.Consumer, now, recs)
-	if err := conn.SendBatch(ctx, b).Close(); err != nil {
-		rollback(ctx, conn)
-		return nil, fmt.Errorf("lock and record: %w", db.Translate(err))
+	if err := tx.Send(ctx); err != nil {
+		return nil, fmt.Errorf("lock and record: %w", err)
 	}
 
 	var forget []uuid.UUID
 	// processedBy maps an attachment to the entry processing it in this
 	// batch: a second event for it is a duplicate, as one for an
 	// attachment no longer pending.
-	processedBy := map[pgtype.UUID]int{}
+	processedBy := map[uuid.UUID]int{}
 	var work []int
 	for i := range es {
 		e := &es[i]
@@ -349,7 +307,7 @@ func (c *committer) transact(batch []*job) ([]outcome, error) {
 		}
 		e.fresh = recs[recOf[e.j.p.id]].Fresh
 		l, ok := rows[e.j.p.noteID]
-		e.found, e.deleted, e.attID, e.status, e.data = ok, l.deleted, l.attID, l.status, l.data
+		e.found, e.deleted, e.attID, e.status, e.data = ok, l.NoteDeleted, l.ID, l.Status, l.Data
 		switch {
 		case !e.fresh:
 			e.out.result = metrics.WorkerDuplicate
@@ -361,13 +319,13 @@ func (c *committer) transact(batch []*job) ([]outcome, error) {
 			forget = append(forget, e.j.p.id)
 		case e.deleted:
 			e.out.result = metrics.WorkerSkipped
-		case e.attID != pgUUID(e.j.p.att.id):
+		case e.attID != e.j.p.att.id:
 			// A note has one attachment, fixed at its creation: an event
 			// naming another was not written by this database's API.
 			e.out.err = &permanentError{fmt.Sprintf("event names attachment %s, but note %s's attachment is %s",
-				e.j.p.att.id, e.j.p.noteID, uuid.UUID(e.attID.Bytes))}
+				e.j.p.att.id, e.j.p.noteID, e.attID)}
 			forget = append(forget, e.j.p.id)
-		case e.status != "pending":
+		case e.status != notes.AttachmentPending:
 			// Processed under another event id, or before the inbox
 			// forgot this one: the effect exists, do not repeat it.
 			e.out.result = metrics.WorkerDuplicate
@@ -394,29 +352,24 @@ func (c *committer) transact(batch []*job) ([]outcome, error) {
 	wg.Wait()
 
 	// Round trip 2: the writes and the commit.
-	b = &pgx.Batch{}
-	var ids []pgtype.UUID
-	var states, results, reasons []*string
-	var thumbs [][]byte
+	b = tx.Batch()
+	var results []notes.AttachmentResult
 	for _, i := range work {
 		e := &es[i]
 		if e.out.err != nil {
 			forget = append(forget, e.j.p.id)
 			continue
 		}
-		ids = append(ids, e.attID)
-		states = append(states, &e.ev.State)
-		results = append(results, bytesString(e.result))
-		reasons = append(reasons, &e.ev.Reason)
-		thumbs = append(thumbs, e.thumb)
+		results = append(results, notes.AttachmentResult{ID: e.attID, Status: e.ev.State, Result: e.result,
+			Reason: e.ev.Reason, Thumbnail: e.thumb})
 		eid, err := uuid.NewV7()
 		if err != nil {
-			rollback(ctx, conn)
+			tx.Rollback(ctx)
 			return nil, fmt.Errorf("new event id: %w", err)
 		}
 		if err := outbox.Queue(b, outbox.Event{ID: eid, Tenant: e.j.p.tenant, AggregateID: e.j.p.noteID,
 			Type: outbox.TypeAttachmentProcessed, Time: now, Data: e.ev, Traceparent: e.j.trace}); err != nil {
-			rollback(ctx, conn)
+			tx.Rollback(ctx)
 			return nil, fmt.Errorf("outbox event: %w", err)
 		}
 	}
@@ -425,25 +378,19 @@ func (c *committer) transact(batch []*job) ([]outcome, error) {
 			forget = append(forget, e.j.p.id)
 		}
 	}
-	if len(ids) > 0 {
-		b.Queue(sqlAttachmentsDone, now, ids, states, results, reasons, thumbs)
-	}
+	notes.QueueAttachmentsProcessed(b, now, results)
 	for i := range es {
 		if e := &es[i]; e.leader < 0 && e.out.err == nil && e.out.result == metrics.WorkerSkipped {
-			b.Queue(sqlAttachmentSkipped, e.attID, ReasonNoteDeleted)
+			notes.QueueAttachmentSkipped(b, e.attID, ReasonNoteDeleted)
 		}
 	}
 	if len(forget) > 0 {
 		inbox.QueueForget(b, w.cfg.Consumer, forget)
 	}
-	var tag pgconn.CommandTag
-	b.Queue(sqlCommit).Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
-	if err := conn.SendBatch(ctx, b).Close(); err != nil {
-		rollback(ctx, conn)
-		return nil, fmt.Errorf("store results: %w", db.Translate(err))
-	}
-	if tag.String() != "COMMIT" {
-		return nil, fmt.Errorf("commit: the transaction was rolled back (%s)", tag)
+	// A lost COMMIT reply needs no recheck here: the message is not
+	// acknowledged, and its redelivery finds the inbox row if it committed.
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("store results: %w", err)
 	}
 	committed := w.now()
 
@@ -477,7 +424,7 @@ func (e *entry) process(lim attachment.Limits) {
 	res, err := attachment.Process(attachment.Input{ContentType: a.contentType, Filename: a.filename,
 		Size: a.size, SHA256: a.sha256, Data: e.data}, lim)
 	e.data = nil
-	e.ev = ProcessedData{NoteID: e.j.p.noteID.String(), AttachmentID: uuid.UUID(e.attID.Bytes).String()}
+	e.ev = ProcessedData{NoteID: e.j.p.noteID.String(), AttachmentID: e.attID.String()}
 	var permanent *attachment.PermanentError
 	switch {
 	case errors.As(err, &permanent):
@@ -495,23 +442,5 @@ func (e *entry) process(lim attachment.Limits) {
 			e.thumb = res.Thumbnail.PNG
 		}
 		e.out.result = metrics.WorkerProcessed
-	}
-}
-
-func bytesString(b []byte) *string {
-	if b == nil {
-		return nil
-	}
-	s := string(b)
-	return &s
-}
-
-// rollback ends conn's transaction; a failure closes the connection, which
-// PostgreSQL treats as a rollback.
-func rollback(ctx context.Context, conn *pgxpool.Conn) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if _, err := conn.Exec(rctx, "ROLLBACK"); err != nil {
-		_ = conn.Conn().Close(rctx)
 	}
 }

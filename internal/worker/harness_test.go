@@ -24,6 +24,7 @@ import (
 
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/dbtest"
+	"github.com/quillhq/quill/internal/httpapi"
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/natstest"
 	"github.com/quillhq/quill/internal/notes"
@@ -159,7 +160,7 @@ func runUntilCleanup(t testing.TB, fn func(context.Context) error) (stop func())
 func (h *harness) create(title, contentType string, data []byte) uuid.UUID {
 	h.t.Helper()
 	sum := sha256.Sum256(data)
-	out, err := h.svc.Create(context.Background(), notes.Request{Tenant: h.tenant, Key: "k-" + uuid.NewString(), Wait: -1},
+	out, err := h.svc.Create(context.Background(), notes.Request{Tenant: h.tenant, Key: "k-" + uuid.NewString(), Wait: -1, Render: httpapi.RenderWrite},
 		notes.CreateParams{Title: title, Attachment: &notes.NewAttachment{Filename: title, ContentType: contentType, Data: data, SHA256: hex.EncodeToString(sum[:])}})
 	require.NoError(h.t, err)
 	var v struct {

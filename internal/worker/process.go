@@ -9,31 +9,23 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/go-json-experiment/json"
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/quillhq/quill/internal/deadletter"
 	"github.com/quillhq/quill/internal/metrics"
+	"github.com/quillhq/quill/internal/notes"
 	"github.com/quillhq/quill/internal/outbox"
 )
 
-// event is the part of a note.created CloudEvent the worker reads.
-type event struct {
-	SpecVersion string `json:"specversion"`
-	ID          string `json:"id"`
-	Source      string `json:"source"`
-	Type        string `json:"type"`
-	Subject     string `json:"subject"`
-	Time        string `json:"time"`
-	Data        struct {
-		ID         string `json:"id"`
-		Attachment *struct {
-			ID          string `json:"id"`
-			SHA256      string `json:"sha256"`
-			Size        int    `json:"size"`
-			ContentType string `json:"content_type"`
-			Filename    string `json:"filename"`
-		} `json:"attachment"`
-	} `json:"data"`
+// noteCreated is the part of a note.created event's data the worker reads.
+type noteCreated struct {
+	ID         string `json:"id"`
+	Attachment *struct {
+		ID          string `json:"id"`
+		SHA256      string `json:"sha256"`
+		Size        int    `json:"size"`
+		ContentType string `json:"content_type"`
+		Filename    string `json:"filename"`
+	} `json:"attachment"`
 }
 
 // parsed is a validated note.created event.
@@ -55,9 +47,15 @@ type attachmentRef struct {
 
 // parse validates a note.created event; every error is permanent.
 func parse(payload []byte) (parsed, error) {
-	var e event
+	var e outbox.CloudEvent
+	var data noteCreated
 	if err := json.Unmarshal(payload, &e, json.RejectUnknownMembers(false)); err != nil {
 		return parsed{}, &permanentError{"unparseable event: " + err.Error()}
+	}
+	if len(e.Data) > 0 {
+		if err := json.Unmarshal(e.Data, &data, json.RejectUnknownMembers(false)); err != nil {
+			return parsed{}, &permanentError{"unparseable event: data: " + err.Error()}
+		}
 	}
 	var p parsed
 	var err error
@@ -78,7 +76,7 @@ func parse(payload []byte) (parsed, error) {
 	if p.time, err = time.Parse(time.RFC3339Nano, e.Time); err != nil {
 		return p, &permanentError{fmt.Sprintf("event time %q is not RFC 3339", e.Time)}
 	}
-	if a := e.Data.Attachment; a != nil {
+	if a := data.Attachment; a != nil {
 		id, err := uuid.Parse(a.ID)
 		if err != nil {
 			return p, &permanentError{fmt.Sprintf("attachment id %q is not a UUID", a.ID)}
@@ -100,15 +98,13 @@ type ProcessedData struct {
 
 // Attachment states the worker writes.
 const (
-	StateProcessed = "processed"
-	StateFailed    = "failed"
+	StateProcessed = notes.AttachmentProcessed
+	StateFailed    = notes.AttachmentFailed
 )
 
 // ReasonNoteDeleted is the reason recorded on the attachment of a note that
 // was deleted before its event was processed; the attachment stays pending.
 const ReasonNoteDeleted = "skipped: the note was deleted before processing"
-
-func pgUUID(u uuid.UUID) pgtype.UUID { return pgtype.UUID{Bytes: u, Valid: true} }
 
 // process handles one delivery: parse, then the group commit of its
 // transaction (see commit.go), then the notification and the metrics. It

@@ -1,0 +1,237 @@
+package db
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+const (
+	// Pinned, whatever the session's default: Quill's claims and row locks
+	// rely on READ COMMITTED (a statement sees the rows committed before it
+	// started; a unique check sees every committed row).
+	sqlBegin    = "BEGIN ISOLATION LEVEL READ COMMITTED"
+	sqlCommit   = "COMMIT"
+	sqlRollback = "ROLLBACK"
+)
+
+// Pipeline is one READ COMMITTED transaction on one pooled connection whose
+// statements travel in as few round trips as the caller allows: BEGIN goes
+// out with the first batch sent, COMMIT with the last, so a transaction
+// whose statements are all known in advance is one round trip. Use it from
+// one goroutine; end it with Commit or Rollback, then Release.
+type Pipeline struct {
+	conn *pgxpool.Conn
+	// since bounds the session's start, so that a pid reused by a later
+	// session is never taken for this one (see OutcomeUnknownError).
+	since time.Time
+	// b holds the statements not sent yet, BEGIN first until the first
+	// send.
+	b *pgx.Batch
+	// released: the connection went back to the pool (or was closed).
+	released bool
+}
+
+// BeginPipeline acquires a connection of pool for a pipelined transaction;
+// nothing is sent yet. Errors are translated (ErrUnavailable when the
+// database cannot be reached).
+func BeginPipeline(ctx context.Context, pool *pgxpool.Pool) (*Pipeline, error) {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("acquire connection: %w", Translate(err))
+	}
+	b := &pgx.Batch{}
+	b.Queue(sqlBegin)
+	return &Pipeline{conn: conn, since: time.Now(), b: b}, nil
+}
+
+// Batch is where the next statements are queued; Send, Commit or a
+// statement run directly (Exec, Query, QueryRow) sends them.
+func (p *Pipeline) Batch() *pgx.Batch { return p.b }
+
+// Send sends the statements queued so far (with BEGIN before them, the
+// first time) in one round trip and waits for their results. On failure it
+// rolls the transaction back and returns the translated error: no COMMIT was
+// sent, so nothing was committed.
+func (p *Pipeline) Send(ctx context.Context) error {
+	if err := p.send(ctx); err != nil {
+		p.Rollback(ctx)
+		return Translate(err)
+	}
+	return nil
+}
+
+func (p *Pipeline) send(ctx context.Context) error {
+	b := p.b
+	if b.Len() == 0 {
+		return nil
+	}
+	p.b = &pgx.Batch{}
+	return p.conn.SendBatch(ctx, b).Close()
+}
+
+// Exec runs sql inside the transaction at once, after the statements queued
+// so far. A failure leaves the transaction for the caller to roll back.
+func (p *Pipeline) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if err := p.send(ctx); err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	return p.conn.Exec(ctx, sql, args...)
+}
+
+// Query is Exec for a statement that returns rows.
+func (p *Pipeline) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if err := p.send(ctx); err != nil {
+		return nil, err
+	}
+	return p.conn.Query(ctx, sql, args...)
+}
+
+// QueryRow is Exec for a statement that returns one row.
+func (p *Pipeline) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if err := p.send(ctx); err != nil {
+		return errRow{err}
+	}
+	return p.conn.QueryRow(ctx, sql, args...)
+}
+
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
+
+// Commit sends the statements still queued and COMMIT in one round trip. It
+// returns nil when the transaction committed. When the server refused a
+// statement (the transaction was aborted, COMMIT did not run) it rolls back
+// and returns the translated error. When the connection failed, or the
+// server ended the session, during that round trip — so COMMIT may or may
+// not have happened — it closes the connection and returns an
+// *OutcomeUnknownError.
+func (p *Pipeline) Commit(ctx context.Context) error {
+	var tag pgconn.CommandTag
+	p.b.Queue(sqlCommit).Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
+	err := p.send(ctx)
+	if err == nil {
+		if tag.String() != sqlCommit {
+			// COMMIT of an aborted transaction answers ROLLBACK.
+			return fmt.Errorf("commit (%s): %w", tag, pgx.ErrTxCommitRollback)
+		}
+		return nil
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && !sessionEnded(pgErr) {
+		p.Rollback(ctx)
+		return Translate(err)
+	}
+	pid := p.conn.Conn().PgConn().PID()
+	p.close(ctx)
+	return &OutcomeUnknownError{PID: pid, SessionStart: p.since, Err: Translate(err)}
+}
+
+// Rollback ends the transaction on a context that survives the caller's
+// cancellation; when the ROLLBACK fails the connection is closed, which
+// PostgreSQL treats as a rollback.
+func (p *Pipeline) Rollback(ctx context.Context) {
+	if p.released {
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+	defer cancel()
+	if _, err := p.conn.Exec(rctx, sqlRollback); err != nil {
+		_ = p.conn.Conn().Close(rctx)
+	}
+}
+
+// close closes the broken connection and gives it back, so the pool drops
+// it and its slot is free for the recheck.
+func (p *Pipeline) close(ctx context.Context) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+	defer cancel()
+	_ = p.conn.Conn().Close(rctx)
+	p.Release()
+}
+
+// Release gives the connection back to the pool; calling it again does
+// nothing.
+func (p *Pipeline) Release() {
+	if !p.released {
+		p.released = true
+		p.conn.Release()
+	}
+}
+
+// Flag is a transaction-local boolean setting by which one statement of a
+// pipelined transaction decides whether later ones write: that statement
+// sets it (set_config(flag, 'on' or 'off', true)), and every statement it
+// guards ends in WHERE current_setting($n)::boolean with the flag bound as
+// parameter $n. The server decides mid-pipeline, so a transaction whose
+// statements depend on an earlier one's outcome is still one round trip.
+// A flag crosses packages as a value, never as SQL text: each guarded
+// statement is whole in the package that owns its table.
+type Flag string
+
+// OutcomeUnknownError says the connection failed (or the server ended the
+// session) during the round trip that carried COMMIT: whether the
+// transaction committed is unknown. Recheck establishes it. Err is the
+// translated cause, so errors.Is(err, ErrUnavailable) holds for a connection
+// failure.
+type OutcomeUnknownError struct {
+	// PID is the server process of the session, and SessionStart a time
+	// at or after that session began.
+	PID          uint32
+	SessionStart time.Time
+	Err          error
+}
+
+func (e *OutcomeUnknownError) Error() string {
+	return "commit reply lost; the outcome is unknown: " + e.Err.Error()
+}
+
+func (e *OutcomeUnknownError) Unwrap() error { return e.Err }
+
+// Recheck delays.
+const (
+	recheckFirstDelay = 20 * time.Millisecond
+	recheckMaxDelay   = 500 * time.Millisecond
+)
+
+// Recheck is the generic half of finding out whether the transaction of lost
+// committed. First the old session must be gone — until it is, statements
+// still on their way to it could take locks and commit — so Recheck ends it
+// (pg_terminate_backend on its pid, only if that session started before
+// lost.SessionStart) and waits for it to disappear. Then it calls check,
+// which reads what the transaction would have written and reports whether it
+// could tell. Both are retried with backoff until check tells or ctx ends;
+// Recheck returns nil once check told, ctx's error otherwise.
+func Recheck(ctx context.Context, pool *pgxpool.Pool, lost *OutcomeUnknownError, check func(ctx context.Context) bool) error {
+	gone := false
+	for delay := recheckFirstDelay; ; delay = min(delay*2, recheckMaxDelay) {
+		if !gone {
+			if err := pool.QueryRow(ctx, sqlEndSession, int64(lost.PID), lost.SessionStart).Scan(&gone); err != nil {
+				gone = false
+			}
+		}
+		if gone && check(ctx) {
+			return nil
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// sqlEndSession terminates the session with pid if it started before $2 (so
+// that a reused pid is left alone), waiting up to a second, and reports
+// whether no such session is left.
+const sqlEndSession = `SELECT CASE
+	WHEN EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND backend_start <= $2)
+	THEN pg_terminate_backend($1::int, 1000) AND NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND backend_start <= $2)
+	ELSE true END`
