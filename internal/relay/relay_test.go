@@ -669,7 +669,6 @@ func TestLateCommitIsPublished(t *testing.T) {
 		later = append(later, h.write(h.tenant, uuid.New(), outbox.TypeNoteCreated))
 	}
 	h.waitPublished(10)
-	require.Equal(t, 10, h.count(`SELECT count(*) FROM outbox_events`), "the held event is not visible yet")
 
 	require.NoError(t, tx.Commit(ctx))
 	h.notify()
