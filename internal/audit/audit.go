@@ -31,6 +31,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/retention"
 	"github.com/quillhq/quill/internal/stream"
 )
@@ -381,12 +382,7 @@ func ptime(t *time.Time) *string {
 	return &s
 }
 
-// Beginner starts transactions: a pool.
-type Beginner interface {
-	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
-}
-
-// Run audits the database behind db and, when js is not nil, the stream.
+// Run audits the database behind pool and, when js is not nil, the stream.
 // notChecked, when js is nil, says why the stream is not checked (NATS not
 // configured or not reachable); the report says so and Complete is false.
 // Errors are operational (the database could not be read, or the stream
@@ -394,18 +390,18 @@ type Beginner interface {
 // the schema that the embedded migrations define, and returns
 // ErrSchemaVersion, naming both versions, for a database not migrated to
 // the latest of them.
-func Run(ctx context.Context, db Beginner, js jetstream.JetStream, notChecked string, cfg Config) (*Report, error) {
+func Run(ctx context.Context, pool db.Beginner, js jetstream.JetStream, notChecked string, cfg Config) (*Report, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	now := cfg.Now().UTC()
-	tx, err := db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
-	if err != nil {
-		return nil, fmt.Errorf("begin: %w", err)
-	}
-	ds, err := load(ctx, tx, cfg)
-	_ = tx.Rollback(context.WithoutCancel(ctx))
+	var ds *dataset
+	err := db.WithSnapshot(ctx, pool, func(tx pgx.Tx) error {
+		var err error
+		ds, err = load(ctx, tx, cfg)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -129,7 +129,7 @@ func (b *bundle) publish() {
 	}
 	require.NoError(b.t, rows.Err())
 	for _, e := range evs {
-		ack := b.publishMsg(e.id.String(), outbox.Subject(b.prefix, e.tenant, e.typ), e.payload)
+		ack := b.publishMsg(e.id.String(), stream.Subject(b.prefix, e.tenant, e.typ), e.payload)
 		b.exec(`UPDATE outbox_events SET published_at = now(), stream_seq = $2 WHERE seq = $1`, e.seq, int64(ack.Sequence))
 	}
 }

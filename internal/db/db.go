@@ -97,6 +97,19 @@ func WithTx(ctx context.Context, b Beginner, fn func(pgx.Tx) error) error {
 	return nil
 }
 
+// WithSnapshot runs fn in a READ ONLY, REPEATABLE READ transaction — one
+// snapshot for every statement, as a report that reads many tables needs —
+// and rolls it back afterwards, even when ctx is already cancelled. It
+// returns fn's error, or the translated error of BEGIN.
+func WithSnapshot(ctx context.Context, b Beginner, fn func(pgx.Tx) error) error {
+	tx, err := b.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return fmt.Errorf("begin: %w", Translate(err))
+	}
+	defer Rollback(ctx, tx)
+	return fn(tx)
+}
+
 // Rollback rolls tx back on a context that survives the caller's
 // cancellation; the error is dropped because the transaction is abandoned
 // either way (a broken connection is discarded by the pool).

@@ -50,9 +50,6 @@ type Event struct {
 // quill.note.created.v1.
 func CloudEventType(typ string) string { return "quill." + typ + ".v1" }
 
-// Subject returns the NATS subject of an event: <prefix>.<tenant>.<type>.
-func Subject(prefix, tenant, typ string) string { return prefix + "." + tenant + "." + typ }
-
 // CloudEvent is an event as the relay publishes it: CloudEvents 1.0
 // structured JSON. Consumers parse Data as the data of the event's type.
 type CloudEvent struct {
