@@ -241,6 +241,23 @@ func TryLock(ctx context.Context, q Querier, tenant, key string) (bool, error) {
 	return ok, nil
 }
 
+// sqlOperationsAddReplays adds counted replays to their operations. A record
+// forgotten (or executed again under the key) since is not matched: its
+// count is dropped.
+const sqlOperationsAddReplays = `UPDATE operations o SET replays = o.replays + u.n::int
+	FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::bigint[]) AS u(tenant, key, created_at, n)
+	WHERE o.tenant = u.tenant AND o.key = u.key AND o.created_at = u.created_at`
+
+// AddReplays adds ns[i] answered replays to the record (tenants[i], keys[i])
+// created at created[i], skipping records forgotten or executed again since.
+// The slices have one length. It returns the driver's error, wrapped.
+func AddReplays(ctx context.Context, q Querier, tenants, keys []string, created []time.Time, ns []int64) error {
+	if _, err := q.Exec(ctx, sqlOperationsAddReplays, tenants, keys, created, ns); err != nil {
+		return fmt.Errorf("add replays: %w", err)
+	}
+	return nil
+}
+
 // Compact turns up to batch records whose response retention ended by now
 // into tombstones, and returns how many it compacted. Safe to run from
 // several processes at once.

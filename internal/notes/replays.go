@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/quillhq/quill/internal/idempotency"
 )
 
 // DefaultReplayFlushInterval is how often RunReplayCounter adds the replays
@@ -65,13 +67,6 @@ func (c *replayCounter) giveBack(m map[replayKey]int64) {
 	}
 }
 
-// sqlOperationsAddReplays adds counted replays to their operations. A record
-// forgotten (or executed again under the key) since is not matched: its
-// count is dropped.
-const sqlOperationsAddReplays = `UPDATE operations o SET replays = o.replays + u.n::int
-	FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::bigint[]) AS u(tenant, key, created_at, n)
-	WHERE o.tenant = u.tenant AND o.key = u.key AND o.created_at = u.created_at`
-
 // FlushReplays adds the replays counted since the last flush to their
 // operations' replays column and returns how many replays it wrote. On
 // failure the counts are kept for the next flush and the error (the
@@ -91,7 +86,7 @@ func (s *Service) FlushReplays(ctx context.Context) (int64, error) {
 		if len(keys) == 0 {
 			return nil
 		}
-		if _, err := s.pool.Exec(ctx, sqlOperationsAddReplays, tenants, keys, created, ns); err != nil {
+		if err := idempotency.AddReplays(ctx, s.pool, tenants, keys, created, ns); err != nil {
 			return err
 		}
 		for _, n := range ns {

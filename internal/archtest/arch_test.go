@@ -1,0 +1,163 @@
+package archtest
+
+import (
+	"io/fs"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+const module = "github.com/quillhq/quill"
+
+// golist runs go list in the module's root with args and returns its lines.
+func golist(t *testing.T, args ...string) []string {
+	t.Helper()
+	cmd := exec.CommandContext(t.Context(), "go", append([]string{"list"}, args...)...)
+	cmd.Dir = root(t)
+	out, err := cmd.Output()
+	if ee, ok := err.(*exec.ExitError); ok {
+		require.NoError(t, err, "go list %v: %s", args, ee.Stderr)
+	}
+	require.NoError(t, err)
+	return strings.Split(strings.TrimSpace(string(out)), "\n")
+}
+
+// imports maps every package of the module (tests excluded) to its direct
+// imports.
+func imports(t *testing.T) map[string][]string {
+	t.Helper()
+	m := map[string][]string{}
+	for _, line := range golist(t, "-f", "{{.ImportPath}} {{join .Imports \" \"}}", "./...") {
+		f := strings.Fields(line)
+		m[strings.TrimPrefix(f[0], module+"/")] = f[1:]
+	}
+	return m
+}
+
+func TestNotesSpeaksNoHTTP(t *testing.T) {
+	t.Parallel()
+	deps := golist(t, "-deps", "./internal/notes")
+	for _, banned := range []string{"net/http", module + "/internal/problem", module + "/internal/httpapi"} {
+		require.NotContains(t, deps, banned, "internal/notes depends on %s", banned)
+	}
+}
+
+func TestOnlyCmdRelayImportsRelay(t *testing.T) {
+	t.Parallel()
+	var importers []string
+	for pkg, imps := range imports(t) {
+		if slices.Contains(imps, module+"/internal/relay") {
+			importers = append(importers, pkg)
+		}
+	}
+	require.Equal(t, []string{"cmd/relay"}, importers)
+}
+
+func TestClientAndQuillLinkNoDatabaseDriver(t *testing.T) {
+	t.Parallel()
+	for _, pkg := range []string{"./client", "./cmd/quill"} {
+		for _, dep := range golist(t, "-deps", pkg) {
+			for _, banned := range []string{"github.com/jackc/", "github.com/pressly/goose", "github.com/lib/pq", module + "/migrations"} {
+				require.False(t, strings.HasPrefix(dep, banned), "%s links %s", pkg, dep)
+			}
+		}
+	}
+}
+
+// root is the module's root directory.
+func root(t *testing.T) string {
+	t.Helper()
+	r, err := filepath.Abs(filepath.Join("..", ".."))
+	require.NoError(t, err)
+	return r
+}
+
+// productSources returns the non-test Go files of cmd/ and internal/ (the
+// shipped programs and what they link), relative to the root, with their
+// contents. tools/ is left out: a benchmark may seed tables directly.
+func productSources(t *testing.T) map[string]string {
+	t.Helper()
+	r := root(t)
+	files := map[string]string{}
+	for _, top := range []string{"cmd", "internal"} {
+		err := filepath.WalkDir(filepath.Join(r, top), func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+				return err
+			}
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			rel, err := filepath.Rel(r, path)
+			files[filepath.ToSlash(rel)] = string(b)
+			return err
+		})
+		require.NoError(t, err)
+	}
+	require.NotEmpty(t, files)
+	return files
+}
+
+// tableOwners names the one package that writes each table.
+var tableOwners = map[string]string{
+	"notes":          "internal/notes",
+	"attachments":    "internal/notes",
+	"operations":     "internal/idempotency",
+	"outbox_events":  "internal/outbox",
+	"outbox_pending": "internal/outbox",
+	"inbox":          "internal/inbox",
+	"dead_letters":   "internal/deadletter",
+	"api_tokens":     "internal/auth",
+}
+
+var writeRE = regexp.MustCompile(`(?i)\b(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM|TRUNCATE(?:\s+TABLE)?|COPY)\s+([a-z_]+)`)
+
+func TestEachTableHasOneWriter(t *testing.T) {
+	t.Parallel()
+	seen := map[string]bool{}
+	for file, src := range productSources(t) {
+		for _, m := range writeRE.FindAllStringSubmatch(src, -1) {
+			owner, ok := tableOwners[strings.ToLower(m[1])]
+			if !ok {
+				continue // a word after UPDATE in prose, or a table of no concern
+			}
+			seen[m[1]] = true
+			require.Equal(t, owner, path.Dir(file), "%s writes %s (%q), which only %s writes", file, m[1], m[0], owner)
+		}
+	}
+	for table := range tableOwners {
+		require.True(t, seen[table], "no writer of %s found: the rule's table list is stale", table)
+	}
+}
+
+var beginRE = regexp.MustCompile(`\.BeginTx\(|\.Begin\(|"BEGIN\b`)
+
+func TestOnlyDBOpensTransactions(t *testing.T) {
+	t.Parallel()
+	for file, src := range productSources(t) {
+		if path.Dir(file) == "internal/db" {
+			continue
+		}
+		require.NotRegexp(t, beginRE, src, "%s opens a transaction itself; use internal/db (WithTx, WithSnapshot, Pipeline)", file)
+	}
+}
+
+func TestTestPackagesAreImportedByTestsOnly(t *testing.T) {
+	t.Parallel()
+	testOnly := []string{"internal/dbtest", "internal/natstest", "internal/apitest", "internal/clitest", "internal/testkit"}
+	for pkg, imps := range imports(t) {
+		if slices.Contains(testOnly, pkg) {
+			continue
+		}
+		for _, tp := range testOnly {
+			require.NotContains(t, imps, module+"/"+tp, "%s imports the test-only %s", pkg, tp)
+		}
+	}
+}
