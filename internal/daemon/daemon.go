@@ -57,10 +57,10 @@ func (d *Settings) Define(s *config.Set, adminAddr string) {
 	s.String(&d.LogLevel, "log-level", "QUILL_LOG_LEVEL", "info", "log level: trace, debug, info, warn, error")
 }
 
-// Parse reads a daemon's settings, registered on s, from args and the
+// parse reads a daemon's settings, registered on s, from args and the
 // environment; a daemon takes no positional arguments. It returns
 // flag.ErrHelp for --help and a cli.UsageError for anything wrong.
-func Parse(s *config.Set, args []string) error {
+func parse(s *config.Set, args []string) error {
 	if err := cli.Parse(s, args); err != nil {
 		return err
 	}
