@@ -139,13 +139,14 @@ func AdminHandler(reg *prometheus.Registry, checks map[string]ReadyFunc) http.Ha
 	return mux
 }
 
-// Relay holds the relay's metrics.
+// Relay holds the relay's metrics (see NewRelay for each one's name and
+// meaning).
 type Relay struct {
-	Pending    prometheus.Gauge
-	OldestAge  prometheus.Gauge
-	Published  prometheus.Counter
-	Errors     prometheus.Counter
-	Duplicates prometheus.Counter
+	Pending    prometheus.Gauge   // quill_outbox_pending_events
+	OldestAge  prometheus.Gauge   // quill_outbox_oldest_pending_age_seconds
+	Published  prometheus.Counter // quill_relay_published_total
+	Errors     prometheus.Counter // quill_relay_publish_errors_total
+	Duplicates prometheus.Counter // quill_relay_duplicates_total
 }
 
 // NewRelay registers the relay's metrics on reg; all start at zero.

@@ -164,9 +164,11 @@ func NewService(pool *pgxpool.Pool, cfg Config, log zerolog.Logger, opts ...Opti
 // operation key and how long it may wait for a concurrent request with the
 // same key (negative: the configured default; capped at the default).
 type Request struct {
-	Tenant      string
-	Key         string
-	Wait        time.Duration
+	Tenant string
+	Key    string
+	Wait   time.Duration
+	// Traceparent is the request's W3C traceparent, carried into the
+	// outbox event; empty when there is none.
 	Traceparent string
 	// Render renders the response recorded for the operation when this
 	// request executes it; required.
