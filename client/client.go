@@ -22,6 +22,7 @@ package client
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -38,6 +39,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/quillhq/quill/internal/opkey"
+	"github.com/quillhq/quill/internal/wait"
 )
 
 // Defaults of Config.
@@ -103,27 +105,13 @@ func (c Config) WithDefaults() Config {
 			IdleConnTimeout:     90 * time.Second,
 		}}
 	}
-	if c.Attempts == 0 {
-		c.Attempts = DefaultAttempts
-	}
-	if c.Deadline == 0 {
-		c.Deadline = DefaultDeadline
-	}
-	if c.AttemptTimeout == 0 {
-		c.AttemptTimeout = DefaultAttemptTimeout
-	}
-	if c.LookupTimeout == 0 {
-		c.LookupTimeout = DefaultLookupTimeout
-	}
-	if c.BaseDelay == 0 {
-		c.BaseDelay = DefaultBaseDelay
-	}
-	if c.MaxDelay == 0 {
-		c.MaxDelay = DefaultMaxDelay
-	}
-	if c.KeyRetention == 0 {
-		c.KeyRetention = DefaultKeyRetention
-	}
+	c.Attempts = cmp.Or(c.Attempts, DefaultAttempts)
+	c.Deadline = cmp.Or(c.Deadline, DefaultDeadline)
+	c.AttemptTimeout = cmp.Or(c.AttemptTimeout, DefaultAttemptTimeout)
+	c.LookupTimeout = cmp.Or(c.LookupTimeout, DefaultLookupTimeout)
+	c.BaseDelay = cmp.Or(c.BaseDelay, DefaultBaseDelay)
+	c.MaxDelay = cmp.Or(c.MaxDelay, DefaultMaxDelay)
+	c.KeyRetention = cmp.Or(c.KeyRetention, DefaultKeyRetention)
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -396,7 +384,7 @@ func (c *Client) attemptLoop(parent, ctx context.Context, method, path, key stri
 		if dl, ok := ctx.Deadline(); ok && c.cfg.Now().Add(delay).After(dl) {
 			break // no time for another attempt
 		}
-		if !sleep(ctx, delay) {
+		if !wait.For(ctx, delay) {
 			break
 		}
 	}
@@ -404,21 +392,6 @@ func (c *Client) attemptLoop(parent, ctx context.Context, method, path, key stri
 		v = verdictStop
 	}
 	return a, v, tries, sent
-}
-
-// sleep waits d or until ctx ends; it reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // read performs a GET with retries; reads are safe to repeat. It decodes a
@@ -584,7 +557,7 @@ func (c *Client) lookupSettled(ctx context.Context, key string) (*Operation, err
 		default:
 			err = fmt.Errorf("lookup: HTTP %d", a.status)
 		}
-		if i >= 3 || !sleep(ctx, backoff(i, c.cfg.BaseDelay, c.cfg.MaxDelay, c.cfg.Rand)) {
+		if i >= 3 || !wait.For(ctx, backoff(i, c.cfg.BaseDelay, c.cfg.MaxDelay, c.cfg.Rand)) {
 			return nil, err
 		}
 	}

@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/go-json-experiment/json"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -31,19 +30,24 @@ Run "attachment-worker run --help" for the settings.`
 const defaultAdminAddr = ":9092"
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	return cli.Dispatch(ctx, "attachment-worker", overview, "run", map[string]cli.RunFunc{
-		"run":          runDaemon,
-		"dead-letters": deadLetters,
-	}, args, getenv, stdout, stderr)
+	var c settings
+	return daemon.Program{
+		Name:      "attachment-worker",
+		Overview:  overview,
+		About:     "Consumes note.created events and processes their attachments, once per event.",
+		AdminAddr: defaultAdminAddr,
+		Define:    c.define,
+		Start:     c.start,
+		Commands:  map[string]cli.RunFunc{"dead-letters": deadLetters},
+	}.Main(ctx, args, getenv, stdout, stderr)
 }
 
+// settings are the worker's own settings, besides daemon.Settings.
 type settings struct {
-	daemon.Settings
 	worker worker.Config
 }
 
-func define(s *config.Set, c *settings) {
-	c.Settings.Define(s, defaultAdminAddr)
+func (c *settings) define(s *config.Set) {
 	w := &c.worker
 	w.Stream.Define(s, false)
 	s.String(&w.Consumer, "consumer", "QUILL_CONSUMER", worker.DefaultConsumer, "durable consumer name (and the inbox's consumer)")
@@ -56,20 +60,14 @@ func define(s *config.Set, c *settings) {
 	s.Int(&w.Committers, "committers", "QUILL_WORKER_COMMITTERS", worker.DefaultCommitters, 1, "transactions in flight at once, each on its own connection")
 }
 
-func runDaemon(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	var c settings
-	s := config.New("attachment-worker run", "usage: attachment-worker [run] [flags]\n\nConsumes note.created events and processes their attachments, once per event.", getenv, stdout)
-	define(s, &c)
-	if err := daemon.Parse(s, args); err != nil {
-		return err
-	}
+func (c *settings) start(ctx context.Context, ds daemon.Settings, stderr io.Writer) error {
 	cfg := c.worker.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return cli.UsageError{Msg: err.Error()}
 	}
 	// A connection per committer, and some for dead letters, the
 	// notifier and the readiness check; handlers do not hold one.
-	d, err := daemon.Start(ctx, c.Settings, daemon.Process{Name: "attachment-worker", PoolSize: int32(cfg.Committers + 4),
+	d, err := daemon.Start(ctx, ds, daemon.Process{Name: "attachment-worker", PoolSize: int32(cfg.Committers + 4),
 		Disconnected: "NATS connection lost; reconnecting"}, stderr)
 	if err != nil {
 		return err
@@ -98,14 +96,11 @@ func runDaemon(ctx context.Context, args []string, getenv func(string) string, s
 
 func deadLetters(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	const usage = "usage: attachment-worker dead-letters list [--all] [--json] | attachment-worker dead-letters retry ID"
-	if len(args) == 0 {
-		return cli.UsageError{Msg: usage}
+	sub, args, ok, err := cli.Subcommand(args, usage, stdout)
+	if !ok {
+		return err
 	}
-	sub, args := args[0], args[1:]
 	switch sub {
-	case "-h", "-help", "--help", "help":
-		fmt.Fprintln(stdout, usage)
-		return nil
 	case "list", "retry":
 	default:
 		return cli.UsageError{Msg: fmt.Sprintf("unknown dead-letters command %q; %s", sub, usage)}
@@ -130,7 +125,6 @@ func deadLetters(ctx context.Context, args []string, getenv func(string) string,
 	case sub == "list" && len(s.Args()) > 0, sub == "retry" && len(s.Args()) != 1:
 		return cli.UsageError{Msg: usage}
 	case sub == "retry":
-		var err error
 		if id, err = strconv.ParseInt(s.Args()[0], 10, 64); err != nil || id < 1 {
 			return cli.UsageError{Msg: fmt.Sprintf("%q is not a dead letter id (a positive integer)", s.Args()[0])}
 		}
@@ -171,24 +165,12 @@ func deadLetters(ctx context.Context, args []string, getenv func(string) string,
 	if err != nil {
 		return err
 	}
-	for _, l := range list {
-		if asJSON {
-			b, err := json.Marshal(l)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintln(stdout, string(b))
-			continue
-		}
+	return cli.PrintList(stdout, list, asJSON, "no dead letters", func(l deadletter.Letter) string {
 		retried := ""
 		if l.RetriedAt != nil {
 			retried = "  retried " + l.RetriedAt.UTC().Format(time.RFC3339)
 		}
-		fmt.Fprintf(stdout, "%d  event %s  %s  stream seq %d  deliveries %d  created %s%s  error: %s\n", l.ID, l.EventID, l.Subject,
+		return fmt.Sprintf("%d  event %s  %s  stream seq %d  deliveries %d  created %s%s  error: %s", l.ID, l.EventID, l.Subject,
 			l.StreamSeq, l.Deliveries, l.CreatedAt.UTC().Format(time.RFC3339), retried, l.Error)
-	}
-	if len(list) == 0 && !asJSON {
-		fmt.Fprintln(stdout, "no dead letters")
-	}
-	return nil
+	})
 }

@@ -6,7 +6,6 @@ import (
 	"io"
 	"time"
 
-	"github.com/go-json-experiment/json"
 	"github.com/google/uuid"
 
 	"github.com/quillhq/quill/internal/cli"
@@ -29,20 +28,25 @@ Run "relay run --help" for the settings.`
 const defaultAdminAddr = ":9091"
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	return cli.Dispatch(ctx, "relay", overview, "run", map[string]cli.RunFunc{
-		"run":    runDaemon,
-		"events": events,
-	}, args, getenv, stdout, stderr)
+	var c settings
+	return daemon.Program{
+		Name:      "relay",
+		Overview:  overview,
+		About:     "Publishes committed outbox events to NATS JetStream and runs the retention cleanup.",
+		AdminAddr: defaultAdminAddr,
+		Define:    c.define,
+		Start:     c.start,
+		Commands:  map[string]cli.RunFunc{"events": events},
+	}.Main(ctx, args, getenv, stdout, stderr)
 }
 
+// settings are the relay's own settings, besides daemon.Settings.
 type settings struct {
-	daemon.Settings
 	relay     relay.Config
 	retention retention.Config
 }
 
-func define(s *config.Set, c *settings) {
-	c.Settings.Define(s, defaultAdminAddr)
+func (c *settings) define(s *config.Set) {
 	r := &c.relay
 	r.Stream.Define(s, true)
 	s.Duration(&r.Lease, "lease", "QUILL_RELAY_LEASE", relay.DefaultLease, "how long PostgreSQL keeps the claims of a relay whose connection went silent (a relay that exits loses them at once)")
@@ -53,20 +57,14 @@ func define(s *config.Set, c *settings) {
 	s.Duration(&c.retention.InboxRetention, "inbox-retention", "QUILL_INBOX_RETENTION", retention.DefaultInboxRetention, "how long consumers remember processed event ids; at least the stream's MaxAge")
 }
 
-func runDaemon(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	var c settings
-	s := config.New("relay run", "usage: relay [run] [flags]\n\nPublishes committed outbox events to NATS JetStream and runs the retention cleanup.", getenv, stdout)
-	define(s, &c)
-	if err := daemon.Parse(s, args); err != nil {
-		return err
-	}
+func (c *settings) start(ctx context.Context, ds daemon.Settings, stderr io.Writer) error {
 	cfg, rcfg := c.relay.WithDefaults(), c.retention.WithDefaults()
 	for _, check := range []func() error{cfg.Validate, func() error { return rcfg.CoversStream(cfg.Stream) }, rcfg.Validate} {
 		if err := check(); err != nil {
 			return cli.UsageError{Msg: err.Error()}
 		}
 	}
-	d, err := daemon.Start(ctx, c.Settings, daemon.Process{Name: "relay", PoolSize: 8,
+	d, err := daemon.Start(ctx, ds, daemon.Process{Name: "relay", PoolSize: 8,
 		Disconnected: "NATS connection lost; events wait in the outbox"}, stderr)
 	if err != nil {
 		return err
@@ -91,14 +89,9 @@ func runDaemon(ctx context.Context, args []string, getenv func(string) string, s
 
 func events(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	const usage = "usage: relay events list --parked [--json] | relay events retry ID | relay events retry --all"
-	if len(args) == 0 {
-		return cli.UsageError{Msg: usage}
-	}
-	sub, args := args[0], args[1:]
-	switch sub {
-	case "-h", "-help", "--help", "help":
-		fmt.Fprintln(stdout, usage)
-		return nil
+	sub, args, ok, err := cli.Subcommand(args, usage, stdout)
+	if !ok {
+		return err
 	}
 	var c daemon.CommandSettings
 	var parked, asJSON, all bool
@@ -125,7 +118,6 @@ func events(ctx context.Context, args []string, getenv func(string) string, stdo
 			return cli.UsageError{Msg: usage}
 		}
 		if !all {
-			var err error
 			if id, err = uuid.Parse(s.Args()[0]); err != nil {
 				return cli.UsageError{Msg: fmt.Sprintf("%q is not an event id (a UUID)", s.Args()[0])}
 			}
@@ -157,20 +149,8 @@ func events(ctx context.Context, args []string, getenv func(string) string, stdo
 	if err != nil {
 		return err
 	}
-	for _, p := range list {
-		if asJSON {
-			b, err := json.Marshal(p)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintln(stdout, string(b))
-			continue
-		}
-		fmt.Fprintf(stdout, "%s  %s.%s  note %s  created %s  parked %s  attempts %d  reason: %s\n", p.ID,
+	return cli.PrintList(stdout, list, asJSON, "no parked events", func(p outbox.ParkedEvent) string {
+		return fmt.Sprintf("%s  %s.%s  note %s  created %s  parked %s  attempts %d  reason: %s", p.ID,
 			p.Tenant, p.Type, p.NoteID, p.CreatedAt.UTC().Format(time.RFC3339), p.ParkedAt.UTC().Format(time.RFC3339), p.Attempts, p.Reason)
-	}
-	if len(list) == 0 && !asJSON {
-		fmt.Fprintln(stdout, "no parked events")
-	}
-	return nil
+	})
 }

@@ -124,10 +124,9 @@ type Limits struct {
 	// that is decoded; one with more is refused before decoding. The
 	// decoder visits every block of the image in every scan, and a
 	// progressive scan can skip 32,767 blocks in two bytes, so without this
-	// limit a JPEG of a few kilobytes costs minutes of CPU (a 35 KB file of
-	// 1,000 scans over 4096×4096 pixels takes 10–20 s to decode); at the
-	// default limits the worst case is about 3 s (100 scans over 6320×6320
-	// pixels, 7 KB). Zero means DefaultMaxJPEGScans; negative is an error.
+	// limit a JPEG of a few kilobytes can cost minutes of CPU; the default
+	// keeps the worst case within seconds. Zero means DefaultMaxJPEGScans;
+	// negative is an error.
 	MaxJPEGScans int
 }
 

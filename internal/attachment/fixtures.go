@@ -12,7 +12,7 @@ import (
 
 // BenchFixturePNG64K returns the PNG of the processing benchmark: a 392×294
 // colour gradient with one bit of pseudo-random noise per pixel, which PNG
-// compresses to about 64 KiB (65,569 bytes with Go 1.26's encoder); its
+// compresses to about 64 KiB; its
 // thumbnail is 256×192. The pixels are the same on every call and every
 // platform (a fixed PCG seed), so benchmarks of the processing here and of
 // the whole worker pipeline measure the same work. The caller owns the

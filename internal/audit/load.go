@@ -241,64 +241,41 @@ func load(ctx context.Context, tx pgx.Tx, cfg Config) (*dataset, error) {
 		}
 	}
 
-	rows, err := tx.Query(ctx, sqlOperations, cfg.Tenant, cfg.Key, resources)
-	if err != nil {
-		return nil, fmt.Errorf("read operations: %w", err)
-	}
-	ds.ops, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (*opRow, error) {
-		var o opRow
-		err := r.Scan(&o.Tenant, &o.Key, &o.Action, &o.Resource, &o.Status, &o.CreatedAt, &o.CompletedAt,
+	var err error
+	ds.ops, err = readRows(ctx, tx, "operations", func(r pgx.CollectableRow, o *opRow) error {
+		return r.Scan(&o.Tenant, &o.Key, &o.Action, &o.Resource, &o.Status, &o.CreatedAt, &o.CompletedAt,
 			&o.ExpiresAt, &o.ForgetAt, &o.CompactedAt, &o.Replays)
-		return &o, err
-	})
+	}, sqlOperations, cfg.Tenant, cfg.Key, resources)
 	if err != nil {
-		return nil, fmt.Errorf("read operations: %w", err)
+		return nil, err
 	}
 
-	rows, err = tx.Query(ctx, sqlNotes, cfg.Tenant, cfg.Key, noteIDs)
+	notes, err := readRows(ctx, tx, "notes", func(r pgx.CollectableRow, n *noteRow) error {
+		return r.Scan(&n.ID, &n.Tenant, &n.CreatedAt, &n.DeletedAt)
+	}, sqlNotes, cfg.Tenant, cfg.Key, noteIDs)
 	if err != nil {
-		return nil, fmt.Errorf("read notes: %w", err)
-	}
-	notes, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*noteRow, error) {
-		var n noteRow
-		err := r.Scan(&n.ID, &n.Tenant, &n.CreatedAt, &n.DeletedAt)
-		return &n, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read notes: %w", err)
+		return nil, err
 	}
 	for _, n := range notes {
 		ds.notes[n.ID] = n
 	}
 
-	rows, err = tx.Query(ctx, sqlAttachments, cfg.Tenant, cfg.Key, noteIDs)
+	atts, err := readRows(ctx, tx, "attachments", func(r pgx.CollectableRow, a *attRow) error {
+		return r.Scan(&a.ID, &a.NoteID, &a.Tenant, &a.Status, &a.Reason, &a.ProcessedAt)
+	}, sqlAttachments, cfg.Tenant, cfg.Key, noteIDs)
 	if err != nil {
-		return nil, fmt.Errorf("read attachments: %w", err)
-	}
-	atts, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*attRow, error) {
-		var a attRow
-		err := r.Scan(&a.ID, &a.NoteID, &a.Tenant, &a.Status, &a.Reason, &a.ProcessedAt)
-		return &a, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read attachments: %w", err)
+		return nil, err
 	}
 	for _, a := range atts {
 		ds.atts[a.NoteID] = a
 	}
 
-	rows, err = tx.Query(ctx, sqlEvents, cfg.Tenant, cfg.Key, noteIDs)
-	if err != nil {
-		return nil, fmt.Errorf("read outbox events: %w", err)
-	}
-	ds.events, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (*eventRow, error) {
-		var e eventRow
-		err := r.Scan(&e.Seq, &e.ID, &e.Tenant, &e.OpKey, &e.AggregateID, &e.Type, &e.CreatedAt, &e.PublishedAt,
+	ds.events, err = readRows(ctx, tx, "outbox events", func(r pgx.CollectableRow, e *eventRow) error {
+		return r.Scan(&e.Seq, &e.ID, &e.Tenant, &e.OpKey, &e.AggregateID, &e.Type, &e.CreatedAt, &e.PublishedAt,
 			&e.StreamSeq, &e.ParkedAt, &e.ParkedReason, &e.Attempts, &e.LastError, &e.AckDuplicate, &e.Queued)
-		return &e, err
-	})
+	}, sqlEvents, cfg.Tenant, cfg.Key, noteIDs)
 	if err != nil {
-		return nil, fmt.Errorf("read outbox events: %w", err)
+		return nil, err
 	}
 
 	var created []uuid.UUID
@@ -307,17 +284,11 @@ func load(ctx context.Context, tx pgx.Tx, cfg Config) (*dataset, error) {
 			created = append(created, e.ID)
 		}
 	}
-	rows, err = tx.Query(ctx, sqlInbox, cfg.Consumer, created)
+	inbox, err := readRows(ctx, tx, "inbox", func(r pgx.CollectableRow, i *inboxRow) error {
+		return r.Scan(&i.EventID, &i.ProcessedAt, &i.Deliveries, &i.Duplicates)
+	}, sqlInbox, cfg.Consumer, created)
 	if err != nil {
-		return nil, fmt.Errorf("read inbox: %w", err)
-	}
-	inbox, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*inboxRow, error) {
-		var i inboxRow
-		err := r.Scan(&i.EventID, &i.ProcessedAt, &i.Deliveries, &i.Duplicates)
-		return &i, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read inbox: %w", err)
+		return nil, err
 	}
 	for _, i := range inbox {
 		ds.inbox[i.EventID] = i
@@ -336,17 +307,11 @@ func load(ctx context.Context, tx pgx.Tx, cfg Config) (*dataset, error) {
 		}
 	}
 
-	rows, err = tx.Query(ctx, sqlDeadLetters, cfg.Consumer)
+	dead, err := readRows(ctx, tx, "dead letters", func(r pgx.CollectableRow, d *deadRow) error {
+		return r.Scan(&d.ID, &d.EventID, &d.Subject, &d.Error, &d.Deliveries, &d.CreatedAt)
+	}, sqlDeadLetters, cfg.Consumer)
 	if err != nil {
-		return nil, fmt.Errorf("read dead letters: %w", err)
-	}
-	dead, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*deadRow, error) {
-		var d deadRow
-		err := r.Scan(&d.ID, &d.EventID, &d.Subject, &d.Error, &d.Deliveries, &d.CreatedAt)
-		return &d, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read dead letters: %w", err)
+		return nil, err
 	}
 	for _, d := range dead {
 		if cfg.Tenant != "" && stream.Tenant(cfg.Stream.SubjectPrefix, d.Subject) != cfg.Tenant {
@@ -355,6 +320,24 @@ func load(ctx context.Context, tx pgx.Tx, cfg Config) (*dataset, error) {
 		ds.dead = append(ds.dead, d)
 	}
 	return ds, nil
+}
+
+// readRows runs query with args on tx and collects its rows, each scanned
+// into a new T by scan. An error is wrapped as "read what: ...".
+func readRows[T any](ctx context.Context, tx pgx.Tx, what string, scan func(pgx.CollectableRow, *T) error, query string, args ...any) ([]*T, error) {
+	rows, err := tx.Query(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", what, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*T, error) {
+		var v T
+		err := scan(r, &v)
+		return &v, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", what, err)
+	}
+	return out, nil
 }
 
 func containsUUID(ids []uuid.UUID, id uuid.UUID) bool {

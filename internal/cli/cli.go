@@ -1,6 +1,7 @@
 // Package cli holds what every Quill command shares at its edge: the two
-// error kinds that decide the exit status, and main's wiring of signals to
-// run(ctx, args, getenv, stdout, stderr).
+// error kinds that decide the exit status, main's wiring of signals to
+// run(ctx, args, getenv, stdout, stderr), subcommand dispatch and the
+// output of listings.
 package cli
 
 import (
@@ -13,6 +14,8 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/go-json-experiment/json"
 
 	"github.com/quillhq/quill/internal/buildinfo"
 	"github.com/quillhq/quill/internal/config"
@@ -112,4 +115,42 @@ func AsksVersion(args []string) bool {
 func PrintVersion(prog string, w io.Writer) {
 	name, _, _ := strings.Cut(prog, " ")
 	fmt.Fprintln(w, buildinfo.Read().Line(name))
+}
+
+// Subcommand splits the arguments of a command group (relay events,
+// attachment-worker dead-letters) into the subcommand and its arguments.
+// With no arguments it returns a UsageError with usage; for -h, -help,
+// --help or help it prints usage to stdout and returns ok false and a nil
+// error. The caller refuses a subcommand it does not know.
+func Subcommand(args []string, usage string, stdout io.Writer) (sub string, rest []string, ok bool, err error) {
+	if len(args) == 0 {
+		return "", nil, false, UsageError{Msg: usage}
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		fmt.Fprintln(stdout, usage)
+		return "", nil, false, nil
+	}
+	return args[0], args[1:], true, nil
+}
+
+// PrintList writes items to w: with asJSON one JSON object a line (nothing
+// for no items), otherwise line(item) a line, or none when there are no
+// items. It returns the first error of encoding an item.
+func PrintList[T any](w io.Writer, items []T, asJSON bool, none string, line func(T) string) error {
+	for _, it := range items {
+		if !asJSON {
+			fmt.Fprintln(w, line(it))
+			continue
+		}
+		b, err := json.Marshal(it)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(w, string(b))
+	}
+	if len(items) == 0 && !asJSON {
+		fmt.Fprintln(w, none)
+	}
+	return nil
 }

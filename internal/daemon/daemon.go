@@ -1,9 +1,9 @@
 // Package daemon is the start-up every Quill daemon shares (the relay, the
-// attachment worker): its settings, the JSON logger, the PostgreSQL pool,
-// the NATS connection with its reconnect logs, the admin server (/healthz,
-// /readyz, /metrics) and the errgroup that runs the daemon's services until
-// SIGINT or SIGTERM, then shuts everything down. A daemon's main builds its
-// services between Start and Run.
+// attachment worker): its command line (Program) and settings, the JSON
+// logger, the PostgreSQL pool, the NATS connection with its reconnect logs,
+// the admin server (/healthz, /readyz, /metrics) and the errgroup that runs
+// the daemon's services until SIGINT or SIGTERM, then shuts everything
+// down. A daemon's Program.Start builds its services between Start and Run.
 package daemon
 
 import (
@@ -44,6 +44,8 @@ const ProvisionTimeout = 10 * time.Second
 // Settings are the settings every daemon shares.
 type Settings struct {
 	CommandSettings
+	// NATSURL is the NATS server (NATS_URL); AdminAddr the address of
+	// /healthz, /readyz and /metrics (QUILL_ADMIN_ADDR).
 	NATSURL, AdminAddr string
 }
 
@@ -57,10 +59,10 @@ func (d *Settings) Define(s *config.Set, adminAddr string) {
 	s.String(&d.LogLevel, "log-level", "QUILL_LOG_LEVEL", "info", "log level: trace, debug, info, warn, error")
 }
 
-// Parse reads a daemon's settings, registered on s, from args and the
+// parse reads a daemon's settings, registered on s, from args and the
 // environment; a daemon takes no positional arguments. It returns
 // flag.ErrHelp for --help and a cli.UsageError for anything wrong.
-func Parse(s *config.Set, args []string) error {
+func parse(s *config.Set, args []string) error {
 	if err := cli.Parse(s, args); err != nil {
 		return err
 	}
@@ -73,6 +75,8 @@ func Parse(s *config.Set, args []string) error {
 // CommandSettings are the settings of a daemon's operator commands (relay
 // events, attachment-worker dead-letters), which need only the database.
 type CommandSettings struct {
+	// DatabaseURL is the PostgreSQL URL (DATABASE_URL); LogLevel the
+	// logger's level (QUILL_LOG_LEVEL).
 	DatabaseURL, LogLevel string
 }
 
@@ -113,10 +117,10 @@ type Process struct {
 
 // Daemon holds what Start opened, for the daemon's services to use.
 type Daemon struct {
-	Log      zerolog.Logger
-	Pool     *pgxpool.Pool
-	NATS     *nats.Conn
-	Registry *prometheus.Registry
+	Log      zerolog.Logger       // JSON on stderr, named after the process
+	Pool     *pgxpool.Pool        // PostgreSQL, Process.PoolSize connections
+	NATS     *nats.Conn           // reconnects forever
+	Registry *prometheus.Registry // served on /metrics by Run
 
 	adminAddr string
 }

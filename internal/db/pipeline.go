@@ -9,6 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/quillhq/quill/internal/wait"
 )
 
 const (
@@ -218,12 +220,8 @@ func Recheck(ctx context.Context, pool *pgxpool.Pool, lost *OutcomeUnknownError,
 		if gone && check(ctx) {
 			return nil
 		}
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !wait.For(ctx, delay) {
 			return ctx.Err()
-		case <-t.C:
 		}
 	}
 }

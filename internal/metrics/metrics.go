@@ -5,10 +5,12 @@ package metrics
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strconv"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -93,6 +95,24 @@ func newBuildInfo(info buildinfo.Info) prometheus.Gauge {
 // ReadyFunc checks that a dependency is reachable.
 type ReadyFunc func(ctx context.Context) error
 
+// Pinger is a PostgreSQL pool, as *pgxpool.Pool is.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// CheckConnected is the readiness of a daemon that needs NATS and
+// PostgreSQL: it returns an error naming the NATS connection's status when
+// nc is not connected, or wrapping pool's Ping error, and nil otherwise.
+func CheckConnected(ctx context.Context, nc *nats.Conn, pool Pinger) error {
+	if s := nc.Status(); s != nats.CONNECTED {
+		return fmt.Errorf("nats: %s", s)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
+	return nil
+}
+
 // AdminHandler serves /healthz (the process is alive), /readyz (every check
 // passes within two seconds; the body names the first that fails) and
 // /metrics from reg.
@@ -119,13 +139,14 @@ func AdminHandler(reg *prometheus.Registry, checks map[string]ReadyFunc) http.Ha
 	return mux
 }
 
-// Relay holds the relay's metrics.
+// Relay holds the relay's metrics (see NewRelay for each one's name and
+// meaning).
 type Relay struct {
-	Pending    prometheus.Gauge
-	OldestAge  prometheus.Gauge
-	Published  prometheus.Counter
-	Errors     prometheus.Counter
-	Duplicates prometheus.Counter
+	Pending    prometheus.Gauge   // quill_outbox_pending_events
+	OldestAge  prometheus.Gauge   // quill_outbox_oldest_pending_age_seconds
+	Published  prometheus.Counter // quill_relay_published_total
+	Errors     prometheus.Counter // quill_relay_publish_errors_total
+	Duplicates prometheus.Counter // quill_relay_duplicates_total
 }
 
 // NewRelay registers the relay's metrics on reg; all start at zero.

@@ -1,6 +1,7 @@
 package notes
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -66,24 +67,12 @@ type Config struct {
 
 // WithDefaults returns c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
-	if c.ResponseRetention == 0 {
-		c.ResponseRetention = DefaultResponseRetention
-	}
-	if c.KeyRetention == 0 {
-		c.KeyRetention = DefaultKeyRetention
-	}
-	if c.Wait == 0 {
-		c.Wait = DefaultWait
-	}
-	if c.WriteTimeout == 0 {
-		c.WriteTimeout = DefaultWriteTimeout
-	}
-	if c.ReplayCacheBytes == 0 {
-		c.ReplayCacheBytes = DefaultReplayCacheBytes
-	}
-	if c.ReplayFlushInterval == 0 {
-		c.ReplayFlushInterval = DefaultReplayFlushInterval
-	}
+	c.ResponseRetention = cmp.Or(c.ResponseRetention, DefaultResponseRetention)
+	c.KeyRetention = cmp.Or(c.KeyRetention, DefaultKeyRetention)
+	c.Wait = cmp.Or(c.Wait, DefaultWait)
+	c.WriteTimeout = cmp.Or(c.WriteTimeout, DefaultWriteTimeout)
+	c.ReplayCacheBytes = cmp.Or(c.ReplayCacheBytes, DefaultReplayCacheBytes)
+	c.ReplayFlushInterval = cmp.Or(c.ReplayFlushInterval, DefaultReplayFlushInterval)
 	return c
 }
 
@@ -175,9 +164,11 @@ func NewService(pool *pgxpool.Pool, cfg Config, log zerolog.Logger, opts ...Opti
 // operation key and how long it may wait for a concurrent request with the
 // same key (negative: the configured default; capped at the default).
 type Request struct {
-	Tenant      string
-	Key         string
-	Wait        time.Duration
+	Tenant string
+	Key    string
+	Wait   time.Duration
+	// Traceparent is the request's W3C traceparent, carried into the
+	// outbox event; empty when there is none.
 	Traceparent string
 	// Render renders the response recorded for the operation when this
 	// request executes it; required.

@@ -63,24 +63,22 @@ const (
 	// in flight, so a note's events reach the stream in commit order. No
 	// "seq > last seen" cursor: an event whose transaction commits late is
 	// found by the same query. A parked event holds back the later events
-	// of its own note, no others. The lock is tried in the outer query,
-	// above the ordered subquery (OFFSET 0 keeps the planner from merging
-	// the two, and a volatile condition is never pushed down): rows come up
-	// one at a time in seq order, and LIMIT stops the scan at the limit-th
-	// row kept. The lock comes first and "oldest of its note" second (CASE
-	// fixes the order): events other relays hold — with several relays,
-	// most of what a claim steps over — are rejected by the failed try
-	// alone (a claim with two relays: 3.3 ms instead of 5.1), and an event
-	// that turns out to wait behind another of its note is let go at once,
-	// so the session ends the statement holding exactly the rows returned.
-	// "Oldest of its note" is a correlated min(), one index probe, not NOT
-	// EXISTS, whose anti-join was once planned as a scan of the whole
-	// pending set per candidate. The session's own held events are the
-	// oldest queued (they are in flight), so the scan passes them first:
-	// they are tested against a multirange built once per statement (a
-	// binary search per row) — not <> ALL(array), a linear search per row
-	// that cost 2 ms of a 2.6 ms claim with 768 events held — and must be,
-	// since an advisory lock is re-entrant within its session.
+	// of its own note, no others.
+	//
+	// The lock is tried in the outer query, above the ordered subquery
+	// (OFFSET 0 keeps the planner from merging the two, and a volatile
+	// condition is never pushed down), so rows come up in seq order and
+	// LIMIT stops the scan at the limit-th row kept. CASE tries the lock
+	// before "oldest of its note": events other relays hold, most of what a
+	// claim steps over, are rejected by the failed try alone, and an event
+	// waiting behind another of its note is let go at once, so the
+	// statement ends holding exactly the rows returned. "Oldest of its
+	// note" is a correlated min(), one index probe, not NOT EXISTS, whose
+	// anti-join can be planned as a scan of the whole pending set per
+	// candidate. The session's own held events are the oldest queued, so
+	// the scan meets them first: they are excluded through a multirange
+	// built once per statement (a binary search per row, not <> ALL's
+	// linear one) — and must be, as an advisory lock is re-entrant.
 	sqlClaimLock = `SELECT l.seq, coalesce(e.live, false), e.id, e.tenant, e.type, e.payload, e.traceparent, e.created_at, e.attempts
 	FROM (SELECT cand.seq FROM (
 		SELECT c.seq, c.aggregate_id FROM outbox_pending c
@@ -176,13 +174,12 @@ const (
 // opened with. The claim's plan must walk the queue in seq order by its
 // primary key and stop at the limit, whatever the statistics say:
 // PostgreSQL's custom plans for a prepared statement's first five runs
-// cost the actual LIMIT and sort the whole queue once it is large (220 ms
-// per claim at 100,000 queued events against 0.8 ms), and a plan made while
-// the queue is small or empty — the normal state when a relay starts —
-// seq-scans and sorts it too, and the session keeps that plan when a
-// backlog builds up. A claim session runs only the claim's statements,
-// each an index walk or lookup, so: generic plans from the first run, and
-// no seq scans or sorts where an index can do.
+// cost the actual LIMIT and sort the whole queue once it is large, and a
+// plan made while the queue is small or empty — the normal state when a
+// relay starts — seq-scans and sorts it too, and the session keeps that
+// plan when a backlog builds up. A claim session runs only the claim's
+// statements, each an index walk or lookup, so: generic plans from the
+// first run, and no seq scans or sorts where an index can do.
 func SessionParams() map[string]string {
 	return map[string]string{
 		"plan_cache_mode": "force_generic_plan",

@@ -178,16 +178,9 @@ func (r *Relay) Provision(ctx context.Context) error {
 	return err
 }
 
-// Ready reports whether NATS is connected and PostgreSQL answers.
-func (r *Relay) Ready(ctx context.Context) error {
-	if s := r.nc.Status(); s != nats.CONNECTED {
-		return fmt.Errorf("nats: %s", s)
-	}
-	if err := r.pool.Ping(ctx); err != nil {
-		return fmt.Errorf("postgres: %w", err)
-	}
-	return nil
-}
+// Ready reports whether NATS is connected and PostgreSQL answers (see
+// metrics.CheckConnected).
+func (r *Relay) Ready(ctx context.Context) error { return metrics.CheckConnected(ctx, r.nc, r.pool) }
 
 // Wake asks for a pass now.
 func (r *Relay) Wake() {

@@ -299,16 +299,9 @@ func (w *Worker) Provision(ctx context.Context) error {
 	return nil
 }
 
-// Ready reports whether NATS is connected and PostgreSQL answers.
-func (w *Worker) Ready(ctx context.Context) error {
-	if s := w.nc.Status(); s != nats.CONNECTED {
-		return fmt.Errorf("NATS connection is %s", s)
-	}
-	if err := w.pool.Ping(ctx); err != nil {
-		return fmt.Errorf("PostgreSQL: %w", err)
-	}
-	return nil
-}
+// Ready reports whether NATS is connected and PostgreSQL answers (see
+// metrics.CheckConnected).
+func (w *Worker) Ready(ctx context.Context) error { return metrics.CheckConnected(ctx, w.nc, w.pool) }
 
 // resources is the subscriber's ResourceInitializer: the durable consumer,
 // created or updated, never deleted at close (other workers share it). The

@@ -24,6 +24,7 @@ import (
 
 	"github.com/quillhq/quill/internal/cli"
 	"github.com/quillhq/quill/internal/measure"
+	"github.com/quillhq/quill/internal/wait"
 )
 
 // Modes.
@@ -325,22 +326,6 @@ type workerStats struct {
 	maxLag   time.Duration // rate mode: the latest start after its schedule
 }
 
-// sleepUntil waits until t; it reports false when ctx ended first.
-func sleepUntil(ctx context.Context, t time.Time) bool {
-	d := time.Until(t)
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
 // result is a run's report.
 type result struct {
 	Mode        string  `json:"mode"`
@@ -412,7 +397,7 @@ func runLoad(ctx context.Context, cl *client, c config, targets []target, progre
 					// late start (every client busy) is not hidden.
 					slot := slots.Add(1) - 1
 					due := start.Add(time.Duration(float64(slot) * float64(time.Second) / c.rate))
-					if !due.Before(end) || !sleepUntil(ctx, due) {
+					if !due.Before(end) || !wait.For(ctx, time.Until(due)) {
 						return
 					}
 					st.maxLag = max(st.maxLag, time.Since(due))

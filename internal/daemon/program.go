@@ -1,0 +1,56 @@
+package daemon
+
+import (
+	"context"
+	"io"
+	"maps"
+
+	"github.com/quillhq/quill/internal/cli"
+	"github.com/quillhq/quill/internal/config"
+)
+
+// Program is a daemon's command line: "run", the default command, parses
+// the shared Settings and the daemon's own and starts the daemon; Commands
+// are its operator commands.
+type Program struct {
+	// Name is the program's name, as in its usage lines: "relay".
+	Name string
+	// Overview lists the program's commands, for --help and help.
+	Overview string
+	// About says what run does, under its usage line in run --help.
+	About string
+	// AdminAddr is the default admin address (QUILL_ADMIN_ADDR).
+	AdminAddr string
+	// Define registers the daemon's own settings on s, after the shared
+	// ones.
+	Define func(s *config.Set)
+	// Start runs the daemon with the parsed shared settings, once Define's
+	// have been parsed too.
+	Start func(ctx context.Context, s Settings, stderr io.Writer) error
+	// Commands are the operator commands by name, besides run.
+	Commands map[string]cli.RunFunc
+}
+
+// Main runs the command args name, as cli.Dispatch does, with run as the
+// default. It returns the command's error: for run, flag.ErrHelp for
+// --help, a cli.UsageError for a bad setting or an argument, or Start's
+// error.
+func (p Program) Main(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cmds := maps.Clone(p.Commands)
+	if cmds == nil {
+		cmds = map[string]cli.RunFunc{}
+	}
+	cmds["run"] = p.run
+	return cli.Dispatch(ctx, p.Name, p.Overview, "run", cmds, args, getenv, stdout, stderr)
+}
+
+func (p Program) run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	var c Settings
+	s := config.New(p.Name+" run", "usage: "+p.Name+" [run] [flags]\n\n"+p.About, getenv, stdout)
+	c.Define(s, p.AdminAddr)
+	p.Define(s)
+	if err := parse(s, args); err != nil {
+		return err
+	}
+	return p.Start(ctx, c, stderr)
+}
