@@ -19,6 +19,7 @@ import (
 	"github.com/quillhq/quill/internal/dbtest"
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/natstest"
+	"github.com/quillhq/quill/internal/testkit"
 )
 
 func TestMain(m *testing.M) {
@@ -94,7 +95,7 @@ func TestRunServesAndStops(t *testing.T) {
 		})
 	}()
 	var addr string
-	natstest.WaitFor(t, waitLong, func() bool {
+	testkit.WaitFor(t, waitLong, func() bool {
 		for line := range strings.Lines(logs.String()) {
 			if strings.Contains(line, `"message":"listening"`) {
 				_, rest, _ := strings.Cut(line, `"addr":"`)
