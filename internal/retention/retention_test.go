@@ -23,9 +23,11 @@ import (
 	"github.com/quillhq/quill/internal/stream"
 )
 
+// TestMain fails the package if a test leaves a goroutine behind. No
+// ignores: goleak retries for a moment, which is long enough for the pool's
+// health checker to end after Close.
 func TestMain(m *testing.M) {
-	// pgx's pool health checker ends shortly after Close.
-	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"))
+	goleak.VerifyTestMain(m)
 }
 
 // waitLong bounds every wait; the polls end as soon as the condition holds.

@@ -33,14 +33,11 @@ import (
 	"github.com/quillhq/quill/internal/worker"
 )
 
+// TestMain fails the package if a test leaves a goroutine behind. No
+// ignores: goleak retries for a moment, which is long enough for the pool's
+// health checker and nats-server's goroutines to end after Close.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// pgx's pool health checker and nats-server's background
-		// goroutines end shortly after Close; give them a moment.
-		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
-		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).startGoRoutine.func1"),
-		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*stream).internalLoop"),
-	)
+	goleak.VerifyTestMain(m)
 }
 
 const waitLong = 30 * time.Second
