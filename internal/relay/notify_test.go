@@ -122,6 +122,7 @@ func TestNotifyWakesAnIdleRelay(t *testing.T) {
 	silent := outbox.Event{ID: uuid.Must(uuid.NewV7()), Tenant: tenant, AggregateID: uuid.New(),
 		Type: outbox.TypeNoteCreated, Time: time.Now(), Data: map[string]any{"n": 1}}
 	require.NoError(t, db.WithTx(ctx, writer, func(tx pgx.Tx) error { return outbox.Insert(ctx, tx, silent) }))
+	// Not a wait: for a second, the event must stay unpublished.
 	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		require.False(t, publishedAt(silent.ID), "an event committed without a notification waits for the hour-long poll")
 	}
@@ -218,6 +219,6 @@ func TestIdleRelayKeepsItsClaimSession(t *testing.T) {
 	}
 	before := session()
 	require.NotZero(t, before)
-	time.Sleep(4 * h.cfg.Lease)
+	time.Sleep(4 * h.cfg.Lease) // the idleness under test, not a wait
 	require.Equal(t, before, session(), "the claim session outlived four leases of sleep")
 }

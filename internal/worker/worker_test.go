@@ -309,7 +309,10 @@ func TestShutdownFinishesInFlight(t *testing.T) {
 	<-started
 	stopped := make(chan struct{})
 	go func() { stop(); close(stopped) }()
-	time.Sleep(100 * time.Millisecond) // let the shutdown begin while the message is in flight
+	// Let the shutdown begin while the message is in flight. Nothing outside
+	// the worker shows that it began; were the hold too short, the message
+	// would finish first and the test would check less, not fail.
+	time.Sleep(100 * time.Millisecond)
 	close(release)
 	select {
 	case <-stopped:
