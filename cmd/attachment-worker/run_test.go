@@ -37,6 +37,7 @@ func env(m map[string]string) func(string) string { return clitest.Env(m) }
 // unparseable event that the CLI lists and re-drives, and exits 0 when its
 // context ends.
 func TestRunProcessesAndDeadLetters(t *testing.T) {
+	t.Parallel()
 	pool, dbURL := dbtest.Pool(t, 4)
 	srv := natstest.Start(t)
 	_, js := srv.Connect(t)

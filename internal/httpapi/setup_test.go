@@ -139,7 +139,7 @@ func setup(t *testing.T, opts ...setupOpts) *testBundle {
 		check.serve(t, h, w, r)
 	}))
 	t.Cleanup(b.srv.Close)
-	ctx := context.Background()
+	ctx := t.Context()
 	suffix := strings.ToLower(uuid.NewString()[:8])
 	b.tenantA, b.tenantB = "acme-"+suffix, "globex-"+suffix
 	b.tokenA, err = auth.Create(ctx, pool, b.tenantA, time.Now())

@@ -175,7 +175,7 @@ func TestRecheckEndsTheOldSessionBeforeSayingNothingCommitted(t *testing.T) {
 	t.Cleanup(pool.Close)
 	svc := reviewService(t, pool, 2*time.Second)
 	tenant := reviewTenant()
-	ctx := context.Background()
+	ctx := t.Context()
 
 	// Warm the connection: its statements are prepared, so the next create
 	// is one chunk of Bind/Execute messages, COMMIT included.
@@ -210,7 +210,7 @@ func TestRecheckWorksWithAFullPool(t *testing.T) {
 	t.Cleanup(pool.Close)
 	svc := reviewService(t, pool, 2*time.Second)
 	tenant := reviewTenant()
-	ctx := context.Background()
+	ctx := t.Context()
 	_, err = svc.Create(ctx, notes.Request{Tenant: tenant, Key: "warm", Wait: -1, Render: httpapi.RenderWrite}, notes.CreateParams{Title: "warm"})
 	require.NoError(t, err)
 

@@ -824,7 +824,7 @@ func TestUnparkAllPublishesEveryParkedEvent(t *testing.T) {
 // interval is far longer than the wait.
 func TestHeldBackEventsFollowWithoutWaitingForThePoll(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 	base, err := url.Parse(dbtest.URL())
 	require.NoError(t, err)
 	name := "quill_relay_" + strings.ReplaceAll(uuid.NewString(), "-", "")[:12]
