@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/quillhq/quill/internal/cli"
 	"github.com/quillhq/quill/internal/clitest"
@@ -21,13 +20,6 @@ import (
 	"github.com/quillhq/quill/internal/natstest"
 	"github.com/quillhq/quill/internal/testkit"
 )
-
-// TestMain fails the package if a test leaves a goroutine behind. No
-// ignores: goleak retries for a moment, which is long enough for the pool's
-// health checker and nats-server's goroutines to end after Close.
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
-}
 
 const waitLong = 30 * time.Second
 

@@ -11,17 +11,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/quillhq/quill/internal/natstest"
 	"github.com/quillhq/quill/internal/testkit"
 )
-
-// TestMain fails the package if any test leaves a goroutine behind: a
-// stopped server, and a closed client, must be gone.
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
-}
 
 func ctx(t *testing.T, d time.Duration) context.Context {
 	t.Helper()

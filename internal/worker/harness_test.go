@@ -19,7 +19,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/dbtest"
@@ -32,13 +31,6 @@ import (
 	"github.com/quillhq/quill/internal/testkit"
 	"github.com/quillhq/quill/internal/worker"
 )
-
-// TestMain fails the package if a test leaves a goroutine behind. No
-// ignores: goleak retries for a moment, which is long enough for the pool's
-// health checker and nats-server's goroutines to end after Close.
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
-}
 
 const waitLong = 30 * time.Second
 
