@@ -124,12 +124,7 @@ func TestClientDisconnectDoesNotAbortCommit(t *testing.T) {
 
 func TestIdenticalReplayReturnsRecordedResponse(t *testing.T) {
 	t.Parallel()
-	for _, noCache := range []bool{false, true} {
-		t.Run(map[bool]string{false: "cached", true: "from the database"}[noCache], func(t *testing.T) {
-			t.Parallel()
-			testIdenticalReplay(t, setup(t, setupOpts{maxConns: 8, wait: 2 * time.Second, noCache: noCache}))
-		})
-	}
+	bothCaches(t, testIdenticalReplay)
 }
 
 func testIdenticalReplay(t *testing.T, b *testBundle) {
@@ -156,12 +151,7 @@ func testIdenticalReplay(t *testing.T, b *testBundle) {
 
 func TestChangedParametersUnderSameKeyAreRefused(t *testing.T) {
 	t.Parallel()
-	for _, noCache := range []bool{false, true} {
-		t.Run(map[bool]string{false: "cached", true: "from the database"}[noCache], func(t *testing.T) {
-			t.Parallel()
-			testChangedParameters(t, setup(t, setupOpts{maxConns: 8, wait: 2 * time.Second, noCache: noCache}))
-		})
-	}
+	bothCaches(t, testChangedParameters)
 }
 
 func testChangedParameters(t *testing.T, b *testBundle) {

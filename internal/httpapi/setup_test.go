@@ -258,6 +258,18 @@ func (b *testBundle) notes(tenant string) int {
 	return b.count(`SELECT count(*) FROM notes WHERE tenant = $1`, tenant)
 }
 
+// bothCaches runs test as two parallel subtests, over an API that replays
+// from its cache and over one that reads every replay from the database.
+func bothCaches(t *testing.T, test func(t *testing.T, b *testBundle)) {
+	t.Helper()
+	for _, noCache := range []bool{false, true} {
+		t.Run(map[bool]string{false: "cached", true: "from the database"}[noCache], func(t *testing.T) {
+			t.Parallel()
+			test(t, setup(t, setupOpts{maxConns: 8, wait: 2 * time.Second, noCache: noCache}))
+		})
+	}
+}
+
 func note(title string) map[string]any { return map[string]any{"title": title} }
 
 func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
