@@ -2,7 +2,6 @@ package client
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -127,7 +126,7 @@ func TestFileJournal(t *testing.T) {
 
 func TestFileJournalSurvivesACrashMidWrite(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 	dir := t.TempDir()
 	j, err := OpenFileJournal(dir)
 	require.NoError(t, err)

@@ -74,7 +74,8 @@ func service(t *testing.T, p *types.Project, name string) types.ServiceConfig {
 }
 
 func TestComposeLoadsWithoutEnvironment(t *testing.T) {
-	ctx := context.Background()
+	t.Parallel()
+	ctx := t.Context()
 	withInterp, err := projectOptions(t, true).LoadModel(ctx)
 	require.NoError(t, err, "compose.yaml does not load with interpolation")
 	without, err := projectOptions(t, false).LoadModel(ctx)
@@ -90,6 +91,7 @@ func TestComposeLoadsWithoutEnvironment(t *testing.T) {
 }
 
 func TestComposeServices(t *testing.T) {
+	t.Parallel()
 	p := loadProject(t)
 	for _, name := range []string{svcPostgres, svcNATS, svcMigrate, svcAPI} {
 		service(t, p, name)
@@ -97,6 +99,7 @@ func TestComposeServices(t *testing.T) {
 }
 
 func TestComposeMigrate(t *testing.T) {
+	t.Parallel()
 	p := loadProject(t)
 	migrate := service(t, p, svcMigrate)
 
@@ -116,6 +119,7 @@ func TestComposeMigrate(t *testing.T) {
 }
 
 func TestComposeAPI(t *testing.T) {
+	t.Parallel()
 	p := loadProject(t)
 	api := service(t, p, svcAPI)
 
@@ -175,6 +179,7 @@ var (
 )
 
 func TestNATSConfig(t *testing.T) {
+	t.Parallel()
 	conf := natsConfig(t)
 	m := jetstreamBlockRe.FindStringSubmatch(conf)
 	require.NotNilf(t, m, "%s must enable JetStream with a `jetstream { ... }` block", natsConfRel)
@@ -186,6 +191,7 @@ func TestNATSConfig(t *testing.T) {
 }
 
 func TestComposeNATS(t *testing.T) {
+	t.Parallel()
 	p := loadProject(t)
 	root := repoRoot(t)
 	nats := service(t, p, svcNATS)
@@ -231,6 +237,7 @@ func TestComposeNATS(t *testing.T) {
 }
 
 func TestComposeAppImageBuiltFromDockerfile(t *testing.T) {
+	t.Parallel()
 	p := loadProject(t)
 	api := service(t, p, svcAPI)
 	migrate := service(t, p, svcMigrate)
@@ -277,6 +284,7 @@ func dockerfileInstructions(t *testing.T) []string {
 }
 
 func TestDockerfile(t *testing.T) {
+	t.Parallel()
 	inst := dockerfileInstructions(t)
 	fromRe := regexp.MustCompile(`(?i)^FROM\s+(?:--platform=\S+\s+)?(\S+)`)
 	var froms []string

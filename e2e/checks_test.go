@@ -216,7 +216,12 @@ func readStream(ctx context.Context, natsURL, stream string) ([]streamMsg, error
 	}
 	var out []streamMsg
 	for {
-		batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(5*time.Second))
+		// The fetch's goroutine waits for the rest of its batch until its
+		// context ends: ending it when this returns early, at the last
+		// message, keeps the goroutine from outliving the read.
+		fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		batch, err := cons.Fetch(1000, jetstream.FetchContext(fctx))
 		if err != nil {
 			return nil, err
 		}

@@ -15,6 +15,9 @@ import (
 // processed, 422 for the changed request, a second note under a new key)
 // decide that.
 func TestDemo(t *testing.T) {
+	// Not parallel: each e2e test runs every program and a PostgreSQL
+	// cluster of its own, and the fault suite's time limits assume it has
+	// the machine to itself.
 	if testing.Short() {
 		t.Skip("e2e: runs the real programs; skipped with -short")
 	}

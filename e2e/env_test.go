@@ -304,6 +304,9 @@ func (n *natsServer) Start(ctx context.Context) error {
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return fmt.Errorf("nats-server not ready: %w", err)
 		}
+		// A poll with a deadline: it returns an error rather than using
+		// testkit.WaitFor, which fails the test, because the chaos
+		// goroutine calls it too.
 		time.Sleep(100 * time.Millisecond)
 	}
 }
@@ -395,7 +398,7 @@ func (d *daemon) Run() {
 		if failed {
 			delay = time.Second
 		}
-		time.Sleep(delay)
+		time.Sleep(delay) // the supervisor's pause before a restart, not a wait
 	}
 }
 
@@ -502,6 +505,9 @@ func (d *daemon) Kill(timeout time.Duration) int {
 		d.mu.Lock()
 		if d.cmd == nil || d.stopping {
 			d.mu.Unlock()
+			// Polls for the next incarnation, off the test goroutine
+			// (the chaos schedule kills): testkit.WaitFor would fail
+			// the test from there.
 			time.Sleep(20 * time.Millisecond)
 			continue
 		}
@@ -559,6 +565,8 @@ func (d *daemon) WaitHealthy(ctx context.Context, timeout time.Duration) error {
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return fmt.Errorf("%s not healthy within %s; log:\n%s", d.name, timeout, tail(d.logFile, 15))
 		}
+		// A poll with a deadline, not testkit.WaitFor: its error carries
+		// the log's tail as it is at the deadline.
 		time.Sleep(50 * time.Millisecond)
 	}
 	return nil

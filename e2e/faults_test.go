@@ -57,6 +57,7 @@ type system struct {
 // restarted — then every business action must have reached one explainable
 // final state, and every fault must be seen to have fired.
 func TestFaults(t *testing.T) {
+	// Not parallel: see TestDemo.
 	if testing.Short() {
 		t.Skip("e2e: the fault suite runs the real programs for minutes; skipped with -short")
 	}

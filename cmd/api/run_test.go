@@ -17,6 +17,7 @@ import (
 
 	"github.com/quillhq/quill/internal/clitest"
 	"github.com/quillhq/quill/internal/dbtest"
+	"github.com/quillhq/quill/internal/testkit"
 	"github.com/quillhq/quill/migrations"
 )
 
@@ -38,18 +39,14 @@ func runOut(t *testing.T, getenv func(string) string, args ...string) (string, s
 
 func waitReady(t *testing.T, url string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testkit.WaitFor(t, 10*time.Second, func() bool {
 		res, err := http.Get(url)
-		if err == nil {
-			res.Body.Close()
-			if res.StatusCode == http.StatusOK {
-				return
-			}
+		if err != nil {
+			return false
 		}
-		require.True(t, time.Now().Before(deadline), "not ready: %s", url)
-		time.Sleep(10 * time.Millisecond)
-	}
+		res.Body.Close()
+		return res.StatusCode == http.StatusOK
+	}, "ready: "+url)
 }
 
 func post(t *testing.T, base, token, key, body string) (*http.Response, string) {

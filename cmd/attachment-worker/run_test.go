@@ -22,6 +22,7 @@ import (
 	"github.com/quillhq/quill/internal/httpapi"
 	"github.com/quillhq/quill/internal/natstest"
 	"github.com/quillhq/quill/internal/notes"
+	"github.com/quillhq/quill/internal/testkit"
 )
 
 // The shared in-process helpers, under this file's names.
@@ -36,6 +37,7 @@ func env(m map[string]string) func(string) string { return clitest.Env(m) }
 // unparseable event that the CLI lists and re-drives, and exits 0 when its
 // context ends.
 func TestRunProcessesAndDeadLetters(t *testing.T) {
+	t.Parallel()
 	pool, dbURL := dbtest.Pool(t, 4)
 	srv := natstest.Start(t)
 	_, js := srv.Connect(t)
@@ -49,7 +51,7 @@ func TestRunProcessesAndDeadLetters(t *testing.T) {
 	stderr := &syncBuffer{}
 	errc := make(chan error, 1)
 	go func() { errc <- run(ctx, nil, env(vars), io.Discard, stderr) }()
-	natstest.WaitFor(t, 30*time.Second, func() bool {
+	testkit.WaitFor(t, 30*time.Second, func() bool {
 		resp, err := http.Get("http://" + admin + "/readyz")
 		if err != nil {
 			return false
@@ -74,7 +76,7 @@ func TestRunProcessesAndDeadLetters(t *testing.T) {
 	m.Data = payload
 	_, err = js.PublishMsg(t.Context(), m)
 	require.NoError(t, err)
-	natstest.WaitFor(t, 30*time.Second, func() bool {
+	testkit.WaitFor(t, 30*time.Second, func() bool {
 		var status string
 		require.NoError(t, pool.QueryRow(t.Context(), `SELECT status FROM attachments`).Scan(&status))
 		return status == "processed"
@@ -86,7 +88,7 @@ func TestRunProcessesAndDeadLetters(t *testing.T) {
 	bad.Header.Set(nats.MsgIdHdr, "bad-1")
 	_, err = js.PublishMsg(t.Context(), bad)
 	require.NoError(t, err)
-	natstest.WaitFor(t, 30*time.Second, func() bool {
+	testkit.WaitFor(t, 30*time.Second, func() bool {
 		resp, err := http.Get("http://" + admin + "/metrics")
 		if err != nil {
 			return false
@@ -111,7 +113,7 @@ func TestRunProcessesAndDeadLetters(t *testing.T) {
 	require.NoError(t, run(t.Context(), []string{"dead-letters", "retry", fmt.Sprint(id)}, env(cli), &out, io.Discard))
 	require.Contains(t, out.String(), "republished to "+subject)
 	// Still unparseable: it comes back as a second dead letter.
-	natstest.WaitFor(t, 30*time.Second, func() bool {
+	testkit.WaitFor(t, 30*time.Second, func() bool {
 		var n int
 		require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM dead_letters`).Scan(&n))
 		return n == 2

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quillhq/quill/internal/dbtest"
-	"github.com/quillhq/quill/internal/natstest"
+	"github.com/quillhq/quill/internal/testkit"
 )
 
 // TestDaemonNotReadyWhilePostgresIsDown: the relay's /readyz answers 503,
@@ -31,7 +31,7 @@ func TestDaemonNotReadyWhilePostgresIsDown(t *testing.T) {
 	body := waitStatus(t, readyz, http.StatusServiceUnavailable)
 	require.Contains(t, body, "postgres")
 	t.Logf("/readyz while PostgreSQL is down: %s", body)
-	natstest.WaitFor(t, waitLong, func() bool {
+	testkit.WaitFor(t, waitLong, func() bool {
 		return strings.Contains(p.Stderr.String(), `"error_category":"database_unavailable"`)
 	}, "the relay to log that PostgreSQL is unavailable")
 	res, err := http.Get(readyz)

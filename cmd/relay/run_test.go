@@ -23,6 +23,7 @@ import (
 	"github.com/quillhq/quill/internal/dbtest"
 	"github.com/quillhq/quill/internal/natstest"
 	"github.com/quillhq/quill/internal/outbox"
+	"github.com/quillhq/quill/internal/testkit"
 )
 
 const waitLong = 30 * time.Second
@@ -47,7 +48,7 @@ func runOut(t *testing.T, getenv func(string) string, args ...string) (string, s
 func waitStatus(t *testing.T, url string, status int) string {
 	t.Helper()
 	var body string
-	natstest.WaitFor(t, waitLong, func() bool {
+	testkit.WaitFor(t, waitLong, func() bool {
 		res, err := http.Get(url)
 		if err != nil {
 			return false
@@ -128,7 +129,7 @@ func (w *world) count(sql string, args ...any) int {
 
 func (w *world) waitPublished(n int) {
 	w.t.Helper()
-	natstest.WaitFor(w.t, waitLong, func() bool {
+	testkit.WaitFor(w.t, waitLong, func() bool {
 		return w.count(`SELECT count(*) FROM outbox_events WHERE published_at IS NOT NULL`) == n
 	}, "events published")
 }
@@ -369,7 +370,7 @@ func TestParkedEventRetryFromTheCommandLine(t *testing.T) {
 	first := w.write(w.tenant)
 	stuck := w.write(other)
 	later := w.write(w.tenant)
-	natstest.WaitFor(t, waitLong, func() bool {
+	testkit.WaitFor(t, waitLong, func() bool {
 		return w.count(`SELECT count(*) FROM outbox_events WHERE id = $1 AND parked_at IS NOT NULL`, stuck) == 1
 	}, "the uncaptured event to be parked")
 	w.waitPublished(2)

@@ -234,6 +234,7 @@ func TestProcessInvalidLimits(t *testing.T) {
 // memory and time. It is deliberately not parallel, so that the process-wide
 // allocation counter measures this test alone.
 func TestBombIsNotDecoded(t *testing.T) {
+	// Not parallel: it measures the heap, which other tests would grow.
 	for _, bomb := range []struct {
 		name string
 		data []byte

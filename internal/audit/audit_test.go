@@ -28,6 +28,7 @@ import (
 	"github.com/quillhq/quill/internal/outbox"
 	"github.com/quillhq/quill/internal/relay"
 	"github.com/quillhq/quill/internal/stream"
+	"github.com/quillhq/quill/internal/testkit"
 	"github.com/quillhq/quill/internal/worker"
 )
 
@@ -229,7 +230,7 @@ func TestCleanPipeline(t *testing.T) {
 	_, err = b.svc.FlushReplays(ctx)
 	require.NoError(t, err)
 
-	natstest.WaitFor(t, 30*time.Second, func() bool {
+	testkit.WaitFor(t, 30*time.Second, func() bool {
 		var pending, unprocessed int
 		require.NoError(t, b.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM outbox_events WHERE published_at IS NULL),
 			(SELECT count(*) FROM attachments WHERE status = 'pending' AND reason IS NULL)`).Scan(&pending, &unprocessed))
@@ -237,7 +238,7 @@ func TestCleanPipeline(t *testing.T) {
 	}, "events published and attachments processed")
 	// The deleted note's attachment may have been skipped (deleted first)
 	// or processed; either way its events must all be out.
-	natstest.WaitFor(t, 30*time.Second, func() bool {
+	testkit.WaitFor(t, 30*time.Second, func() bool {
 		var pending int
 		require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE published_at IS NULL`).Scan(&pending))
 		return pending == 0
@@ -373,7 +374,7 @@ func TestAnomalies(t *testing.T) {
 			b.publish()
 			ev := b.eventOf(id, "note.created")
 			// Republished after the duplicate window (100ms here).
-			natstest.WaitFor(b.t, 10*time.Second, func() bool {
+			testkit.WaitFor(b.t, 10*time.Second, func() bool {
 				msg := nats.NewMsg(b.prefix + "." + b.tenant + ".note.created")
 				msg.Header.Set(jetstream.MsgIDHeader, ev.String())
 				ack, err := b.js.PublishMsg(b.t.Context(), msg)

@@ -1,7 +1,6 @@
 package auth
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -13,7 +12,7 @@ import (
 func TestAuthenticatorCachesValidTokensForTTL(t *testing.T) {
 	t.Parallel()
 	pool, _ := dbtest.Pool(t, 4)
-	ctx := context.Background()
+	ctx := t.Context()
 	tok, err := Create(ctx, pool, "acme", time.Now())
 	require.NoError(t, err)
 	now := time.Now()

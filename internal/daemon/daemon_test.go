@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/quillhq/quill/internal/cli"
 	"github.com/quillhq/quill/internal/clitest"
@@ -19,16 +18,8 @@ import (
 	"github.com/quillhq/quill/internal/dbtest"
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/natstest"
+	"github.com/quillhq/quill/internal/testkit"
 )
-
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// pgx's pool health checker and nats-server's background
-		// goroutines end shortly after Close; give them a moment.
-		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
-		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).startGoRoutine.func1"),
-	)
-}
 
 const waitLong = 30 * time.Second
 
@@ -94,7 +85,7 @@ func TestRunServesAndStops(t *testing.T) {
 		})
 	}()
 	var addr string
-	natstest.WaitFor(t, waitLong, func() bool {
+	testkit.WaitFor(t, waitLong, func() bool {
 		for line := range strings.Lines(logs.String()) {
 			if strings.Contains(line, `"message":"listening"`) {
 				_, rest, _ := strings.Cut(line, `"addr":"`)

@@ -11,12 +11,9 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/quillhq/quill/internal/faultproxy"
 )
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // bundle is an upstream that counts the requests it completed, and a
 // proxy server in front of it.

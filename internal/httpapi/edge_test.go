@@ -1,7 +1,6 @@
 package httpapi_test
 
 import (
-	"context"
 	"net/http"
 	"testing"
 	"time"
@@ -50,7 +49,7 @@ func TestEmptyBodyWithoutContentTypeIs400(t *testing.T) {
 func TestNoLeftoverLockAfterUnclaimedAnswer(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{maxConns: 8, wait: 2 * time.Second, noCache: true})
-	ctx := context.Background()
+	ctx := t.Context()
 	inProgress := 0
 	const n = 200
 	for i := range n {

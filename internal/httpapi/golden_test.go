@@ -1,34 +1,14 @@
 package httpapi_test
 
 import (
-	"flag"
 	"net/http"
-	"os"
-	"path/filepath"
-	"regexp"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/quillhq/quill/internal/testkit"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files")
-
-var uuidRE = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
-var timeRE = regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z`)
-
-func golden(t *testing.T, name string, got []byte) {
-	t.Helper()
-	got = uuidRE.ReplaceAll(got, []byte("00000000-0000-0000-0000-000000000000"))
-	got = timeRE.ReplaceAll(got, []byte("2006-01-02T15:04:05.000000Z"))
-	path := filepath.Join("testdata", name)
-	if *update {
-		require.NoError(t, os.WriteFile(path, got, 0o644))
-	}
-	want, err := os.ReadFile(path)
-	require.NoError(t, err, "run go test -update to create %s", path)
-	require.Equal(t, string(want), string(got))
-}
 
 // The problem+json bodies clients and agents parse, pinned.
 func TestProblemBodiesGolden(t *testing.T) {
@@ -45,8 +25,8 @@ func TestProblemBodiesGolden(t *testing.T) {
 	for name, r := range cases {
 		res := b.mustDo(r)
 		require.Equal(t, "application/problem+json", res.header.Get("Content-Type"), name)
-		golden(t, name, res.body)
+		testkit.Golden(t, name, res.body, testkit.ScrubIDsAndTimes)
 	}
 	b.clock.advance(responseRetention + time.Second)
-	golden(t, "result_expired.json", b.create(b.tokenA, "g1", note("golden")).body)
+	testkit.Golden(t, "result_expired.json", b.create(b.tokenA, "g1", note("golden")).body, testkit.ScrubIDsAndTimes)
 }

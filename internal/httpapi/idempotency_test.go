@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quillhq/quill/internal/idempotency"
+	"github.com/quillhq/quill/internal/testkit"
 )
 
 // The article's list: each failure the caller cannot see, as its own test.
@@ -113,7 +114,7 @@ func TestClientDisconnectDoesNotAbortCommit(t *testing.T) {
 	cancel() // the client goes away mid-transaction
 	require.ErrorIs(t, <-errc, context.Canceled)
 	close(release)
-	eventually(t, 5*time.Second, func() bool { return b.count(`SELECT count(*) FROM operations`) == 1 }, "the detached transaction commits")
+	testkit.WaitFor(t, 5*time.Second, func() bool { return b.count(`SELECT count(*) FROM operations`) == 1 }, "the detached transaction commits")
 	b.clearHook()
 	require.Equal(t, 1, b.notes(b.tenantA))
 	r := b.create(b.tokenA, "gone", note("t"))
@@ -123,12 +124,7 @@ func TestClientDisconnectDoesNotAbortCommit(t *testing.T) {
 
 func TestIdenticalReplayReturnsRecordedResponse(t *testing.T) {
 	t.Parallel()
-	for _, noCache := range []bool{false, true} {
-		t.Run(map[bool]string{false: "cached", true: "from the database"}[noCache], func(t *testing.T) {
-			t.Parallel()
-			testIdenticalReplay(t, setup(t, setupOpts{maxConns: 8, wait: 2 * time.Second, noCache: noCache}))
-		})
-	}
+	bothCaches(t, testIdenticalReplay)
 }
 
 func testIdenticalReplay(t *testing.T, b *testBundle) {
@@ -147,20 +143,15 @@ func testIdenticalReplay(t *testing.T, b *testBundle) {
 	}
 	require.Equal(t, 1, b.notes(b.tenantA))
 	require.Equal(t, 1, b.count(`SELECT count(*) FROM outbox_events`))
-	require.Equal(t, 1.0, b.metric("quill_idempotency_requests_total", map[string]string{"action": "create-note", "outcome": "executed"}))
-	require.Equal(t, 3.0, b.metric("quill_idempotency_requests_total", map[string]string{"action": "create-note", "outcome": "replayed"}))
-	require.Equal(t, 1.0, b.metric("quill_business_effects_total", map[string]string{"action": "create-note"}))
-	require.Equal(t, 4.0, b.metric("quill_http_requests_total", map[string]string{"route": "/v1/notes", "method": "POST", "code": "201"}))
+	require.Equal(t, 1.0, testkit.Gathered(t, b.reg, "quill_idempotency_requests_total", map[string]string{"action": "create-note", "outcome": "executed"}))
+	require.Equal(t, 3.0, testkit.Gathered(t, b.reg, "quill_idempotency_requests_total", map[string]string{"action": "create-note", "outcome": "replayed"}))
+	require.Equal(t, 1.0, testkit.Gathered(t, b.reg, "quill_business_effects_total", map[string]string{"action": "create-note"}))
+	require.Equal(t, 4.0, testkit.Gathered(t, b.reg, "quill_http_requests_total", map[string]string{"route": "/v1/notes", "method": "POST", "code": "201"}))
 }
 
 func TestChangedParametersUnderSameKeyAreRefused(t *testing.T) {
 	t.Parallel()
-	for _, noCache := range []bool{false, true} {
-		t.Run(map[bool]string{false: "cached", true: "from the database"}[noCache], func(t *testing.T) {
-			t.Parallel()
-			testChangedParameters(t, setup(t, setupOpts{maxConns: 8, wait: 2 * time.Second, noCache: noCache}))
-		})
-	}
+	bothCaches(t, testChangedParameters)
 }
 
 func testChangedParameters(t *testing.T, b *testBundle) {
@@ -348,7 +339,7 @@ func TestWaitingRequestsDoNotStarveOtherTenants(t *testing.T) {
 			<-entered // the first holds the operation open
 		}
 	}
-	eventually(t, 10*time.Second, func() bool { return b.inFlight.Load() == waiters+1 }, "all requests in flight")
+	testkit.WaitFor(t, 10*time.Second, func() bool { return b.inFlight.Load() == waiters+1 }, "all requests in flight")
 	b.clearHook()
 
 	// Another tenant's creates, one after another, while the 100 wait.
@@ -447,5 +438,5 @@ func TestLostCommitReplyIsRecheckedAndAnsweredWithTheOutcome(t *testing.T) {
 	require.Equal(t, "true", again.header.Get("Idempotent-Replayed"))
 	require.Equal(t, string(r.body), string(again.body))
 	require.Equal(t, 1, b.notes(b.tenantA))
-	require.Equal(t, 1.0, b.metric("quill_business_effects_total", map[string]string{"action": "create-note"}))
+	require.Equal(t, 1.0, testkit.Gathered(t, b.reg, "quill_business_effects_total", map[string]string{"action": "create-note"}))
 }

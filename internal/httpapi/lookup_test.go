@@ -118,12 +118,7 @@ func TestLookupUnknownKeyAndOtherTenantsKey(t *testing.T) {
 
 func TestRetentionExpiredAnswers410ThenForgottenExecutes(t *testing.T) {
 	t.Parallel()
-	for _, noCache := range []bool{false, true} {
-		t.Run(map[bool]string{false: "cached", true: "from the database"}[noCache], func(t *testing.T) {
-			t.Parallel()
-			testRetention(t, setup(t, setupOpts{maxConns: 8, wait: 2 * time.Second, noCache: noCache}))
-		})
-	}
+	bothCaches(t, testRetention)
 }
 
 func testRetention(t *testing.T, b *testBundle) {

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/quillhq/quill/internal/testkit"
 )
 
 func TestDeleteNote(t *testing.T) {
@@ -43,8 +45,8 @@ func TestDeleteNote(t *testing.T) {
 	m := b.mustDo(req{method: http.MethodDelete, path: "/v1/notes/not-a-uuid", token: b.tokenA, key: "d4", offContract: "malformed id"})
 	require.Equal(t, http.StatusNotFound, m.status)
 	require.Equal(t, http.StatusNotFound, b.lookup(b.tokenA, "d4").status)
-	require.Equal(t, 2.0, b.metric("quill_business_effects_total", map[string]string{"action": "create-note"}))
-	require.Equal(t, 1.0, b.metric("quill_business_effects_total", map[string]string{"action": "delete-note"}))
+	require.Equal(t, 2.0, testkit.Gathered(t, b.reg, "quill_business_effects_total", map[string]string{"action": "create-note"}))
+	require.Equal(t, 1.0, testkit.Gathered(t, b.reg, "quill_business_effects_total", map[string]string{"action": "delete-note"}))
 }
 
 func TestWritesNeedAValidKey(t *testing.T) {

@@ -17,7 +17,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/quillhq/quill/internal/auth"
@@ -27,6 +26,7 @@ import (
 	"github.com/quillhq/quill/internal/idempotency"
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/notes"
+	"github.com/quillhq/quill/internal/testkit"
 )
 
 // testBundle is one API over a fresh schema, with two tenants' tokens.
@@ -107,10 +107,7 @@ func setup(t *testing.T, opts ...setupOpts) *testBundle {
 	}
 	b.reg = prometheus.NewRegistry()
 	m := metrics.NewAPI(b.reg, notes.ActionCreate, notes.ActionDelete)
-	log := zerolog.New(io.Discard)
-	if testing.Verbose() {
-		log = zerolog.New(zerolog.NewTestWriter(t))
-	}
+	log := testkit.Logger(t)
 	var hooks notes.Hooks
 	if o.hooks {
 		hooks.AfterEffect = func(ctx context.Context, q idempotency.Querier, id uuid.UUID) error {
@@ -142,7 +139,7 @@ func setup(t *testing.T, opts ...setupOpts) *testBundle {
 		check.serve(t, h, w, r)
 	}))
 	t.Cleanup(b.srv.Close)
-	ctx := context.Background()
+	ctx := t.Context()
 	suffix := strings.ToLower(uuid.NewString()[:8])
 	b.tenantA, b.tenantB = "acme-"+suffix, "globex-"+suffix
 	b.tokenA, err = auth.Create(ctx, pool, b.tenantA, time.Now())
@@ -261,40 +258,18 @@ func (b *testBundle) notes(tenant string) int {
 	return b.count(`SELECT count(*) FROM notes WHERE tenant = $1`, tenant)
 }
 
-// metric returns a counter's value with the given labels.
-func (b *testBundle) metric(name string, labels map[string]string) float64 {
-	b.t.Helper()
-	mfs, err := b.reg.Gather()
-	require.NoError(b.t, err)
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if v, ok := labels[lp.GetName()]; ok && v != lp.GetValue() {
-					continue next
-				}
-			}
-			return m.GetCounter().GetValue()
-		}
+// bothCaches runs test as two parallel subtests, over an API that replays
+// from its cache and over one that reads every replay from the database.
+func bothCaches(t *testing.T, test func(t *testing.T, b *testBundle)) {
+	t.Helper()
+	for _, noCache := range []bool{false, true} {
+		t.Run(map[bool]string{false: "cached", true: "from the database"}[noCache], func(t *testing.T) {
+			t.Parallel()
+			test(t, setup(t, setupOpts{maxConns: 8, wait: 2 * time.Second, noCache: noCache}))
+		})
 	}
-	return 0
 }
 
 func note(title string) map[string]any { return map[string]any{"title": title} }
 
 func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, within time.Duration, cond func() bool, msg string) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s: %s", within, msg)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}

@@ -7,14 +7,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/quillhq/quill/internal/idempotency"
 )
-
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
-}
 
 // released reports whether ch is closed, without blocking.
 func released(ch <-chan struct{}) bool {

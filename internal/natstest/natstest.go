@@ -256,26 +256,6 @@ func StreamMessages(t testing.TB, js jetstream.JetStream, stream, subjectFilter 
 	return msgs
 }
 
-// WaitFor polls cond every 10ms until it returns true, failing the test
-// with msg if timeout passes first. Call it from the test's goroutine.
-func WaitFor(t testing.TB, timeout time.Duration, cond func() bool, msg string) {
-	t.Helper()
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline.C:
-			if cond() {
-				return
-			}
-			require.FailNowf(t, "natstest: timed out", "after %s waiting for %s", timeout, msg)
-		case <-tick.C:
-		}
-	}
-}
-
 // tLogger sends a server's log to its test's log until closed: a server
 // goroutine that logs after shutdown must not touch a finished test.
 type tLogger struct {

@@ -3,7 +3,6 @@ package natstest_test
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -12,16 +11,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/quillhq/quill/internal/natstest"
+	"github.com/quillhq/quill/internal/testkit"
 )
-
-// TestMain fails the package if any test leaves a goroutine behind: a
-// stopped server, and a closed client, must be gone.
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
-}
 
 func ctx(t *testing.T, d time.Duration) context.Context {
 	t.Helper()
@@ -129,7 +122,7 @@ func TestOutage(t *testing.T) {
 
 	srv.Stop()
 	require.Nil(t, srv.NATSServer())
-	natstest.WaitFor(t, 5*time.Second, func() bool { return !nc.IsConnected() }, "the client to notice the outage")
+	testkit.WaitFor(t, 5*time.Second, func() bool { return !nc.IsConnected() }, "the client to notice the outage")
 
 	// Publishing fails while the server is down: the old client times out
 	// waiting for an ack, a new one cannot connect.
@@ -142,10 +135,10 @@ func TestOutage(t *testing.T) {
 	srv.Restart(t)
 	require.Equal(t, url, srv.URL())
 	require.NotNil(t, srv.NATSServer())
-	natstest.WaitFor(t, 5*time.Second, nc.IsConnected, "the old client to reconnect")
+	testkit.WaitFor(t, 5*time.Second, nc.IsConnected, "the old client to reconnect")
 	// The handlers run on the client's callback goroutine, after the state
 	// change IsConnected reports.
-	natstest.WaitFor(t, 5*time.Second, func() bool {
+	testkit.WaitFor(t, 5*time.Second, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return reconnects == 1
@@ -189,7 +182,7 @@ func TestRestartWhileRunning(t *testing.T) {
 		// IsConnected alone can still report the old connection, before
 		// the client noticed the restart: a publish then goes into the
 		// dead socket and its reply never comes.
-		natstest.WaitFor(t, 5*time.Second, func() bool {
+		testkit.WaitFor(t, 5*time.Second, func() bool {
 			return nc.Stats().Reconnects == uint64(i+1) && nc.IsConnected()
 		}, "reconnect")
 		_, err := js.Publish(ctx(t, 5*time.Second), "events.created", fmt.Appendf(nil, "%d", i))
@@ -294,65 +287,4 @@ func TestStreamMessagesEmpty(t *testing.T) {
 	_, js := srv.Connect(t)
 	createStream(t, js)
 	require.Empty(t, natstest.StreamMessages(t, js, "EVENTS", ""))
-}
-
-// fakeTB records a failure instead of failing the real test; FailNow ends
-// the calling goroutine as testing.T's does.
-type fakeTB struct {
-	testing.TB
-	mu     sync.Mutex
-	errs   []string
-	failed bool
-}
-
-func (f *fakeTB) Helper() {}
-func (f *fakeTB) Errorf(format string, args ...any) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.errs = append(f.errs, fmt.Sprintf(format, args...))
-}
-func (f *fakeTB) FailNow() {
-	f.mu.Lock()
-	f.failed = true
-	f.mu.Unlock()
-	runtime.Goexit()
-}
-
-func TestWaitFor(t *testing.T) {
-	t.Parallel()
-	cases := []struct {
-		name     string
-		trueFrom int // cond returns true from this call on; 0 never
-		wantFail bool
-	}{
-		{"already true", 1, false},
-		{"true on the third poll", 3, false},
-		{"never true", 0, true},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			f := &fakeTB{TB: t}
-			var calls int
-			cond := func() bool {
-				calls++
-				return tc.trueFrom > 0 && calls >= tc.trueFrom
-			}
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				natstest.WaitFor(f, 100*time.Millisecond, cond, "the thing")
-			}()
-			<-done
-			f.mu.Lock()
-			defer f.mu.Unlock()
-			require.Equal(t, tc.wantFail, f.failed)
-			if tc.wantFail {
-				require.Len(t, f.errs, 1)
-				require.Contains(t, f.errs[0], "after 100ms waiting for the thing")
-			} else {
-				require.Equal(t, tc.trueFrom, calls)
-			}
-		})
-	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/quillhq/quill/internal/dbtest"
 	"github.com/quillhq/quill/internal/httpapi"
 	"github.com/quillhq/quill/internal/notes"
+	"github.com/quillhq/quill/internal/testkit"
 )
 
 func replays(t *testing.T, pool *pgxpool.Pool, tenant, key string) int {
@@ -110,8 +111,7 @@ func TestRunReplayCounterFlushesPeriodicallyAndOnStop(t *testing.T) {
 		_, err := svc.Create(ctx, req, notes.CreateParams{Title: "x"})
 		require.NoError(t, err)
 	}
-	require.Eventually(t, func() bool { return replays(t, pool, tenant, "k1") == 1 }, 10*time.Second, 10*time.Millisecond,
-		"the ticker flushes")
+	testkit.WaitFor(t, 10*time.Second, func() bool { return replays(t, pool, tenant, "k1") == 1 }, "the ticker flushes")
 
 	// Stopped right after a replay: the final flush writes it.
 	slow, err := notes.NewService(pool, notes.Config{ReplayFlushInterval: time.Hour}, zerolog.New(io.Discard))

@@ -118,15 +118,19 @@ func newDelayProxy(t *testing.T, dbURL string, delay time.Duration) (*delayProxy
 				c.Close()
 				continue
 			}
-			go func() { _, _ = io.Copy(c, s); c.Close() }()
-			go p.clientToServer(c, s)
+			answered := make(chan struct{})
+			go func() { _, _ = io.Copy(c, s); c.Close(); close(answered) }()
+			go p.clientToServer(c, s, answered)
 		}
 	}()
 	u.Host = ln.Addr().String()
 	return p, u.String()
 }
 
-func (p *delayProxy) clientToServer(c, s net.Conn) {
+// clientToServer forwards c's messages to s. answered closes when the copy
+// the other way ends: once c is cut, at the server's first bytes back or at
+// the end of its session.
+func (p *delayProxy) clientToServer(c, s net.Conn, answered <-chan struct{}) {
 	buf := make([]byte, 1<<16)
 	for {
 		n, err := c.Read(buf)
@@ -137,9 +141,15 @@ func (p *delayProxy) clientToServer(c, s net.Conn) {
 		chunk := append([]byte(nil), buf[:n]...)
 		if chunk[0] == 'B' && p.armed.CompareAndSwap(true, false) {
 			c.Close() // the client sees its connection fail mid-COMMIT round trip
+			// The fault itself, not a wait: the batch is held back for delay.
 			time.Sleep(p.delay)
 			_, _ = s.Write(chunk) // ... and the server receives the batch late
-			time.Sleep(500 * time.Millisecond)
+			// The server has run the batch (or ended the session) when it
+			// answers.
+			select {
+			case <-answered:
+			case <-time.After(10 * time.Second):
+			}
 			s.Close()
 			close(p.delivered)
 			return
@@ -165,7 +175,7 @@ func TestRecheckEndsTheOldSessionBeforeSayingNothingCommitted(t *testing.T) {
 	t.Cleanup(pool.Close)
 	svc := reviewService(t, pool, 2*time.Second)
 	tenant := reviewTenant()
-	ctx := context.Background()
+	ctx := t.Context()
 
 	// Warm the connection: its statements are prepared, so the next create
 	// is one chunk of Bind/Execute messages, COMMIT included.
@@ -200,7 +210,7 @@ func TestRecheckWorksWithAFullPool(t *testing.T) {
 	t.Cleanup(pool.Close)
 	svc := reviewService(t, pool, 2*time.Second)
 	tenant := reviewTenant()
-	ctx := context.Background()
+	ctx := t.Context()
 	_, err = svc.Create(ctx, notes.Request{Tenant: tenant, Key: "warm", Wait: -1, Render: httpapi.RenderWrite}, notes.CreateParams{Title: "warm"})
 	require.NoError(t, err)
 

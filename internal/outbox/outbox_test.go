@@ -1,9 +1,6 @@
 package outbox_test
 
 import (
-	"flag"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -11,20 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quillhq/quill/internal/outbox"
+	"github.com/quillhq/quill/internal/testkit"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files")
-
-func golden(t *testing.T, name string, got []byte) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		require.NoError(t, os.WriteFile(path, got, 0o644))
-	}
-	want, err := os.ReadFile(path)
-	require.NoError(t, err, "run go test -update to create %s", path)
-	require.Equal(t, string(want), string(got))
-}
 
 func TestEnvelopeIsCloudEventsStructuredJSON(t *testing.T) {
 	t.Parallel()
@@ -38,6 +23,6 @@ func TestEnvelopeIsCloudEventsStructuredJSON(t *testing.T) {
 	}
 	got, err := outbox.Envelope(e)
 	require.NoError(t, err)
-	golden(t, "note_created.json", got)
+	testkit.Golden(t, "note_created.json", got)
 	require.Equal(t, "quill.attachment.processed.v1", outbox.CloudEventType(outbox.TypeAttachmentProcessed))
 }

@@ -1,7 +1,6 @@
 package outbox
 
 import (
-	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -20,7 +19,7 @@ import (
 func TestClaimPlanWalksTheQueue(t *testing.T) {
 	t.Parallel()
 	u := dbtest.Schema(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	cfg, err := pgx.ParseConfig(u)
 	require.NoError(t, err)
 	plan := func(params map[string]string) string {

@@ -31,7 +31,7 @@ type queueRow struct {
 // parked = (parked_at IS NOT NULL). It returns the queue.
 func requireQueueMatches(t *testing.T, pool *pgxpool.Pool, step string) map[int64]queueRow {
 	t.Helper()
-	ctx := context.Background()
+	ctx := t.Context()
 	read := func(sql string) map[int64]queueRow {
 		rows, err := pool.Query(ctx, sql)
 		require.NoError(t, err)
@@ -53,7 +53,7 @@ func requireQueueMatches(t *testing.T, pool *pgxpool.Pool, step string) map[int6
 
 func insertEvent(t *testing.T, pool *pgxpool.Pool, note uuid.UUID) (int64, uuid.UUID) {
 	t.Helper()
-	ctx := context.Background()
+	ctx := t.Context()
 	id := uuid.New()
 	err := db.WithTx(ctx, pool, func(tx pgx.Tx) error {
 		return outbox.Insert(ctx, tx, outbox.Event{ID: id, Tenant: "t1", AggregateID: note,
@@ -72,7 +72,7 @@ func insertEvent(t *testing.T, pool *pgxpool.Pool, note uuid.UUID) (int64, uuid.
 func TestQueueFollowsTheOutbox(t *testing.T) {
 	t.Parallel()
 	pool, _ := dbtest.Pool(t, 4)
-	ctx := context.Background()
+	ctx := t.Context()
 	noteA, noteB := uuid.New(), uuid.New()
 
 	a1, _ := insertEvent(t, pool, noteA)
@@ -134,7 +134,7 @@ func TestQueueFollowsTheOutbox(t *testing.T) {
 func TestQueueMigrationCopiesPendingEvents(t *testing.T) {
 	t.Parallel()
 	u := dbtest.EmptySchema(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	cfg, err := pgx.ParseConfig(u)
 	require.NoError(t, err)
 	sqlDB := stdlib.OpenDB(*cfg)
@@ -209,7 +209,7 @@ func TestClaimDropsStaleQueueRows(t *testing.T) {
 func TestRetryQueuesAnUnqueuedEvent(t *testing.T) {
 	t.Parallel()
 	pool, _ := dbtest.Pool(t, 4)
-	ctx := context.Background()
+	ctx := t.Context()
 	seq, id := insertEvent(t, pool, uuid.New())
 	_, other := insertEvent(t, pool, uuid.New())
 	require.ErrorIs(t, outbox.Unpark(ctx, pool, id), outbox.ErrNotParked, "queued, not parked: nothing to retry")

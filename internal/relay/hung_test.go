@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quillhq/quill/internal/outbox"
+	"github.com/quillhq/quill/internal/testkit"
 )
 
 // A relay that hangs with its connection open — stopped, paused — holds its
@@ -37,7 +38,7 @@ func TestHungRelaysClaimsEnd(t *testing.T) {
 	// The hung relay does nothing more. Another relay waits for its claims.
 	b, mb := h.newRelay(cfg, h.relayID("b"))
 	start(t, b)
-	require.Never(t, func() bool { return value(mb.Published) > 0 }, limit/2, 50*time.Millisecond,
+	require.Never(t, func() bool { return testkit.Value(mb.Published) > 0 }, limit/2, 50*time.Millisecond,
 		"relay b publishes nothing while the hung relay's session lives")
 	h.waitPublished(3)
 	took := time.Since(held)

@@ -26,6 +26,7 @@ import (
 	"github.com/quillhq/quill/internal/outbox"
 	"github.com/quillhq/quill/internal/relay"
 	"github.com/quillhq/quill/internal/stream"
+	"github.com/quillhq/quill/internal/testkit"
 )
 
 // isolatedDatabase creates and migrates a database of t's own and returns
@@ -52,7 +53,7 @@ func waitRelayIdle(t *testing.T, pool *pgxpool.Pool, id string, quiet time.Durat
 			WHERE application_name = $1 AND query LIKE 'LISTEN %'), false),
 		EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = $1 AND query = ';' AND state = 'idle')
 		AND NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = $1 AND query LIKE '%pg_try_advisory_lock(%')`
-	natstest.WaitFor(t, waitLong, func() bool {
+	testkit.WaitFor(t, waitLong, func() bool {
 		var listened, asleep bool
 		require.NoError(t, pool.QueryRow(t.Context(), sql, id, quiet.String()).Scan(&listened, &asleep))
 		return listened && asleep
@@ -89,7 +90,7 @@ func startHourlyRelay(t *testing.T, name string, maxBackoff time.Duration) *hour
 	h.cfg = relay.Config{Stream: stream.Config{Name: "HOURLY_" + strings.ToUpper(h.suffix), SubjectPrefix: "q" + h.suffix,
 		DuplicateWindow: 2 * time.Hour, MaxAge: 3 * time.Hour}, PollInterval: time.Hour,
 		Lease: time.Second, AckTimeout: time.Second, MaxBackoff: maxBackoff, Batch: 64}
-	r, err := relay.New(relayPool, nc, h.cfg, testLogger(t), metrics.NewRelay(prometheus.NewRegistry()), relay.WithID(h.id))
+	r, err := relay.New(relayPool, nc, h.cfg, testkit.Logger(t), metrics.NewRelay(prometheus.NewRegistry()), relay.WithID(h.id))
 	require.NoError(t, err)
 	require.NoError(t, r.Provision(ctx))
 	start(t, r)
@@ -121,6 +122,7 @@ func TestNotifyWakesAnIdleRelay(t *testing.T) {
 	silent := outbox.Event{ID: uuid.Must(uuid.NewV7()), Tenant: tenant, AggregateID: uuid.New(),
 		Type: outbox.TypeNoteCreated, Time: time.Now(), Data: map[string]any{"n": 1}}
 	require.NoError(t, db.WithTx(ctx, writer, func(tx pgx.Tx) error { return outbox.Insert(ctx, tx, silent) }))
+	// Not a wait: for a second, the event must stay unpublished.
 	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		require.False(t, publishedAt(silent.ID), "an event committed without a notification waits for the hour-long poll")
 	}
@@ -153,7 +155,7 @@ func TestNotifyWakesAnIdleRelay(t *testing.T) {
 	var created uuid.UUID
 	require.NoError(t, writer.QueryRow(ctx, `SELECT id FROM outbox_events WHERE id <> $1`, silent.ID).Scan(&created))
 
-	natstest.WaitFor(t, 15*time.Second, func() bool { return publishedAt(created) && publishedAt(silent.ID) },
+	testkit.WaitFor(t, 15*time.Second, func() bool { return publishedAt(created) && publishedAt(silent.ID) },
 		"the notified event, and the one committed before it, published long before the hour-long poll")
 	inStream := map[string]string{}
 	for _, m := range natstest.StreamMessages(t, js, cfg.Stream.Name, "") {
@@ -185,7 +187,7 @@ func TestListenReconnectsPromptly(t *testing.T) {
 		}
 		return pid
 	}
-	natstest.WaitFor(t, waitLong, func() bool { return listener() != 0 }, "the relay to LISTEN")
+	testkit.WaitFor(t, waitLong, func() bool { return listener() != 0 }, "the relay to LISTEN")
 	// Without the reset, the 12th loss waits up to 100 ms × 2^11 (capped
 	// at a minute): the 12 losses would take about a minute in all.
 	began := time.Now()
@@ -194,7 +196,7 @@ func TestListenReconnectsPromptly(t *testing.T) {
 		var killed bool
 		require.NoError(t, admin.QueryRow(ctx, `SELECT pg_terminate_backend($1)`, pid).Scan(&killed))
 		require.True(t, killed, "loss %d", i+1)
-		natstest.WaitFor(t, waitLong, func() bool { p := listener(); return p != 0 && p != pid }, "the relay to LISTEN again")
+		testkit.WaitFor(t, waitLong, func() bool { p := listener(); return p != 0 && p != pid }, "the relay to LISTEN again")
 	}
 	require.Less(t, time.Since(began), 10*time.Second, "12 lost LISTEN connections cost the relay %s", time.Since(began))
 }
@@ -217,6 +219,6 @@ func TestIdleRelayKeepsItsClaimSession(t *testing.T) {
 	}
 	before := session()
 	require.NotZero(t, before)
-	time.Sleep(4 * h.cfg.Lease)
+	time.Sleep(4 * h.cfg.Lease) // the idleness under test, not a wait
 	require.Equal(t, before, session(), "the claim session outlived four leases of sleep")
 }

@@ -12,9 +12,9 @@ import (
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/dbtest"
 	"github.com/quillhq/quill/internal/metrics"
-	"github.com/quillhq/quill/internal/natstest"
 	"github.com/quillhq/quill/internal/outbox"
 	"github.com/quillhq/quill/internal/relay"
+	"github.com/quillhq/quill/internal/testkit"
 )
 
 // TestReadyFollowsPostgres: while PostgreSQL is unreachable — refusing
@@ -38,7 +38,7 @@ func TestReadyFollowsPostgres(t *testing.T) {
 			require.NoError(t, err)
 			t.Cleanup(pool.Close)
 			nc, _ := h.srv.Connect(t)
-			r, err := relay.New(pool, nc, h.config(), testLogger(t), metrics.NewRelay(prometheus.NewRegistry()),
+			r, err := relay.New(pool, nc, h.config(), testkit.Logger(t), metrics.NewRelay(prometheus.NewRegistry()),
 				relay.WithID(h.relayID("ready-"+tc.name)))
 			require.NoError(t, err)
 			require.NoError(t, r.Provision(h.ctx()))
@@ -67,7 +67,7 @@ func TestReadyFollowsPostgres(t *testing.T) {
 
 			sw.Set(tc.outage)
 			var notReady error
-			natstest.WaitFor(t, waitLong, func() bool { notReady = ready(); return notReady != nil },
+			testkit.WaitFor(t, waitLong, func() bool { notReady = ready(); return notReady != nil },
 				"Ready to fail while PostgreSQL is unreachable")
 			require.ErrorContains(t, notReady, "postgres")
 			t.Logf("not ready: %v", notReady)
@@ -77,7 +77,7 @@ func TestReadyFollowsPostgres(t *testing.T) {
 			}
 
 			sw.Set(dbtest.Up)
-			natstest.WaitFor(t, waitLong, func() bool { return ready() == nil }, "Ready once PostgreSQL is back")
+			testkit.WaitFor(t, waitLong, func() bool { return ready() == nil }, "Ready once PostgreSQL is back")
 			h.waitPublished(3)
 			h.requireExactlyOnce(3)
 		})

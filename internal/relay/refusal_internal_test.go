@@ -12,6 +12,7 @@ import (
 // TestRefusal: which JetStream answers park an event. Codes and error
 // codes as nats-server v2.15 sends them (server/errors.json).
 func TestRefusal(t *testing.T) {
+	t.Parallel()
 	api := func(code int, errCode jetstream.ErrorCode, desc string) error {
 		return &jetstream.APIError{Code: code, ErrorCode: errCode, Description: desc}
 	}
@@ -33,6 +34,7 @@ func TestRefusal(t *testing.T) {
 		{"other error", errors.New("connection reset"), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			reason, permanent := refusal(tc.err)
 			if permanent != tc.permanent {
 				t.Fatalf("refusal(%v) = %q, %v; want permanent %v", tc.err, reason, permanent, tc.permanent)

@@ -17,7 +17,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sync/errgroup"
@@ -32,6 +31,7 @@ import (
 	"github.com/quillhq/quill/internal/outbox"
 	"github.com/quillhq/quill/internal/relay"
 	"github.com/quillhq/quill/internal/stream"
+	"github.com/quillhq/quill/internal/testkit"
 )
 
 // waitLong bounds every wait for the relay to catch up; the polls end as
@@ -76,19 +76,12 @@ func (h *harness) config() relay.Config {
 	}
 }
 
-func testLogger(t *testing.T) zerolog.Logger {
-	if testing.Verbose() {
-		return zerolog.New(zerolog.NewTestWriter(t)).With().Timestamp().Logger()
-	}
-	return zerolog.Nop()
-}
-
 // newRelay returns a relay named id with its own pool — whose sessions carry
 // application_name = id, so a test can find its backends — and its own NATS
 // connection, and the relay's metrics.
 func (h *harness) newRelay(cfg relay.Config, id string, opts ...relay.Option) (*relay.Relay, *metrics.Relay) {
 	h.t.Helper()
-	return h.newRelayLogging(cfg, id, testLogger(h.t), opts...)
+	return h.newRelayLogging(cfg, id, testkit.Logger(h.t), opts...)
 }
 
 func (h *harness) newRelayLogging(cfg relay.Config, id string, log zerolog.Logger, opts ...relay.Option) (*relay.Relay, *metrics.Relay) {
@@ -102,19 +95,6 @@ func (h *harness) newRelayLogging(cfg relay.Config, id string, log zerolog.Logge
 	r, err := relay.New(pool, nc, cfg, log, m, append([]relay.Option{relay.WithID(id)}, opts...)...)
 	require.NoError(t, err)
 	return r, m
-}
-
-// value reads a counter or gauge, as prometheus/testutil.ToFloat64 would
-// (testutil needs a module this one does not require).
-func value(c prometheus.Metric) float64 {
-	var m dto.Metric
-	if err := c.Write(&m); err != nil {
-		panic(err)
-	}
-	if m.Counter != nil {
-		return m.Counter.GetValue()
-	}
-	return m.Gauge.GetValue()
 }
 
 func (h *harness) relayID(name string) string { return "relay-" + h.suffix + "-" + name }
@@ -197,7 +177,7 @@ func (h *harness) published() int {
 // waitPublished polls until n events are marked published.
 func (h *harness) waitPublished(n int) {
 	h.t.Helper()
-	natstest.WaitFor(h.t, waitLong, func() bool { return h.published() >= n }, fmt.Sprintf("%d events published", n))
+	testkit.WaitFor(h.t, waitLong, func() bool { return h.published() >= n }, fmt.Sprintf("%d events published", n))
 	require.Equal(h.t, n, h.published())
 }
 
@@ -369,7 +349,7 @@ func TestNATSOutageLosesAndDuplicatesNothing(t *testing.T) {
 	require.NoError(t, r.Ready(h.ctx()))
 
 	h.srv.Stop()
-	natstest.WaitFor(t, waitLong, func() bool { return r.Ready(h.ctx()) != nil }, "the relay to notice NATS is down")
+	testkit.WaitFor(t, waitLong, func() bool { return r.Ready(h.ctx()) != nil }, "the relay to notice NATS is down")
 	// 100 events of 20 notes, five each, interleaved.
 	noteIDs := make([]uuid.UUID, 20)
 	for i := range noteIDs {
@@ -387,22 +367,22 @@ func TestNATSOutageLosesAndDuplicatesNothing(t *testing.T) {
 	}
 	// Only each note's oldest event may be in flight: the relay tries the
 	// 20 first events, and fails, until NATS is back.
-	natstest.WaitFor(t, waitLong, func() bool {
+	testkit.WaitFor(t, waitLong, func() bool {
 		return h.count(`SELECT count(DISTINCT aggregate_id) FROM outbox_events
 			WHERE published_at IS NULL AND attempts > 0 AND last_error IS NOT NULL`) == 20
 	}, "the relay to try every note's first event during the outage, and fail")
 	require.Equal(t, 1, h.published(), "nothing is marked published while NATS is down")
 	require.Equal(t, 20, h.count(`SELECT count(*) FROM outbox_events WHERE attempts > 0 AND published_at IS NULL`),
 		"a note's later events wait behind its first")
-	require.GreaterOrEqual(t, value(m.Errors), 20.0)
+	require.GreaterOrEqual(t, testkit.Value(m.Errors), 20.0)
 
 	h.srv.Restart(t)
 	h.waitPublished(101)
 	msgs := h.requireExactlyOnce(101)
 	h.requireCommitOrderPerNote(msgs)
 	require.NoError(t, r.Ready(h.ctx()))
-	t.Logf("publish errors %v, duplicates %v, acks %v", value(m.Errors),
-		value(m.Duplicates), value(m.Published))
+	t.Logf("publish errors %v, duplicates %v, acks %v", testkit.Value(m.Errors),
+		testkit.Value(m.Duplicates), testkit.Value(m.Published))
 }
 
 // TestCrashBetweenAckAndMarkRepublishesAsDuplicate kills a pass after the
@@ -454,8 +434,8 @@ func TestCrashBetweenAckAndMarkRepublishesAsDuplicate(t *testing.T) {
 	require.EqualValues(t, 5, crashedAcks.Load(), "the crashed pass had all five acknowledged")
 	require.EqualValues(t, 5, retakeAcks.Load(), "the next pass published all five again")
 	require.Zero(t, unmarkedSeen.Load(), "nothing was marked by the crashed pass")
-	require.GreaterOrEqual(t, value(m.Duplicates), 5.0, "JetStream reported the republished events as duplicates")
-	require.GreaterOrEqual(t, value(m.Published), 10.0)
+	require.GreaterOrEqual(t, testkit.Value(m.Duplicates), 5.0, "JetStream reported the republished events as duplicates")
+	require.GreaterOrEqual(t, testkit.Value(m.Published), 10.0)
 	h.requireExactlyOnce(5)
 	for _, row := range h.rows() {
 		// The crashed attempt left no trace (a crash cannot record one);
@@ -501,7 +481,7 @@ func TestDeadRelaysClaimsPassToAnother(t *testing.T) {
 	b, mb := h.newRelay(cfg, h.relayID("b"))
 	start(t, b)
 	h.notify()
-	require.Never(t, func() bool { return value(mb.Published) > 0 || h.published() > 0 }, 10*cfg.PollInterval, cfg.PollInterval/4,
+	require.Never(t, func() bool { return testkit.Value(mb.Published) > 0 || h.published() > 0 }, 10*cfg.PollInterval, cfg.PollInterval/4,
 		"relay b publishes nothing while a holds the events")
 
 	killed := h.count(`SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
@@ -509,7 +489,7 @@ func TestDeadRelaysClaimsPassToAnother(t *testing.T) {
 	require.Positive(t, killed)
 	h.waitPublished(5)
 	h.requireExactlyOnce(5)
-	require.GreaterOrEqual(t, value(mb.Duplicates), 5.0)
+	require.GreaterOrEqual(t, testkit.Value(mb.Duplicates), 5.0)
 	for _, row := range h.rows() {
 		require.Equal(t, h.relayID("b"), row.ClaimedBy, "event %s", row.ID)
 		require.True(t, row.AckDuplicate, "event %s", row.ID)
@@ -579,7 +559,7 @@ func TestTwoRelaysPublishEveryEventOnceInCommitOrderPerNote(t *testing.T) {
 	nctx, stopNotifier := context.WithCancel(ctx)
 	defer stopNotifier()
 	go func() { _ = notifier.Run(nctx) }()
-	svc, err := notes.NewService(h.pool, notes.Config{}, testLogger(t), notes.WithNotifier(notifier))
+	svc, err := notes.NewService(h.pool, notes.Config{}, testkit.Logger(t), notes.WithNotifier(notifier))
 	require.NoError(t, err)
 
 	life := func(ctx context.Context, n int) error {
@@ -642,7 +622,7 @@ func TestTwoRelaysPublishEveryEventOnceInCommitOrderPerNote(t *testing.T) {
 	for _, r := range h.rows() {
 		by[r.ClaimedBy]++
 	}
-	t.Logf("published by %v; duplicates a=%v b=%v", by, value(ma.Duplicates), value(mb.Duplicates))
+	t.Logf("published by %v; duplicates a=%v b=%v", by, testkit.Value(ma.Duplicates), testkit.Value(mb.Duplicates))
 	require.Len(t, by, 2, "both relays took part")
 }
 
@@ -705,19 +685,19 @@ func TestParkedEventDoesNotBlockOthers(t *testing.T) {
 	after := h.write(h.tenant, noteC, outbox.TypeNoteCreated)
 	start(t, r)
 
-	natstest.WaitFor(t, waitLong, func() bool { return h.row(big).Parked }, "the oversized event to be parked")
+	testkit.WaitFor(t, waitLong, func() bool { return h.row(big).Parked }, "the oversized event to be parked")
 	h.waitPublished(2)
 	parked := h.row(big)
 	require.False(t, parked.Published)
 	require.Contains(t, parked.ParkedReason, "max_payload of 4096")
 	require.True(t, h.row(before).Published)
 	require.True(t, h.row(after).Published, "a later event of another note is published")
-	require.GreaterOrEqual(t, value(m.Errors), 1.0)
+	require.GreaterOrEqual(t, testkit.Value(m.Errors), 1.0)
 
 	// Events written after the park flow too, and the parked event's own
 	// note waits behind it (its order must hold).
 	later := h.write(h.tenant, uuid.New(), outbox.TypeNoteCreated)
-	natstest.WaitFor(t, waitLong, func() bool { return h.row(later).Published }, "a new event to be published")
+	testkit.WaitFor(t, waitLong, func() bool { return h.row(later).Published }, "a new event to be published")
 	b := h.row(behind)
 	require.False(t, b.Published, "the parked event's note keeps its order")
 	require.False(t, b.Parked)
@@ -734,9 +714,9 @@ func TestParkedEventDoesNotBlockOthers(t *testing.T) {
 	require.NoError(t, outbox.Unpark(h.ctx(), h.pool, big))
 	require.ErrorIs(t, outbox.Unpark(h.ctx(), h.pool, big), outbox.ErrNotParked)
 	h.notify()
-	natstest.WaitFor(t, waitLong, func() bool { r := h.row(big); return r.Parked && r.Attempts == 2 }, "the retried event to be parked again")
+	testkit.WaitFor(t, waitLong, func() bool { r := h.row(big); return r.Parked && r.Attempts == 2 }, "the retried event to be parked again")
 	last := h.write(h.tenant, uuid.New(), outbox.TypeNoteCreated)
-	natstest.WaitFor(t, waitLong, func() bool { return h.row(last).Published }, "a new event to be published")
+	testkit.WaitFor(t, waitLong, func() bool { return h.row(last).Published }, "a new event to be published")
 	require.Equal(t, 4, h.published())
 	require.Len(t, natstest.StreamMessages(t, h.js, h.stream, ""), 4)
 }
@@ -775,7 +755,7 @@ func TestPostgresConnectionLossRecovers(t *testing.T) {
 	}
 	writeSome(5)
 	h.waitPublished(written)
-	natstest.WaitFor(t, waitLong, func() bool { return listener() != 0 }, "the relay's LISTEN session")
+	testkit.WaitFor(t, waitLong, func() bool { return listener() != 0 }, "the relay's LISTEN session")
 	oldListener := listener()
 
 	for round := range 3 {
@@ -786,7 +766,7 @@ func TestPostgresConnectionLossRecovers(t *testing.T) {
 		writeSome(5) // written while the relay reconnects
 	}
 	h.waitPublished(written)
-	natstest.WaitFor(t, waitLong, func() bool { l := listener(); return l != 0 && l != oldListener },
+	testkit.WaitFor(t, waitLong, func() bool { l := listener(); return l != 0 && l != oldListener },
 		"the relay to LISTEN again on a new session")
 	require.NoError(t, r.Ready(h.ctx()))
 
@@ -794,7 +774,7 @@ func TestPostgresConnectionLossRecovers(t *testing.T) {
 	h.waitPublished(written)
 	h.requireExactlyOnce(written)
 	require.Contains(t, logs.String(), `"error_category":"listen_failed"`, "the relay saw its LISTEN session end")
-	t.Logf("publish errors %v, duplicates %v; warnings:\n%s", value(m.Errors), value(m.Duplicates), logs.String())
+	t.Logf("publish errors %v, duplicates %v; warnings:\n%s", testkit.Value(m.Errors), testkit.Value(m.Duplicates), logs.String())
 }
 
 // After a cause that parked many events is fixed, one command returns them
@@ -844,7 +824,7 @@ func TestUnparkAllPublishesEveryParkedEvent(t *testing.T) {
 // interval is far longer than the wait.
 func TestHeldBackEventsFollowWithoutWaitingForThePoll(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 	base, err := url.Parse(dbtest.URL())
 	require.NoError(t, err)
 	name := "quill_relay_" + strings.ReplaceAll(uuid.NewString(), "-", "")[:12]
@@ -878,14 +858,14 @@ func TestHeldBackEventsFollowWithoutWaitingForThePoll(t *testing.T) {
 			Type: outbox.TypeAttachmentProcessed, Time: time.Now(), Data: map[string]any{"n": 1}}
 		require.NoError(t, db.WithTx(ctx, pool, func(tx pgx.Tx) error { return outbox.Insert(ctx, tx, e) }))
 	}
-	r, err := relay.New(pool, nc, cfg, testLogger(t), metrics.NewRelay(prometheus.NewRegistry()))
+	r, err := relay.New(pool, nc, cfg, testkit.Logger(t), metrics.NewRelay(prometheus.NewRegistry()))
 	require.NoError(t, err)
 	require.NoError(t, r.Provision(ctx))
 	start(t, r)
 	// One event per pass (one note); the relay's own start-up wake gives at
 	// most one extra pass, so five events in well under the poll interval
 	// need the immediate re-claim.
-	natstest.WaitFor(t, 10*time.Second, func() bool {
+	testkit.WaitFor(t, 10*time.Second, func() bool {
 		var n int
 		_ = pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE published_at IS NOT NULL`).Scan(&n)
 		return n == events

@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/quillhq/quill/internal/db"
@@ -21,12 +20,8 @@ import (
 	"github.com/quillhq/quill/internal/outbox"
 	"github.com/quillhq/quill/internal/retention"
 	"github.com/quillhq/quill/internal/stream"
+	"github.com/quillhq/quill/internal/testkit"
 )
-
-func TestMain(m *testing.M) {
-	// pgx's pool health checker ends shortly after Close.
-	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"))
-}
 
 // waitLong bounds every wait; the polls end as soon as the condition holds.
 const waitLong = 30 * time.Second
@@ -143,8 +138,8 @@ func TestRunCleansUntilCancelled(t *testing.T) {
 	_, err = h.pool.Exec(h.ctx(), `UPDATE outbox_events SET published_at = now() - interval '169 hours', stream_seq = seq,
 		created_at = now() - interval '170 hours' WHERE id = $1`, id)
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return h.count(`SELECT count(*) FROM outbox_events`) == 0 },
-		waitLong, 10*time.Millisecond, "a pass deletes the event published past the retention")
+	testkit.WaitFor(t, waitLong, func() bool { return h.count(`SELECT count(*) FROM outbox_events`) == 0 },
+		"a pass deletes the event published past the retention")
 	cancel()
 	select {
 	case err := <-done:

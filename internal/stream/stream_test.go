@@ -6,19 +6,10 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/quillhq/quill/internal/natstest"
 	"github.com/quillhq/quill/internal/stream"
 )
-
-func TestMain(m *testing.M) {
-	// nats-server's background goroutines end shortly after Shutdown.
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).startGoRoutine.func1"),
-		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*stream).internalLoop"),
-	)
-}
 
 func TestSubjects(t *testing.T) {
 	t.Parallel()

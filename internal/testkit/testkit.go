@@ -60,9 +60,10 @@ func Logger(t testing.TB) zerolog.Logger {
 	return zerolog.Nop()
 }
 
-// Value reads a counter's or a gauge's value, as prometheus/testutil's
-// ToFloat64 would (testutil needs a module this one does not require). It
-// panics when the metric cannot be written, which only a broken collector does.
+// Value reads a counter's or a gauge's value, or a histogram's count of
+// observations, as prometheus/testutil's ToFloat64 would (testutil needs a
+// module this one does not require). It panics when the metric cannot be
+// written, which only a broken collector does.
 func Value(c prometheus.Metric) float64 {
 	var m dto.Metric
 	if err := c.Write(&m); err != nil {
@@ -70,6 +71,9 @@ func Value(c prometheus.Metric) float64 {
 	}
 	if m.Counter != nil {
 		return m.Counter.GetValue()
+	}
+	if m.Histogram != nil {
+		return float64(m.Histogram.GetSampleCount())
 	}
 	return m.Gauge.GetValue()
 }

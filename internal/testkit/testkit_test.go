@@ -1,8 +1,11 @@
 package testkit_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -53,4 +56,65 @@ func TestMetrics(t *testing.T) {
 
 	go func() { g.Set(9) }()
 	testkit.RequireMetric(t, 5*time.Second, g, 9)
+}
+
+// fakeTB records a failure instead of failing the real test; FailNow ends
+// the calling goroutine as testing.T's does.
+type fakeTB struct {
+	testing.TB
+	mu     sync.Mutex
+	errs   []string
+	failed bool
+}
+
+func (f *fakeTB) Helper() {}
+func (f *fakeTB) Errorf(format string, args ...any) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.errs = append(f.errs, fmt.Sprintf(format, args...))
+}
+func (f *fakeTB) FailNow() {
+	f.mu.Lock()
+	f.failed = true
+	f.mu.Unlock()
+	runtime.Goexit()
+}
+
+func TestWaitFor(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name     string
+		trueFrom int // cond returns true from this call on; 0 never
+		wantFail bool
+	}{
+		{"already true", 1, false},
+		{"true on the third poll", 3, false},
+		{"never true", 0, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := &fakeTB{TB: t}
+			var calls int
+			cond := func() bool {
+				calls++
+				return tc.trueFrom > 0 && calls >= tc.trueFrom
+			}
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				testkit.WaitFor(f, 100*time.Millisecond, cond, "the thing")
+			}()
+			<-done
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			require.Equal(t, tc.wantFail, f.failed)
+			if tc.wantFail {
+				require.Len(t, f.errs, 1)
+				require.Contains(t, f.errs[0], "after 100ms waiting for the thing")
+			} else {
+				require.Equal(t, tc.trueFrom, calls)
+			}
+		})
+	}
 }

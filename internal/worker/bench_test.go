@@ -13,7 +13,7 @@ import (
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/measure"
 	"github.com/quillhq/quill/internal/metrics"
-	"github.com/quillhq/quill/internal/natstest"
+	"github.com/quillhq/quill/internal/testkit"
 	"github.com/quillhq/quill/internal/worker"
 )
 
@@ -57,7 +57,7 @@ func createPublished(b *testing.B, h *harness, n int, contentType string, data [
 	for i := range n {
 		h.create(title(i), contentType, data)
 	}
-	natstest.WaitFor(b, 5*time.Minute, func() bool {
+	testkit.WaitFor(b, 5*time.Minute, func() bool {
 		return h.count(`SELECT count(*) FROM outbox_events WHERE type = 'note.created' AND published_at IS NULL`) == 0
 	}, "every note.created published")
 	// The relay's other work — publishing the attachment.processed events
@@ -83,7 +83,7 @@ func BenchmarkPipeline(b *testing.B) {
 			cpu := startCPU()
 			start := time.Now()
 			m, _ := h.startWorker(cfg, "")
-			natstest.WaitFor(b, 10*time.Minute, func() bool { return value(m.Messages(metrics.WorkerProcessed)) == float64(n) }, "all processed")
+			testkit.WaitFor(b, 10*time.Minute, func() bool { return testkit.Value(m.Messages(metrics.WorkerProcessed)) == float64(n) }, "all processed")
 			elapsed := time.Since(start)
 			b.StopTimer()
 			batches, events, _ := h.workers[0].BatchStats()
@@ -121,7 +121,7 @@ func BenchmarkStoreCeiling(b *testing.B) {
 			require.NoError(b, err)
 			b.Cleanup(pool.Close)
 			nc, _ := h.srv.Connect(b)
-			w, err := worker.New(pool, nc, cfg, testLogger(b), metrics.NewWorker(prometheus.NewRegistry()))
+			w, err := worker.New(pool, nc, cfg, testkit.Logger(b), metrics.NewWorker(prometheus.NewRegistry()))
 			require.NoError(b, err)
 			b.ResetTimer()
 			cpu := startCPU()

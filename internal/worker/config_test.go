@@ -10,6 +10,7 @@ import (
 // as QUILL_WORKER_CONCURRENCY grows, so that concurrency alone can reach
 // MaxAckPending; an explicit prefetch is kept and checked.
 func TestPrefetchFollowsConcurrency(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name                              string
 		concurrency, prefetch, maxPending int
@@ -27,6 +28,7 @@ func TestPrefetchFollowsConcurrency(t *testing.T) {
 		{"explicit prefetch too large", 128, 4, 0, 128, 4, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			c := worker.Config{Concurrency: tc.concurrency, Prefetch: tc.prefetch, MaxAckPending: tc.maxPending}.WithDefaults()
 			if c.Concurrency != tc.wantConcurrency || c.Prefetch != tc.wantPrefetch {
 				t.Errorf("concurrency %d prefetch %d, want %d and %d", c.Concurrency, c.Prefetch, tc.wantConcurrency, tc.wantPrefetch)

@@ -2,14 +2,11 @@ package worker_test
 
 import (
 	"bytes"
-	"flag"
 	"image"
 	"image/color"
 	"image/gif"
 	"image/jpeg"
 	"image/png"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/go-json-experiment/json"
@@ -18,10 +15,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quillhq/quill/internal/attachment"
+	"github.com/quillhq/quill/internal/testkit"
 	"github.com/quillhq/quill/internal/worker"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files under testdata")
 
 func jpegOf(t testing.TB, w, h int) []byte {
 	img := image.NewRGBA(image.Rect(0, 0, w, h))
@@ -92,12 +88,5 @@ func TestGoldenResultsThroughWorker(t *testing.T) {
 	b, err := json.Marshal(got, json.Deterministic(true))
 	require.NoError(t, err)
 	require.NoError(t, (*jsontext.Value)(&b).Indent())
-	path := filepath.Join("testdata", "pipeline.golden.json")
-	if *update {
-		require.NoError(t, os.WriteFile(path, append(b, '\n'), 0o644))
-		return
-	}
-	want, err := os.ReadFile(path)
-	require.NoError(t, err, "run go test ./internal/worker/ -run Golden -update to create it")
-	require.JSONEq(t, string(want), string(b))
+	testkit.Golden(t, "pipeline.golden.json", append(b, '\n'))
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/natstest"
 	"github.com/quillhq/quill/internal/outbox"
+	"github.com/quillhq/quill/internal/testkit"
 	"github.com/quillhq/quill/internal/worker"
 )
 
@@ -35,7 +36,7 @@ func (h *harness) batchConfig() worker.Config {
 func (h *harness) publishedEvents(n int) []*nats.Msg {
 	h.t.Helper()
 	var out []*nats.Msg
-	natstest.WaitFor(h.t, waitLong, func() bool {
+	testkit.WaitFor(h.t, waitLong, func() bool {
 		msgs := natstest.StreamMessages(h.t, h.js, h.stream, h.prefix+".*.note.created")
 		out = out[:0]
 		for _, m := range msgs {
@@ -91,10 +92,10 @@ func TestBatchPoisonedEventFailsAlone(t *testing.T) {
 		h.waitStatus(id, worker.StateProcessed)
 		require.Equal(t, 1, h.processedEvents(id))
 	}
-	natstest.WaitFor(t, waitLong, func() bool { return value(m.Messages(metrics.WorkerDeadLettered)) == 1 }, "the ghost dead-lettered")
+	testkit.WaitFor(t, waitLong, func() bool { return testkit.Value(m.Messages(metrics.WorkerDeadLettered)) == 1 }, "the ghost dead-lettered")
 	_, _, largest := h.workers[0].BatchStats()
 	require.Equal(t, int64(6), largest, "the six events in one transaction")
-	requireMetric(t, m.Messages(metrics.WorkerProcessed), 5.0)
+	testkit.RequireMetric(t, waitLong, m.Messages(metrics.WorkerProcessed), 5.0)
 	_, err = inbox.Get(t.Context(), h.pool, cfg.Consumer, ghost)
 	require.ErrorIs(t, err, inbox.ErrNotFound)
 	require.Equal(t, 5, h.count(`SELECT count(*) FROM inbox`))
@@ -136,7 +137,7 @@ CREATE TRIGGER refuse_poison BEFORE UPDATE ON attachments FOR EACH ROW EXECUTE F
 	for _, id := range ids {
 		h.waitStatus(id, worker.StateProcessed)
 	}
-	natstest.WaitFor(t, waitLong, func() bool { return value(m.Messages(metrics.WorkerDeadLettered)) == 1 }, "the poisoned event dead-lettered")
+	testkit.WaitFor(t, waitLong, func() bool { return testkit.Value(m.Messages(metrics.WorkerDeadLettered)) == 1 }, "the poisoned event dead-lettered")
 	_, _, largest := h.workers[0].BatchStats()
 	require.Equal(t, int64(5), largest, "the five events in one transaction")
 	for _, id := range ids {
@@ -144,8 +145,8 @@ CREATE TRIGGER refuse_poison BEFORE UPDATE ON attachments FOR EACH ROW EXECUTE F
 	}
 	require.Equal(t, "pending", h.attachment(poison).Status)
 	require.Equal(t, 0, h.processedEvents(poison))
-	requireMetric(t, m.Messages(metrics.WorkerProcessed), 4.0)
-	require.Equal(t, 0.0, value(m.Messages(metrics.WorkerDuplicate)))
+	testkit.RequireMetric(t, waitLong, m.Messages(metrics.WorkerProcessed), 4.0)
+	require.Equal(t, 0.0, testkit.Value(m.Messages(metrics.WorkerDuplicate)))
 	require.Equal(t, 4, h.count(`SELECT count(*) FROM inbox`))
 	letters, err := deadletter.List(t.Context(), h.pool, cfg.Consumer, false)
 	require.NoError(t, err)
@@ -172,10 +173,10 @@ func TestBatchDuplicateInSameBatch(t *testing.T) {
 	m, _ := h.startWorker(cfg, "")
 	h.waitStatus(note, worker.StateProcessed)
 	h.waitStatus(other, worker.StateProcessed)
-	natstest.WaitFor(t, waitLong, func() bool { return value(m.Messages(metrics.WorkerDuplicate)) == 1 }, "a duplicate")
+	testkit.WaitFor(t, waitLong, func() bool { return testkit.Value(m.Messages(metrics.WorkerDuplicate)) == 1 }, "a duplicate")
 	_, _, largest := h.workers[0].BatchStats()
 	require.Equal(t, int64(3), largest, "the three deliveries in one transaction")
-	requireMetric(t, m.Messages(metrics.WorkerProcessed), 2.0)
+	testkit.RequireMetric(t, waitLong, m.Messages(metrics.WorkerProcessed), 2.0)
 	require.Equal(t, 1, h.processedEvents(note))
 	require.Equal(t, 2, h.count(`SELECT count(*) FROM inbox`))
 	id := h.eventID(again.Data)
@@ -188,7 +189,7 @@ func TestBatchDuplicateInSameBatch(t *testing.T) {
 	again.Header.Set(nats.MsgIdHdr, "again-2")
 	_, err = h.js.PublishMsg(t.Context(), again)
 	require.NoError(t, err)
-	natstest.WaitFor(t, waitLong, func() bool { return value(m.Messages(metrics.WorkerDuplicate)) == 2 }, "a second duplicate")
+	testkit.WaitFor(t, waitLong, func() bool { return testkit.Value(m.Messages(metrics.WorkerDuplicate)) == 2 }, "a second duplicate")
 	require.Equal(t, 2, h.inboxRow(cfg.Consumer, id).Duplicates)
 	require.Equal(t, 1, h.processedEvents(note))
 }
@@ -219,7 +220,7 @@ func TestInboxCounts(t *testing.T) {
 	}))
 	note := h.create("a.txt", "text/plain", []byte("counted"))
 	h.waitStatus(note, worker.StateProcessed)
-	natstest.WaitFor(t, waitLong, func() bool { return value(m.Messages(metrics.WorkerDuplicate)) == 1 }, "the redelivery after the crash a duplicate")
+	testkit.WaitFor(t, waitLong, func() bool { return testkit.Value(m.Messages(metrics.WorkerDuplicate)) == 1 }, "the redelivery after the crash a duplicate")
 	r := h.inboxRow(cfg.Consumer, h.eventID(h.createdPayload(note)))
 	require.Equal(t, 3, r.Deliveries, "committed on the third delivery")
 	require.Equal(t, 1, r.Duplicates)

@@ -17,10 +17,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/dbtest"
@@ -30,18 +28,9 @@ import (
 	"github.com/quillhq/quill/internal/notes"
 	"github.com/quillhq/quill/internal/relay"
 	"github.com/quillhq/quill/internal/stream"
+	"github.com/quillhq/quill/internal/testkit"
 	"github.com/quillhq/quill/internal/worker"
 )
-
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// pgx's pool health checker and nats-server's background
-		// goroutines end shortly after Close; give them a moment.
-		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
-		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).startGoRoutine.func1"),
-		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*stream).internalLoop"),
-	)
-}
 
 const waitLong = 30 * time.Second
 
@@ -79,13 +68,6 @@ func newHarness(t testing.TB) *harness {
 	return h
 }
 
-func testLogger(t testing.TB) zerolog.Logger {
-	if testing.Verbose() {
-		return zerolog.New(zerolog.NewTestWriter(t)).With().Timestamp().Logger()
-	}
-	return zerolog.Nop()
-}
-
 func (h *harness) relayConfig() relay.Config {
 	return relay.Config{Stream: stream.Config{Name: h.stream, SubjectPrefix: h.prefix, DuplicateWindow: time.Minute, MaxAge: time.Hour},
 		Lease: time.Second, PollInterval: 50 * time.Millisecond, MaxBackoff: 250 * time.Millisecond, AckTimeout: time.Second, Batch: 256}
@@ -97,7 +79,7 @@ func (h *harness) startRelay() {
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	nc, _ := h.srv.Connect(t)
-	r, err := relay.New(pool, nc, h.relayConfig(), testLogger(t), metrics.NewRelay(prometheus.NewRegistry()))
+	r, err := relay.New(pool, nc, h.relayConfig(), testkit.Logger(t), metrics.NewRelay(prometheus.NewRegistry()))
 	require.NoError(t, err)
 	require.NoError(t, r.Provision(t.Context()))
 	h.stopRelay = runUntilCleanup(t, r.Run)
@@ -124,7 +106,7 @@ func (h *harness) startWorker(cfg worker.Config, dbURL string, opts ...worker.Op
 	t.Cleanup(pool.Close)
 	nc, _ := h.srv.Connect(t)
 	m := metrics.NewWorker(prometheus.NewRegistry())
-	w, err := worker.New(pool, nc, cfg, testLogger(t), m, opts...)
+	w, err := worker.New(pool, nc, cfg, testkit.Logger(t), m, opts...)
 	require.NoError(t, err)
 	h.workers = append(h.workers, w)
 	require.NoError(t, w.Provision(t.Context()))
@@ -187,7 +169,7 @@ func (h *harness) attachment(note uuid.UUID) attRow {
 
 func (h *harness) waitStatus(note uuid.UUID, status string) attRow {
 	h.t.Helper()
-	natstest.WaitFor(h.t, waitLong, func() bool { return h.attachment(note).Status == status }, "attachment "+status)
+	testkit.WaitFor(h.t, waitLong, func() bool { return h.attachment(note).Status == status }, "attachment "+status)
 	return h.attachment(note)
 }
 
@@ -212,31 +194,8 @@ func (h *harness) republishNoteCreated() {
 	require.NoError(h.t, err)
 }
 
-// requireMetric waits until the metric c reaches want, then requires it to be
-// want: a handler counts after its commit returned, so a test that saw the
-// commit in the database may look a moment before the count.
-func requireMetric(t testing.TB, c prometheus.Metric, want float64) {
-	t.Helper()
-	natstest.WaitFor(t, waitLong, func() bool { return value(c) >= want }, fmt.Sprintf("the metric to reach %v", want))
-	require.Equal(t, want, value(c))
-}
-
 func (h *harness) processedEvents(note uuid.UUID) int {
 	return h.count(`SELECT count(*) FROM outbox_events WHERE type = 'attachment.processed' AND aggregate_id = $1`, note)
-}
-
-func value(c prometheus.Metric) float64 {
-	var m dto.Metric
-	if err := c.Write(&m); err != nil {
-		panic(err)
-	}
-	if m.Counter != nil {
-		return m.Counter.GetValue()
-	}
-	if m.Histogram != nil {
-		return float64(m.Histogram.GetSampleCount())
-	}
-	return m.Gauge.GetValue()
 }
 
 var errInjected = errors.New("injected failure")

@@ -11,6 +11,7 @@ import (
 	"github.com/quillhq/quill/internal/deadletter"
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/natstest"
+	"github.com/quillhq/quill/internal/testkit"
 	"github.com/quillhq/quill/internal/worker"
 )
 
@@ -28,8 +29,8 @@ func TestInboxAloneStopsARepeat(t *testing.T) {
 
 	h.republishNoteCreated()
 
-	natstest.WaitFor(t, waitLong, func() bool { return value(m.Messages(metrics.WorkerDuplicate)) == 1 }, "a duplicate")
-	requireMetric(t, m.Messages(metrics.WorkerProcessed), 1.0)
+	testkit.WaitFor(t, waitLong, func() bool { return testkit.Value(m.Messages(metrics.WorkerDuplicate)) == 1 }, "a duplicate")
+	testkit.RequireMetric(t, waitLong, m.Messages(metrics.WorkerProcessed), 1.0)
 	require.Equal(t, "pending", h.attachment(note).Status, "the repeat wrote nothing")
 	require.Equal(t, 1, h.processedEvents(note))
 }
@@ -41,7 +42,7 @@ func TestEventForAnotherAttachmentDeadLettered(t *testing.T) {
 	h := newHarness(t)
 	cfg := h.config()
 	note := h.create("a.txt", "text/plain", []byte("one two three"))
-	natstest.WaitFor(t, waitLong, func() bool {
+	testkit.WaitFor(t, waitLong, func() bool {
 		return h.count(`SELECT count(*) FROM outbox_events WHERE published_at IS NULL`) == 0
 	}, "note.created published")
 	msgs := natstest.StreamMessages(t, h.js, h.stream, h.prefix+".*.note.created")
@@ -58,7 +59,7 @@ func TestEventForAnotherAttachmentDeadLettered(t *testing.T) {
 	require.NoError(t, err)
 	m, _ := h.startWorker(cfg, "")
 
-	natstest.WaitFor(t, waitLong, func() bool { return value(m.Messages(metrics.WorkerDeadLettered)) == 1 }, "a dead letter")
+	testkit.WaitFor(t, waitLong, func() bool { return testkit.Value(m.Messages(metrics.WorkerDeadLettered)) == 1 }, "a dead letter")
 	letters, err := deadletter.List(t.Context(), h.pool, cfg.Consumer, false)
 	require.NoError(t, err)
 	require.Len(t, letters, 1)

@@ -37,7 +37,8 @@ func TestInProgressCoversRetries(t *testing.T) {
 		}
 		if n == 2 {
 			// Outlasts two AckWaits: without progress reports during
-			// the retry the server redelivers after one.
+			// the retry the server redelivers after one. A slow handler
+			// is the subject here, not a wait.
 			time.Sleep(2500 * time.Millisecond)
 		}
 		return nil
@@ -45,7 +46,8 @@ func TestInProgressCoversRetries(t *testing.T) {
 	note := h.create("slow.txt", "text/plain", []byte("slow"))
 	h.waitStatus(note, worker.StateProcessed)
 	// A redelivery, had there been one, arrives within AckWait of the
-	// last report; give it the time to show.
+	// last report; give it the time to show. Not a wait: nothing is to
+	// happen, so there is no condition to poll for.
 	time.Sleep(1500 * time.Millisecond)
 	mu.Lock()
 	defer mu.Unlock()

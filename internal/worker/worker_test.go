@@ -20,6 +20,7 @@ import (
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/natstest"
 	"github.com/quillhq/quill/internal/notes"
+	"github.com/quillhq/quill/internal/testkit"
 	"github.com/quillhq/quill/internal/worker"
 )
 
@@ -54,10 +55,10 @@ func TestProcessesImageAndText(t *testing.T) {
 
 	require.Equal(t, 1, h.processedEvents(img))
 	require.Equal(t, 1, h.processedEvents(txt))
-	requireMetric(t, m.Messages(metrics.WorkerProcessed), 2.0)
-	requireMetric(t, m.EndToEnd, 2.0)
+	testkit.RequireMetric(t, waitLong, m.Messages(metrics.WorkerProcessed), 2.0)
+	testkit.RequireMetric(t, waitLong, m.EndToEnd, 2.0)
 	// The attachment.processed events reach the stream through the relay.
-	natstest.WaitFor(t, waitLong, func() bool {
+	testkit.WaitFor(t, waitLong, func() bool {
 		return len(natstest.StreamMessages(t, h.js, h.stream, h.prefix+".*.attachment.processed")) == 2
 	}, "two attachment.processed events published")
 }
@@ -73,8 +74,8 @@ func TestRepublishedEventIsDuplicate(t *testing.T) {
 
 	h.republishNoteCreated()
 
-	natstest.WaitFor(t, waitLong, func() bool { return value(m.Messages(metrics.WorkerDuplicate)) == 1 }, "a duplicate")
-	requireMetric(t, m.Messages(metrics.WorkerProcessed), 1.0)
+	testkit.WaitFor(t, waitLong, func() bool { return testkit.Value(m.Messages(metrics.WorkerDuplicate)) == 1 }, "a duplicate")
+	testkit.RequireMetric(t, waitLong, m.Messages(metrics.WorkerProcessed), 1.0)
 	require.Equal(t, 1, h.processedEvents(note))
 	require.Equal(t, 1, h.count(`SELECT count(*) FROM inbox`))
 }
@@ -95,8 +96,8 @@ func TestCrashBetweenCommitAndAck(t *testing.T) {
 	}}))
 	note := h.create("a.png", "image/png", pngOf(t, 40, 30))
 	h.waitStatus(note, worker.StateProcessed)
-	natstest.WaitFor(t, waitLong, func() bool { return value(m.Messages(metrics.WorkerDuplicate)) == 1 }, "the redelivery counted as duplicate")
-	requireMetric(t, m.Messages(metrics.WorkerProcessed), 1.0)
+	testkit.WaitFor(t, waitLong, func() bool { return testkit.Value(m.Messages(metrics.WorkerDuplicate)) == 1 }, "the redelivery counted as duplicate")
+	testkit.RequireMetric(t, waitLong, m.Messages(metrics.WorkerProcessed), 1.0)
 	require.Equal(t, 1, h.processedEvents(note))
 	require.EqualValues(t, 2, crashed.Load())
 }
@@ -113,21 +114,21 @@ func TestCorruptPNGFails(t *testing.T) {
 	require.NotNil(t, r.Reason)
 	require.Contains(t, *r.Reason, "corrupt image")
 	require.Nil(t, r.Result)
-	requireMetric(t, m.Messages(metrics.WorkerFailed), 1.0)
+	testkit.RequireMetric(t, waitLong, m.Messages(metrics.WorkerFailed), 1.0)
 	require.Equal(t, 1, h.processedEvents(note))
 	var data []byte
 	require.NoError(t, h.pool.QueryRow(t.Context(), `SELECT payload FROM outbox_events WHERE type = 'attachment.processed'`).Scan(&data))
 	require.Contains(t, string(data), `"state":"failed"`)
 
 	// Acknowledged once, never redelivered.
-	natstest.WaitFor(t, waitLong, func() bool {
+	testkit.WaitFor(t, waitLong, func() bool {
 		c, err := h.js.Consumer(t.Context(), h.stream, h.config().Consumer)
 		require.NoError(t, err)
 		info, err := c.Info(t.Context())
 		require.NoError(t, err)
 		return info.NumAckPending == 0 && info.AckFloor.Consumer == 1 && info.NumRedelivered == 0
 	}, "the message acknowledged without redelivery")
-	require.Equal(t, 0.0, value(m.Messages(metrics.WorkerDuplicate)))
+	require.Equal(t, 0.0, testkit.Value(m.Messages(metrics.WorkerDuplicate)))
 }
 
 // A note deleted before its event is processed is skipped and recorded.
@@ -138,7 +139,7 @@ func TestDeletedNoteSkipped(t *testing.T) {
 	_, err := h.pool.Exec(t.Context(), `UPDATE notes SET deleted_at = now() WHERE id = $1`, note)
 	require.NoError(t, err)
 	m, _ := h.startWorker(h.config(), "")
-	natstest.WaitFor(t, waitLong, func() bool { return value(m.Messages(metrics.WorkerSkipped)) == 1 }, "skipped")
+	testkit.WaitFor(t, waitLong, func() bool { return testkit.Value(m.Messages(metrics.WorkerSkipped)) == 1 }, "skipped")
 	r := h.attachment(note)
 	require.Equal(t, "pending", r.Status)
 	require.Equal(t, worker.ReasonNoteDeleted, *r.Reason)
@@ -189,8 +190,8 @@ func TestDatabaseOutageRetried(t *testing.T) {
 		h.waitStatus(id, worker.StateProcessed)
 		require.Equal(t, 1, h.processedEvents(id))
 	}
-	requireMetric(t, m.Messages(metrics.WorkerProcessed), 6.0)
-	require.Equal(t, 0.0, value(m.Messages(metrics.WorkerDeadLettered)))
+	testkit.RequireMetric(t, waitLong, m.Messages(metrics.WorkerProcessed), 6.0)
+	require.Equal(t, 0.0, testkit.Value(m.Messages(metrics.WorkerDeadLettered)))
 }
 
 // A message failing MaxDeliver times becomes a dead letter (and is
@@ -212,7 +213,7 @@ func TestMaxDeliverDeadLetterThenRedrive(t *testing.T) {
 		return nil
 	}}))
 	note := h.create("a.txt", "text/plain", []byte("dead letter"))
-	natstest.WaitFor(t, waitLong, func() bool { return value(m.Messages(metrics.WorkerDeadLettered)) == 1 }, "a dead letter")
+	testkit.WaitFor(t, waitLong, func() bool { return testkit.Value(m.Messages(metrics.WorkerDeadLettered)) == 1 }, "a dead letter")
 	letters, err := deadletter.List(t.Context(), h.pool, cfg.Consumer, false)
 	require.NoError(t, err)
 	require.Len(t, letters, 1)
@@ -250,7 +251,7 @@ func TestUnparseableEventDeadLettered(t *testing.T) {
 	msg.Header.Set(nats.MsgIdHdr, "garbage-1")
 	_, err := h.js.PublishMsg(t.Context(), msg)
 	require.NoError(t, err)
-	natstest.WaitFor(t, waitLong, func() bool { return value(m.Messages(metrics.WorkerDeadLettered)) == 1 }, "a dead letter")
+	testkit.WaitFor(t, waitLong, func() bool { return testkit.Value(m.Messages(metrics.WorkerDeadLettered)) == 1 }, "a dead letter")
 	letters, err := deadletter.List(t.Context(), h.pool, cfg.Consumer, false)
 	require.NoError(t, err)
 	require.Len(t, letters, 1)
@@ -273,13 +274,13 @@ func TestTwoWorkers500Attachments(t *testing.T) {
 	for i := range n {
 		ids[i] = h.create(title(i), "text/plain", text)
 	}
-	natstest.WaitFor(t, 2*waitLong, func() bool {
+	testkit.WaitFor(t, 2*waitLong, func() bool {
 		return h.count(`SELECT count(*) FROM attachments WHERE status = 'processed'`) == n
 	}, "500 attachments processed")
 	require.Equal(t, n, h.count(`SELECT count(*) FROM inbox`))
 	require.Equal(t, n, h.count(`SELECT count(DISTINCT aggregate_id) FROM outbox_events WHERE type = 'attachment.processed'`))
 	require.Equal(t, n, h.count(`SELECT count(*) FROM outbox_events WHERE type = 'attachment.processed'`))
-	p1, p2 := value(m1.Messages(metrics.WorkerProcessed)), value(m2.Messages(metrics.WorkerProcessed))
+	p1, p2 := testkit.Value(m1.Messages(metrics.WorkerProcessed)), testkit.Value(m2.Messages(metrics.WorkerProcessed))
 	require.Equal(t, float64(n), p1+p2)
 	t.Logf("worker 1 processed %v, worker 2 %v", p1, p2)
 	// Both consumed from the one durable consumer: the events were
@@ -308,7 +309,10 @@ func TestShutdownFinishesInFlight(t *testing.T) {
 	<-started
 	stopped := make(chan struct{})
 	go func() { stop(); close(stopped) }()
-	time.Sleep(100 * time.Millisecond) // let the shutdown begin while the message is in flight
+	// Let the shutdown begin while the message is in flight. Nothing outside
+	// the worker shows that it began; were the hold too short, the message
+	// would finish first and the test would check less, not fail.
+	time.Sleep(100 * time.Millisecond)
 	close(release)
 	select {
 	case <-stopped:
@@ -316,7 +320,7 @@ func TestShutdownFinishesInFlight(t *testing.T) {
 		t.Fatal("the worker did not stop")
 	}
 	require.Equal(t, worker.StateProcessed, h.attachment(note).Status)
-	requireMetric(t, m.Messages(metrics.WorkerProcessed), 1.0)
+	testkit.RequireMetric(t, waitLong, m.Messages(metrics.WorkerProcessed), 1.0)
 	c, err := h.js.Consumer(context.Background(), h.stream, cfg.Consumer)
 	require.NoError(t, err)
 	info, err := c.Info(context.Background())

@@ -6,6 +6,7 @@ import (
 )
 
 func TestRun(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		in   string
@@ -23,6 +24,7 @@ func TestRun(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			var out strings.Builder
 			if err := run(strings.NewReader(tt.in), &out, false); err != nil {
 				t.Fatal(err)
