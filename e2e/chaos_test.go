@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"github.com/quillhq/quill/internal/wait"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -138,7 +139,7 @@ func (c *chaos) Run(ctx context.Context, start time.Time) {
 		}
 	}()
 	for _, f := range c.plan {
-		if !sleepCtx(ctx, time.Until(start.Add(f.At))) {
+		if !wait.For(ctx, time.Until(start.Add(f.At))) {
 			return
 		}
 		c.exec(ctx, start, f.Kind)
@@ -220,7 +221,7 @@ func (c *chaos) exec(ctx context.Context, start time.Time, kind string) {
 		c.mu.Unlock()
 		// At least the planned outage, however long the stop took.
 		if !down.IsZero() {
-			sleepCtx(ctx, time.Until(down.Add(c.outage)))
+			wait.For(ctx, time.Until(down.Add(c.outage)))
 		}
 		backlog := c.unpublished(ctx)
 		err := s.nats.Start(context.WithoutCancel(ctx))
@@ -243,7 +244,7 @@ func (c *chaos) exec(ctx context.Context, start time.Time, kind string) {
 			if after, _ = s.pg.StartTime(ctx); !after.IsZero() {
 				break
 			}
-			sleepCtx(ctx, 250*time.Millisecond)
+			wait.For(ctx, 250*time.Millisecond)
 		}
 		ok := err == nil && after.After(before)
 		if ok {
@@ -262,7 +263,7 @@ func (c *chaos) exec(ctx context.Context, start time.Time, kind string) {
 // waitNATS waits (up to a minute) until NATS runs.
 func (c *chaos) waitNATS(ctx context.Context) {
 	for i := 0; i < 600 && !c.s.nats.Running(); i++ {
-		if !sleepCtx(ctx, 100*time.Millisecond) {
+		if !wait.For(ctx, 100*time.Millisecond) {
 			return
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/quillhq/quill/internal/wait"
 	"io"
 	"net/http"
 	"net/url"
@@ -291,7 +292,7 @@ func lookupAll(ctx context.Context, apiURL string, ops []*op) map[string]lookup 
 					if l.Err == "" && l.HTTP != http.StatusServiceUnavailable {
 						break
 					}
-					sleepCtx(ctx, time.Second)
+					wait.For(ctx, time.Second)
 				}
 				mu.Lock()
 				out[o.Tenant+"/"+o.Key] = l

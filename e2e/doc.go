@@ -1,4 +1,4 @@
-// Package e2e is Quill's end-to-end fault suite (issue #5). Its test builds
+// Package e2e is Quill's end-to-end fault suite. Its test builds
 // the three real programs (api, relay, attachment-worker) and nats-server
 // once with `go build`, runs them as separate processes against a private
 // PostgreSQL cluster and a nats-server it controls, drives them through a

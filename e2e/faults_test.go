@@ -27,6 +27,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quillhq/quill/internal/faultproxy"
+	"github.com/quillhq/quill/internal/wait"
 )
 
 // Names the programs run with.
@@ -340,7 +341,7 @@ func (s *system) drain(ctx context.Context, t *testing.T, timeout time.Duration)
 				unpublished, waiting, pending, ackPending)
 			lastLog = time.Now()
 		}
-		if !sleepCtx(ctx, 250*time.Millisecond) {
+		if !wait.For(ctx, 250*time.Millisecond) {
 			return ctx.Err()
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"github.com/quillhq/quill/internal/wait"
 	"image"
 	"image/color"
 	"image/png"
@@ -180,7 +181,7 @@ func (l *loadGen) client(ctx context.Context, c int, start time.Time) {
 			return
 		}
 		due := start.Add(time.Duration(float64(slot) / l.rate * float64(time.Second)))
-		if !sleepCtx(ctx, time.Until(due)) {
+		if !wait.For(ctx, time.Until(due)) {
 			return
 		}
 		var o *op
@@ -317,7 +318,7 @@ func (l *loadGen) run(ctx context.Context, o *op, rng *rand.Rand) {
 		return
 	}
 	for i := range o.Copies {
-		if i > 0 && !sleepCtx(ctx, time.Duration(rng.IntN(300))*time.Millisecond) {
+		if i > 0 && !wait.For(ctx, time.Duration(rng.IntN(300))*time.Millisecond) {
 			return
 		}
 		if !l.sendUntilDecided(ctx, o, i, rng.Uint64()) {
@@ -343,10 +344,10 @@ func (l *loadGen) sendUntilDecided(ctx context.Context, o *op, copyIdx int, seed
 		if o.Impatient {
 			break
 		}
-		wait := time.Duration(rng.Int64N(int64(backoff))) + backoff/2
-		wait = max(wait, retryAfter)
+		pause := time.Duration(rng.Int64N(int64(backoff))) + backoff/2
+		pause = max(pause, retryAfter)
 		backoff = min(2*backoff, 2*time.Second)
-		if !sleepCtx(ctx, wait) {
+		if !wait.For(ctx, pause) {
 			break
 		}
 	}
@@ -389,19 +390,4 @@ func (l *loadGen) send(ctx context.Context, o *op) (*answer, string, time.Durati
 		return nil, "http_" + strconv.Itoa(resp.StatusCode), time.Duration(ra) * time.Second
 	}
 	return &answer{Status: resp.StatusCode, Body: body, Replayed: resp.Header.Get("Idempotent-Replayed") == "true"}, "", 0
-}
-
-// sleepCtx sleeps d; it reports false when ctx ended first.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
