@@ -243,8 +243,10 @@ func (c *Cluster) MetaLeader() int {
 	return -1
 }
 
-// WaitForLeader waits until a meta leader is elected and every running
-// node is current with it, and returns the leader's index.
+// WaitForLeader waits until a meta leader is elected, every running node is
+// current with it, and the leader counts every running node as an online
+// peer (until then it refuses to place a replicated stream on them); it
+// returns the leader's index.
 func (c *Cluster) WaitForLeader(t testing.TB) int {
 	t.Helper()
 	leader := -1
@@ -253,13 +255,20 @@ func (c *Cluster) WaitForLeader(t testing.TB) int {
 		if leader < 0 {
 			return false
 		}
-		for _, ns := range c.Servers() {
-			if ns != nil && !ns.JetStreamIsCurrent() {
+		servers := c.Servers()
+		running := 0
+		for _, ns := range servers {
+			if ns == nil {
+				continue
+			}
+			running++
+			if !ns.JetStreamIsCurrent() {
 				return false
 			}
 		}
-		return true
-	}, "a JetStream meta leader with every running node current")
+		ls := servers[leader]
+		return ls != nil && len(ls.JetStreamClusterPeers()) >= running
+	}, "a JetStream meta leader with every running node current and online")
 	return leader
 }
 
@@ -366,9 +375,9 @@ func (c *Cluster) Stop(i int) {
 }
 
 // Restart stops node i if it runs and starts it again on its ports and
-// store directory, returning once it is back in the cluster and current
-// with the meta leader. Its streams catch up on their own; wait for that
-// with WaitForStreamReplicas.
+// store directory, returning once it is back in the cluster, current with
+// the meta leader and counted online by it (WaitForLeader). Its streams
+// catch up on their own; wait for that with WaitForStreamReplicas.
 func (c *Cluster) Restart(t testing.TB, i int) {
 	t.Helper()
 	c.Stop(i)
@@ -376,4 +385,5 @@ func (c *Cluster) Restart(t testing.TB, i int) {
 	c.startLocked(t, c.nodes[i])
 	c.mu.Unlock()
 	c.waitReady(t, c.nodes[i])
+	c.WaitForLeader(t)
 }
