@@ -5,6 +5,7 @@ import (
 	"context"
 	"flag"
 	"io"
+	"maps"
 	"net/http"
 	"strings"
 	"testing"
@@ -164,7 +165,7 @@ func TestHelp(t *testing.T) {
 	require.Zero(t, exitCode(err, &stderr))
 	require.Empty(t, stderr.String())
 	for _, v := range []string{"DATABASE_URL", "NATS_URL", "QUILL_ADMIN_ADDR", "QUILL_STREAM", "QUILL_SUBJECT_PREFIX",
-		"QUILL_DUPLICATE_WINDOW", "QUILL_STREAM_MAX_AGE", "QUILL_RELAY_LEASE", "QUILL_RELAY_POLL_INTERVAL",
+		"QUILL_DUPLICATE_WINDOW", "QUILL_STREAM_MAX_AGE", "QUILL_STREAM_REPLICAS", "QUILL_RELAY_LEASE", "QUILL_RELAY_POLL_INTERVAL",
 		"QUILL_RELAY_MAX_BACKOFF", "QUILL_RELAY_BATCH", "QUILL_OUTBOX_RETENTION", "QUILL_INBOX_RETENTION", "QUILL_LOG_LEVEL"} {
 		require.Contains(t, out, v)
 	}
@@ -206,6 +207,10 @@ func TestCommandLineErrors(t *testing.T) {
 		{env: map[string]string{"QUILL_DUPLICATE_WINDOW": "2m", "QUILL_RELAY_MAX_BACKOFF": "2m"}, want: []string{"QUILL_RELAY_MAX_BACKOFF 2m0s", "QUILL_DUPLICATE_WINDOW 2m0s"}},
 		{env: map[string]string{"QUILL_DUPLICATE_WINDOW": "200h"}, want: []string{"QUILL_DUPLICATE_WINDOW 200h0m0s", "QUILL_STREAM_MAX_AGE 168h0m0s"}},
 		{env: map[string]string{"QUILL_STREAM_MAX_AGE": "400h"}, want: []string{"QUILL_INBOX_RETENTION 336h0m0s", "QUILL_STREAM_MAX_AGE 400h0m0s"}},
+		{env: map[string]string{"QUILL_STREAM_REPLICAS": "0"}, want: []string{`invalid QUILL_STREAM_REPLICAS "0"`, "1 to 5"}},
+		{env: map[string]string{"QUILL_STREAM_REPLICAS": "6"}, want: []string{`invalid QUILL_STREAM_REPLICAS "6"`, "1 to 5"}},
+		{env: map[string]string{"QUILL_STREAM_REPLICAS": "three"}, want: []string{`invalid QUILL_STREAM_REPLICAS "three"`, "not an integer"}},
+		{args: []string{"--stream-replicas", "-1"}, want: []string{`invalid --stream-replicas "-1"`}},
 		{args: []string{"events"}, want: []string{"usage: relay events"}},
 		{args: []string{"events", "bogus"}, want: []string{`unknown events command "bogus"`}},
 		{args: []string{"events", "list"}, want: []string{"usage: relay events"}},
@@ -283,6 +288,59 @@ func TestUnreachableDependencyAtStart(t *testing.T) {
 			require.NotContains(t, logs, "goroutine ")
 		})
 	}
+}
+
+// TestOperatorsReplicatedStream: relays started and restarted against an
+// operator's R3 stream on a three-node cluster leave it at R3 with the
+// operator's settings, and publish to it through the cluster's server list.
+func TestOperatorsReplicatedStream(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	cl := natstest.StartCluster(t, 3)
+	_, js := cl.Connect(t)
+	w.js = js
+	w.vars["NATS_URL"] = cl.URLs()
+	op := jetstream.StreamConfig{Name: w.stream, Subjects: []string{w.prefix + ".>"}, Storage: jetstream.FileStorage,
+		Replicas: 3, Duplicates: 2 * time.Minute, MaxAge: 2 * time.Hour, MaxMsgs: 123456, MaxBytes: 1 << 30,
+		Description: "set by the operator", Compression: jetstream.S2Compression}
+	_, err := js.CreateStream(w.ctx(), op)
+	require.NoError(t, err)
+	cl.WaitForStreamReplicas(t, js, w.stream, 3)
+
+	for i := range 2 { // a start and a restart of two relays
+		a := start(t, env(w.vars))
+		bvars := maps.Clone(w.vars)
+		bvars["QUILL_ADMIN_ADDR"] = freeAddr(t)
+		b := start(t, env(bvars))
+		waitStatus(t, "http://"+w.admin+"/readyz", http.StatusOK)
+		waitStatus(t, "http://"+bvars["QUILL_ADMIN_ADDR"]+"/readyz", http.StatusOK)
+		w.write(w.tenant)
+		w.waitPublished(i + 1)
+		require.NoError(t, a.Stop())
+		require.NoError(t, b.Stop())
+
+		st, err := js.Stream(w.ctx(), w.stream)
+		require.NoError(t, err)
+		cfg := st.CachedInfo().Config
+		require.Equal(t, 3, cfg.Replicas, "the operator's replicas are kept")
+		require.Equal(t, time.Minute, cfg.Duplicates, "Quill's window")
+		require.Equal(t, time.Hour, cfg.MaxAge, "Quill's MaxAge")
+		require.Equal(t, op.MaxMsgs, cfg.MaxMsgs)
+		require.Equal(t, op.MaxBytes, cfg.MaxBytes)
+		require.Equal(t, op.Description, cfg.Description)
+		require.Equal(t, op.Compression, cfg.Compression)
+	}
+	require.Len(t, w.streamIDs(), 2)
+
+	// Asked for, the replicas change.
+	w.vars["QUILL_STREAM_REPLICAS"] = "1"
+	p := start(t, env(w.vars))
+	waitStatus(t, "http://"+w.admin+"/readyz", http.StatusOK)
+	require.NoError(t, p.Stop())
+	st, err := js.Stream(w.ctx(), w.stream)
+	require.NoError(t, err)
+	require.Equal(t, 1, st.CachedInfo().Config.Replicas)
+	require.Equal(t, op.Description, st.CachedInfo().Config.Description)
 }
 
 // TestDaemon runs the relay as operators do: it provisions the stream,

@@ -25,6 +25,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -132,6 +133,8 @@ type Relay struct {
 	id    string
 	wake  chan struct{}
 	hooks Hooks
+
+	replicas atomic.Int64 // see StreamReplicas
 }
 
 // Option configures a Relay.
@@ -171,12 +174,20 @@ func defaultID() string {
 	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
 }
 
-// Provision creates the stream, or updates it to the configuration (see
-// stream.Provision). The error wraps JetStream's.
+// Provision creates the stream when it is missing, or sets what Quill owns
+// of an existing one (see stream.Provision). The error wraps JetStream's.
 func (r *Relay) Provision(ctx context.Context) error {
-	_, err := stream.Provision(ctx, r.js, r.cfg.Stream)
-	return err
+	st, err := stream.Provision(ctx, r.js, r.cfg.Stream)
+	if err != nil {
+		return err
+	}
+	r.replicas.Store(int64(st.CachedInfo().Config.Replicas))
+	return nil
 }
+
+// StreamReplicas returns the stream's replicas as the last Provision found
+// or made them, 0 before any.
+func (r *Relay) StreamReplicas() int { return int(r.replicas.Load()) }
 
 // Ready reports whether NATS is connected and PostgreSQL answers (see
 // metrics.CheckConnected).
