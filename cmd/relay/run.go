@@ -65,7 +65,7 @@ func (c *settings) start(ctx context.Context, ds daemon.Settings, stderr io.Writ
 		}
 	}
 	d, err := daemon.Start(ctx, ds, daemon.Process{Name: "relay", PoolSize: 8,
-		Disconnected: "NATS connection lost; events wait in the outbox"}, stderr)
+		Disconnected: "NATS connection lost; events wait in the outbox", NATSOptions: relay.ConnOptions()}, stderr)
 	if err != nil {
 		return err
 	}

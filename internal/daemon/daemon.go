@@ -113,6 +113,9 @@ type Process struct {
 	// Disconnected is the warning logged when the NATS connection is lost:
 	// it says what happens meanwhile.
 	Disconnected string
+	// NATSOptions are applied to the NATS connection after the shared
+	// ones (the relay's relay.ConnOptions).
+	NATSOptions []nats.Option
 }
 
 // Daemon holds what Start opened, for the daemon's services to use.
@@ -140,7 +143,7 @@ func Start(ctx context.Context, s Settings, p Process, stderr io.Writer) (*Daemo
 		log.Error().Err(err).Str("error_category", "database_unreachable").Msg("cannot start: PostgreSQL is not reachable at DATABASE_URL")
 		return nil, cli.LoggedError{Err: err}
 	}
-	nc, err := nats.Connect(s.NATSURL, nats.Name("quill-"+p.Name), nats.MaxReconnects(-1),
+	nc, err := nats.Connect(s.NATSURL, append([]nats.Option{nats.Name("quill-" + p.Name), nats.MaxReconnects(-1),
 		nats.ReconnectWait(time.Second), nats.RetryOnFailedConnect(false),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err == nil {
@@ -148,7 +151,7 @@ func Start(ctx context.Context, s Settings, p Process, stderr io.Writer) (*Daemo
 			}
 			log.Warn().Err(err).Str("error_category", "nats_disconnected").Msg(p.Disconnected)
 		}),
-		nats.ReconnectHandler(func(*nats.Conn) { log.Info().Msg("NATS connection restored") }))
+		nats.ReconnectHandler(func(*nats.Conn) { log.Info().Msg("NATS connection restored") })}, p.NATSOptions...)...)
 	if err != nil {
 		pool.Close()
 		log.Error().Err(err).Str("error_category", "nats_unreachable").Msg("cannot start: NATS is not reachable at NATS_URL")

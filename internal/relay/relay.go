@@ -146,12 +146,29 @@ func WithHooks(h Hooks) Option { return func(r *Relay) { r.hooks = h } }
 // WithID names the relay in its claims (default host-pid-random).
 func WithID(id string) Option { return func(r *Relay) { r.id = id } }
 
-// New returns a relay over pool and nc. It returns an error when the
-// configuration does not validate or JetStream cannot be set up.
+// ConnOptions are the options a relay's NATS connection must have: no
+// reconnect buffer, so that a publish while the connection is down fails at
+// once and its event stays in the outbox. A buffered publish would be sent
+// whenever the connection comes back — perhaps after another relay has
+// published that event and the note's next one, past the duplicate window,
+// putting the note's events out of order in the stream.
+func ConnOptions() []nats.Option { return []nats.Option{nats.ReconnectBufSize(-1)} }
+
+// ErrReconnectBuffer is returned by New for a connection made without
+// ConnOptions.
+var ErrReconnectBuffer = errors.New("the relay's NATS connection must not buffer publishes while reconnecting (relay.ConnOptions)")
+
+// New returns a relay over pool and nc, a connection made with
+// ConnOptions. It returns an error when the configuration does not
+// validate, ErrReconnectBuffer when nc would buffer publishes, or an error
+// when JetStream cannot be set up.
 func New(pool *pgxpool.Pool, nc *nats.Conn, cfg Config, log zerolog.Logger, m *metrics.Relay, opts ...Option) (*Relay, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if nc.Opts.ReconnectBufSize >= 0 {
+		return nil, ErrReconnectBuffer
 	}
 	// Two batches are in flight at most: one waiting for its acks and
 	// its mark, the next claimed and published meanwhile.
@@ -508,7 +525,8 @@ func category(err error) string {
 	switch {
 	case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrTimeout),
 		errors.Is(err, jetstream.ErrAsyncPublishTimeout), errors.Is(err, nats.ErrNoResponders),
-		errors.Is(err, nats.ErrConnectionReconnecting), errors.Is(err, nats.ErrDisconnected):
+		errors.Is(err, nats.ErrConnectionReconnecting), errors.Is(err, nats.ErrDisconnected),
+		errors.Is(err, nats.ErrReconnectBufExceeded):
 		return "nats_unavailable"
 	case errors.Is(err, errDatabase):
 		return "database_unavailable"
