@@ -49,7 +49,7 @@ type settings struct {
 
 func (c *settings) define(s *config.Set) {
 	w := &c.worker
-	w.Stream.Define(s, false)
+	w.Stream.DefineSubjects(s)
 	s.String(&w.Consumer, "consumer", "QUILL_CONSUMER", worker.DefaultConsumer, "durable consumer name (and the inbox's consumer)")
 	s.Int(&w.MaxDeliver, "max-deliver", "QUILL_MAX_DELIVER", worker.DefaultMaxDeliver, 1, "deliveries before a failing event becomes a dead letter")
 	s.Duration(&w.AckWait, "ack-wait", "QUILL_ACK_WAIT", worker.DefaultAckWait, "the consumer's ack wait")
@@ -78,9 +78,6 @@ func (c *settings) start(ctx context.Context, ds daemon.Settings, stderr io.Writ
 	w, err := worker.New(d.Pool, d.NATS, cfg, log, metrics.NewWorker(d.Registry), worker.WithNotifier(notifier))
 	if err != nil {
 		return cli.UsageError{Msg: err.Error()}
-	}
-	if err := d.Provision(ctx, "consumer_provisioning_failed", "cannot start: the stream or the durable consumer could not be set up", w.Provision); err != nil {
-		return err
 	}
 	return d.Run(ctx, map[string]metrics.ReadyFunc{"worker": w.Ready}, func(ctx context.Context) error {
 		// The notifier outlives the worker by a moment: it is stopped

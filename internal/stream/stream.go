@@ -68,22 +68,14 @@ func (c *Config) DefineSubjects(s *config.Set) {
 	s.String(&c.SubjectPrefix, "subject-prefix", "QUILL_SUBJECT_PREFIX", DefaultSubjectPrefix, "first token of every subject")
 }
 
-// Define registers every stream setting on s: those of DefineSubjects,
-// QUILL_DUPLICATE_WINDOW and QUILL_STREAM_MAX_AGE, and for the stream's
-// owner (the relay) QUILL_STREAM_REPLICAS. owner says whether the process
-// sets the stream's settings or uses them only to create a missing stream
-// (a consumer); the help texts say which.
-func (c *Config) Define(s *config.Set, owner bool) {
+// Define registers the settings of the stream's owner, the relay, on s:
+// those of DefineSubjects, QUILL_DUPLICATE_WINDOW, QUILL_STREAM_MAX_AGE and
+// QUILL_STREAM_REPLICAS. A consumer, which never creates the stream, needs
+// only DefineSubjects.
+func (c *Config) Define(s *config.Set) {
 	c.DefineSubjects(s)
-	window, maxAge := "the stream's Duplicates window", "the stream's MaxAge; at least the duplicate window, at most the inbox retention"
-	if !owner {
-		window, maxAge = window+", used only if the worker creates the stream", "the stream's MaxAge, used only if the worker creates the stream"
-	}
-	s.Duration(&c.DuplicateWindow, "duplicate-window", "QUILL_DUPLICATE_WINDOW", DefaultDuplicateWindow, window)
-	s.Duration(&c.MaxAge, "stream-max-age", "QUILL_STREAM_MAX_AGE", DefaultMaxAge, maxAge)
-	if !owner {
-		return
-	}
+	s.Duration(&c.DuplicateWindow, "duplicate-window", "QUILL_DUPLICATE_WINDOW", DefaultDuplicateWindow, "the stream's Duplicates window")
+	s.Duration(&c.MaxAge, "stream-max-age", "QUILL_STREAM_MAX_AGE", DefaultMaxAge, "the stream's MaxAge; at least the duplicate window, at most the inbox retention")
 	s.OptionalInt(&c.Replicas, "stream-replicas", "QUILL_STREAM_REPLICAS", 1, MaxReplicas,
 		"the stream's replicas; unset: a new stream gets 1 and an existing one keeps its own; set: an existing stream is scaled to it")
 }
@@ -136,7 +128,7 @@ func (c Config) Owned(have jetstream.StreamConfig) (jetstream.StreamConfig, bool
 // an existing one sets only what Quill owns (Owned), keeping every other
 // setting an operator made; it sends no update when nothing owned differs.
 // The relay, the stream's owner, runs it at start and whenever the stream
-// has disappeared. Processes provisioning at once all succeed. The error
+// has disappeared; consumers wait for the stream instead. Processes provisioning at once all succeed. The error
 // wraps JetStream's.
 func Provision(ctx context.Context, js jetstream.JetStream, c Config) (jetstream.Stream, error) {
 	st, err := js.Stream(ctx, c.Name)
@@ -161,24 +153,6 @@ func Provision(ctx context.Context, js jetstream.JetStream, c Config) (jetstream
 	st, err = js.UpdateStream(ctx, want)
 	if err != nil {
 		return nil, fmt.Errorf("provision stream %s: update: %w", c.Name, err)
-	}
-	return st, nil
-}
-
-// ProvisionIfMissing returns the stream, creating it to c's definition only
-// when it does not exist: a consumer may start before any relay did, but
-// never changes the settings of a stream that is there. Two processes
-// creating it at once both get it. The error wraps JetStream's.
-func ProvisionIfMissing(ctx context.Context, js jetstream.JetStream, c Config) (jetstream.Stream, error) {
-	st, err := js.Stream(ctx, c.Name)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		st, err = js.CreateStream(ctx, c.StreamConfig())
-		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			st, err = js.Stream(ctx, c.Name)
-		}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("stream %s: %w", c.Name, err)
 	}
 	return st, nil
 }

@@ -46,9 +46,8 @@ func TestConfigDefaultsAndValidate(t *testing.T) {
 	require.Equal(t, 3, stream.Config{Replicas: 3}.StreamConfig().Replicas)
 }
 
-// Provision creates the stream and sets what Quill owns of an existing one;
-// ProvisionIfMissing creates a missing one but leaves an existing one as it
-// is.
+// Provision creates the stream and sets what Quill owns of an existing
+// one.
 func TestProvision(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Start(t)
@@ -65,17 +64,6 @@ func TestProvision(t *testing.T) {
 	st, err = stream.Provision(ctx, js, c)
 	require.NoError(t, err)
 	require.Equal(t, 2*time.Minute, st.CachedInfo().Config.Duplicates, "an existing stream is updated")
-
-	c.DuplicateWindow = 3 * time.Minute
-	st, err = stream.ProvisionIfMissing(ctx, js, c)
-	require.NoError(t, err)
-	require.Equal(t, 2*time.Minute, st.CachedInfo().Config.Duplicates, "an existing stream is left as it is")
-
-	missing := stream.Config{Name: "CREATED", SubjectPrefix: "created", DuplicateWindow: time.Minute, MaxAge: time.Hour}
-	st, err = stream.ProvisionIfMissing(ctx, js, missing)
-	require.NoError(t, err)
-	require.Equal(t, []string{"created.>"}, st.CachedInfo().Config.Subjects)
-	require.Equal(t, time.Hour, st.CachedInfo().Config.MaxAge)
 
 	_, err = stream.Provision(ctx, js, stream.Config{Name: "CLASH", SubjectPrefix: "owned", DuplicateWindow: time.Minute, MaxAge: time.Hour})
 	require.ErrorContains(t, err, "provision stream CLASH", "the error names the stream")
