@@ -111,10 +111,18 @@ func (w *world) ctx() context.Context {
 // does; it returns the event id.
 func (w *world) write(tenant string) uuid.UUID {
 	w.t.Helper()
+	return w.writeData(tenant, nil)
+}
+
+// writeData is write with data added to the event's.
+func (w *world) writeData(tenant string, extra map[string]any) uuid.UUID {
+	w.t.Helper()
 	ctx := w.ctx()
 	note := uuid.New()
+	data := map[string]any{"id": note.String()}
+	maps.Copy(data, extra)
 	e := outbox.Event{ID: uuid.Must(uuid.NewV7()), Tenant: tenant, AggregateID: note, Type: outbox.TypeNoteCreated,
-		Time: time.Now(), Data: map[string]any{"id": note.String()}}
+		Time: time.Now(), Data: data}
 	require.NoError(w.t, db.WithTx(ctx, w.pool, func(tx pgx.Tx) error { return outbox.Insert(ctx, tx, e) }))
 	_, err := w.pool.Exec(ctx, `SELECT pg_notify($1, '')`, outbox.NotifyChannel)
 	require.NoError(w.t, err)
@@ -406,10 +414,11 @@ func TestDaemon(t *testing.T) {
 	require.NotContains(t, logs, `"level":"error"`)
 }
 
-// TestParkedEventRetryFromTheCommandLine: an event whose subject no stream
-// captures (an operator narrowed the stream's subjects) is parked with its
-// reason while the other events flow; `relay events list --parked` shows it,
-// and after the stream is fixed `relay events retry ID` has it published.
+// TestParkedEventRetryFromTheCommandLine: an event the stream refuses (an
+// operator set the stream's MaxMsgSize below its size, a setting the relay
+// keeps) is parked with its reason while the other events flow; `relay
+// events list --parked` shows it, and after the operator raised the limit
+// `relay events retry ID` has it published.
 func TestParkedEventRetryFromTheCommandLine(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
@@ -420,17 +429,17 @@ func TestParkedEventRetryFromTheCommandLine(t *testing.T) {
 	st, err := w.js.Stream(w.ctx(), w.stream)
 	require.NoError(t, err)
 	cfg := st.CachedInfo().Config
-	cfg.Subjects = []string{w.prefix + "." + w.tenant + ".>"}
+	cfg.MaxMsgSize = 2048
 	_, err = w.js.UpdateStream(w.ctx(), cfg)
 	require.NoError(t, err)
 
 	other := "globex-" + w.suffix
 	first := w.write(w.tenant)
-	stuck := w.write(other)
+	stuck := w.writeData(other, map[string]any{"padding": strings.Repeat("x", 4096)})
 	later := w.write(w.tenant)
 	testkit.WaitFor(t, waitLong, func() bool {
 		return w.count(`SELECT count(*) FROM outbox_events WHERE id = $1 AND parked_at IS NOT NULL`, stuck) == 1
-	}, "the uncaptured event to be parked")
+	}, "the refused event to be parked")
 	w.waitPublished(2)
 	inStream := w.streamIDs()
 	require.Contains(t, inStream, first.String())
@@ -445,17 +454,18 @@ func TestParkedEventRetryFromTheCommandLine(t *testing.T) {
 	require.Equal(t, stuck, parked.ID)
 	require.Equal(t, other, parked.Tenant)
 	require.Equal(t, outbox.TypeNoteCreated, parked.Type)
-	require.Equal(t, "no stream captures subject "+w.prefix+"."+other+".note.created", parked.Reason)
+	require.Contains(t, parked.Reason, "the stream refused the message")
+	require.Contains(t, parked.Reason, "message size exceeds maximum allowed")
 	require.GreaterOrEqual(t, parked.Attempts, 1)
 	require.False(t, parked.ParkedAt.IsZero())
 
 	out, _, err = runOut(t, getenv, "events", "list", "--parked")
 	require.NoError(t, err)
 	require.Contains(t, out, stuck.String())
-	require.Contains(t, out, "reason: no stream captures subject")
+	require.Contains(t, out, "reason: the stream refused the message")
 
 	// The cause is fixed; the operator retries the event.
-	cfg.Subjects = []string{w.prefix + ".>"}
+	cfg.MaxMsgSize = -1
 	_, err = w.js.UpdateStream(w.ctx(), cfg)
 	require.NoError(t, err)
 	out, _, err = runOut(t, getenv, "events", "retry", stuck.String())

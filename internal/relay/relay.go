@@ -624,12 +624,16 @@ func (r *Relay) settle(ctx context.Context, b *batch, acks []outbox.Published) e
 	}
 	var release []int64
 	var firstTransient error
+	missing := false
 	for i, err := range failed {
 		if err == nil {
 			continue
 		}
 		r.m.Errors.Inc()
 		e := events[i]
+		if streamMissing(err) {
+			missing = true
+		}
 		if reason, permanent := r.permanent(pctx, e, err); permanent {
 			r.log.Error().Str("event_id", e.ID.String()).Str("type", e.Type).Str("tenant", e.Tenant).
 				Str("error_category", "event_parked").Str("reason", reason).Msg("event parked: it cannot be published as it is")
@@ -642,6 +646,9 @@ func (r *Relay) settle(ctx context.Context, b *batch, acks []outbox.Published) e
 		if firstTransient == nil {
 			firstTransient = err
 		}
+	}
+	if missing {
+		r.reprovision(pctx, firstTransient)
 	}
 	if len(release) > 0 {
 		if err := outbox.Release(pctx, r.pool, release, firstTransient.Error()); err != nil {
@@ -664,24 +671,46 @@ func (r *Relay) message(e outbox.Pending) *nats.Msg {
 }
 
 // permanent decides whether a publish failure can never succeed as the
-// event is: a payload over the server's limit, a subject no stream captures,
-// or the stream refusing the message. Anything else — no responders while
-// JetStream restarts, timeouts, a closed connection — is transient.
-func (r *Relay) permanent(ctx context.Context, e outbox.Pending, err error) (string, bool) {
+// event is: a payload over the server's limit, or the stream refusing the
+// message. Anything else — no responders while JetStream restarts or the
+// stream is gone (streamMissing), timeouts, a closed connection — is
+// transient.
+func (r *Relay) permanent(_ context.Context, e outbox.Pending, err error) (string, bool) {
+	if streamMissing(err) {
+		return "", false
+	}
 	if reason, ok := refusal(err); ok {
 		return reason, true
 	}
-	switch {
-	case errors.Is(err, nats.ErrMaxPayload):
+	if errors.Is(err, nats.ErrMaxPayload) {
 		return fmt.Sprintf("payload of %d bytes exceeds the NATS server's max_payload of %d", len(e.Payload), r.nc.MaxPayload()), true
-	case errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrNoResponders):
-		subject := stream.Subject(r.cfg.Stream.SubjectPrefix, e.Tenant, e.Type)
-		_, lerr := r.js.StreamNameBySubject(ctx, subject)
-		if errors.Is(lerr, jetstream.ErrStreamNotFound) {
-			return "no stream captures subject " + subject, true
-		}
 	}
 	return "", false
+}
+
+// streamMissing reports a publish answer that says no stream took the
+// message: no responders (no stream captures the subject: the stream was
+// deleted, or its subjects changed) or stream not found. The relay owns the
+// stream's subjects, so each means the stream must be provisioned again —
+// never that the event is wrong.
+func streamMissing(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
+		(errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamNotFound)
+}
+
+// reprovision provisions the stream again after a publish found it
+// missing (cause). A failure is logged; the caller backs off and the next
+// pass tries again.
+func (r *Relay) reprovision(ctx context.Context, cause error) {
+	r.m.Reprovisions.Inc()
+	if err := r.Provision(ctx); err != nil {
+		r.log.Warn().Err(err).AnErr("cause", cause).Str("stream", r.cfg.Stream.Name).Str("error_category", "stream_missing").
+			Msg("the stream is missing and could not be provisioned again; events wait in the outbox, retrying with backoff")
+		return
+	}
+	r.log.Warn().AnErr("cause", cause).Str("stream", r.cfg.Stream.Name).Str("error_category", "stream_missing").
+		Int("replicas", r.StreamReplicas()).Msg("the stream was missing: provisioned it again; republishing with backoff")
 }
 
 // refusal reports a JetStream API error that refuses the message for good:
