@@ -16,6 +16,7 @@ import (
 	"github.com/quillhq/quill/internal/daemon"
 	"github.com/quillhq/quill/internal/deadletter"
 	"github.com/quillhq/quill/internal/metrics"
+	"github.com/quillhq/quill/internal/natsconn"
 	"github.com/quillhq/quill/internal/outbox"
 	"github.com/quillhq/quill/internal/worker"
 )
@@ -103,7 +104,8 @@ func deadLetters(ctx context.Context, args []string, getenv func(string) string,
 		return cli.UsageError{Msg: fmt.Sprintf("unknown dead-letters command %q; %s", sub, usage)}
 	}
 	var c daemon.CommandSettings
-	var natsURL, consumer string
+	var natsCfg natsconn.Settings
+	var consumer string
 	var all, asJSON bool
 	s := config.New("attachment-worker dead-letters "+sub, usage, getenv, stdout)
 	c.Define(s)
@@ -112,10 +114,13 @@ func deadLetters(ctx context.Context, args []string, getenv func(string) string,
 		s.FlagSet().BoolVar(&all, "all", false, "include dead letters already re-driven")
 		s.FlagSet().BoolVar(&asJSON, "json", false, "one JSON object per line")
 	} else {
-		s.String(&natsURL, "nats-url", "NATS_URL", daemon.DefaultNATSURL, "NATS URL (JetStream enabled)")
+		natsCfg.Define(s, "NATS with JetStream")
 	}
 	if err := cli.Parse(s, args); err != nil {
 		return err
+	}
+	if err := natsCfg.Validate(); err != nil {
+		return cli.UsageError{Msg: err.Error()}
 	}
 	var id int64
 	switch {
@@ -132,7 +137,7 @@ func deadLetters(ctx context.Context, args []string, getenv func(string) string,
 	}
 	defer pool.Close()
 	if sub == "retry" {
-		nc, err := nats.Connect(natsURL, nats.Name("quill-attachment-worker-cli"))
+		nc, err := natsCfg.Connect(nats.Name("quill-attachment-worker-cli"))
 		if err != nil {
 			log.Error().Err(err).Str("error_category", "nats_unreachable").Msg("NATS is not reachable at NATS_URL")
 			return cli.LoggedError{Err: err}

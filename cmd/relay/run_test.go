@@ -173,7 +173,7 @@ func TestHelp(t *testing.T) {
 	require.Zero(t, exitCode(err, &stderr))
 	require.Empty(t, stderr.String())
 	for _, v := range []string{"DATABASE_URL", "NATS_URL", "QUILL_ADMIN_ADDR", "QUILL_STREAM", "QUILL_SUBJECT_PREFIX",
-		"QUILL_DUPLICATE_WINDOW", "QUILL_STREAM_MAX_AGE", "QUILL_STREAM_REPLICAS", "QUILL_RELAY_LEASE", "QUILL_RELAY_POLL_INTERVAL",
+		"QUILL_DUPLICATE_WINDOW", "QUILL_STREAM_MAX_AGE", "QUILL_STREAM_REPLICAS", "QUILL_NATS_CREDS", "QUILL_NATS_TLS_CA", "QUILL_NATS_TLS_CERT", "QUILL_NATS_TLS_KEY", "QUILL_RELAY_LEASE", "QUILL_RELAY_POLL_INTERVAL",
 		"QUILL_RELAY_MAX_BACKOFF", "QUILL_RELAY_BATCH", "QUILL_OUTBOX_RETENTION", "QUILL_INBOX_RETENTION", "QUILL_LOG_LEVEL"} {
 		require.Contains(t, out, v)
 	}
@@ -219,6 +219,14 @@ func TestCommandLineErrors(t *testing.T) {
 		{env: map[string]string{"QUILL_STREAM_REPLICAS": "6"}, want: []string{`invalid QUILL_STREAM_REPLICAS "6"`, "1 to 5"}},
 		{env: map[string]string{"QUILL_STREAM_REPLICAS": "three"}, want: []string{`invalid QUILL_STREAM_REPLICAS "three"`, "not an integer"}},
 		{args: []string{"--stream-replicas", "-1"}, want: []string{`invalid --stream-replicas "-1"`}},
+		// NATS settings: a server list with a malformed entry, unreadable
+		// files, a certificate without its key.
+		{env: map[string]string{"NATS_URL": "nats://127.0.0.1:1,nats://:4222"}, want: []string{`invalid NATS_URL "nats://127.0.0.1:1,nats://:4222"`, "server 2 of 2", "no host"}},
+		{env: map[string]string{"NATS_URL": "nats://127.0.0.1:1,"}, want: []string{`invalid NATS_URL`, "server 2 of 2 is empty"}},
+		{env: map[string]string{"QUILL_NATS_CREDS": "/nonexistent/user.creds"}, want: []string{`invalid QUILL_NATS_CREDS "/nonexistent/user.creds"`, "no such file"}},
+		{env: map[string]string{"QUILL_NATS_TLS_CA": "/nonexistent/ca.pem"}, want: []string{`invalid QUILL_NATS_TLS_CA`}},
+		{env: map[string]string{"QUILL_NATS_TLS_CERT": "run.go"}, want: []string{"QUILL_NATS_TLS_CERT is set without QUILL_NATS_TLS_KEY"}},
+		{args: []string{"--nats-tls-key", "/nonexistent/key.pem"}, want: []string{`invalid --nats-tls-key "/nonexistent/key.pem"`}},
 		{args: []string{"events"}, want: []string{"usage: relay events"}},
 		{args: []string{"events", "bogus"}, want: []string{`unknown events command "bogus"`}},
 		{args: []string{"events", "list"}, want: []string{"usage: relay events"}},
@@ -349,6 +357,38 @@ func TestOperatorsReplicatedStream(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, st.CachedInfo().Config.Replicas)
 	require.Equal(t, op.Description, st.CachedInfo().Config.Description)
+}
+
+// TestClusterFailover: a relay given the cluster's server list creates the
+// stream R3 (QUILL_STREAM_REPLICAS=3) and, as each node in turn is stopped
+// (the one the relay is connected to among them) and started again, keeps
+// publishing from where the outbox stands: every event once, none parked.
+func TestClusterFailover(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	cl := natstest.StartCluster(t, 3)
+	_, js := cl.Connect(t)
+	w.js = js
+	w.vars["NATS_URL"] = cl.URLs()
+	w.vars["QUILL_STREAM_REPLICAS"] = "3"
+	p := start(t, env(w.vars))
+	waitStatus(t, "http://"+w.admin+"/readyz", http.StatusOK)
+	cl.WaitForStreamReplicas(t, js, w.stream, 3)
+
+	written := 0
+	for i := range 3 {
+		cl.Stop(i)
+		for range 3 {
+			w.write(w.tenant)
+			written++
+		}
+		w.waitPublished(written)
+		cl.Restart(t, i)
+		cl.WaitForStreamReplicas(t, js, w.stream, 3)
+	}
+	require.Len(t, w.streamIDs(), written)
+	require.Zero(t, w.count(`SELECT count(*) FROM outbox_events WHERE parked_at IS NOT NULL`))
+	require.NoError(t, p.Stop())
 }
 
 // TestDaemon runs the relay as operators do: it provisions the stream,

@@ -124,6 +124,13 @@ func (s *Set) Int(p *int, name, env string, def, minimum int, usage string) {
 	})
 }
 
+// Func defines a string setting whose value parse checks and stores; an
+// error it returns is reported naming the flag or variable. parse also
+// sees the default, and "" when the default is "" and nothing is set.
+func (s *Set) Func(name, env, def, usage string, parse func(string) error) {
+	s.add(name, env, def, usage, parse)
+}
+
 // OptionalInt defines an integer setting that may be left unset (then *p
 // stays 0), and when set must be minimum to maximum: for the settings whose
 // absence means something else than any value (keep what is there).
