@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/quillhq/quill/internal/testkit"
 )
@@ -386,4 +387,17 @@ func (c *Cluster) Restart(t testing.TB, i int) {
 	c.mu.Unlock()
 	c.waitReady(t, c.nodes[i])
 	c.WaitForLeader(t)
+}
+
+// ClusterLeakOptions are the goleak options of a package whose tests stop
+// and restart nodes of a Cluster that hold replicated consumers: a node
+// shut down in-process while such a consumer catches up can leave its file
+// store's state flusher (and the store's access-time ticker) running after
+// Shutdown returned. They belong to nats-server, not to the code under
+// test.
+func ClusterLeakOptions() []goleak.Option {
+	return []goleak.Option{
+		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server.(*fileStore).flushStreamStateLoop"),
+		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server/ats.Register.func1"),
+	}
 }

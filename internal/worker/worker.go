@@ -367,6 +367,14 @@ func (w *Worker) awaitConsumer(ctx context.Context) (jetstream.Consumer, bool) {
 	}
 }
 
+// pullHeartbeat is the idle heartbeat of each subscription's pull
+// requests. A pull request waits on the consumer's leader; when that node
+// goes away (a cluster node stopped, a leader election) the request is
+// lost without an answer, and the client only notices two missed
+// heartbeats later and pulls again. nats.go's default of 30s would leave a
+// worker idle that long after each failover.
+const pullHeartbeat = 5 * time.Second
+
 // The consumer's provisioning retries from consumerBackoffBase, doubling
 // up to consumerBackoffMax, each attempt bounded by consumerTimeout.
 const (
@@ -506,7 +514,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		AckWaitTimeout:      progressLimit*w.cfg.AckWait + 5*time.Second,
 		ResourceInitializer: w.resources,
 		NakDelay:            nakDelay{first: w.cfg.NakDelay, max: w.cfg.MaxNakDelay},
-		ConsumeOptions:      []jetstream.PullConsumeOpt{jetstream.PullMaxMessages(w.cfg.Prefetch)},
+		ConsumeOptions:      []jetstream.PullConsumeOpt{jetstream.PullMaxMessages(w.cfg.Prefetch), jetstream.PullHeartbeat(pullHeartbeat)},
 		Unmarshaler:         unmarshaler{w},
 	})
 	if err != nil {
