@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/go-json-experiment/json"
@@ -17,8 +18,8 @@ import (
 	"github.com/quillhq/quill/internal/auth"
 	"github.com/quillhq/quill/internal/cli"
 	"github.com/quillhq/quill/internal/config"
-	"github.com/quillhq/quill/internal/daemon"
 	"github.com/quillhq/quill/internal/db"
+	"github.com/quillhq/quill/internal/natsconn"
 	"github.com/quillhq/quill/internal/notes"
 	"github.com/quillhq/quill/internal/opkey"
 	"github.com/quillhq/quill/internal/retention"
@@ -62,13 +63,14 @@ func (e auditExit) Error() string {
 
 func auditCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var (
-		databaseURL, natsURL string
-		cfg                  audit.Config
-		asJSON, noStream     bool
+		databaseURL      string
+		natsCfg          natsconn.Settings
+		cfg              audit.Config
+		asJSON, noStream bool
 	)
 	s := config.New("api audit", auditSynopsis, getenv, stdout)
 	s.String(&databaseURL, "database-url", "DATABASE_URL", db.DefaultURL, "PostgreSQL URL")
-	s.String(&natsURL, "nats-url", "NATS_URL", daemon.DefaultNATSURL, "NATS URL (JetStream enabled); the stream is compared with the outbox")
+	natsCfg.Define(s, "NATS with JetStream; the stream is compared with the outbox")
 	cfg.Stream.DefineSubjects(s)
 	s.String(&cfg.Consumer, "consumer", "QUILL_CONSUMER", audit.DefaultConsumer, "the attachment worker's durable consumer (its inbox's consumer)")
 	s.Duration(&cfg.ResponseRetention, "idempotency-retention", "QUILL_IDEMPOTENCY_RETENTION", notes.DefaultResponseRetention, "how long a completed operation's response is replayed")
@@ -86,6 +88,9 @@ func auditCmd(ctx context.Context, args []string, getenv func(string) string, st
 	fs.BoolVar(&noStream, "no-stream", false, "do not check the stream (the audit is then complete without it)")
 	if err := cli.Parse(s, args); err != nil {
 		return err
+	}
+	if err := natsCfg.Validate(); err != nil {
+		return cli.UsageError{Msg: err.Error()}
 	}
 	switch {
 	case len(s.Args()) > 0:
@@ -115,9 +120,9 @@ func auditCmd(ctx context.Context, args []string, getenv func(string) string, st
 	if noStream {
 		notChecked = "skipped (--no-stream)"
 	} else {
-		nc, err := nats.Connect(natsURL, nats.Name("quill-audit"), nats.Timeout(natsConnectTimeout), nats.NoReconnect())
+		nc, err := natsCfg.Connect(nats.Name("quill-audit"), nats.Timeout(natsConnectTimeout), nats.NoReconnect())
 		if err != nil {
-			notChecked = fmt.Sprintf("NATS is not reachable at %s: %v", redactURL(natsURL), err)
+			notChecked = fmt.Sprintf("NATS is not reachable at %s: %v", redactURLs(natsCfg.Servers()), err)
 		} else {
 			defer nc.Close()
 			if js, err = jetstream.New(nc); err != nil {
@@ -160,6 +165,15 @@ func keyErr(key string) error {
 
 // redactURL drops a URL's user information (a password or token) from what
 // is printed.
+// redactURLs is redactURL of each URL of a comma-separated list.
+func redactURLs(list string) string {
+	urls := strings.Split(list, ",")
+	for i, u := range urls {
+		urls[i] = redactURL(strings.TrimSpace(u))
+	}
+	return strings.Join(urls, ",")
+}
+
 func redactURL(s string) string {
 	u, err := url.Parse(s)
 	if err != nil || u.User == nil {

@@ -147,6 +147,10 @@ func TestAuditCommandErrors(t *testing.T) {
 		{[]string{"audit", "--tenant", "acme", "--key", "has space"}, 2, "--key"},
 		{[]string{"audit", "--pending-threshold", "soon"}, 2, "pending-threshold"},
 		{[]string{"audit", "extra"}, 2, "unexpected arguments"},
+		// Bad NATS settings are usage errors, before the database is read.
+		{[]string{"audit", "--nats-url", "nats://n1:4222,,nats://n3:4222"}, 2, `invalid --nats-url "nats://n1:4222,,nats://n3:4222": server 2 of 3 is empty`},
+		{[]string{"audit", "--nats-creds", "/nonexistent/user.creds"}, 2, `invalid --nats-creds "/nonexistent/user.creds"`},
+		{[]string{"audit", "--nats-tls-cert", "audit.go"}, 2, "QUILL_NATS_TLS_CERT is set without QUILL_NATS_TLS_KEY"},
 		{[]string{"audit"}, 3, "cannot read the database"},
 		{[]string{"audit", "--help"}, 0, ""},
 	} {

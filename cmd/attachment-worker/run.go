@@ -16,6 +16,7 @@ import (
 	"github.com/quillhq/quill/internal/daemon"
 	"github.com/quillhq/quill/internal/deadletter"
 	"github.com/quillhq/quill/internal/metrics"
+	"github.com/quillhq/quill/internal/natsconn"
 	"github.com/quillhq/quill/internal/outbox"
 	"github.com/quillhq/quill/internal/worker"
 )
@@ -49,7 +50,7 @@ type settings struct {
 
 func (c *settings) define(s *config.Set) {
 	w := &c.worker
-	w.Stream.Define(s, false)
+	w.Stream.DefineSubjects(s)
 	s.String(&w.Consumer, "consumer", "QUILL_CONSUMER", worker.DefaultConsumer, "durable consumer name (and the inbox's consumer)")
 	s.Int(&w.MaxDeliver, "max-deliver", "QUILL_MAX_DELIVER", worker.DefaultMaxDeliver, 1, "deliveries before a failing event becomes a dead letter")
 	s.Duration(&w.AckWait, "ack-wait", "QUILL_ACK_WAIT", worker.DefaultAckWait, "the consumer's ack wait")
@@ -79,9 +80,6 @@ func (c *settings) start(ctx context.Context, ds daemon.Settings, stderr io.Writ
 	if err != nil {
 		return cli.UsageError{Msg: err.Error()}
 	}
-	if err := d.Provision(ctx, "consumer_provisioning_failed", "cannot start: the stream or the durable consumer could not be set up", w.Provision); err != nil {
-		return err
-	}
 	return d.Run(ctx, map[string]metrics.ReadyFunc{"worker": w.Ready}, func(ctx context.Context) error {
 		// The notifier outlives the worker by a moment: it is stopped
 		// after the worker returned, so the last commits still wake the
@@ -106,7 +104,8 @@ func deadLetters(ctx context.Context, args []string, getenv func(string) string,
 		return cli.UsageError{Msg: fmt.Sprintf("unknown dead-letters command %q; %s", sub, usage)}
 	}
 	var c daemon.CommandSettings
-	var natsURL, consumer string
+	var natsCfg natsconn.Settings
+	var consumer string
 	var all, asJSON bool
 	s := config.New("attachment-worker dead-letters "+sub, usage, getenv, stdout)
 	c.Define(s)
@@ -115,10 +114,13 @@ func deadLetters(ctx context.Context, args []string, getenv func(string) string,
 		s.FlagSet().BoolVar(&all, "all", false, "include dead letters already re-driven")
 		s.FlagSet().BoolVar(&asJSON, "json", false, "one JSON object per line")
 	} else {
-		s.String(&natsURL, "nats-url", "NATS_URL", daemon.DefaultNATSURL, "NATS URL (JetStream enabled)")
+		natsCfg.Define(s, "NATS with JetStream")
 	}
 	if err := cli.Parse(s, args); err != nil {
 		return err
+	}
+	if err := natsCfg.Validate(); err != nil {
+		return cli.UsageError{Msg: err.Error()}
 	}
 	var id int64
 	switch {
@@ -135,7 +137,7 @@ func deadLetters(ctx context.Context, args []string, getenv func(string) string,
 	}
 	defer pool.Close()
 	if sub == "retry" {
-		nc, err := nats.Connect(natsURL, nats.Name("quill-attachment-worker-cli"))
+		nc, err := natsCfg.Connect(nats.Name("quill-attachment-worker-cli"))
 		if err != nil {
 			log.Error().Err(err).Str("error_category", "nats_unreachable").Msg("NATS is not reachable at NATS_URL")
 			return cli.LoggedError{Err: err}

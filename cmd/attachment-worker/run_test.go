@@ -22,6 +22,7 @@ import (
 	"github.com/quillhq/quill/internal/httpapi"
 	"github.com/quillhq/quill/internal/natstest"
 	"github.com/quillhq/quill/internal/notes"
+	"github.com/quillhq/quill/internal/stream"
 	"github.com/quillhq/quill/internal/testkit"
 )
 
@@ -51,14 +52,11 @@ func TestRunProcessesAndDeadLetters(t *testing.T) {
 	stderr := &syncBuffer{}
 	errc := make(chan error, 1)
 	go func() { errc <- run(ctx, nil, env(vars), io.Discard, stderr) }()
-	testkit.WaitFor(t, 30*time.Second, func() bool {
-		resp, err := http.Get("http://" + admin + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, "/readyz ok")
+	// No relay has created the stream yet: the worker waits and says why.
+	body := waitReadyz(t, admin, http.StatusServiceUnavailable)
+	require.Contains(t, body, "stream CMD_"+suffix+" not found; waiting for a relay to create it")
+	provisionAsRelay(t, srv, "CMD_"+suffix, "q"+suffix)
+	waitReadyz(t, admin, http.StatusOK)
 
 	// A note.created event as the relay publishes it.
 	svc, err := notes.NewService(pool, notes.Config{}, zerolog.Nop())
@@ -132,6 +130,154 @@ func TestRunProcessesAndDeadLetters(t *testing.T) {
 	require.Contains(t, stderr.String(), `"message":"stopped"`)
 }
 
+// waitReadyz waits until the worker's /readyz answers status and returns
+// the body.
+func waitReadyz(t *testing.T, admin string, status int) string {
+	t.Helper()
+	var body string
+	testkit.WaitFor(t, 30*time.Second, func() bool {
+		resp, err := http.Get("http://" + admin + "/readyz")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		body = string(b)
+		return resp.StatusCode == status
+	}, fmt.Sprintf("/readyz %d", status))
+	return body
+}
+
+// provisionAsRelay creates the stream as a relay starting does.
+func provisionAsRelay(t *testing.T, srv *natstest.Server, name, prefix string) {
+	t.Helper()
+	_, js := srv.Connect(t)
+	_, err := stream.Provision(t.Context(), js, stream.Config{Name: name, SubjectPrefix: prefix}.WithDefaults())
+	require.NoError(t, err)
+}
+
+// NATS stopped right after the worker started: the worker keeps running
+// (it used to exit with "start consuming: …"), says why it is not ready,
+// and consumes once NATS is back.
+func TestRunSurvivesNATSGoneAtStart(t *testing.T) {
+	t.Parallel()
+	pool, dbURL := dbtest.Pool(t, 4)
+	srv := natstest.Start(t)
+	suffix := strings.ReplaceAll(uuid.NewString(), "-", "")[:10]
+	provisionAsRelay(t, srv, "GONE_"+suffix, "q"+suffix)
+	admin := freeAddr(t)
+	vars := map[string]string{"DATABASE_URL": dbURL, "NATS_URL": srv.URL(), "QUILL_STREAM": "GONE_" + suffix,
+		"QUILL_SUBJECT_PREFIX": "q" + suffix, "QUILL_CONSUMER": "w-" + suffix, "QUILL_ADMIN_ADDR": admin, "QUILL_ACK_WAIT": "5s"}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stderr := &syncBuffer{}
+	errc := make(chan error, 1)
+	go func() { errc <- run(ctx, nil, env(vars), io.Discard, stderr) }()
+	testkit.WaitFor(t, 30*time.Second, func() bool { return strings.Contains(stderr.String(), `"listener":"admin"`) }, "the worker to start")
+	srv.Stop()
+	body := waitReadyz(t, admin, http.StatusServiceUnavailable)
+	require.Contains(t, strings.ToLower(body), "nats")
+	select {
+	case err := <-errc:
+		t.Fatalf("the worker exited while NATS was down: %v\n%s", err, stderr.String())
+	default:
+	}
+	srv.Restart(t)
+	waitReadyz(t, admin, http.StatusOK)
+
+	svc, err := notes.NewService(pool, notes.Config{}, zerolog.Nop())
+	require.NoError(t, err)
+	data := []byte("back\n")
+	sum := sha256.Sum256(data)
+	tenant := "t-" + suffix
+	_, err = svc.Create(t.Context(), notes.Request{Tenant: tenant, Key: "k1", Wait: -1, Render: httpapi.RenderWrite},
+		notes.CreateParams{Title: "x", Attachment: &notes.NewAttachment{Filename: "a.txt", ContentType: "text/plain", Data: data, SHA256: hex.EncodeToString(sum[:])}})
+	require.NoError(t, err)
+	var payload []byte
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT payload FROM outbox_events`).Scan(&payload))
+	_, js := srv.Connect(t)
+	m := nats.NewMsg("q" + suffix + "." + tenant + ".note.created")
+	m.Data = payload
+	_, err = js.PublishMsg(t.Context(), m)
+	require.NoError(t, err)
+	testkit.WaitFor(t, 30*time.Second, func() bool {
+		var status string
+		require.NoError(t, pool.QueryRow(t.Context(), `SELECT status FROM attachments`).Scan(&status))
+		return status == "processed"
+	}, "processed after NATS came back")
+
+	cancel()
+	select {
+	case err := <-errc:
+		require.NoError(t, err, stderr.String())
+	case <-time.After(30 * time.Second):
+		t.Fatal("run did not return after SIGTERM")
+	}
+}
+
+// TestClusterFailover: a worker given the cluster's server list keeps its
+// durable consumer as each node in turn is stopped and started again, and
+// processes the notes written meanwhile.
+func TestClusterFailover(t *testing.T) {
+	t.Parallel()
+	pool, dbURL := dbtest.Pool(t, 4)
+	cl := natstest.StartCluster(t, 3)
+	_, js := cl.Connect(t)
+	suffix := strings.ReplaceAll(uuid.NewString(), "-", "")[:10]
+	name, prefix := "CL_"+suffix, "q"+suffix
+	_, err := stream.Provision(t.Context(), js, stream.Config{Name: name, SubjectPrefix: prefix, Replicas: 3}.WithDefaults())
+	require.NoError(t, err)
+	cl.WaitForStreamReplicas(t, js, name, 3)
+	admin := freeAddr(t)
+	vars := map[string]string{"DATABASE_URL": dbURL, "NATS_URL": cl.URLs(), "QUILL_STREAM": name,
+		"QUILL_SUBJECT_PREFIX": prefix, "QUILL_CONSUMER": "w-" + suffix, "QUILL_ADMIN_ADDR": admin, "QUILL_ACK_WAIT": "5s"}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stderr := &syncBuffer{}
+	errc := make(chan error, 1)
+	go func() { errc <- run(ctx, nil, env(vars), io.Discard, stderr) }()
+	waitReadyz(t, admin, http.StatusOK)
+
+	svc, err := notes.NewService(pool, notes.Config{}, zerolog.Nop())
+	require.NoError(t, err)
+	tenant := "t-" + suffix
+	for i := range 3 {
+		cl.Stop(i)
+		data := fmt.Appendf(nil, "note %d\n", i)
+		sum := sha256.Sum256(data)
+		key := fmt.Sprintf("k%d", i)
+		_, err = svc.Create(t.Context(), notes.Request{Tenant: tenant, Key: key, Wait: -1, Render: httpapi.RenderWrite},
+			notes.CreateParams{Title: "x", Attachment: &notes.NewAttachment{Filename: "a.txt", ContentType: "text/plain", Data: data, SHA256: hex.EncodeToString(sum[:])}})
+		require.NoError(t, err)
+		var payload []byte
+		require.NoError(t, pool.QueryRow(t.Context(), `SELECT payload FROM outbox_events ORDER BY seq DESC LIMIT 1`).Scan(&payload))
+		m := nats.NewMsg(prefix + "." + tenant + ".note.created")
+		m.Data = payload
+		testkit.WaitFor(t, 30*time.Second, func() bool {
+			pctx, pcancel := context.WithTimeout(t.Context(), 2*time.Second)
+			defer pcancel()
+			_, err := js.PublishMsg(pctx, m)
+			return err == nil
+		}, "the note's event published")
+		testkit.WaitFor(t, 30*time.Second, func() bool {
+			var n int
+			require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM attachments WHERE status = 'processed'`).Scan(&n))
+			return n == i+1
+		}, fmt.Sprintf("note %d processed with node %d down", i, i))
+		cl.Restart(t, i)
+		// Caught up before the next node stops (and before the end: a
+		// node shut down while catching up may leave a store goroutine).
+		cl.WaitForStreamReplicas(t, js, name, 3)
+	}
+	cancel()
+	select {
+	case err := <-errc:
+		require.NoError(t, err, stderr.String())
+	case <-time.After(30 * time.Second):
+		t.Fatal("run did not return after SIGTERM")
+	}
+}
+
 func TestRunErrors(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -146,6 +292,11 @@ func TestRunErrors(t *testing.T) {
 		{"zero ack wait", nil, map[string]string{"QUILL_ACK_WAIT": "0s"}, 2},
 		{"concurrency above MaxAckPending", nil, map[string]string{"QUILL_WORKER_CONCURRENCY": "257"}, 2},
 		{"bad log level", nil, map[string]string{"QUILL_LOG_LEVEL": "loud"}, 2},
+		{"malformed server list", nil, map[string]string{"NATS_URL": "nats://127.0.0.1:1,,nats://127.0.0.1:2"}, 2},
+		{"unreadable credentials", nil, map[string]string{"QUILL_NATS_CREDS": "/nonexistent/user.creds"}, 2},
+		{"certificate without key", nil, map[string]string{"QUILL_NATS_TLS_CERT": "run.go"}, 2},
+		{"retry with a malformed server list", []string{"dead-letters", "retry", "1"}, map[string]string{"NATS_URL": "nats://:1"}, 2},
+		{"retry with unreadable credentials", []string{"dead-letters", "retry", "1"}, map[string]string{"QUILL_NATS_CREDS": "/nonexistent"}, 2},
 		{"unknown command", []string{"frobnicate"}, nil, 2},
 		{"retry without id", []string{"dead-letters", "retry"}, nil, 2},
 		{"retry bad id", []string{"dead-letters", "retry", "abc"}, nil, 2},

@@ -48,7 +48,7 @@ type settings struct {
 
 func (c *settings) define(s *config.Set) {
 	r := &c.relay
-	r.Stream.Define(s, true)
+	r.Stream.Define(s)
 	s.Duration(&r.Lease, "lease", "QUILL_RELAY_LEASE", relay.DefaultLease, "how long PostgreSQL keeps the claims of a relay whose connection went silent (a relay that exits loses them at once)")
 	s.Duration(&r.PollInterval, "poll-interval", "QUILL_RELAY_POLL_INTERVAL", relay.DefaultPollInterval, "polling fallback when notifications are lost")
 	s.Duration(&r.MaxBackoff, "max-backoff", "QUILL_RELAY_MAX_BACKOFF", relay.DefaultMaxBackoff, "longest backoff while NATS or PostgreSQL fail")
@@ -65,7 +65,7 @@ func (c *settings) start(ctx context.Context, ds daemon.Settings, stderr io.Writ
 		}
 	}
 	d, err := daemon.Start(ctx, ds, daemon.Process{Name: "relay", PoolSize: 8,
-		Disconnected: "NATS connection lost; events wait in the outbox"}, stderr)
+		Disconnected: "NATS connection lost; events wait in the outbox", NATSOptions: relay.ConnOptions()}, stderr)
 	if err != nil {
 		return err
 	}
@@ -83,7 +83,7 @@ func (c *settings) start(ctx context.Context, ds daemon.Settings, stderr io.Writ
 		return err
 	}
 	log.Info().Str("stream", cfg.Stream.Name).Str("subjects", stream.All(cfg.Stream.SubjectPrefix)).Dur("duplicate_window", cfg.Stream.DuplicateWindow).
-		Dur("max_age", cfg.Stream.MaxAge).Msg("stream provisioned")
+		Dur("max_age", cfg.Stream.MaxAge).Int("replicas", r.StreamReplicas()).Msg("stream provisioned")
 	return d.Run(ctx, map[string]metrics.ReadyFunc{"relay": r.Ready}, r.Run, cleaner.Run)
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"flag"
 	"io"
+	"maps"
 	"net/http"
 	"strings"
 	"testing"
@@ -110,10 +111,18 @@ func (w *world) ctx() context.Context {
 // does; it returns the event id.
 func (w *world) write(tenant string) uuid.UUID {
 	w.t.Helper()
+	return w.writeData(tenant, nil)
+}
+
+// writeData is write with data added to the event's.
+func (w *world) writeData(tenant string, extra map[string]any) uuid.UUID {
+	w.t.Helper()
 	ctx := w.ctx()
 	note := uuid.New()
+	data := map[string]any{"id": note.String()}
+	maps.Copy(data, extra)
 	e := outbox.Event{ID: uuid.Must(uuid.NewV7()), Tenant: tenant, AggregateID: note, Type: outbox.TypeNoteCreated,
-		Time: time.Now(), Data: map[string]any{"id": note.String()}}
+		Time: time.Now(), Data: data}
 	require.NoError(w.t, db.WithTx(ctx, w.pool, func(tx pgx.Tx) error { return outbox.Insert(ctx, tx, e) }))
 	_, err := w.pool.Exec(ctx, `SELECT pg_notify($1, '')`, outbox.NotifyChannel)
 	require.NoError(w.t, err)
@@ -164,7 +173,7 @@ func TestHelp(t *testing.T) {
 	require.Zero(t, exitCode(err, &stderr))
 	require.Empty(t, stderr.String())
 	for _, v := range []string{"DATABASE_URL", "NATS_URL", "QUILL_ADMIN_ADDR", "QUILL_STREAM", "QUILL_SUBJECT_PREFIX",
-		"QUILL_DUPLICATE_WINDOW", "QUILL_STREAM_MAX_AGE", "QUILL_RELAY_LEASE", "QUILL_RELAY_POLL_INTERVAL",
+		"QUILL_DUPLICATE_WINDOW", "QUILL_STREAM_MAX_AGE", "QUILL_STREAM_REPLICAS", "QUILL_NATS_CREDS", "QUILL_NATS_TLS_CA", "QUILL_NATS_TLS_CERT", "QUILL_NATS_TLS_KEY", "QUILL_RELAY_LEASE", "QUILL_RELAY_POLL_INTERVAL",
 		"QUILL_RELAY_MAX_BACKOFF", "QUILL_RELAY_BATCH", "QUILL_OUTBOX_RETENTION", "QUILL_INBOX_RETENTION", "QUILL_LOG_LEVEL"} {
 		require.Contains(t, out, v)
 	}
@@ -206,6 +215,18 @@ func TestCommandLineErrors(t *testing.T) {
 		{env: map[string]string{"QUILL_DUPLICATE_WINDOW": "2m", "QUILL_RELAY_MAX_BACKOFF": "2m"}, want: []string{"QUILL_RELAY_MAX_BACKOFF 2m0s", "QUILL_DUPLICATE_WINDOW 2m0s"}},
 		{env: map[string]string{"QUILL_DUPLICATE_WINDOW": "200h"}, want: []string{"QUILL_DUPLICATE_WINDOW 200h0m0s", "QUILL_STREAM_MAX_AGE 168h0m0s"}},
 		{env: map[string]string{"QUILL_STREAM_MAX_AGE": "400h"}, want: []string{"QUILL_INBOX_RETENTION 336h0m0s", "QUILL_STREAM_MAX_AGE 400h0m0s"}},
+		{env: map[string]string{"QUILL_STREAM_REPLICAS": "0"}, want: []string{`invalid QUILL_STREAM_REPLICAS "0"`, "1 to 5"}},
+		{env: map[string]string{"QUILL_STREAM_REPLICAS": "6"}, want: []string{`invalid QUILL_STREAM_REPLICAS "6"`, "1 to 5"}},
+		{env: map[string]string{"QUILL_STREAM_REPLICAS": "three"}, want: []string{`invalid QUILL_STREAM_REPLICAS "three"`, "not an integer"}},
+		{args: []string{"--stream-replicas", "-1"}, want: []string{`invalid --stream-replicas "-1"`}},
+		// NATS settings: a server list with a malformed entry, unreadable
+		// files, a certificate without its key.
+		{env: map[string]string{"NATS_URL": "nats://127.0.0.1:1,nats://:4222"}, want: []string{`invalid NATS_URL "nats://127.0.0.1:1,nats://:4222"`, "server 2 of 2", "no host"}},
+		{env: map[string]string{"NATS_URL": "nats://127.0.0.1:1,"}, want: []string{`invalid NATS_URL`, "server 2 of 2 is empty"}},
+		{env: map[string]string{"QUILL_NATS_CREDS": "/nonexistent/user.creds"}, want: []string{`invalid QUILL_NATS_CREDS "/nonexistent/user.creds"`, "no such file"}},
+		{env: map[string]string{"QUILL_NATS_TLS_CA": "/nonexistent/ca.pem"}, want: []string{`invalid QUILL_NATS_TLS_CA`}},
+		{env: map[string]string{"QUILL_NATS_TLS_CERT": "run.go"}, want: []string{"QUILL_NATS_TLS_CERT is set without QUILL_NATS_TLS_KEY"}},
+		{args: []string{"--nats-tls-key", "/nonexistent/key.pem"}, want: []string{`invalid --nats-tls-key "/nonexistent/key.pem"`}},
 		{args: []string{"events"}, want: []string{"usage: relay events"}},
 		{args: []string{"events", "bogus"}, want: []string{`unknown events command "bogus"`}},
 		{args: []string{"events", "list"}, want: []string{"usage: relay events"}},
@@ -285,6 +306,91 @@ func TestUnreachableDependencyAtStart(t *testing.T) {
 	}
 }
 
+// TestOperatorsReplicatedStream: relays started and restarted against an
+// operator's R3 stream on a three-node cluster leave it at R3 with the
+// operator's settings, and publish to it through the cluster's server list.
+func TestOperatorsReplicatedStream(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	cl := natstest.StartCluster(t, 3)
+	_, js := cl.Connect(t)
+	w.js = js
+	w.vars["NATS_URL"] = cl.URLs()
+	op := jetstream.StreamConfig{Name: w.stream, Subjects: []string{w.prefix + ".>"}, Storage: jetstream.FileStorage,
+		Replicas: 3, Duplicates: 2 * time.Minute, MaxAge: 2 * time.Hour, MaxMsgs: 123456, MaxBytes: 1 << 30,
+		Description: "set by the operator", Compression: jetstream.S2Compression}
+	_, err := js.CreateStream(w.ctx(), op)
+	require.NoError(t, err)
+	cl.WaitForStreamReplicas(t, js, w.stream, 3)
+
+	for i := range 2 { // a start and a restart of two relays
+		a := start(t, env(w.vars))
+		bvars := maps.Clone(w.vars)
+		bvars["QUILL_ADMIN_ADDR"] = freeAddr(t)
+		b := start(t, env(bvars))
+		waitStatus(t, "http://"+w.admin+"/readyz", http.StatusOK)
+		waitStatus(t, "http://"+bvars["QUILL_ADMIN_ADDR"]+"/readyz", http.StatusOK)
+		w.write(w.tenant)
+		w.waitPublished(i + 1)
+		require.NoError(t, a.Stop())
+		require.NoError(t, b.Stop())
+
+		st, err := js.Stream(w.ctx(), w.stream)
+		require.NoError(t, err)
+		cfg := st.CachedInfo().Config
+		require.Equal(t, 3, cfg.Replicas, "the operator's replicas are kept")
+		require.Equal(t, time.Minute, cfg.Duplicates, "Quill's window")
+		require.Equal(t, time.Hour, cfg.MaxAge, "Quill's MaxAge")
+		require.Equal(t, op.MaxMsgs, cfg.MaxMsgs)
+		require.Equal(t, op.MaxBytes, cfg.MaxBytes)
+		require.Equal(t, op.Description, cfg.Description)
+		require.Equal(t, op.Compression, cfg.Compression)
+	}
+	require.Len(t, w.streamIDs(), 2)
+
+	// Asked for, the replicas change.
+	w.vars["QUILL_STREAM_REPLICAS"] = "1"
+	p := start(t, env(w.vars))
+	waitStatus(t, "http://"+w.admin+"/readyz", http.StatusOK)
+	require.NoError(t, p.Stop())
+	st, err := js.Stream(w.ctx(), w.stream)
+	require.NoError(t, err)
+	require.Equal(t, 1, st.CachedInfo().Config.Replicas)
+	require.Equal(t, op.Description, st.CachedInfo().Config.Description)
+}
+
+// TestClusterFailover: a relay given the cluster's server list creates the
+// stream R3 (QUILL_STREAM_REPLICAS=3) and, as each node in turn is stopped
+// (the one the relay is connected to among them) and started again, keeps
+// publishing from where the outbox stands: every event once, none parked.
+func TestClusterFailover(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	cl := natstest.StartCluster(t, 3)
+	_, js := cl.Connect(t)
+	w.js = js
+	w.vars["NATS_URL"] = cl.URLs()
+	w.vars["QUILL_STREAM_REPLICAS"] = "3"
+	p := start(t, env(w.vars))
+	waitStatus(t, "http://"+w.admin+"/readyz", http.StatusOK)
+	cl.WaitForStreamReplicas(t, js, w.stream, 3)
+
+	written := 0
+	for i := range 3 {
+		cl.Stop(i)
+		for range 3 {
+			w.write(w.tenant)
+			written++
+		}
+		w.waitPublished(written)
+		cl.Restart(t, i)
+		cl.WaitForStreamReplicas(t, js, w.stream, 3)
+	}
+	require.Len(t, w.streamIDs(), written)
+	require.Zero(t, w.count(`SELECT count(*) FROM outbox_events WHERE parked_at IS NOT NULL`))
+	require.NoError(t, p.Stop())
+}
+
 // TestDaemon runs the relay as operators do: it provisions the stream,
 // publishes committed events, reports not ready while NATS is down and
 // publishes what was written meanwhile once NATS is back, exports its
@@ -348,10 +454,11 @@ func TestDaemon(t *testing.T) {
 	require.NotContains(t, logs, `"level":"error"`)
 }
 
-// TestParkedEventRetryFromTheCommandLine: an event whose subject no stream
-// captures (an operator narrowed the stream's subjects) is parked with its
-// reason while the other events flow; `relay events list --parked` shows it,
-// and after the stream is fixed `relay events retry ID` has it published.
+// TestParkedEventRetryFromTheCommandLine: an event the stream refuses (an
+// operator set the stream's MaxMsgSize below its size, a setting the relay
+// keeps) is parked with its reason while the other events flow; `relay
+// events list --parked` shows it, and after the operator raised the limit
+// `relay events retry ID` has it published.
 func TestParkedEventRetryFromTheCommandLine(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
@@ -362,17 +469,17 @@ func TestParkedEventRetryFromTheCommandLine(t *testing.T) {
 	st, err := w.js.Stream(w.ctx(), w.stream)
 	require.NoError(t, err)
 	cfg := st.CachedInfo().Config
-	cfg.Subjects = []string{w.prefix + "." + w.tenant + ".>"}
+	cfg.MaxMsgSize = 2048
 	_, err = w.js.UpdateStream(w.ctx(), cfg)
 	require.NoError(t, err)
 
 	other := "globex-" + w.suffix
 	first := w.write(w.tenant)
-	stuck := w.write(other)
+	stuck := w.writeData(other, map[string]any{"padding": strings.Repeat("x", 4096)})
 	later := w.write(w.tenant)
 	testkit.WaitFor(t, waitLong, func() bool {
 		return w.count(`SELECT count(*) FROM outbox_events WHERE id = $1 AND parked_at IS NOT NULL`, stuck) == 1
-	}, "the uncaptured event to be parked")
+	}, "the refused event to be parked")
 	w.waitPublished(2)
 	inStream := w.streamIDs()
 	require.Contains(t, inStream, first.String())
@@ -387,17 +494,18 @@ func TestParkedEventRetryFromTheCommandLine(t *testing.T) {
 	require.Equal(t, stuck, parked.ID)
 	require.Equal(t, other, parked.Tenant)
 	require.Equal(t, outbox.TypeNoteCreated, parked.Type)
-	require.Equal(t, "no stream captures subject "+w.prefix+"."+other+".note.created", parked.Reason)
+	require.Contains(t, parked.Reason, "the stream refused the message")
+	require.Contains(t, parked.Reason, "message size exceeds maximum allowed")
 	require.GreaterOrEqual(t, parked.Attempts, 1)
 	require.False(t, parked.ParkedAt.IsZero())
 
 	out, _, err = runOut(t, getenv, "events", "list", "--parked")
 	require.NoError(t, err)
 	require.Contains(t, out, stuck.String())
-	require.Contains(t, out, "reason: no stream captures subject")
+	require.Contains(t, out, "reason: the stream refused the message")
 
 	// The cause is fixed; the operator retries the event.
-	cfg.Subjects = []string{w.prefix + ".>"}
+	cfg.MaxMsgSize = -1
 	_, err = w.js.UpdateStream(w.ctx(), cfg)
 	require.NoError(t, err)
 	out, _, err = runOut(t, getenv, "events", "retry", stuck.String())

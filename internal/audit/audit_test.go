@@ -204,7 +204,7 @@ func TestCleanPipeline(t *testing.T) {
 	b := setup(t, nil)
 	logger := zerolog.Nop()
 
-	rnc, _ := b.srv.Connect(t)
+	rnc, _ := b.srv.Connect(t, relay.ConnOptions()...)
 	r, err := relay.New(b.pool, rnc, relay.Config{Stream: stream.Config{Name: b.stream, SubjectPrefix: b.prefix, DuplicateWindow: time.Minute,
 		MaxAge: time.Hour}, Lease: time.Second, PollInterval: 50 * time.Millisecond, MaxBackoff: 250 * time.Millisecond,
 		AckTimeout: time.Second}, logger, metrics.NewRelay(prometheus.NewRegistry()))

@@ -124,6 +124,33 @@ func (s *Set) Int(p *int, name, env string, def, minimum int, usage string) {
 	})
 }
 
+// Func defines a string setting whose value parse checks and stores; an
+// error it returns is reported naming the flag or variable. parse also
+// sees the default, and "" when the default is "" and nothing is set.
+func (s *Set) Func(name, env, def, usage string, parse func(string) error) {
+	s.add(name, env, def, usage, parse)
+}
+
+// OptionalInt defines an integer setting that may be left unset (then *p
+// stays 0), and when set must be minimum to maximum: for the settings whose
+// absence means something else than any value (keep what is there).
+func (s *Set) OptionalInt(p *int, name, env string, minimum, maximum int, usage string) {
+	s.add(name, env, "", usage, func(v string) error {
+		if v == "" {
+			return nil
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return errors.New("not an integer")
+		}
+		if n < minimum || n > maximum {
+			return fmt.Errorf("must be %d to %d", minimum, maximum)
+		}
+		*p = n
+		return nil
+	})
+}
+
 // Parse reads args and the environment. It returns flag.ErrHelp after
 // printing the usage for -h/--help, ErrVersion after printing the version for
 // --version (a bad environment stops neither), and otherwise an error naming

@@ -262,3 +262,40 @@ func TestParseVersion(t *testing.T) {
 	require.ErrorIs(t, s.Parse([]string{"-h"}), flag.ErrHelp)
 	require.Contains(t, out.String(), "--version", "the help lists --version")
 }
+
+// An OptionalInt left unset stays 0; when set it must be in range.
+func TestOptionalInt(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, env string
+		args      []string
+		want      int
+		err       string
+	}{
+		{name: "unset", want: 0},
+		{name: "set", env: "3", want: 3},
+		{name: "flag wins", env: "3", args: []string{"--replicas", "5"}, want: 5},
+		{name: "zero is out of range", env: "0", err: `invalid QUILL_REPLICAS "0": must be 1 to 5`},
+		{name: "too many", args: []string{"--replicas", "6"}, err: `invalid --replicas "6": must be 1 to 5`},
+		{name: "not a number", env: "three", err: `invalid QUILL_REPLICAS "three": not an integer`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var n int
+			s := config.New("relay run", "usage", func(k string) string {
+				if k == "QUILL_REPLICAS" {
+					return tc.env
+				}
+				return ""
+			}, &bytes.Buffer{})
+			s.OptionalInt(&n, "replicas", "QUILL_REPLICAS", 1, 5, "replicas")
+			err := s.Parse(tc.args)
+			if tc.err != "" {
+				require.EqualError(t, err, tc.err)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tc.want, n)
+		})
+	}
+}

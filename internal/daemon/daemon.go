@@ -26,10 +26,11 @@ import (
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/logging"
 	"github.com/quillhq/quill/internal/metrics"
+	"github.com/quillhq/quill/internal/natsconn"
 )
 
 // DefaultNATSURL is the NATS server used when NATS_URL is not set.
-const DefaultNATSURL = "nats://127.0.0.1:4222"
+const DefaultNATSURL = natsconn.DefaultURL
 
 // ShutdownTimeout bounds a server's graceful shutdown: in-flight requests
 // get this long to finish.
@@ -44,17 +45,20 @@ const ProvisionTimeout = 10 * time.Second
 // Settings are the settings every daemon shares.
 type Settings struct {
 	CommandSettings
-	// NATSURL is the NATS server (NATS_URL); AdminAddr the address of
-	// /healthz, /readyz and /metrics (QUILL_ADMIN_ADDR).
-	NATSURL, AdminAddr string
+	// NATS is how to reach NATS: NATS_URL (one URL or a cluster's server
+	// list), QUILL_NATS_CREDS and QUILL_NATS_TLS_*.
+	NATS natsconn.Settings
+	// AdminAddr is the address of /healthz, /readyz and /metrics
+	// (QUILL_ADMIN_ADDR).
+	AdminAddr string
 }
 
 // Define registers the shared settings on s (DATABASE_URL, NATS_URL,
-// QUILL_ADMIN_ADDR, QUILL_LOG_LEVEL); adminAddr is the process's default
-// admin address.
+// QUILL_NATS_CREDS, QUILL_NATS_TLS_*, QUILL_ADMIN_ADDR, QUILL_LOG_LEVEL);
+// adminAddr is the process's default admin address.
 func (d *Settings) Define(s *config.Set, adminAddr string) {
 	s.String(&d.DatabaseURL, "database-url", "DATABASE_URL", db.DefaultURL, "PostgreSQL URL")
-	s.String(&d.NATSURL, "nats-url", "NATS_URL", DefaultNATSURL, "NATS URL (JetStream enabled)")
+	d.NATS.Define(s, "NATS with JetStream")
 	s.String(&d.AdminAddr, "admin-addr", "QUILL_ADMIN_ADDR", adminAddr, "/healthz, /readyz and /metrics listen address")
 	s.String(&d.LogLevel, "log-level", "QUILL_LOG_LEVEL", "info", "log level: trace, debug, info, warn, error")
 }
@@ -113,6 +117,9 @@ type Process struct {
 	// Disconnected is the warning logged when the NATS connection is lost:
 	// it says what happens meanwhile.
 	Disconnected string
+	// NATSOptions are applied to the NATS connection after the shared
+	// ones (the relay's relay.ConnOptions).
+	NATSOptions []nats.Option
 }
 
 // Daemon holds what Start opened, for the daemon's services to use.
@@ -127,10 +134,14 @@ type Daemon struct {
 
 // Start builds the logger on stderr and opens the pool and the NATS
 // connection, which reconnects forever once made. It returns a
-// cli.UsageError for a bad log level, and a cli.LoggedError (logged as one
+// cli.UsageError for bad NATS settings (before anything is written) or a
+// bad log level, and a cli.LoggedError (logged as one
 // line with its error_category) when PostgreSQL or NATS is not reachable;
 // then nothing stays open. The caller must Close the Daemon.
 func Start(ctx context.Context, s Settings, p Process, stderr io.Writer) (*Daemon, error) {
+	if err := s.NATS.Validate(); err != nil {
+		return nil, cli.UsageError{Msg: err.Error()}
+	}
 	log, err := logging.New(stderr, s.LogLevel, p.Name)
 	if err != nil {
 		return nil, cli.UsageError{Msg: err.Error()}
@@ -140,7 +151,10 @@ func Start(ctx context.Context, s Settings, p Process, stderr io.Writer) (*Daemo
 		log.Error().Err(err).Str("error_category", "database_unreachable").Msg("cannot start: PostgreSQL is not reachable at DATABASE_URL")
 		return nil, cli.LoggedError{Err: err}
 	}
-	nc, err := nats.Connect(s.NATSURL, nats.Name("quill-"+p.Name), nats.MaxReconnects(-1),
+	// A server list is a cluster: the client fails over to the next
+	// server, and to those the cluster announces, keeping its
+	// subscriptions; the durable consumer and the outbox keep the position.
+	opts := append(s.NATS.Options(), nats.Name("quill-"+p.Name), nats.MaxReconnects(-1),
 		nats.ReconnectWait(time.Second), nats.RetryOnFailedConnect(false),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err == nil {
@@ -148,7 +162,10 @@ func Start(ctx context.Context, s Settings, p Process, stderr io.Writer) (*Daemo
 			}
 			log.Warn().Err(err).Str("error_category", "nats_disconnected").Msg(p.Disconnected)
 		}),
-		nats.ReconnectHandler(func(*nats.Conn) { log.Info().Msg("NATS connection restored") }))
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			log.Info().Str("server", nc.ConnectedUrlRedacted()).Msg("NATS connection restored")
+		}))
+	nc, err := nats.Connect(s.NATS.Servers(), append(opts, p.NATSOptions...)...)
 	if err != nil {
 		pool.Close()
 		log.Error().Err(err).Str("error_category", "nats_unreachable").Msg("cannot start: NATS is not reachable at NATS_URL")

@@ -17,6 +17,7 @@ import (
 	"github.com/quillhq/quill/internal/daemon"
 	"github.com/quillhq/quill/internal/dbtest"
 	"github.com/quillhq/quill/internal/metrics"
+	"github.com/quillhq/quill/internal/natsconn"
 	"github.com/quillhq/quill/internal/natstest"
 	"github.com/quillhq/quill/internal/testkit"
 )
@@ -28,7 +29,7 @@ func settings(t *testing.T) daemon.Settings {
 	_, dbURL := dbtest.Pool(t, 2)
 	srv := natstest.Start(t)
 	return daemon.Settings{CommandSettings: daemon.CommandSettings{DatabaseURL: dbURL, LogLevel: "info"},
-		NATSURL: srv.URL(), AdminAddr: "127.0.0.1:0"}
+		NATS: natsconn.Settings{URL: srv.URL()}, AdminAddr: "127.0.0.1:0"}
 }
 
 // Start refuses what cannot work with the error kind that decides the exit
@@ -43,7 +44,7 @@ func TestStartRefuses(t *testing.T) {
 	}{
 		{"bad log level", func(s *daemon.Settings) { s.LogLevel = "loud" }, ""},
 		{"database unreachable", func(s *daemon.Settings) { s.DatabaseURL = "postgres://postgres@127.0.0.1:1/x?sslmode=disable" }, "database_unreachable"},
-		{"nats unreachable", func(s *daemon.Settings) { s.NATSURL = "nats://127.0.0.1:1" }, "nats_unreachable"},
+		{"nats unreachable", func(s *daemon.Settings) { s.NATS.URL = "nats://127.0.0.1:1" }, "nats_unreachable"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -147,6 +147,9 @@ type Relay struct {
 	Published  prometheus.Counter // quill_relay_published_total
 	Errors     prometheus.Counter // quill_relay_publish_errors_total
 	Duplicates prometheus.Counter // quill_relay_duplicates_total
+	// Reprovisions counts the times the relay found the stream gone
+	// while publishing and provisioned it again.
+	Reprovisions prometheus.Counter // quill_relay_stream_reprovisions_total
 }
 
 // NewRelay registers the relay's metrics on reg; all start at zero.
@@ -163,8 +166,10 @@ func NewRelay(reg prometheus.Registerer) *Relay {
 		Published:  counter("quill_relay_published_total", "Events the stream acknowledged, duplicates included."),
 		Errors:     counter("quill_relay_publish_errors_total", "Publish attempts that failed (transient or permanent)."),
 		Duplicates: counter("quill_relay_duplicates_total", "Acknowledgements JetStream marked duplicate: an event republished within the duplicate window."),
+		Reprovisions: counter("quill_relay_stream_reprovisions_total",
+			"Times the relay found the stream missing (no responders, stream not found) while publishing and provisioned it again."),
 	}
-	reg.MustRegister(m.Pending, m.OldestAge, m.Published, m.Errors, m.Duplicates)
+	reg.MustRegister(m.Pending, m.OldestAge, m.Published, m.Errors, m.Duplicates, m.Reprovisions)
 	return m
 }
 

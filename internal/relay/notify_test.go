@@ -86,7 +86,7 @@ func startHourlyRelay(t *testing.T, name string, maxBackoff time.Duration) *hour
 	t.Cleanup(relayPool.Close)
 	srv := natstest.Start(t)
 	var nc *nats.Conn
-	nc, h.js = srv.Connect(t)
+	nc, h.js = srv.Connect(t, relay.ConnOptions()...)
 	h.cfg = relay.Config{Stream: stream.Config{Name: "HOURLY_" + strings.ToUpper(h.suffix), SubjectPrefix: "q" + h.suffix,
 		DuplicateWindow: 2 * time.Hour, MaxAge: 3 * time.Hour}, PollInterval: time.Hour,
 		Lease: time.Second, AckTimeout: time.Second, MaxBackoff: maxBackoff, Batch: 64}

@@ -37,7 +37,7 @@ func TestReadyFollowsPostgres(t *testing.T) {
 			pool, err := db.Open(t.Context(), proxied, 4)
 			require.NoError(t, err)
 			t.Cleanup(pool.Close)
-			nc, _ := h.srv.Connect(t)
+			nc, _ := h.srv.Connect(t, relay.ConnOptions()...)
 			r, err := relay.New(pool, nc, h.config(), testkit.Logger(t), metrics.NewRelay(prometheus.NewRegistry()),
 				relay.WithID(h.relayID("ready-"+tc.name)))
 			require.NoError(t, err)

@@ -25,6 +25,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -132,6 +133,8 @@ type Relay struct {
 	id    string
 	wake  chan struct{}
 	hooks Hooks
+
+	replicas atomic.Int64 // see StreamReplicas
 }
 
 // Option configures a Relay.
@@ -143,12 +146,29 @@ func WithHooks(h Hooks) Option { return func(r *Relay) { r.hooks = h } }
 // WithID names the relay in its claims (default host-pid-random).
 func WithID(id string) Option { return func(r *Relay) { r.id = id } }
 
-// New returns a relay over pool and nc. It returns an error when the
-// configuration does not validate or JetStream cannot be set up.
+// ConnOptions are the options a relay's NATS connection must have: no
+// reconnect buffer, so that a publish while the connection is down fails at
+// once and its event stays in the outbox. A buffered publish would be sent
+// whenever the connection comes back — perhaps after another relay has
+// published that event and the note's next one, past the duplicate window,
+// putting the note's events out of order in the stream.
+func ConnOptions() []nats.Option { return []nats.Option{nats.ReconnectBufSize(-1)} }
+
+// ErrReconnectBuffer is returned by New for a connection made without
+// ConnOptions.
+var ErrReconnectBuffer = errors.New("the relay's NATS connection must not buffer publishes while reconnecting (relay.ConnOptions)")
+
+// New returns a relay over pool and nc, a connection made with
+// ConnOptions. It returns an error when the configuration does not
+// validate, ErrReconnectBuffer when nc would buffer publishes, or an error
+// when JetStream cannot be set up.
 func New(pool *pgxpool.Pool, nc *nats.Conn, cfg Config, log zerolog.Logger, m *metrics.Relay, opts ...Option) (*Relay, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if nc.Opts.ReconnectBufSize >= 0 {
+		return nil, ErrReconnectBuffer
 	}
 	// Two batches are in flight at most: one waiting for its acks and
 	// its mark, the next claimed and published meanwhile.
@@ -171,12 +191,20 @@ func defaultID() string {
 	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
 }
 
-// Provision creates the stream, or updates it to the configuration (see
-// stream.Provision). The error wraps JetStream's.
+// Provision creates the stream when it is missing, or sets what Quill owns
+// of an existing one (see stream.Provision). The error wraps JetStream's.
 func (r *Relay) Provision(ctx context.Context) error {
-	_, err := stream.Provision(ctx, r.js, r.cfg.Stream)
-	return err
+	st, err := stream.Provision(ctx, r.js, r.cfg.Stream)
+	if err != nil {
+		return err
+	}
+	r.replicas.Store(int64(st.CachedInfo().Config.Replicas))
+	return nil
 }
+
+// StreamReplicas returns the stream's replicas as the last Provision found
+// or made them, 0 before any.
+func (r *Relay) StreamReplicas() int { return int(r.replicas.Load()) }
 
 // Ready reports whether NATS is connected and PostgreSQL answers (see
 // metrics.CheckConnected).
@@ -497,7 +525,8 @@ func category(err error) string {
 	switch {
 	case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrTimeout),
 		errors.Is(err, jetstream.ErrAsyncPublishTimeout), errors.Is(err, nats.ErrNoResponders),
-		errors.Is(err, nats.ErrConnectionReconnecting), errors.Is(err, nats.ErrDisconnected):
+		errors.Is(err, nats.ErrConnectionReconnecting), errors.Is(err, nats.ErrDisconnected),
+		errors.Is(err, nats.ErrReconnectBufExceeded):
 		return "nats_unavailable"
 	case errors.Is(err, errDatabase):
 		return "database_unavailable"
@@ -595,12 +624,16 @@ func (r *Relay) settle(ctx context.Context, b *batch, acks []outbox.Published) e
 	}
 	var release []int64
 	var firstTransient error
+	missing := false
 	for i, err := range failed {
 		if err == nil {
 			continue
 		}
 		r.m.Errors.Inc()
 		e := events[i]
+		if streamMissing(err) {
+			missing = true
+		}
 		if reason, permanent := r.permanent(pctx, e, err); permanent {
 			r.log.Error().Str("event_id", e.ID.String()).Str("type", e.Type).Str("tenant", e.Tenant).
 				Str("error_category", "event_parked").Str("reason", reason).Msg("event parked: it cannot be published as it is")
@@ -613,6 +646,9 @@ func (r *Relay) settle(ctx context.Context, b *batch, acks []outbox.Published) e
 		if firstTransient == nil {
 			firstTransient = err
 		}
+	}
+	if missing {
+		r.reprovision(pctx, firstTransient)
 	}
 	if len(release) > 0 {
 		if err := outbox.Release(pctx, r.pool, release, firstTransient.Error()); err != nil {
@@ -635,24 +671,46 @@ func (r *Relay) message(e outbox.Pending) *nats.Msg {
 }
 
 // permanent decides whether a publish failure can never succeed as the
-// event is: a payload over the server's limit, a subject no stream captures,
-// or the stream refusing the message. Anything else — no responders while
-// JetStream restarts, timeouts, a closed connection — is transient.
-func (r *Relay) permanent(ctx context.Context, e outbox.Pending, err error) (string, bool) {
+// event is: a payload over the server's limit, or the stream refusing the
+// message. Anything else — no responders while JetStream restarts or the
+// stream is gone (streamMissing), timeouts, a closed connection — is
+// transient.
+func (r *Relay) permanent(_ context.Context, e outbox.Pending, err error) (string, bool) {
+	if streamMissing(err) {
+		return "", false
+	}
 	if reason, ok := refusal(err); ok {
 		return reason, true
 	}
-	switch {
-	case errors.Is(err, nats.ErrMaxPayload):
+	if errors.Is(err, nats.ErrMaxPayload) {
 		return fmt.Sprintf("payload of %d bytes exceeds the NATS server's max_payload of %d", len(e.Payload), r.nc.MaxPayload()), true
-	case errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrNoResponders):
-		subject := stream.Subject(r.cfg.Stream.SubjectPrefix, e.Tenant, e.Type)
-		_, lerr := r.js.StreamNameBySubject(ctx, subject)
-		if errors.Is(lerr, jetstream.ErrStreamNotFound) {
-			return "no stream captures subject " + subject, true
-		}
 	}
 	return "", false
+}
+
+// streamMissing reports a publish answer that says no stream took the
+// message: no responders (no stream captures the subject: the stream was
+// deleted, or its subjects changed) or stream not found. The relay owns the
+// stream's subjects, so each means the stream must be provisioned again —
+// never that the event is wrong.
+func streamMissing(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
+		(errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamNotFound)
+}
+
+// reprovision provisions the stream again after a publish found it
+// missing (cause). A failure is logged; the caller backs off and the next
+// pass tries again.
+func (r *Relay) reprovision(ctx context.Context, cause error) {
+	r.m.Reprovisions.Inc()
+	if err := r.Provision(ctx); err != nil {
+		r.log.Warn().Err(err).AnErr("cause", cause).Str("stream", r.cfg.Stream.Name).Str("error_category", "stream_missing").
+			Msg("the stream is missing and could not be provisioned again; events wait in the outbox, retrying with backoff")
+		return
+	}
+	r.log.Warn().AnErr("cause", cause).Str("stream", r.cfg.Stream.Name).Str("error_category", "stream_missing").
+		Int("replicas", r.StreamReplicas()).Msg("the stream was missing: provisioned it again; republishing with backoff")
 }
 
 // refusal reports a JetStream API error that refuses the message for good:

@@ -90,7 +90,7 @@ func (h *harness) newRelayLogging(cfg relay.Config, id string, log zerolog.Logge
 	pool, err := db.Open(context.Background(), dbtest.WithParam(t, h.url, "application_name", id), 4)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	nc, _ := h.srv.Connect(t)
+	nc, _ := h.srv.Connect(t, relay.ConnOptions()...)
 	m := metrics.NewRelay(prometheus.NewRegistry())
 	r, err := relay.New(pool, nc, cfg, log, m, append([]relay.Option{relay.WithID(id)}, opts...)...)
 	require.NoError(t, err)
@@ -846,7 +846,7 @@ func TestHeldBackEventsFollowWithoutWaitingForThePoll(t *testing.T) {
 	t.Cleanup(pool.Close)
 
 	srv := natstest.Start(t)
-	nc, js := srv.Connect(t)
+	nc, js := srv.Connect(t, relay.ConnOptions()...)
 	suffix := strings.ReplaceAll(uuid.NewString(), "-", "")[:10]
 	cfg := relay.Config{Stream: stream.Config{Name: "HELD_" + strings.ToUpper(suffix), SubjectPrefix: "q" + suffix,
 		DuplicateWindow: 2 * time.Minute, MaxAge: time.Hour}, Lease: time.Second, AckTimeout: time.Second,

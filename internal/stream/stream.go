@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -24,6 +25,11 @@ const (
 	DefaultSubjectPrefix   = "quill"
 	DefaultDuplicateWindow = 10 * time.Minute
 	DefaultMaxAge          = 168 * time.Hour
+	// DefaultReplicas is the replicas of a stream created while
+	// QUILL_STREAM_REPLICAS is unset.
+	DefaultReplicas = 1
+	// MaxReplicas is the most replicas JetStream allows a stream.
+	MaxReplicas = 5
 )
 
 // Config is the part of the stream's configuration that Quill owns. Every
@@ -39,6 +45,11 @@ type Config struct {
 	DuplicateWindow time.Duration
 	// MaxAge is the stream's MaxAge (QUILL_STREAM_MAX_AGE). Default 168h.
 	MaxAge time.Duration
+	// Replicas is the stream's replicas (QUILL_STREAM_REPLICAS), 1 to
+	// MaxReplicas. Zero means unset: a stream is created with
+	// DefaultReplicas and an existing one keeps its own, so an operator
+	// who scaled the stream is not overruled by a relay's start.
+	Replicas int
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -57,32 +68,35 @@ func (c *Config) DefineSubjects(s *config.Set) {
 	s.String(&c.SubjectPrefix, "subject-prefix", "QUILL_SUBJECT_PREFIX", DefaultSubjectPrefix, "first token of every subject")
 }
 
-// Define registers every stream setting on s: those of DefineSubjects,
-// QUILL_DUPLICATE_WINDOW and QUILL_STREAM_MAX_AGE. owner says whether the
-// process sets the stream's settings (the relay) or uses them only to
-// create a missing stream (a consumer); the help texts say which.
-func (c *Config) Define(s *config.Set, owner bool) {
+// Define registers the settings of the stream's owner, the relay, on s:
+// those of DefineSubjects, QUILL_DUPLICATE_WINDOW, QUILL_STREAM_MAX_AGE and
+// QUILL_STREAM_REPLICAS. A consumer, which never creates the stream, needs
+// only DefineSubjects.
+func (c *Config) Define(s *config.Set) {
 	c.DefineSubjects(s)
-	window, maxAge := "the stream's Duplicates window", "the stream's MaxAge; at least the duplicate window, at most the inbox retention"
-	if !owner {
-		window, maxAge = window+", used only if the worker creates the stream", "the stream's MaxAge, used only if the worker creates the stream"
-	}
-	s.Duration(&c.DuplicateWindow, "duplicate-window", "QUILL_DUPLICATE_WINDOW", DefaultDuplicateWindow, window)
-	s.Duration(&c.MaxAge, "stream-max-age", "QUILL_STREAM_MAX_AGE", DefaultMaxAge, maxAge)
+	s.Duration(&c.DuplicateWindow, "duplicate-window", "QUILL_DUPLICATE_WINDOW", DefaultDuplicateWindow, "the stream's Duplicates window")
+	s.Duration(&c.MaxAge, "stream-max-age", "QUILL_STREAM_MAX_AGE", DefaultMaxAge, "the stream's MaxAge; at least the duplicate window, at most the inbox retention")
+	s.OptionalInt(&c.Replicas, "stream-replicas", "QUILL_STREAM_REPLICAS", 1, MaxReplicas,
+		"the stream's replicas; unset: a new stream gets 1 and an existing one keeps its own; set: an existing stream is scaled to it")
 }
 
 // Validate returns an error naming the settings when the duplicate window
-// does not fit in the stream's MaxAge: JetStream would forget a message's
-// id while it could still be republished.
+// does not fit in the stream's MaxAge (JetStream would forget a message's
+// id while it could still be republished), or the replicas are out of
+// range.
 func (c Config) Validate() error {
 	if c.DuplicateWindow > c.MaxAge {
 		return fmt.Errorf("QUILL_DUPLICATE_WINDOW %s must not exceed QUILL_STREAM_MAX_AGE %s", c.DuplicateWindow, c.MaxAge)
 	}
+	if c.Replicas < 0 || c.Replicas > MaxReplicas {
+		return fmt.Errorf("QUILL_STREAM_REPLICAS %d must be 1 to %d", c.Replicas, MaxReplicas)
+	}
 	return nil
 }
 
-// StreamConfig is the stream as Quill defines it: subjects <prefix>.>, file
-// storage, the duplicate window and MaxAge.
+// StreamConfig is the stream as Quill creates it: subjects <prefix>.>, file
+// storage, the duplicate window, MaxAge and the replicas (DefaultReplicas
+// when unset).
 func (c Config) StreamConfig() jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:       c.Name,
@@ -90,34 +104,55 @@ func (c Config) StreamConfig() jetstream.StreamConfig {
 		Storage:    jetstream.FileStorage,
 		Duplicates: c.DuplicateWindow,
 		MaxAge:     c.MaxAge,
+		Replicas:   cmp.Or(c.Replicas, DefaultReplicas),
 	}
 }
 
-// Provision creates the stream, or updates an existing one to c's
-// definition; the relay, which owns the stream's settings, uses it. The
-// error wraps JetStream's.
+// Owned returns have with the settings Quill owns set to c's — subjects,
+// Duplicates, MaxAge, and Replicas when c.Replicas is set — and every other
+// setting as it was, and whether any owned setting differed.
+func (c Config) Owned(have jetstream.StreamConfig) (jetstream.StreamConfig, bool) {
+	want := have
+	want.Subjects = []string{All(c.SubjectPrefix)}
+	want.Duplicates = c.DuplicateWindow
+	want.MaxAge = c.MaxAge
+	if c.Replicas > 0 {
+		want.Replicas = c.Replicas
+	}
+	changed := !slices.Equal(have.Subjects, want.Subjects) || have.Duplicates != want.Duplicates ||
+		have.MaxAge != want.MaxAge || max(have.Replicas, 1) != max(want.Replicas, 1)
+	return want, changed
+}
+
+// Provision creates the stream when it is missing (StreamConfig), and of
+// an existing one sets only what Quill owns (Owned), keeping every other
+// setting an operator made; it sends no update when nothing owned differs.
+// The relay, the stream's owner, runs it at start and whenever the stream
+// has disappeared; consumers wait for the stream instead. Processes provisioning at once all succeed. The error
+// wraps JetStream's.
 func Provision(ctx context.Context, js jetstream.JetStream, c Config) (jetstream.Stream, error) {
-	st, err := js.CreateOrUpdateStream(ctx, c.StreamConfig())
-	if err != nil {
-		return nil, fmt.Errorf("provision stream %s: %w", c.Name, err)
-	}
-	return st, nil
-}
-
-// ProvisionIfMissing returns the stream, creating it to c's definition only
-// when it does not exist: a consumer may start before any relay did, but
-// never changes the settings of a stream that is there. Two processes
-// creating it at once both get it. The error wraps JetStream's.
-func ProvisionIfMissing(ctx context.Context, js jetstream.JetStream, c Config) (jetstream.Stream, error) {
 	st, err := js.Stream(ctx, c.Name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		st, err = js.CreateStream(ctx, c.StreamConfig())
+		if err == nil {
+			return st, nil
+		}
+		// Another relay created it meanwhile, perhaps differently
+		// configured: treat it as an existing stream.
 		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			st, err = js.Stream(ctx, c.Name)
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("stream %s: %w", c.Name, err)
+		return nil, fmt.Errorf("provision stream %s: %w", c.Name, err)
+	}
+	want, changed := c.Owned(st.CachedInfo().Config)
+	if !changed {
+		return st, nil
+	}
+	st, err = js.UpdateStream(ctx, want)
+	if err != nil {
+		return nil, fmt.Errorf("provision stream %s: update: %w", c.Name, err)
 	}
 	return st, nil
 }

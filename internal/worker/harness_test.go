@@ -78,7 +78,7 @@ func (h *harness) startRelay() {
 	pool, err := db.Open(context.Background(), h.url, 4)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	nc, _ := h.srv.Connect(t)
+	nc, _ := h.srv.Connect(t, relay.ConnOptions()...)
 	r, err := relay.New(pool, nc, h.relayConfig(), testkit.Logger(t), metrics.NewRelay(prometheus.NewRegistry()))
 	require.NoError(t, err)
 	require.NoError(t, r.Provision(t.Context()))

@@ -26,6 +26,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -46,6 +47,7 @@ import (
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/outbox"
 	"github.com/quillhq/quill/internal/stream"
+	"github.com/quillhq/quill/internal/wait"
 )
 
 // Defaults of Config.
@@ -245,6 +247,10 @@ type Worker struct {
 
 	mu        sync.Mutex
 	consumers []jetstream.ConsumeContext
+	waiting   error // why the worker cannot consume, nil when it can
+
+	durable  jetstream.Consumer // the consumer Run provisioned
+	stopping <-chan struct{}    // Run's context's Done
 }
 
 // Option configures a Worker.
@@ -285,37 +291,120 @@ func New(pool *pgxpool.Pool, nc *nats.Conn, cfg Config, log zerolog.Logger, m *m
 // Config returns the worker's configuration with defaults applied.
 func (w *Worker) Config() Config { return w.cfg }
 
-// Provision creates the stream when it does not exist (the relay owns its
-// settings and may update them; see stream.ProvisionIfMissing) and creates
-// or updates the durable consumer. The error wraps JetStream's.
+// Provision creates or updates the durable consumer on the stream. The
+// stream is the relay's to create (package stream): a missing one is an
+// error wrapping jetstream.ErrStreamNotFound that says the worker waits for
+// a relay; other errors wrap NATS's. Run provisions on its own, retrying
+// until it succeeds.
 func (w *Worker) Provision(ctx context.Context) error {
-	st, err := stream.ProvisionIfMissing(ctx, w.js, w.cfg.Stream)
-	if err != nil {
-		return err
-	}
-	if _, err := st.CreateOrUpdateConsumer(ctx, w.cfg.ConsumerConfig()); err != nil {
-		return fmt.Errorf("consumer %s on stream %s: %w", w.cfg.Consumer, w.cfg.Stream.Name, err)
-	}
-	return nil
+	_, err := w.consumer(ctx, w.js)
+	return err
 }
 
-// Ready reports whether NATS is connected and PostgreSQL answers (see
-// metrics.CheckConnected).
-func (w *Worker) Ready(ctx context.Context) error { return metrics.CheckConnected(ctx, w.nc, w.pool) }
-
-// resources is the subscriber's ResourceInitializer: the durable consumer,
-// created or updated, never deleted at close (other workers share it). The
-// consumer is wrapped so that Run can drain its subscriptions at shutdown.
-func (w *Worker) resources(ctx context.Context, js jetstream.JetStream, _ string) (jetstream.Consumer, func(context.Context, watermill.LoggerAdapter), error) {
+func (w *Worker) consumer(ctx context.Context, js jetstream.JetStream) (jetstream.Consumer, error) {
 	st, err := js.Stream(ctx, w.cfg.Stream.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, fmt.Errorf("stream %s not found; waiting for a relay to create it: %w", w.cfg.Stream.Name, err)
+	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("stream %s: %w", w.cfg.Stream.Name, err)
+		return nil, fmt.Errorf("NATS: stream %s: %w", w.cfg.Stream.Name, err)
 	}
 	c, err := st.CreateOrUpdateConsumer(ctx, w.cfg.ConsumerConfig())
 	if err != nil {
-		return nil, nil, fmt.Errorf("consumer %s: %w", w.cfg.Consumer, err)
+		return nil, fmt.Errorf("NATS: consumer %s on stream %s: %w", w.cfg.Consumer, w.cfg.Stream.Name, err)
 	}
-	return &trackedConsumer{Consumer: c, w: w}, nil, nil
+	return c, nil
+}
+
+// Ready reports why the worker cannot consume (the stream missing, the
+// consumer not readable), else whether NATS is connected and PostgreSQL
+// answers (see metrics.CheckConnected).
+func (w *Worker) Ready(ctx context.Context) error {
+	w.mu.Lock()
+	waiting := w.waiting
+	w.mu.Unlock()
+	if waiting != nil {
+		return waiting
+	}
+	return metrics.CheckConnected(ctx, w.nc, w.pool)
+}
+
+// setWaiting records why the worker cannot consume (nil: it can), logging
+// each new reason once.
+func (w *Worker) setWaiting(err error) {
+	w.mu.Lock()
+	prev := w.waiting
+	w.waiting = err
+	w.mu.Unlock()
+	switch {
+	case err != nil && (prev == nil || prev.Error() != err.Error()):
+		w.log.Warn().Err(err).Str("error_category", "consumer_unavailable").Msg("cannot consume yet; retrying with backoff")
+	case err == nil && prev != nil:
+		w.log.Info().Str("consumer", w.cfg.Consumer).Msg("consumer ready")
+	}
+}
+
+// awaitConsumer provisions the consumer, retrying with backoff until it
+// succeeds or ctx ends (then it reports false): at start the stream may not
+// exist yet, or NATS may be gone for a moment.
+func (w *Worker) awaitConsumer(ctx context.Context) (jetstream.Consumer, bool) {
+	b := backoff{base: consumerBackoffBase, max: consumerBackoffMax}
+	for {
+		pctx, cancel := context.WithTimeout(ctx, consumerTimeout)
+		c, err := w.consumer(pctx, w.js)
+		cancel()
+		if err == nil {
+			w.setWaiting(nil)
+			return c, true
+		}
+		if ctx.Err() != nil {
+			return nil, false
+		}
+		w.setWaiting(err)
+		if !wait.For(ctx, b.next()) {
+			return nil, false
+		}
+	}
+}
+
+// pullHeartbeat is the idle heartbeat of each subscription's pull
+// requests. A pull request waits on the consumer's leader; when that node
+// goes away (a cluster node stopped, a leader election) the request is
+// lost without an answer, and the client only notices two missed
+// heartbeats later and pulls again. nats.go's default of 30s would leave a
+// worker idle that long after each failover.
+const pullHeartbeat = 5 * time.Second
+
+// The consumer's provisioning retries from consumerBackoffBase, doubling
+// up to consumerBackoffMax, each attempt bounded by consumerTimeout.
+const (
+	consumerBackoffBase = 100 * time.Millisecond
+	consumerBackoffMax  = 5 * time.Second
+	consumerTimeout     = 5 * time.Second
+)
+
+// backoff is exponential with full jitter.
+type backoff struct {
+	base, max time.Duration
+	attempt   int
+}
+
+func (b *backoff) next() time.Duration {
+	d := b.base << min(b.attempt, 20)
+	if d <= 0 || d > b.max {
+		d = b.max
+	}
+	b.attempt++
+	return time.Duration(rand.Int64N(int64(d))) + time.Millisecond
+}
+
+// resources is the subscriber's ResourceInitializer: the durable consumer
+// Run provisioned (awaitConsumer), never deleted at close (other workers
+// share it), wrapped so that Run can drain its subscriptions at shutdown.
+// It asks NATS nothing: a handler whose subscription failed here would
+// keep the router from starting, and from ever closing cleanly.
+func (w *Worker) resources(context.Context, jetstream.JetStream, string) (jetstream.Consumer, func(context.Context, watermill.LoggerAdapter), error) {
+	return &trackedConsumer{Consumer: w.durable, w: w}, nil, nil
 }
 
 type trackedConsumer struct {
@@ -323,14 +412,29 @@ type trackedConsumer struct {
 	w *Worker
 }
 
+// Consume starts consuming, retrying with backoff while it fails (NATS
+// gone between the consumer's creation and this), until Run's context ends
+// or the connection is closed.
 func (c *trackedConsumer) Consume(h jetstream.MessageHandler, opts ...jetstream.PullConsumeOpt) (jetstream.ConsumeContext, error) {
-	cc, err := c.Consumer.Consume(h, opts...)
-	if err == nil {
-		c.w.mu.Lock()
-		c.w.consumers = append(c.w.consumers, cc)
-		c.w.mu.Unlock()
+	b := backoff{base: consumerBackoffBase, max: consumerBackoffMax}
+	for {
+		cc, err := c.Consumer.Consume(h, opts...)
+		if err == nil {
+			c.w.mu.Lock()
+			c.w.consumers = append(c.w.consumers, cc)
+			c.w.mu.Unlock()
+			return cc, nil
+		}
+		if errors.Is(err, nats.ErrConnectionClosed) {
+			return nil, err
+		}
+		c.w.setWaiting(fmt.Errorf("NATS: consume %s: %w", c.w.cfg.Consumer, err))
+		select {
+		case <-c.w.stopping:
+			return nil, err
+		case <-time.After(b.next()):
+		}
 	}
-	return cc, err
 }
 
 // unmarshaler turns a JetStream message into a watermill message carrying
@@ -388,8 +492,17 @@ func (e *permanentError) Error() string { return e.msg }
 
 // Run consumes until ctx ends, then stops fetching, lets the messages in
 // flight finish (and be acknowledged) for up to AckWait, and returns nil.
-// It returns an error when consuming cannot start.
+// Until the stream exists and the durable consumer can be created (NATS
+// down, no relay has created the stream yet) it retries with backoff, and
+// Ready says why; it never returns for that. It returns an error when the
+// router cannot be built or stops on its own.
 func (w *Worker) Run(ctx context.Context) error {
+	w.stopping = ctx.Done()
+	durable, ok := w.awaitConsumer(ctx)
+	if !ok {
+		return nil
+	}
+	w.durable = durable
 	logger := watermillLogger{w.log}
 	sub, err := wmjs.NewSubscriber(wmjs.SubscriberConfig{
 		Conn:   w.nc,
@@ -401,7 +514,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		AckWaitTimeout:      progressLimit*w.cfg.AckWait + 5*time.Second,
 		ResourceInitializer: w.resources,
 		NakDelay:            nakDelay{first: w.cfg.NakDelay, max: w.cfg.MaxNakDelay},
-		ConsumeOptions:      []jetstream.PullConsumeOpt{jetstream.PullMaxMessages(w.cfg.Prefetch)},
+		ConsumeOptions:      []jetstream.PullConsumeOpt{jetstream.PullMaxMessages(w.cfg.Prefetch), jetstream.PullHeartbeat(pullHeartbeat)},
 		Unmarshaler:         unmarshaler{w},
 	})
 	if err != nil {
@@ -452,6 +565,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	select {
 	case <-router.Running():
 	case err := <-done:
+		if ctx.Err() != nil {
+			// Stopped while Consume was retrying.
+			return nil
+		}
 		return fmt.Errorf("start consuming: %w", err)
 	}
 	w.log.Info().Str("consumer", w.cfg.Consumer).Str("filter", w.cfg.FilterSubject()).Int("concurrency", w.cfg.Concurrency).

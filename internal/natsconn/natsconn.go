@@ -1,0 +1,200 @@
+// Package natsconn is how every Quill process connects to NATS (SPEC §2):
+// NATS_URL as one URL or a cluster's comma-separated server list, a
+// credentials file (QUILL_NATS_CREDS) and TLS files (QUILL_NATS_TLS_CA,
+// QUILL_NATS_TLS_CERT, QUILL_NATS_TLS_KEY). Define registers the settings,
+// each also a flag, and checks each value as it is parsed; Validate checks
+// them together; Options turns them into nats.Options. A bad value is a
+// usage error naming its setting, caught before anything connects.
+package natsconn
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/quillhq/quill/internal/config"
+)
+
+// DefaultURL is the NATS server used when NATS_URL is not set.
+const DefaultURL = "nats://127.0.0.1:4222"
+
+// Settings are the NATS connection settings. The zero value connects to
+// DefaultURL without credentials or TLS.
+type Settings struct {
+	// URL is NATS_URL: one server URL or several, comma-separated, of one
+	// cluster; the client connects to one and fails over to the others
+	// (and to those the cluster announces). Default DefaultURL.
+	URL string
+	// Creds is QUILL_NATS_CREDS: a credentials file (user JWT and NKey
+	// seed). Default none.
+	Creds string
+	// TLSCA is QUILL_NATS_TLS_CA: PEM certificates that verify the
+	// servers. Default the system's roots.
+	TLSCA string
+	// TLSCert and TLSKey are QUILL_NATS_TLS_CERT and QUILL_NATS_TLS_KEY:
+	// a client certificate and its key, both or neither. Default none.
+	TLSCert, TLSKey string
+}
+
+// Define registers NATS_URL, QUILL_NATS_CREDS and QUILL_NATS_TLS_* on s;
+// what names the role of NATS for the process, in NATS_URL's help.
+func (c *Settings) Define(s *config.Set, what string) {
+	s.Func("nats-url", "NATS_URL", DefaultURL, what+"; one URL or a cluster's comma-separated server list", func(v string) error {
+		if err := checkURLs(v); err != nil {
+			return err
+		}
+		c.URL = v
+		return nil
+	})
+	file := func(p *string, name, env, usage string, check func(string) error) {
+		s.Func(name, env, "", usage, func(v string) error {
+			if v == "" {
+				*p = ""
+				return nil
+			}
+			if err := check(v); err != nil {
+				return err
+			}
+			*p = v
+			return nil
+		})
+	}
+	file(&c.Creds, "nats-creds", "QUILL_NATS_CREDS", "NATS credentials file (user JWT and NKey seed)", checkCreds)
+	file(&c.TLSCA, "nats-tls-ca", "QUILL_NATS_TLS_CA", "PEM CA certificates that verify the NATS servers", checkCA)
+	file(&c.TLSCert, "nats-tls-cert", "QUILL_NATS_TLS_CERT", "PEM client certificate for NATS (with --nats-tls-key)", checkReadable)
+	file(&c.TLSKey, "nats-tls-key", "QUILL_NATS_TLS_KEY", "PEM key of the NATS client certificate", checkReadable)
+}
+
+// Validate checks what Define's per-setting checks cannot: a client
+// certificate and its key come together and match. The error names the
+// settings.
+func (c Settings) Validate() error {
+	switch {
+	case c.TLSCert != "" && c.TLSKey == "":
+		return errors.New("QUILL_NATS_TLS_CERT is set without QUILL_NATS_TLS_KEY")
+	case c.TLSKey != "" && c.TLSCert == "":
+		return errors.New("QUILL_NATS_TLS_KEY is set without QUILL_NATS_TLS_CERT")
+	case c.TLSCert != "":
+		if _, err := tls.LoadX509KeyPair(c.TLSCert, c.TLSKey); err != nil {
+			return fmt.Errorf("QUILL_NATS_TLS_CERT %q and QUILL_NATS_TLS_KEY %q are not a certificate and its key: %w", c.TLSCert, c.TLSKey, err)
+		}
+	}
+	if err := checkURLs(c.server()); err != nil {
+		return fmt.Errorf("invalid NATS_URL %q: %w", c.URL, err)
+	}
+	return nil
+}
+
+func (c Settings) server() string {
+	if c.URL == "" {
+		return DefaultURL
+	}
+	return c.URL
+}
+
+// Servers returns the server list, for nats.Connect and for logs.
+func (c Settings) Servers() string { return c.server() }
+
+// Options returns the connection's nats.Options for the credentials and
+// TLS files. Call Validate first.
+func (c Settings) Options() []nats.Option {
+	var opts []nats.Option
+	if c.Creds != "" {
+		opts = append(opts, nats.UserCredentials(c.Creds))
+	}
+	if c.TLSCA != "" {
+		opts = append(opts, nats.RootCAs(c.TLSCA))
+	}
+	if c.TLSCert != "" {
+		opts = append(opts, nats.ClientCert(c.TLSCert, c.TLSKey))
+	}
+	return opts
+}
+
+// Connect validates the settings and connects with Options, then opts.
+func (c Settings) Connect(opts ...nats.Option) (*nats.Conn, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return nats.Connect(c.server(), append(c.Options(), opts...)...)
+}
+
+// schemes are those nats.go connects with.
+var schemes = map[string]bool{"nats": true, "tls": true, "ws": true, "wss": true}
+
+// checkURLs checks a comma-separated server list as nats.go reads it: each
+// entry a URL (nats://, tls://, ws://, wss://, or host:port without a
+// scheme) with a host and, if given, a numeric port.
+func checkURLs(list string) error {
+	entries := strings.Split(list, ",")
+	for i, e := range entries {
+		e = strings.TrimSpace(e)
+		where := ""
+		if len(entries) > 1 {
+			where = fmt.Sprintf("server %d of %d ", i+1, len(entries))
+		}
+		if e == "" {
+			return fmt.Errorf("%sis empty", where)
+		}
+		raw := e
+		if !strings.Contains(e, "://") {
+			raw = "nats://" + e
+		}
+		u, err := url.Parse(raw)
+		if err != nil {
+			return fmt.Errorf("%s%q is not a URL", where, e)
+		}
+		if !schemes[u.Scheme] {
+			return fmt.Errorf("%s%q: scheme %q is not nats, tls, ws or wss", where, e, u.Scheme)
+		}
+		if u.Hostname() == "" {
+			return fmt.Errorf("%s%q has no host", where, e)
+		}
+		if p := u.Port(); p != "" {
+			if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+				return fmt.Errorf("%s%q: port %q is not 1 to 65535", where, e, p)
+			}
+		} else if strings.HasSuffix(u.Host, ":") {
+			return fmt.Errorf("%s%q has an empty port", where, e)
+		}
+	}
+	return nil
+}
+
+func checkReadable(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+func checkCreds(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	s := string(b)
+	if !strings.Contains(s, "NATS USER JWT-----") || !strings.Contains(s, "USER NKEY SEED-----") {
+		return errors.New("not a NATS credentials file (a user JWT and an NKey seed)")
+	}
+	return nil
+}
+
+func checkCA(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if !x509.NewCertPool().AppendCertsFromPEM(b) {
+		return errors.New("no PEM certificate in it")
+	}
+	return nil
+}

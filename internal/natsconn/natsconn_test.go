@@ -1,0 +1,156 @@
+package natsconn_test
+
+import (
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/quillhq/quill/internal/config"
+	"github.com/quillhq/quill/internal/natsconn"
+	"github.com/quillhq/quill/internal/natstest"
+	"github.com/quillhq/quill/internal/testkit"
+)
+
+// files writes a CA certificate, a client certificate with its key, a
+// second key that does not match, a credentials file and a junk file.
+type files struct{ ca, cert, key, otherKey, creds, junk, missing string }
+
+func writeFiles(t *testing.T) files {
+	t.Helper()
+	dir := t.TempDir()
+	write := func(name string, blocks ...*pem.Block) string {
+		var b bytes.Buffer
+		for _, bl := range blocks {
+			require.NoError(t, pem.Encode(&b, bl))
+		}
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, b.Bytes(), 0o600))
+		return p
+	}
+	newKey := func() (*ecdsa.PrivateKey, *pem.Block) {
+		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		require.NoError(t, err)
+		der, err := x509.MarshalECPrivateKey(k)
+		require.NoError(t, err)
+		return k, &pem.Block{Type: "EC PRIVATE KEY", Bytes: der}
+	}
+	caKey, _ := newKey()
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true,
+		BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &caKey.PublicKey, caKey)
+	require.NoError(t, err)
+	ca, err := x509.ParseCertificate(caDER)
+	require.NoError(t, err)
+	clientKey, clientPEM := newKey()
+	ctmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "quill"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	certDER, err := x509.CreateCertificate(rand.Reader, ctmpl, ca, &clientKey.PublicKey, caKey)
+	require.NoError(t, err)
+	_, otherPEM := newKey()
+	creds := filepath.Join(dir, "user.creds")
+	require.NoError(t, os.WriteFile(creds, []byte("-----BEGIN NATS USER JWT-----\neyJ0eXAiOiJKV1QifQ.e30.x\n------END NATS USER JWT------\n\n"+
+		"-----BEGIN USER NKEY SEED-----\nSUAEXAMPLE\n------END USER NKEY SEED------\n"), 0o600))
+	return files{
+		ca:       write("ca.pem", &pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
+		cert:     write("client.pem", &pem.Block{Type: "CERTIFICATE", Bytes: certDER}),
+		key:      write("client-key.pem", clientPEM),
+		otherKey: write("other-key.pem", otherPEM),
+		creds:    creds,
+		junk:     write("junk.pem"),
+		missing:  filepath.Join(dir, "missing"),
+	}
+}
+
+// parse defines the settings on a fresh set and parses env, then
+// validates them, as a process does at start.
+func parse(env map[string]string, args ...string) (natsconn.Settings, error) {
+	var c natsconn.Settings
+	s := config.New("relay run", "usage", func(k string) string { return env[k] }, &bytes.Buffer{})
+	c.Define(s, "NATS")
+	if err := s.Parse(args); err != nil {
+		return c, err
+	}
+	return c, c.Validate()
+}
+
+func TestSettings(t *testing.T) {
+	t.Parallel()
+	f := writeFiles(t)
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		args []string
+		err  string // "" for valid
+		opts int    // nats.Options for the files
+	}{
+		{name: "defaults"},
+		{name: "one URL", env: map[string]string{"NATS_URL": "nats://n1:4222"}},
+		{name: "a cluster's list", env: map[string]string{"NATS_URL": "nats://n1:4222, nats://n2:4222,tls://n3:4223"}},
+		{name: "host:port without a scheme", env: map[string]string{"NATS_URL": "n1:4222,n2"}},
+		{name: "a flag wins", env: map[string]string{"NATS_URL": ",,"}, args: []string{"--nats-url", "nats://n1:4222"}},
+		{name: "an empty entry", env: map[string]string{"NATS_URL": "nats://n1:4222,,nats://n3:4222"},
+			err: `invalid NATS_URL "nats://n1:4222,,nats://n3:4222": server 2 of 3 is empty`},
+		{name: "a bad port", env: map[string]string{"NATS_URL": "nats://n1:4222,nats://n2:http"}, err: `invalid NATS_URL`},
+		{name: "a port out of range", env: map[string]string{"NATS_URL": "nats://n1:70000"}, err: `port "70000" is not 1 to 65535`},
+		{name: "no host", env: map[string]string{"NATS_URL": "nats://:4222"}, err: `has no host`},
+		{name: "another scheme", env: map[string]string{"NATS_URL": "http://n1:4222"}, err: `scheme "http"`},
+		{name: "a bad flag", args: []string{"--nats-url", "nats://n1:4222,"}, err: `invalid --nats-url "nats://n1:4222,": server 2 of 2 is empty`},
+		{name: "credentials", env: map[string]string{"QUILL_NATS_CREDS": f.creds}, opts: 1},
+		{name: "unreadable credentials", env: map[string]string{"QUILL_NATS_CREDS": f.missing}, err: `invalid QUILL_NATS_CREDS "` + f.missing + `": open`},
+		{name: "not credentials", env: map[string]string{"QUILL_NATS_CREDS": f.ca}, err: `not a NATS credentials file`},
+		{name: "a CA", env: map[string]string{"QUILL_NATS_TLS_CA": f.ca}, opts: 1},
+		{name: "an unreadable CA", env: map[string]string{"QUILL_NATS_TLS_CA": f.missing}, err: `invalid QUILL_NATS_TLS_CA`},
+		{name: "a CA file without certificates", env: map[string]string{"QUILL_NATS_TLS_CA": f.junk}, err: `invalid QUILL_NATS_TLS_CA "` + f.junk + `": no PEM certificate in it`},
+		{name: "a client certificate", env: map[string]string{"QUILL_NATS_TLS_CA": f.ca, "QUILL_NATS_TLS_CERT": f.cert, "QUILL_NATS_TLS_KEY": f.key}, opts: 2},
+		{name: "a certificate without its key", env: map[string]string{"QUILL_NATS_TLS_CERT": f.cert}, err: `QUILL_NATS_TLS_CERT is set without QUILL_NATS_TLS_KEY`},
+		{name: "a key without its certificate", args: []string{"--nats-tls-key", f.key}, err: `QUILL_NATS_TLS_KEY is set without QUILL_NATS_TLS_CERT`},
+		{name: "a key of another certificate", env: map[string]string{"QUILL_NATS_TLS_CERT": f.cert, "QUILL_NATS_TLS_KEY": f.otherKey},
+			err: `are not a certificate and its key`},
+		{name: "an unreadable certificate", env: map[string]string{"QUILL_NATS_TLS_CERT": f.missing, "QUILL_NATS_TLS_KEY": f.key}, err: `invalid QUILL_NATS_TLS_CERT`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c, err := parse(tc.env, tc.args...)
+			if tc.err != "" {
+				require.ErrorContains(t, err, tc.err)
+				return
+			}
+			require.NoError(t, err)
+			require.Len(t, c.Options(), tc.opts)
+		})
+	}
+}
+
+// Connect takes a cluster's server list and fails over to another node
+// when the one it is connected to stops.
+func TestConnectFailsOver(t *testing.T) {
+	t.Parallel()
+	cl := natstest.StartCluster(t, 3)
+	c, err := parse(map[string]string{"NATS_URL": cl.URLs()})
+	require.NoError(t, err)
+	nc, err := c.Connect()
+	require.NoError(t, err)
+	defer nc.Close()
+	first := nc.ConnectedUrl()
+	for i := range 3 {
+		if cl.URL(i) == first {
+			cl.Stop(i)
+		}
+	}
+	testkit.WaitFor(t, 30*time.Second, func() bool { return nc.IsConnected() && nc.ConnectedUrl() != first },
+		"the connection to move to another node")
+	require.NoError(t, nc.Flush())
+}
