@@ -26,8 +26,9 @@ dev: ## run the whole system (API + relay) against the local PostgreSQL and NATS
 demo: ## the article's story against the running system (run make dev first)
 	bash scripts/demo.sh
 
-test: ## all tests against real PostgreSQL (QUILL_TEST_DATABASE_URL or the local quill_test database)
+test: ## all tests against real PostgreSQL (QUILL_TEST_DATABASE_URL or the local quill_test database), some through PgBouncer
 	@bash scripts/ensure-postgres.sh
+	@bash scripts/ensure-pgbouncer.sh
 	$(GO) test $(RACE) -count=1 -timeout 20m ./...
 
 soak: ## the fault suite's long profile (50,000 operations, ~10 min here) with its figures

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -191,6 +192,9 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 		return cli.UsageError{Msg: err.Error()}
 	}
 	res, err := db.Migrate(ctx, c.databaseURL)
+	if errors.Is(err, db.ErrTransactionPooler) {
+		return cli.UsageError{Msg: err.Error()}
+	}
 	if err != nil {
 		log.Error().Err(err).Str("error_category", "migrate_failed").Msg("migration failed")
 		return cli.LoggedError{Err: err}

@@ -237,3 +237,24 @@ func TestCommittedWriteNotifiesRelays(t *testing.T) {
 	require.NoError(t, err, "a NOTIFY follows the commit")
 	require.Equal(t, "quill_outbox", n.Channel)
 }
+
+// api migrate pointed at a transaction pooler refuses with one line naming
+// the setting (exit 2) and writes nothing: the migrations' lock would not
+// hold there. A fresh schema stays empty.
+func TestMigrateRefusesATransactionPooler(t *testing.T) {
+	t.Parallel()
+	direct := dbtest.EmptySchema(t)
+	pooled := dbtest.PgBouncer(t, direct)
+	_, _, err := runOut(t, env(map[string]string{"DATABASE_URL": pooled}), "migrate")
+	var stderr bytes.Buffer
+	require.Equal(t, 2, exitCode(err, &stderr), "err: %v", err)
+	require.Contains(t, stderr.String(), "DATABASE_URL reaches a transaction pooler")
+	require.NotContains(t, strings.TrimSpace(stderr.String()), "\n", "one line")
+
+	conn, err := pgx.Connect(t.Context(), direct)
+	require.NoError(t, err)
+	defer conn.Close(t.Context())
+	var tables int
+	require.NoError(t, conn.QueryRow(t.Context(), "SELECT count(*) FROM pg_tables WHERE schemaname = current_schema()").Scan(&tables))
+	require.Zero(t, tables, "nothing written")
+}

@@ -7,10 +7,12 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/quillhq/quill/internal/cli"
 	"github.com/quillhq/quill/internal/config"
 	"github.com/quillhq/quill/internal/daemon"
+	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/outbox"
 	"github.com/quillhq/quill/internal/relay"
@@ -44,10 +46,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 type settings struct {
 	relay     relay.Config
 	retention retention.Config
+	// sessionURL is the claim and LISTEN sessions' URL
+	// (QUILL_RELAY_DATABASE_URL); empty means DATABASE_URL.
+	sessionURL string
 }
 
 func (c *settings) define(s *config.Set) {
 	r := &c.relay
+	s.String(&c.sessionURL, "relay-database-url", "QUILL_RELAY_DATABASE_URL", "", "PostgreSQL URL of the claim and LISTEN sessions: direct or a session pooler, never a transaction pooler (default: DATABASE_URL)")
 	r.Stream.Define(s)
 	s.Duration(&r.Lease, "lease", "QUILL_RELAY_LEASE", relay.DefaultLease, "how long PostgreSQL keeps the claims of a relay whose connection went silent (a relay that exits loses them at once)")
 	s.Duration(&r.PollInterval, "poll-interval", "QUILL_RELAY_POLL_INTERVAL", relay.DefaultPollInterval, "polling fallback when notifications are lost")
@@ -71,7 +77,11 @@ func (c *settings) start(ctx context.Context, ds daemon.Settings, stderr io.Writ
 	}
 	defer d.Close()
 	log := d.Log
-	r, err := relay.New(d.Pool, d.NATS, cfg, log, metrics.NewRelay(d.Registry))
+	session, err := c.session(ctx, d, ds.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	r, err := relay.New(d.Pool, d.NATS, cfg, log, metrics.NewRelay(d.Registry), relay.WithSessionConfig(session))
 	if err != nil {
 		return cli.UsageError{Msg: err.Error()}
 	}
@@ -85,6 +95,34 @@ func (c *settings) start(ctx context.Context, ds daemon.Settings, stderr io.Writ
 	log.Info().Str("stream", cfg.Stream.Name).Str("subjects", stream.All(cfg.Stream.SubjectPrefix)).Dur("duplicate_window", cfg.Stream.DuplicateWindow).
 		Dur("max_age", cfg.Stream.MaxAge).Int("replicas", r.StreamReplicas()).Msg("stream provisioned")
 	return d.Run(ctx, map[string]metrics.ReadyFunc{"relay": r.Ready}, r.Run, cleaner.Run)
+}
+
+// session returns the configuration of the relay's claim and LISTEN
+// sessions, after making sure their URL (QUILL_RELAY_DATABASE_URL, else
+// databaseURL) keeps a session: a transaction pooler is a usage error
+// naming the setting (exit 2), an unreachable server one logged line
+// (exit 1). Nothing is written either way.
+func (c *settings) session(ctx context.Context, d *daemon.Daemon, databaseURL string) (*pgx.ConnConfig, error) {
+	name, u := "QUILL_RELAY_DATABASE_URL", c.sessionURL
+	if u == "" {
+		name, u = "DATABASE_URL (the relay's session connection, as QUILL_RELAY_DATABASE_URL is unset)", databaseURL
+	}
+	cc, err := pgx.ParseConfig(u)
+	if err != nil {
+		return nil, cli.UsageError{Msg: fmt.Sprintf("invalid QUILL_RELAY_DATABASE_URL: %v", err)}
+	}
+	pctx, cancel := context.WithTimeout(ctx, daemon.ProvisionTimeout)
+	defer cancel()
+	route, err := db.ProbeRoute(pctx, cc)
+	if err != nil {
+		d.Log.Error().Err(err).Str("error_category", "database_unreachable").Msg("cannot start: PostgreSQL is not reachable at " + name)
+		return nil, cli.LoggedError{Err: err}
+	}
+	if route == db.RouteTransactionPooler {
+		return nil, cli.UsageError{Msg: fmt.Sprintf("%s %v", name, db.ErrTransactionPooler)}
+	}
+	d.Log.Info().Str("route", route.String()).Msg("claim session checked")
+	return cc, nil
 }
 
 func events(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {

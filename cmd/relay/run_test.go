@@ -534,3 +534,63 @@ func TestParkedEventRetryFromTheCommandLine(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "0 events returned to the queue (parked ones, and unpublished ones missing from it)\n", out)
 }
+
+// A relay whose session URL reaches a transaction pooler refuses to start
+// with one line naming the setting (exit 2), before it provisions or
+// claims anything; with DATABASE_URL behind the pooler and
+// QUILL_RELAY_DATABASE_URL direct it runs, and a write through the pooler
+// (its NOTIFY too) is published.
+func TestSessionURLThroughPgBouncer(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	direct := w.vars["DATABASE_URL"]
+	pooled := dbtest.PgBouncer(t, direct)
+	for _, tc := range []struct{ name, dbURL, sessionURL, want string }{
+		{"session URL unset, DATABASE_URL pooled", pooled, "", "DATABASE_URL (the relay's session connection, as QUILL_RELAY_DATABASE_URL is unset) reaches a transaction pooler"},
+		{"session URL pooled", direct, pooled, "QUILL_RELAY_DATABASE_URL reaches a transaction pooler"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			vars := maps.Clone(w.vars)
+			vars["DATABASE_URL"], vars["QUILL_RELAY_DATABASE_URL"] = tc.dbURL, tc.sessionURL
+			_, _, err := runOut(t, env(vars))
+			var stderr bytes.Buffer
+			require.Equal(t, 2, exitCode(err, &stderr), "err: %v", err)
+			require.Contains(t, stderr.String(), tc.want)
+			require.NotContains(t, strings.TrimSpace(stderr.String()), "\n", "one line")
+		})
+	}
+	_, err := w.js.Stream(w.ctx(), w.stream)
+	require.ErrorIs(t, err, jetstream.ErrStreamNotFound, "nothing provisioned")
+
+	vars := maps.Clone(w.vars)
+	app := "relay-" + w.suffix
+	vars["DATABASE_URL"], vars["QUILL_RELAY_DATABASE_URL"] = pooled, dbtest.WithParam(t, direct, "application_name", app)
+	// A long poll interval: only the notification can publish in time.
+	vars["QUILL_RELAY_POLL_INTERVAL"], vars["QUILL_DUPLICATE_WINDOW"] = "1m", "5m"
+	vars["QUILL_RELAY_LEASE"], vars["QUILL_RELAY_MAX_BACKOFF"] = "5s", "1s"
+	p := start(t, env(vars))
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("relay log:\n%s", p.Stderr.String())
+		}
+	})
+	waitStatus(t, "http://"+w.admin+"/readyz", http.StatusOK)
+	pooledPool, err := db.Open(w.ctx(), pooled, 2)
+	require.NoError(t, err)
+	defer pooledPool.Close()
+	ctx := w.ctx()
+	note := uuid.New()
+	e := outbox.Event{ID: uuid.Must(uuid.NewV7()), Tenant: w.tenant, AggregateID: note, Type: outbox.TypeNoteCreated,
+		Time: time.Now(), Data: map[string]any{"id": note.String()}}
+	// Once the relay LISTENs (and has made its catch-up pass), write and
+	// notify through the pooler as the API does.
+	testkit.WaitFor(t, waitLong, func() bool {
+		return w.count(`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND query LIKE 'LISTEN %'`, app) > 0
+	}, "the relay to LISTEN")
+	require.NoError(t, db.WithTx(ctx, pooledPool, func(tx pgx.Tx) error { return outbox.Insert(ctx, tx, e) }))
+	_, err = pooledPool.Exec(ctx, `SELECT pg_notify($1, '')`, outbox.NotifyChannel)
+	require.NoError(t, err)
+	w.waitPublished(1)
+	require.Contains(t, w.streamIDs(), e.ID.String())
+	require.NoError(t, p.Stop())
+}

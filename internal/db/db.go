@@ -22,9 +22,41 @@ import (
 // DefaultURL is the database used when DATABASE_URL is not set.
 const DefaultURL = "postgres://postgres@127.0.0.1:5432/quill?sslmode=disable"
 
-// idleInTxTimeout is the default idle_in_transaction_session_timeout of
-// Quill's sessions; no Quill transaction waits on its client that long.
+// idleInTxTimeout is the idle_in_transaction_session_timeout of Quill's
+// sessions when the operator set none; no Quill transaction waits on its
+// client that long. A session whose client vanished mid-transaction (a
+// partition the server has not noticed) would hold its operation's lock,
+// and every retry would answer 409; the server ends such sessions itself.
 const idleInTxTimeout = "60s"
+
+// sqlSessionSettings applies idleInTxTimeout to the transaction it runs in
+// (set_config's true: transaction-local) unless the session has a timeout
+// already (the startup parameter of a direct connection, or the server's or
+// role's setting). Behind a pooler, which refuses the startup parameter and
+// would hand a session-level SET to the next client, it is how the
+// protection holds. It also returns the backend's pid, which behind a
+// pooler differs from the connection's backend key.
+const sqlSessionSettings = `SELECT pg_backend_pid(), CASE WHEN current_setting('idle_in_transaction_session_timeout') = '0'
+	THEN set_config('idle_in_transaction_session_timeout', '` + idleInTxTimeout + `', true) END`
+
+// pooledKey marks, in a connection's CustomData, a connection that reaches
+// PostgreSQL through a pooler: its transactions apply sqlSessionSettings.
+const pooledKey = "quill.pooled"
+
+// beginReadCommitted and beginSnapshot begin WithTx's and WithSnapshot's
+// transactions with the session settings, in the one simple-protocol round
+// trip of BEGIN (on a direct connection the settings are a no-op).
+const (
+	beginReadCommitted = sqlBegin + "; " + sqlSessionSettings
+	beginSnapshot      = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; " + sqlSessionSettings
+)
+
+// transactionPoolerMode is the query mode of a pool whose URL reaches a
+// transaction pooler and names none (default_query_exec_mode): statements
+// are parsed unnamed in the round trip that runs them, only their
+// descriptions are cached, so none has to outlive its transaction's
+// backend.
+const transactionPoolerMode = pgx.QueryExecModeCacheDescribe
 
 // rollbackTimeout bounds a rollback that runs after the caller's context ended.
 const rollbackTimeout = 5 * time.Second
@@ -44,33 +76,72 @@ var ErrConflict = errors.New("conflict with a concurrent transaction")
 // the same key first. It is also an ErrConflict.
 var ErrDuplicate = fmt.Errorf("%w: duplicate key", ErrConflict)
 
-// Open connects a pool to url and verifies the connection with a ping. It
-// returns an error wrapping ErrUnavailable when the server cannot be reached.
+// Open connects a pool to url and verifies the connection. It probes the
+// route first (ProbeRoute). A direct connection gets Quill's session
+// settings as startup parameters and pgx's default query mode, which
+// caches prepared statements per connection. Behind a pooler — which
+// refuses those startup parameters — the settings are applied per
+// transaction instead (WithTx, Pipeline), and a transaction pooler gets
+// transactionPoolerMode, whose statements need no prepared statement to
+// outlive their transaction. A query mode named in url (pgx's
+// default_query_exec_mode parameter) always wins. It returns an error
+// wrapping ErrUnavailable when the server cannot be reached.
 func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("parse DATABASE_URL: %w", err)
+	}
+	explicitMode, err := namesQueryMode(url)
 	if err != nil {
 		return nil, fmt.Errorf("parse DATABASE_URL: %w", err)
 	}
 	if maxConns > 0 {
 		cfg.MaxConns = maxConns
 	}
-	// A session whose client vanished mid-transaction (a partition the
-	// server has not noticed) would hold its operation's lock, and every
-	// retry would answer 409; the server ends such sessions itself.
-	if _, ok := cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"]; !ok {
-		cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = idleInTxTimeout
+	cc := cfg.ConnConfig
+	unreachable := func(err error) error {
+		return fmt.Errorf("connect to %s:%d/%s: %w", cc.Host, cc.Port, cc.Database, Translate(err))
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	route, err := ProbeRoute(pingCtx, cc)
+	if err != nil {
+		return nil, unreachable(err)
+	}
+	switch route {
+	case RouteDirect:
+		if _, ok := cc.RuntimeParams["idle_in_transaction_session_timeout"]; !ok {
+			cc.RuntimeParams["idle_in_transaction_session_timeout"] = idleInTxTimeout
+		}
+	default:
+		cfg.AfterConnect = func(_ context.Context, c *pgx.Conn) error {
+			c.PgConn().CustomData()[pooledKey] = true
+			return nil
+		}
+		if route == RouteTransactionPooler && !explicitMode {
+			cc.DefaultQueryExecMode = transactionPoolerMode
+		}
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open pool: %w", err)
 	}
-	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
 	if err := pool.Ping(pingCtx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("connect to %s:%d/%s: %w", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database, Translate(err))
+		return nil, unreachable(err)
 	}
 	return pool, nil
+}
+
+// namesQueryMode reports whether url sets default_query_exec_mode (pgx
+// takes it out of the parsed runtime parameters; pgconn keeps it).
+func namesQueryMode(url string) (bool, error) {
+	pc, err := pgconn.ParseConfig(url)
+	if err != nil {
+		return false, err
+	}
+	_, ok := pc.RuntimeParams["default_query_exec_mode"]
+	return ok, nil
 }
 
 // Beginner is what WithTx needs: a pool or a connection.
@@ -79,11 +150,12 @@ type Beginner interface {
 }
 
 // WithTx runs fn in a READ COMMITTED transaction (whatever the session's
-// default) and commits it when fn returns nil. The
+// default), with Quill's session settings, and commits it when fn returns
+// nil. The
 // rollback after a failure runs even when ctx is already cancelled, so a
 // cancelled caller never leaves a transaction open. Errors are translated.
 func WithTx(ctx context.Context, b Beginner, fn func(pgx.Tx) error) error {
-	tx, err := b.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	tx, err := b.BeginTx(ctx, pgx.TxOptions{BeginQuery: beginReadCommitted})
 	if err != nil {
 		return fmt.Errorf("begin: %w", Translate(err))
 	}
@@ -102,7 +174,7 @@ func WithTx(ctx context.Context, b Beginner, fn func(pgx.Tx) error) error {
 // and rolls it back afterwards, even when ctx is already cancelled. It
 // returns fn's error, or the translated error of BEGIN.
 func WithSnapshot(ctx context.Context, b Beginner, fn func(pgx.Tx) error) error {
-	tx, err := b.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	tx, err := b.BeginTx(ctx, pgx.TxOptions{BeginQuery: beginSnapshot})
 	if err != nil {
 		return fmt.Errorf("begin: %w", Translate(err))
 	}

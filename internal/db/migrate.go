@@ -26,8 +26,21 @@ type MigrateResult struct {
 // may create it), then applies every pending embedded migration. Several
 // processes may run it at once: goose holds a PostgreSQL session advisory lock
 // while it migrates, and a concurrent CREATE DATABASE is tolerated.
+//
+// The lock needs a session that lasts: when url reaches a transaction
+// pooler, Migrate returns an error wrapping ErrTransactionPooler before it
+// writes anything.
 func Migrate(ctx context.Context, url string) (MigrateResult, error) {
 	var res MigrateResult
+	pc, err := pgx.ParseConfig(url)
+	if err != nil {
+		return res, fmt.Errorf("parse DATABASE_URL: %w", err)
+	}
+	// A probe that cannot connect (the database may not exist yet) leaves
+	// the error to ensureDatabase.
+	if route, err := ProbeRoute(ctx, pc); err == nil && route == RouteTransactionPooler {
+		return res, fmt.Errorf("DATABASE_URL %w", ErrTransactionPooler)
+	}
 	created, err := ensureDatabase(ctx, url)
 	if err != nil {
 		return res, err

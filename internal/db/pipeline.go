@@ -25,13 +25,19 @@ const (
 // Pipeline is one READ COMMITTED transaction on one pooled connection whose
 // statements travel in as few round trips as the caller allows: BEGIN goes
 // out with the first batch sent, COMMIT with the last, so a transaction
-// whose statements are all known in advance is one round trip. Use it from
+// whose statements are all known in advance is one round trip. Behind a
+// pooler Quill's session settings are applied in that first round trip, to
+// this transaction alone (see sqlSessionSettings). Use it from
 // one goroutine; end it with Commit or Rollback, then Release.
 type Pipeline struct {
 	conn *pgxpool.Conn
 	// since bounds the session's start, so that a pid reused by a later
 	// session is never taken for this one (see OutcomeUnknownError).
 	since time.Time
+	// pid is the backend's, read with the session settings in the first
+	// round trip behind a pooler (whose backend key is its own); 0 on a
+	// direct connection, whose key names the backend.
+	pid uint32
 	// b holds the statements not sent yet, BEGIN first until the first
 	// send.
 	b *pgx.Batch
@@ -47,9 +53,15 @@ func BeginPipeline(ctx context.Context, pool *pgxpool.Pool) (*Pipeline, error) {
 	if err != nil {
 		return nil, fmt.Errorf("acquire connection: %w", Translate(err))
 	}
-	b := &pgx.Batch{}
-	b.Queue(sqlBegin)
-	return &Pipeline{conn: conn, since: time.Now(), b: b}, nil
+	p := &Pipeline{conn: conn, since: time.Now(), b: &pgx.Batch{}}
+	p.b.Queue(sqlBegin)
+	if conn.Conn().PgConn().CustomData()[pooledKey] == true {
+		p.b.Queue(sqlSessionSettings).QueryRow(func(row pgx.Row) error {
+			var discard any
+			return row.Scan(&p.pid, &discard)
+		})
+	}
+	return p, nil
 }
 
 // Batch is where the next statements are queued; Send, Commit or a
@@ -129,7 +141,10 @@ func (p *Pipeline) Commit(ctx context.Context) error {
 		p.Rollback(ctx)
 		return Translate(err)
 	}
-	pid := p.conn.Conn().PgConn().PID()
+	pid := p.pid
+	if pid == 0 {
+		pid = p.conn.Conn().PgConn().PID()
+	}
 	p.close(ctx)
 	return &OutcomeUnknownError{PID: pid, SessionStart: p.since, Err: Translate(err)}
 }

@@ -96,12 +96,20 @@ func setup(t *testing.T, opts ...setupOpts) *testBundle {
 	}
 	pool, dbURL := dbtest.Pool(t, o.maxConns)
 	b := &testBundle{t: t, pool: pool, clock: &fakeClock{}, hooked: o.hooks}
-	apiPool := pool
+	// The API's pool reaches PostgreSQL directly, or through PgBouncer in
+	// transaction mode (TestIdempotencyThroughPgBouncer), and optionally
+	// through the reply-losing proxy in front of either. The test's own
+	// pool, with which it checks and provokes, is always direct.
+	apiPool, apiURL := pool, dbURL
+	if throughPgBouncer(t) {
+		apiURL = dbtest.PgBouncer(t, dbURL)
+	}
 	if o.proxy {
-		var proxied string
-		b.proxy, proxied = dbtest.NewProxy(t, dbURL)
+		b.proxy, apiURL = dbtest.NewProxy(t, apiURL)
+	}
+	if apiURL != dbURL {
 		var err error
-		apiPool, err = db.Open(context.Background(), proxied, o.maxConns)
+		apiPool, err = db.Open(context.Background(), apiURL, o.maxConns)
 		require.NoError(t, err)
 		t.Cleanup(apiPool.Close)
 	}

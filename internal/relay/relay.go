@@ -23,12 +23,15 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -135,6 +138,9 @@ type Relay struct {
 	hooks Hooks
 
 	replicas atomic.Int64 // see StreamReplicas
+	// session is the configuration of the claim and LISTEN connections
+	// (WithSessionConfig; default the pool's).
+	session *pgx.ConnConfig
 }
 
 // Option configures a Relay.
@@ -142,6 +148,13 @@ type Option func(*Relay)
 
 // WithHooks installs test hooks.
 func WithHooks(h Hooks) Option { return func(r *Relay) { r.hooks = h } }
+
+// WithSessionConfig makes the relay's claim and LISTEN connections — the
+// ones whose session state (advisory locks, LISTEN) must last — use cc
+// (QUILL_RELAY_DATABASE_URL) instead of the pool's configuration: they need
+// PostgreSQL directly or a session pooler, while the pool, which only runs
+// transactions, may go through a transaction pooler.
+func WithSessionConfig(cc *pgx.ConnConfig) Option { return func(r *Relay) { r.session = cc } }
 
 // WithID names the relay in its claims (default host-pid-random).
 func WithID(id string) Option { return func(r *Relay) { r.id = id } }
@@ -180,6 +193,9 @@ func New(pool *pgxpool.Pool, nc *nats.Conn, cfg Config, log zerolog.Logger, m *m
 	r := &Relay{pool: pool, nc: nc, js: js, cfg: cfg, log: log, m: m, id: defaultID(), wake: make(chan struct{}, 1)}
 	for _, o := range opts {
 		o(r)
+	}
+	if r.session == nil {
+		r.session = pool.Config().ConnConfig
 	}
 	return r, nil
 }
@@ -479,14 +495,13 @@ func (p *pipeline) closeSession() {
 // one, whose session other work would share), on which the server detects
 // a vanished or hung relay within about the lease.
 func (r *Relay) connect(ctx context.Context) (*pgx.Conn, int32, error) {
-	cc := r.pool.Config().ConnConfig.Copy()
-	maps.Copy(cc.RuntimeParams, r.keepalives())
+	settings := r.keepalives()
 	// A relay that hangs keeps its connection open: PostgreSQL ends the
 	// session, and its claims, once it has been idle for the lease (a
 	// working claimer touches it more often: see wait).
-	cc.RuntimeParams["idle_session_timeout"] = strconv.FormatInt(r.sessionLease().Milliseconds(), 10)
-	maps.Copy(cc.RuntimeParams, outbox.SessionParams())
-	conn, err := pgx.ConnectConfig(ctx, cc)
+	settings["idle_session_timeout"] = strconv.FormatInt(r.sessionLease().Milliseconds(), 10)
+	maps.Copy(settings, outbox.SessionParams())
+	conn, err := pgx.ConnectConfig(ctx, r.sessionConfig(settings))
 	if err != nil {
 		return nil, 0, fmt.Errorf("claim session: %w", err)
 	}
@@ -496,6 +511,32 @@ func (r *Relay) connect(ctx context.Context) (*pgx.Conn, int32, error) {
 		return nil, 0, err
 	}
 	return conn, space, nil
+}
+
+// sessionConfig is the session connections' configuration with settings
+// applied by SET right after connecting, not as startup parameters, which
+// a session pooler such as PgBouncer refuses; a session connection is made
+// rarely, so the round trip costs nothing that matters.
+func (r *Relay) sessionConfig(settings map[string]string) *pgx.ConnConfig {
+	cc := r.session.Copy()
+	names := slices.Sorted(maps.Keys(settings))
+	var sql strings.Builder
+	for _, name := range names {
+		fmt.Fprintf(&sql, "SET %s TO '%s'; ", name, settings[name])
+	}
+	after := cc.AfterConnect
+	cc.AfterConnect = func(ctx context.Context, c *pgconn.PgConn) error {
+		if after != nil {
+			if err := after(ctx, c); err != nil {
+				return err
+			}
+		}
+		if _, err := c.Exec(ctx, sql.String()).ReadAll(); err != nil {
+			return fmt.Errorf("session settings: %w", err)
+		}
+		return nil
+	}
+	return cc
 }
 
 // sessionLease is the lease as the relay's PostgreSQL sessions apply it:
@@ -763,8 +804,7 @@ func (r *Relay) listenLoop(ctx context.Context) error {
 // server-side settings) make a silent partition end it within about the
 // lease, instead of leaving the relay to its polling unawares.
 func (r *Relay) listen(ctx context.Context) (listening bool, err error) {
-	cc := r.pool.Config().ConnConfig.Copy()
-	maps.Copy(cc.RuntimeParams, r.keepalives())
+	cc := r.sessionConfig(r.keepalives())
 	probe := max(r.keepaliveProbe(), time.Second)
 	dialer := &net.Dialer{Timeout: r.cfg.Lease,
 		KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: probe, Interval: probe, Count: 2}}
