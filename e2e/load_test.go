@@ -106,15 +106,18 @@ type loadStats struct {
 	status              map[int]int64
 }
 
-// loadGen drives the API through the fault proxy: clients goroutines take
+// loadGen drives the APIs through their fault proxies: clients goroutines take
 // operation slots from a fixed schedule (rate per second), each operation
 // a create (with a PNG, a text or no attachment) or a delete of a note the
 // client created; ResendShare of them are sent 2–5 times under their key,
 // half of those concurrently. Every request without a decided answer
 // (transport error, 409, 5xx) is retried under the same key until
-// opDeadline.
+// opDeadline. With several APIs, each request goes to the next one in turn,
+// so that a resend under a key often reaches another API than the first
+// send.
 type loadGen struct {
-	base       string
+	bases      []string
+	next       atomic.Uint64 // the API of the next request
 	http       *http.Client
 	tenants    []tenant
 	runID      string
@@ -131,7 +134,7 @@ type loadGen struct {
 	ops []*op
 }
 
-func newLoadGen(base string, tenants []tenant, runID string, seed uint64, p profile) *loadGen {
+func newLoadGen(bases []string, tenants []tenant, runID string, seed uint64, p profile) *loadGen {
 	tr := &http.Transport{
 		Proxy:       nil,
 		DialContext: (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
@@ -141,7 +144,11 @@ func newLoadGen(base string, tenants []tenant, runID string, seed uint64, p prof
 		DisableKeepAlives:  true,
 		DisableCompression: true,
 	}
-	return &loadGen{base: strings.TrimRight(base, "/"), http: &http.Client{Transport: tr}, tenants: tenants,
+	trimmed := make([]string, len(bases))
+	for i, b := range bases {
+		trimmed[i] = strings.TrimRight(b, "/")
+	}
+	return &loadGen{bases: trimmed, http: &http.Client{Transport: tr}, tenants: tenants,
 		runID: runID, seed: seed, clients: p.Clients, total: p.Ops, rate: p.Rate, opDeadline: p.OpDeadline,
 		stats: loadStats{status: map[int]int64{}}}
 }
@@ -361,12 +368,13 @@ func (l *loadGen) sendUntilDecided(ctx context.Context, o *op, copyIdx int, seed
 func (l *loadGen) send(ctx context.Context, o *op) (*answer, string, time.Duration) {
 	rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
+	base := l.bases[(l.next.Add(1)-1)%uint64(len(l.bases))]
 	var req *http.Request
 	if o.Kind == opCreate {
-		req, _ = http.NewRequestWithContext(rctx, http.MethodPost, l.base+"/v1/notes", bytes.NewReader(o.request))
+		req, _ = http.NewRequestWithContext(rctx, http.MethodPost, base+"/v1/notes", bytes.NewReader(o.request))
 		req.Header.Set("Content-Type", "application/json")
 	} else {
-		req, _ = http.NewRequestWithContext(rctx, http.MethodDelete, l.base+"/v1/notes/"+o.NoteID, nil)
+		req, _ = http.NewRequestWithContext(rctx, http.MethodDelete, base+"/v1/notes/"+o.NoteID, nil)
 	}
 	req.Header.Set("Authorization", "Bearer "+o.token)
 	req.Header.Set("Idempotency-Key", o.Key)
