@@ -45,8 +45,8 @@ func TestClusterFaults(t *testing.T) {
 	p, err := clusterProfileFromEnv()
 	require.NoError(t, err)
 	var ch *clusterChaos
-	r := runSuite(t, p, topology{APIs: 2, Relays: 2, Workers: 2, Cluster: true}, func(s *system, rng *mrand.Rand) faultRunner {
-		ch = newClusterChaos(t, s, p, rng)
+	r := runSuite(t, p, topology{APIs: 2, Relays: 2, Workers: 2, Cluster: true}, func(s *system, lg *loadGen, rng *mrand.Rand) faultRunner {
+		ch = newClusterChaos(t, s, lg, p, rng)
 		t.Logf("fault plan: %d cycle(s) of: stream leader shut down for %s at 12 %%, meta leader step-down at 35 %%, one node stopped for %s at 45 %% of the cycle (%s each)",
 			max(1, p.ClusterCycles), p.LeaderOutage, p.NodeOutage, (p.Duration() / time.Duration(max(1, p.ClusterCycles))).Round(time.Second))
 		return ch
@@ -76,9 +76,12 @@ type nodeOutage struct {
 type clusterChaos struct {
 	t   *testing.T
 	s   *system
+	lg  *loadGen
 	p   profile
 	rng *mrand.Rand
 	js  jetstream.JetStream
+
+	bursts []<-chan struct{} // the bursts' done channels
 
 	mu            sync.Mutex
 	events        []faultEvent
@@ -87,9 +90,39 @@ type clusterChaos struct {
 	nodeOutages   []nodeOutage
 }
 
-func newClusterChaos(t *testing.T, s *system, p profile, rng *mrand.Rand) *clusterChaos {
+func newClusterChaos(t *testing.T, s *system, lg *loadGen, p profile, rng *mrand.Rand) *clusterChaos {
 	_, js := s.cluster.Connect(t)
-	return &clusterChaos{t: t, s: s, p: p, rng: rng, js: js}
+	return &clusterChaos{t: t, s: s, lg: lg, p: p, rng: rng, js: js}
+}
+
+// burstWorkers is how many of a burst's creates run at once: 16 per tenant,
+// 8 per tenant and API, well under QUILL_TENANT_CONCURRENCY.
+const burstWorkers = 32
+
+// busy starts a burst of BurstOps creates and returns once it is in full
+// swing (a third of it begun), with the outbox's backlog then. The faults
+// are graceful — a stream leader that shuts down hands its leadership over
+// at once, a client whose node stops reconnects to another within
+// milliseconds — so they can only make a publish fail while one is in
+// flight, and at the schedule's rate a relay has one in flight a few per
+// cent of the time: the burst keeps both relays publishing while the
+// fault strikes.
+func (c *clusterChaos) busy(ctx context.Context) int64 {
+	if c.p.BurstOps == 0 {
+		return -1
+	}
+	started, done := c.lg.Burst(ctx, c.p.BurstOps, burstWorkers)
+	c.bursts = append(c.bursts, done)
+	for started.Load() < int64(c.p.BurstOps/3) {
+		select {
+		case <-done:
+			return unpublished(ctx, c.s.dbURL)
+		case <-ctx.Done():
+			return -1
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return unpublished(ctx, c.s.dbURL)
 }
 
 // Run runs the cycles, each spread over its share of the load. Between
@@ -115,6 +148,12 @@ func (c *clusterChaos) Run(ctx context.Context, start time.Time) {
 			return
 		}
 		c.stopNode(ctx, start)
+	}
+	for _, done := range c.bursts {
+		select {
+		case <-done:
+		case <-ctx.Done():
+		}
 	}
 }
 
@@ -168,6 +207,7 @@ func (c *clusterChaos) stopStreamLeader(ctx context.Context, start time.Time) {
 	before := cl.StreamLeader(c.t, streamName)
 	wasMeta := cl.MetaLeader() == before
 	clients := c.clients(before)
+	backlog := c.busy(ctx)
 	t0 := time.Now()
 	cl.Stop(before)
 	after := cl.StreamLeader(c.t, streamName)
@@ -180,8 +220,8 @@ func (c *clusterChaos) stopStreamLeader(ctx context.Context, start time.Time) {
 	c.streamLeaders = append(c.streamLeaders, leaderChange{Before: before, After: after, Down: down, Elected: elected})
 	c.mu.Unlock()
 	c.note(start, t0, fStreamLeaderStop, after != before,
-		"stream leader n%d (meta leader too: %t; serving %s) shut down; n%d led after %.1fs; n%d started again after %.1fs, replicas current at %.1fs",
-		before, wasMeta, clients, after, elected.Seconds(), before, down.Seconds(), time.Since(t0).Seconds())
+		"stream leader n%d (meta leader too: %t; serving %s) shut down during a burst (%d events unpublished); n%d led after %.1fs; n%d started again after %.1fs, replicas current at %.1fs",
+		before, wasMeta, clients, backlog, after, elected.Seconds(), before, down.Seconds(), time.Since(t0).Seconds())
 }
 
 // stepDownMeta asks the meta leader to step down, as an operator would.
@@ -215,6 +255,7 @@ func (c *clusterChaos) stopNode(ctx context.Context, start time.Time) {
 	}
 	clients := c.clients(n)
 	leader, meta := cl.StreamLeader(c.t, streamName), cl.MetaLeader()
+	backlog := c.busy(ctx)
 	var roles []string
 	if n == leader {
 		roles = append(roles, "stream leader")
@@ -235,8 +276,8 @@ func (c *clusterChaos) stopNode(ctx context.Context, start time.Time) {
 	c.mu.Lock()
 	c.nodeOutages = append(c.nodeOutages, nodeOutage{Node: n, Roles: strings.Join(roles, ", "), Clients: clients, Down: down, LeaderBefore: leader, LeaderIn: during})
 	c.mu.Unlock()
-	c.note(start, t0, fNodeStop, down >= c.p.NodeOutage, "n%d (%s; serving %s) stopped for %.1fs; stream leader n%d before, n%d during; replicas current at %.1fs",
-		n, strings.Join(roles, ", "), clients, down.Seconds(), leader, during, time.Since(t0).Seconds())
+	c.note(start, t0, fNodeStop, down >= c.p.NodeOutage, "n%d (%s; serving %s) stopped during a burst (%d events unpublished) for %.1fs; stream leader n%d before, n%d during; replicas current at %.1fs",
+		n, strings.Join(roles, ", "), clients, backlog, down.Seconds(), leader, during, time.Since(t0).Seconds())
 }
 
 // clusterFigures are the cluster run's faults and the stream at the end.
@@ -248,7 +289,7 @@ type clusterFigures struct {
 	metaLeader                 int
 	infoErr                    error
 	relayRetries               map[string]int // relay → "relay pass failed; backing off" lines
-	relayCategories            []string       // their error categories
+	relayCategories            []string       // their errors' causes
 }
 
 func (c *clusterChaos) figures(ctx context.Context, s *system) *clusterFigures {
@@ -289,7 +330,8 @@ func (c *clusterChaos) figures(ctx context.Context, s *system) *clusterFigures {
 }
 
 // retriesInLog counts a relay's "relay pass failed; backing off" lines and
-// returns their error categories.
+// returns their errors' causes (the text after the last colon: "nats:
+// timeout waiting for ack", "nats: server is disconnected", …).
 func retriesInLog(path string) (int, []string) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -301,14 +343,20 @@ func retriesInLog(path string) (int, []string) {
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		var line struct {
-			Message  string `json:"message"`
-			Category string `json:"error_category"`
+			Message string `json:"message"`
+			Error   string `json:"error"`
 		}
 		if json.Unmarshal(sc.Bytes(), &line) != nil || line.Message != "relay pass failed; backing off" {
 			continue
 		}
 		n++
-		cats[line.Category] = true
+		cause := line.Error
+		if i := strings.LastIndex(cause, ": nats: "); i >= 0 {
+			cause = cause[i+2:]
+		} else if i := strings.LastIndex(cause, ": "); i >= 0 {
+			cause = cause[i+2:]
+		}
+		cats[cause] = true
 	}
 	var out []string
 	for c := range cats {
@@ -339,7 +387,7 @@ func (f *clusterFigures) write(w func(string, ...any)) {
 		rr = append(rr, fmt.Sprintf("%s %d", name, n))
 	}
 	sort.Strings(rr)
-	w("relay retries   \"relay pass failed; backing off\" %s (error categories %s)", strings.Join(rr, ", "), strings.Join(f.relayCategories, ", "))
+	w("relay retries   \"relay pass failed; backing off\" %s (causes: %s)", strings.Join(rr, ", "), strings.Join(f.relayCategories, "; "))
 }
 
 // proveClusterFaults fails t unless the cluster faults fired and left

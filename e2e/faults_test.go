@@ -89,7 +89,7 @@ func TestFaults(t *testing.T) {
 	p, err := profileFromEnv()
 	require.NoError(t, err)
 	var ch *chaos
-	r := runSuite(t, p, topology{APIs: 1, Relays: 1, Workers: 1}, func(s *system, rng *mrand.Rand) faultRunner {
+	r := runSuite(t, p, topology{APIs: 1, Relays: 1, Workers: 1}, func(s *system, _ *loadGen, rng *mrand.Rand) faultRunner {
 		plan := planFaults(p, rng)
 		t.Logf("fault plan: %s", planSummary(plan))
 		ch = newChaos(s, plan, p.NATSOutage)
@@ -107,11 +107,12 @@ type suiteRun struct {
 }
 
 // runSuite starts the system of topo, drives p's load through it while
-// the runner that faults returns runs on the test goroutine, drains, checks
+// the runner that faults returns runs on the test goroutine (it may add
+// load of its own), drains, checks
 // every invariant of the final state (failing t for each violated one) and
 // gathers the figures. The caller proves its faults fired, then calls
 // finish.
-func runSuite(t *testing.T, p profile, topo topology, faults func(*system, *mrand.Rand) faultRunner) *suiteRun {
+func runSuite(t *testing.T, p profile, topo topology, faults func(*system, *loadGen, *mrand.Rand) faultRunner) *suiteRun {
 	t.Helper()
 	seed := randomSeed()
 	if v := os.Getenv("QUILL_E2E_SEED"); v != "" {
@@ -144,8 +145,8 @@ func runSuite(t *testing.T, p profile, topo topology, faults func(*system, *mran
 	}()
 
 	// Load, and meanwhile the faults.
-	fr := faults(s, rng)
 	lg := newLoadGen(s.proxyURLs(t), s.tenants, runID, seed, p)
+	fr := faults(s, lg, rng)
 	loadStart := time.Now()
 	loadDone := make(chan struct{})
 	go func() { defer close(loadDone); lg.Run(ctx) }()

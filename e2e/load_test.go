@@ -127,8 +127,9 @@ type loadGen struct {
 	rate       float64
 	opDeadline time.Duration
 
-	slots atomic.Int64
-	stats loadStats
+	slots  atomic.Int64
+	bursts atomic.Int64
+	stats  loadStats
 
 	mu  sync.Mutex
 	ops []*op
@@ -229,6 +230,40 @@ func (l *loadGen) client(ctx context.Context, c int, start time.Time) {
 			deleted = append(deleted, o.NoteID)
 		}
 	}
+}
+
+// Burst runs n creates outside the schedule, workers at a time (split
+// between the tenants: keep it under QUILL_TENANT_CONCURRENCY), with the
+// schedule's resends and impatience; each burst's clients have numbers of
+// their own, so keys and titles stay unique. started counts the creates
+// begun; done is closed when all have ended.
+func (l *loadGen) Burst(ctx context.Context, n, workers int) (started *atomic.Int64, done <-chan struct{}) {
+	id := int(l.bursts.Add(1))
+	started = new(atomic.Int64)
+	ch := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			c := 1000*id + w
+			rng := rand.New(rand.NewPCG(l.seed, uint64(c)+1))
+			t := l.tenants[w%len(l.tenants)]
+			for seq := 0; started.Add(1) <= int64(n); seq++ {
+				o := l.newCreate(rng, c, seq, t)
+				o.Copies = 1
+				if rng.Float64() < resendShare {
+					o.Copies = 2 + rng.IntN(4)
+					o.Concurrent = rng.IntN(2) == 0
+				}
+				o.Impatient = rng.Float64() < impatientShare
+				l.mu.Lock()
+				l.ops = append(l.ops, o)
+				l.mu.Unlock()
+				l.run(ctx, o, rng)
+			}
+		})
+	}
+	go func() { wg.Wait(); close(ch) }()
+	return started, ch
 }
 
 // resendShare is the share of operations sent more than once under their

@@ -31,6 +31,7 @@ type profile struct {
 	ClusterCycles int
 	LeaderOutage  time.Duration
 	NodeOutage    time.Duration
+	BurstOps      int // creates in the burst right before each of those two faults
 }
 
 // Duration is the load's planned length.
@@ -64,14 +65,15 @@ func soakProfile(ops int, rate float64) profile {
 }
 
 // clusterShortProfile is TestClusterFaults in `go test ./...`: 1,500
-// operations over 60 s and one cycle of cluster faults (the node outage
-// its full 20 s), for two of each program on a three-node cluster.
+// operations over 60 s, plus two bursts of 300, and one cycle of cluster
+// faults (the node outage its full 20 s), for two of each program on a
+// three-node cluster.
 func clusterShortProfile() profile {
 	return profile{
 		Name: "cluster-short", Ops: 1500, Clients: 64, Rate: 1500.0 / 60,
 		DropProbability: 0.1, DropBursts: 3,
 		OpDeadline: 2 * time.Minute, DrainTimeout: 4 * time.Minute,
-		ClusterCycles: 1, LeaderOutage: 5 * time.Second, NodeOutage: 20 * time.Second,
+		ClusterCycles: 1, LeaderOutage: 5 * time.Second, NodeOutage: 20 * time.Second, BurstOps: 300,
 	}
 }
 
@@ -80,7 +82,7 @@ func clusterShortProfile() profile {
 func clusterSoakProfile(ops int, rate float64) profile {
 	p := profile{Name: "cluster-soak", Ops: ops, Clients: 64, Rate: rate,
 		DropProbability: 0.1, OpDeadline: 3 * time.Minute, DrainTimeout: 20 * time.Minute,
-		LeaderOutage: 5 * time.Second, NodeOutage: 20 * time.Second}
+		LeaderOutage: 5 * time.Second, NodeOutage: 20 * time.Second, BurstOps: 300}
 	p.ClusterCycles = max(1, int(p.Duration().Seconds()/120))
 	p.DropBursts = max(3, int(p.Duration().Seconds()/30))
 	return p
