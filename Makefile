@@ -31,9 +31,9 @@ test: ## all tests against real PostgreSQL (QUILL_TEST_DATABASE_URL or the local
 	@bash scripts/ensure-pgbouncer.sh
 	$(GO) test $(RACE) -count=1 -timeout 20m ./...
 
-soak: ## the fault suite's long profile (50,000 operations, ~10 min here) with its figures
+soak: ## the fault suites' long profiles (50,000 operations each, single server and three-node cluster; ~20 min here) with their figures
 	@bash scripts/ensure-postgres.sh
-	QUILL_E2E_PROFILE=soak $(GO) test -count=1 -run '^TestFaults$$' -v -timeout 60m ./e2e/
+	QUILL_E2E_PROFILE=soak $(GO) test -count=1 -run '^(TestFaults|TestClusterFaults)$$' -v -timeout 90m ./e2e/
 
 lint: ## gofmt, go vet and staticcheck (the version go.mod pins as a tool)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

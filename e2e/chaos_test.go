@@ -270,10 +270,13 @@ func (c *chaos) waitNATS(ctx context.Context) {
 }
 
 // unpublished counts committed events not yet in the stream (-1: unknown).
-func (c *chaos) unpublished(ctx context.Context) int64 {
+func (c *chaos) unpublished(ctx context.Context) int64 { return unpublished(ctx, c.s.dbURL) }
+
+// unpublished counts committed events not yet in the stream (-1: unknown).
+func unpublished(ctx context.Context, dbURL string) int64 {
 	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(qctx, c.s.dbURL)
+	conn, err := pgx.Connect(qctx, dbURL)
 	if err != nil {
 		return -1
 	}

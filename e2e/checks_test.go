@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"github.com/quillhq/quill/internal/wait"
 	"io"
@@ -188,8 +189,30 @@ func loadState(ctx context.Context, dbURL, consumer string) (*finalState, error)
 	return st, nil
 }
 
-// readStream reads every message of the stream, with its Nats-Msg-Id.
+// readStream reads every message of the stream, with its Nats-Msg-Id. In
+// a cluster the ordered consumer's first pull can find no responder — the
+// new consumer's interest has not reached the node the reader is on yet
+// (about 1 read in 100 on a quiet natstest cluster) — so such a read
+// starts again with a new consumer.
 func readStream(ctx context.Context, natsURL, stream string) ([]streamMsg, error) {
+	for attempt := 1; ; attempt++ {
+		msgs, err := readStreamOnce(ctx, natsURL, stream)
+		if err == nil || !isNoResponders(err) || attempt == 5 {
+			return msgs, err
+		}
+		if !wait.For(ctx, 200*time.Millisecond) {
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// isNoResponders reports a request that found no subscriber.
+func isNoResponders(err error) bool {
+	return errors.Is(err, nats.ErrNoResponders) ||
+		strings.Contains(err.Error(), "no responders")
+}
+
+func readStreamOnce(ctx context.Context, natsURL, stream string) ([]streamMsg, error) {
 	nc, err := nats.Connect(natsURL, nats.Name("e2e-reader"))
 	if err != nil {
 		return nil, err

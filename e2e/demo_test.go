@@ -22,7 +22,7 @@ func TestDemo(t *testing.T) {
 		t.Skip("e2e: runs the real programs; skipped with -short")
 	}
 	seed := randomSeed()
-	s := setup(t, profile{Name: "demo"}, seed, fmt.Sprintf("demo%08x", uint32(seed)))
+	s := setup(t, profile{Name: "demo"}, seed, fmt.Sprintf("demo%08x", uint32(seed)), topology{APIs: 1, Relays: 1, Workers: 1})
 	cmd := exec.CommandContext(t.Context(), s.bins.demo)
 	cmd.Env = append(cleanEnv(), "QUILL_URL="+s.apiURL, "QUILL_TOKEN="+s.tenants[0].Token, "QUILL_DEMO_WAIT=60s")
 	out, err := cmd.CombinedOutput()

@@ -11,6 +11,12 @@
 // also proves that its faults fired (duplicate acknowledgements, inbox
 // duplicates, redeliveries and replays were observed), or it fails.
 //
-// The short profile runs in `go test ./...`; the long one is
-// `QUILL_E2E_PROFILE=soak go test -run TestFaults -v ./e2e` (see the README).
+// TestClusterFaults runs the same load and checks against a three-node
+// JetStream cluster (internal/natstest) with an R3 stream and two of each
+// program, while the stream leader is shut down, the meta leader steps down
+// and one node stops for 20 s.
+//
+// The short profiles run in `go test ./...`; the long ones are
+// `QUILL_E2E_PROFILE=soak go test -run 'TestFaults|TestClusterFaults' -v ./e2e`
+// (`make soak`; see docs/testing.md).
 package e2e

@@ -354,8 +354,10 @@ type exitRecord struct {
 // second after a failure), and kills it on request. Every incarnation
 // appends to one log file.
 type daemon struct {
-	name, bin, adminAddr, logFile string
-	args, env                     []string
+	// name is unique in a run (its log, its scrapes); role is the program
+	// (api, relay, attachment-worker), which several daemons may share.
+	name, role, bin, adminAddr, logFile string
+	args, env                           []string
 
 	mu        sync.Mutex
 	inc       int
@@ -373,7 +375,7 @@ type daemon struct {
 }
 
 func newDaemon(name, bin, adminAddr, logFile string, env []string, args ...string) *daemon {
-	return &daemon{name: name, bin: bin, adminAddr: adminAddr, logFile: logFile, env: env, args: args,
+	return &daemon{name: name, role: name, bin: bin, adminAddr: adminAddr, logFile: logFile, env: env, args: args,
 		firstUp: make(chan struct{}), loopDone: make(chan struct{})}
 }
 

@@ -27,6 +27,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quillhq/quill/internal/faultproxy"
+	"github.com/quillhq/quill/internal/natstest"
 	"github.com/quillhq/quill/internal/wait"
 )
 
@@ -37,19 +38,43 @@ const (
 	consumerName  = "attachment-worker"
 )
 
-// system is everything a run starts.
+// system is everything a run starts. api, relay and worker are the first
+// daemon of each program (the ones TestFaults' chaos kills and gates);
+// apis, relays and workers are all of them.
 type system struct {
 	bins                  binaries
 	dir                   string
 	pg                    *pgCluster
-	nats                  *natsServer
+	nats                  *natsServer       // the single server; nil with a cluster
+	cluster               *natstest.Cluster // the three-node cluster; nil with a single server
+	natsURL               string            // what every process is given as NATS_URL
 	dbURL                 string
 	api, relay, worker    *daemon
-	apiURL                string
+	apis, relays, workers []*daemon
+	apiURL                string // the first API, directly
 	gateRelay, gateWorker *pgGate
-	proxy                 *faultproxy.Proxy
+	proxy                 *faultproxy.Proxy   // the first API's
+	proxies               []*faultproxy.Proxy // one in front of each API
 	scraper               *scraper
 	tenants               []tenant
+}
+
+// topology is how many of each program a run starts, and against what.
+type topology struct {
+	APIs, Relays, Workers int
+	// Cluster: a three-node JetStream cluster on loopback (natstest) with
+	// an R3 stream, instead of one nats-server process.
+	Cluster bool
+}
+
+// daemons returns every daemon of the run.
+func (s *system) daemons() []*daemon { return slices.Concat(s.apis, s.relays, s.workers) }
+
+// faultRunner runs a run's faults on the test goroutine while the load
+// runs; it returns when its last fault is done and every server is up.
+type faultRunner interface {
+	Run(ctx context.Context, start time.Time)
+	Events() []faultEvent
 }
 
 // TestFaults is the fault suite: the real programs, real PostgreSQL and
@@ -64,18 +89,45 @@ func TestFaults(t *testing.T) {
 	}
 	p, err := profileFromEnv()
 	require.NoError(t, err)
+	var ch *chaos
+	r := runSuite(t, p, topology{APIs: 1, Relays: 1, Workers: 1}, func(s *system, _ *loadGen, rng *mrand.Rand) faultRunner {
+		plan := planFaults(p, rng)
+		t.Logf("fault plan: %s", planSummary(plan))
+		ch = newChaos(s, plan, p.NATSOutage)
+		return ch
+	})
+	r.s.proveFaults(t, p, ch, r.fig)
+	r.finish(t)
+}
+
+// suiteRun is a run after its checks: the system, still running, and its
+// figures.
+type suiteRun struct {
+	s   *system
+	fig *figures
+}
+
+// runSuite starts the system of topo, drives p's load through it while
+// the runner that faults returns runs on the test goroutine (it may add
+// load of its own), drains, checks
+// every invariant of the final state (failing t for each violated one) and
+// gathers the figures. The caller proves its faults fired, then calls
+// finish.
+func runSuite(t *testing.T, p profile, topo topology, faults func(*system, *loadGen, *mrand.Rand) faultRunner) *suiteRun {
+	t.Helper()
 	seed := randomSeed()
 	if v := os.Getenv("QUILL_E2E_SEED"); v != "" {
+		var err error
 		seed, err = strconv.ParseUint(v, 10, 64)
 		require.NoError(t, err, "QUILL_E2E_SEED")
 	}
 	runID := fmt.Sprintf("%08x", uint32(seed))
 	rng := mrand.New(mrand.NewPCG(seed, 42))
-	t.Logf("profile %s: %d operations, %d clients, %.1f/s (~%.0fs of load); seed %d (QUILL_E2E_SEED=%d reproduces the plan)",
-		p.Name, p.Ops, p.Clients, p.Rate, p.Duration().Seconds(), seed, seed)
+	t.Logf("profile %s: %d operations, %d clients, %.1f/s (~%.0fs of load); %d api, %d relay, %d worker; seed %d (QUILL_E2E_SEED=%d reproduces the plan)",
+		p.Name, p.Ops, p.Clients, p.Rate, p.Duration().Seconds(), topo.APIs, topo.Relays, topo.Workers, seed, seed)
 	began := time.Now()
 
-	s := setup(t, p, seed, runID)
+	s := setup(t, p, seed, runID, topo)
 	ctx := t.Context()
 	if deadline, ok := t.Deadline(); ok {
 		need := p.Duration() + 2*time.Minute
@@ -93,14 +145,12 @@ func TestFaults(t *testing.T) {
 		<-scraped
 	}()
 
-	// Load and faults.
-	plan := planFaults(p, rng)
-	t.Logf("fault plan: %s", planSummary(plan))
-	ch := newChaos(s, plan, p.NATSOutage)
-	lg := newLoadGen(s.proxyURL(t), s.tenants, runID, seed, p)
+	// Load, and meanwhile the faults.
+	lg := newLoadGen(s.proxyURLs(t), s.tenants, runID, seed, p)
+	fr := faults(s, lg, rng)
 	loadStart := time.Now()
-	chaosDone := make(chan struct{})
-	go func() { defer close(chaosDone); ch.Run(ctx, loadStart) }()
+	loadDone := make(chan struct{})
+	go func() { defer close(loadDone); lg.Run(ctx) }()
 	progressDone := make(chan struct{})
 	stopProgress := make(chan struct{})
 	go func() {
@@ -110,25 +160,28 @@ func TestFaults(t *testing.T) {
 			case <-stopProgress:
 				return
 			case <-time.After(15 * time.Second):
-				t.Logf("%5.0fs: %d/%d operations started, %d requests, %d faults done, nats up %t",
-					time.Since(loadStart).Seconds(), lg.Done(), p.Ops, lg.stats.requests.Load(), len(ch.Events()), s.nats.Running())
+				t.Logf("%5.0fs: %d/%d operations started, %d requests, %d faults done, %s",
+					time.Since(loadStart).Seconds(), lg.Done(), p.Ops, lg.stats.requests.Load(), len(fr.Events()), s.natsState())
 			}
 		}
 	}()
-	lg.Run(ctx)
+	fr.Run(ctx, loadStart)
+	faultsTook := time.Since(loadStart)
+	<-loadDone
 	loadTook := time.Since(loadStart)
-	<-chaosDone
 	close(stopProgress)
 	<-progressDone
 	require.NoError(t, ctx.Err())
-	t.Logf("load done in %.1fs; faults done at %.1fs", loadTook.Seconds(), time.Since(loadStart).Seconds())
-	for _, e := range ch.Events() {
+	t.Logf("load done in %.1fs; faults done at %.1fs", loadTook.Seconds(), faultsTook.Seconds())
+	for _, e := range fr.Events() {
 		t.Logf("  fault %6.1fs %-38s ok=%-5t %s", e.At.Seconds(), e.Kind, e.OK, e.Detail)
 	}
 
 	// Drain: everything committed must reach its final state.
-	require.NoError(t, s.proxy.SetDropProbability(0))
-	s.proxy.DropNext(0)
+	for _, px := range s.proxies {
+		require.NoError(t, px.SetDropProbability(0))
+		px.DropNext(0)
+	}
 	drainStart := time.Now()
 	require.NoError(t, s.drain(ctx, t, p.DrainTimeout), "drain")
 	drainTook := time.Since(drainStart)
@@ -136,7 +189,7 @@ func TestFaults(t *testing.T) {
 	// The final counters, before the lookups add requests of their own.
 	stopScrape()
 	<-scraped
-	for _, d := range []*daemon{s.api, s.relay, s.worker} {
+	for _, d := range s.daemons() {
 		s.scraper.Scrape(d)
 	}
 
@@ -144,29 +197,33 @@ func TestFaults(t *testing.T) {
 	ops := lg.Ops()
 	st, err := loadState(ctx, s.dbURL, consumerName)
 	require.NoError(t, err)
-	st.stream, err = readStream(ctx, s.nats.URL(), streamName)
+	st.stream, err = readStream(ctx, s.natsURL, streamName)
 	require.NoError(t, err, "read the stream")
 	st.lookups = lookupAll(ctx, s.apiURL, ops)
 	v := newVerdict()
 	_, tally := checkAll(v, ops, st, consumerName, subjectPrefix)
 	v.Report(t)
 
-	// The faults fired.
-	fig := s.figures(ctx, t, p, ch, lg, st, tally)
+	fig := s.figures(ctx, t, p, fr, lg, st, tally)
 	fig.duration, fig.load, fig.drain = time.Since(began), loadTook, drainTook
-	s.proveFaults(t, p, ch, fig)
+	return &suiteRun{s: s, fig: fig}
+}
 
-	// api audit, when the build has it.
-	s.audit(ctx, t)
+// finish runs `api audit`, stops every program with SIGTERM (each must
+// exit 0), and prints the report (and the logs' failures when t failed).
+func (r *suiteRun) finish(t *testing.T) {
+	t.Helper()
+	s := r.s
+	s.audit(t.Context(), t)
 
 	// SIGTERM: each program finishes its work and exits 0 (SPEC §1).
-	for _, d := range []*daemon{s.api, s.relay, s.worker} {
+	for _, d := range s.daemons() {
 		if e := d.Stop(40 * time.Second); e != nil && e.Status != "exit status 0" {
 			t.Errorf("PRODUCT: %s did not exit 0 on SIGTERM: %s after %s (see %s)", d.name, e.Status, e.Uptime.Round(time.Millisecond), d.logFile)
 		}
 	}
 
-	report := fig.String()
+	report := r.fig.String()
 	t.Log("\n" + report)
 	if path := os.Getenv("QUILL_E2E_REPORT"); path != "" {
 		_ = os.WriteFile(path, []byte(report), 0o644)
@@ -182,9 +239,12 @@ func randomSeed() uint64 {
 	return binary.LittleEndian.Uint64(b[:]) >> 1
 }
 
-// setup builds the programs, starts PostgreSQL, NATS, the gates, the three
-// daemons and the proxy, and creates the database and two tenants' tokens.
-func setup(t *testing.T, p profile, seed uint64, runID string) *system {
+// setup builds the programs, starts PostgreSQL, NATS (one server, or the
+// cluster), the gates, the daemons of topo and a proxy in front of each
+// API, and creates the database and two tenants' tokens. The relays start
+// first and the workers only once the stream exists as the relays
+// provision it: a worker that found no stream would create one itself.
+func setup(t *testing.T, p profile, seed uint64, runID string, topo topology) *system {
 	t.Helper()
 	dir := os.Getenv("QUILL_E2E_ARTIFACTS")
 	if dir == "" {
@@ -197,7 +257,16 @@ func setup(t *testing.T, p profile, seed uint64, runID string) *system {
 	s := &system{dir: dir}
 	s.bins = buildBinaries(t, filepath.Join(dir, "bin"))
 	s.pg = startPostgres(t)
-	s.nats = startNATS(t, s.bins.nats, dir)
+	replicas := 1
+	if topo.Cluster {
+		replicas = 3
+		s.cluster = natstest.StartCluster(t, 3)
+		s.natsURL = s.cluster.URLs()
+		t.Logf("JetStream cluster of 3 nodes: %s; meta leader n%d", s.natsURL, s.cluster.MetaLeader())
+	} else {
+		s.nats = startNATS(t, s.bins.nats, dir)
+		s.natsURL = s.nats.URL()
+	}
 	db := "quill_e2e_" + runID
 	s.dbURL = s.pg.URL(db)
 
@@ -216,51 +285,157 @@ func setup(t *testing.T, p profile, seed uint64, runID string) *system {
 		u.Host = g.Addr()
 		return u.String()
 	}
-	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	admin := func() string { return fmt.Sprintf("127.0.0.1:%d", freePort(t)) }
-	common := slices.Concat(base, []string{"NATS_URL=" + s.nats.URL(), "QUILL_STREAM=" + streamName,
+	common := slices.Concat(base, []string{"NATS_URL=" + s.natsURL, "QUILL_STREAM=" + streamName,
 		"QUILL_SUBJECT_PREFIX=" + subjectPrefix, "QUILL_LOG_LEVEL=info"})
 	env := func(extra ...string) []string { return slices.Concat(common, extra) }
-	s.apiURL = "http://" + httpAddr
-	apiAdmin, relayAdmin, workerAdmin := admin(), admin(), admin()
-	s.api = newDaemon("api", s.bins.api, apiAdmin, filepath.Join(dir, "api.log"),
-		env("DATABASE_URL="+s.dbURL, "QUILL_HTTP_ADDR="+httpAddr, "QUILL_ADMIN_ADDR="+apiAdmin), "serve")
-	// A short backoff cap, so that a NATS outage's backlog is taken up
-	// within seconds of NATS coming back. (A killed relay's claims end with
-	// its session; the lease stays at its default.)
-	s.relay = newDaemon("relay", s.bins.relay, relayAdmin, filepath.Join(dir, "relay.log"),
-		env("DATABASE_URL="+viaGate(s.gateRelay), "QUILL_ADMIN_ADDR="+relayAdmin, "QUILL_RELAY_MAX_BACKOFF=5s"), "run")
-	// A short ack wait, so that a killed worker's messages come back soon.
-	s.worker = newDaemon("attachment-worker", s.bins.worker, workerAdmin, filepath.Join(dir, "attachment-worker.log"),
-		env("DATABASE_URL="+viaGate(s.gateWorker), "QUILL_ADMIN_ADDR="+workerAdmin,
-			"QUILL_CONSUMER="+consumerName, "QUILL_ACK_WAIT=5s"), "run")
-	for _, d := range []*daemon{s.api, s.relay, s.worker} {
-		go d.Run()
-		t.Cleanup(func() { _ = d.Stop(40 * time.Second) })
+	// The first daemon of a program is named after it, the others get a
+	// number: relay, relay-2.
+	name := func(role string, i int) string {
+		if i == 0 {
+			return role
+		}
+		return fmt.Sprintf("%s-%d", role, i+1)
 	}
-	for _, d := range []*daemon{s.api, s.relay, s.worker} {
-		require.NoError(t, d.WaitHealthy(t.Context(), 90*time.Second))
+	add := func(role string, i int, extra []string, args ...string) *daemon {
+		adminAddr := admin()
+		n := name(role, i)
+		d := newDaemon(n, map[string]string{"api": s.bins.api, "relay": s.bins.relay, "attachment-worker": s.bins.worker}[role],
+			adminAddr, filepath.Join(dir, n+".log"), env(append(extra, "QUILL_ADMIN_ADDR="+adminAddr)...), args...)
+		d.role = role
+		return d
 	}
-	s.scraper = newScraper(s.api, s.relay, s.worker)
+	var apiURLs []string
+	for i := range topo.APIs {
+		httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		apiURLs = append(apiURLs, "http://"+httpAddr)
+		s.apis = append(s.apis, add("api", i, []string{"DATABASE_URL=" + s.dbURL, "QUILL_HTTP_ADDR=" + httpAddr}, "serve"))
+	}
+	s.apiURL = apiURLs[0]
+	for i := range topo.Relays {
+		// The first relay reaches PostgreSQL through its gate (the chaos
+		// holds a mark there). A short backoff cap, so that a NATS
+		// outage's backlog is taken up within seconds of NATS coming back.
+		// (A killed relay's claims end with its session; the lease stays
+		// at its default.)
+		db := s.dbURL
+		if i == 0 {
+			db = viaGate(s.gateRelay)
+		}
+		extra := []string{"DATABASE_URL=" + db, "QUILL_RELAY_MAX_BACKOFF=5s"}
+		if topo.Cluster {
+			extra = append(extra, fmt.Sprintf("QUILL_STREAM_REPLICAS=%d", replicas))
+		}
+		s.relays = append(s.relays, add("relay", i, extra, "run"))
+	}
+	for i := range topo.Workers {
+		db := s.dbURL
+		if i == 0 {
+			db = viaGate(s.gateWorker)
+		}
+		// A short ack wait, so that a killed worker's messages come back soon.
+		s.workers = append(s.workers, add("attachment-worker", i,
+			[]string{"DATABASE_URL=" + db, "QUILL_CONSUMER=" + consumerName, "QUILL_ACK_WAIT=5s"}, "run"))
+	}
+	s.api, s.relay, s.worker = s.apis[0], s.relays[0], s.workers[0]
+	start := func(ds []*daemon) {
+		for _, d := range ds {
+			go d.Run()
+			t.Cleanup(func() { _ = d.Stop(40 * time.Second) })
+		}
+		for _, d := range ds {
+			require.NoError(t, d.WaitHealthy(t.Context(), 90*time.Second))
+		}
+	}
+	start(slices.Concat(s.apis, s.relays))
+	require.NoError(t, waitForStream(t.Context(), s.natsURL, streamName, replicas, 90*time.Second),
+		"the stream as the relays provision it, before the workers start")
+	start(s.workers)
+	s.scraper = newScraper(s.daemons()...)
 
-	u, _ := url.Parse(s.apiURL)
-	var err error
-	s.proxy, err = faultproxy.New(faultproxy.Config{
-		Upstream:        u,
-		DropProbability: p.DropProbability,
-		Eligible:        func(r *http.Request) bool { return r.Method == http.MethodPost || r.Method == http.MethodDelete },
-		Seed:            seed,
-	})
-	require.NoError(t, err)
-	t.Cleanup(s.proxy.Close)
+	for i, au := range apiURLs {
+		u, _ := url.Parse(au)
+		px, err := faultproxy.New(faultproxy.Config{
+			Upstream:        u,
+			DropProbability: p.DropProbability,
+			Eligible:        func(r *http.Request) bool { return r.Method == http.MethodPost || r.Method == http.MethodDelete },
+			Seed:            seed + uint64(i),
+		})
+		require.NoError(t, err)
+		t.Cleanup(px.Close)
+		s.proxies = append(s.proxies, px)
+	}
+	s.proxy = s.proxies[0]
 	return s
 }
 
-// proxyURL serves the proxy for the rest of the test.
-func (s *system) proxyURL(t *testing.T) string {
-	srv := httptest.NewServer(s.proxy)
-	t.Cleanup(srv.Close)
-	return srv.URL
+// waitForStream waits until stream exists with replicas replicas, all of
+// them current (a cluster's followers caught up with its leader).
+func waitForStream(ctx context.Context, natsURL, stream string, replicas int, timeout time.Duration) error {
+	nc, err := nats.Connect(natsURL, nats.Name("e2e-stream-wait"), nats.MaxReconnects(-1))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(timeout)
+	last := "no answer"
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		st, err := js.Stream(cctx, stream)
+		cancel()
+		if err != nil {
+			last = err.Error()
+		} else {
+			info := st.CachedInfo()
+			current := 1
+			if info.Cluster != nil {
+				for _, r := range info.Cluster.Replicas {
+					if r.Current && !r.Offline {
+						current++
+					}
+				}
+			}
+			if info.Config.Replicas == replicas && current == replicas && (replicas == 1 || info.Cluster.Leader != "") {
+				return nil
+			}
+			last = fmt.Sprintf("replicas %d, %d current", info.Config.Replicas, current)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("stream %s not at %d current replicas within %s: %s", stream, replicas, timeout, last)
+		}
+		if !wait.For(ctx, 100*time.Millisecond) {
+			return ctx.Err()
+		}
+	}
+}
+
+// natsState says whether NATS is up, for the progress lines.
+func (s *system) natsState() string {
+	if s.cluster != nil {
+		up := 0
+		for _, ns := range s.cluster.Servers() {
+			if ns != nil {
+				up++
+			}
+		}
+		return fmt.Sprintf("nats nodes up %d/3", up)
+	}
+	return fmt.Sprintf("nats up %t", s.nats.Running())
+}
+
+// proxyURLs serves each API's proxy for the rest of the test.
+func (s *system) proxyURLs(t *testing.T) []string {
+	var urls []string
+	for _, px := range s.proxies {
+		srv := httptest.NewServer(px)
+		t.Cleanup(srv.Close)
+		urls = append(urls, srv.URL)
+	}
+	return urls
 }
 
 // runOK runs a program to completion and returns its stdout.
@@ -281,12 +456,12 @@ func runOK(t *testing.T, bin string, env []string, args ...string) string {
 // worker's inbox, and nothing pending or unacknowledged on the consumer.
 func (s *system) drain(ctx context.Context, t *testing.T, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
-	if !s.nats.Running() {
+	if s.nats != nil && !s.nats.Running() {
 		if err := s.nats.Start(ctx); err != nil {
 			return err
 		}
 	}
-	for _, d := range []*daemon{s.api, s.relay, s.worker} {
+	for _, d := range s.daemons() {
 		if err := d.WaitHealthy(ctx, time.Until(deadline)); err != nil {
 			return err
 		}
@@ -296,7 +471,7 @@ func (s *system) drain(ctx context.Context, t *testing.T, timeout time.Duration)
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	nc, err := nats.Connect(s.nats.URL(), nats.Name("e2e-drain"), nats.MaxReconnects(-1))
+	nc, err := nats.Connect(s.natsURL, nats.Name("e2e-drain"), nats.MaxReconnects(-1))
 	if err != nil {
 		return err
 	}
@@ -350,7 +525,7 @@ func (s *system) drain(ctx context.Context, t *testing.T, timeout time.Duration)
 // audit runs `api audit --json`, which must exit 0; until the command
 // exists the step is skipped with a note.
 func (s *system) audit(ctx context.Context, t *testing.T) {
-	env := slices.Concat(cleanEnv(), []string{"DATABASE_URL=" + s.dbURL, "NATS_URL=" + s.nats.URL(), "QUILL_STREAM=" + streamName,
+	env := slices.Concat(cleanEnv(), []string{"DATABASE_URL=" + s.dbURL, "NATS_URL=" + s.natsURL, "QUILL_STREAM=" + streamName,
 		"QUILL_SUBJECT_PREFIX=" + subjectPrefix, "QUILL_CONSUMER=" + consumerName, "QUILL_LOG_LEVEL=warn"})
 	run := func(args ...string) (string, string, int) {
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
@@ -375,6 +550,14 @@ func (s *system) audit(ctx context.Context, t *testing.T) {
 		return
 	}
 	stdout, stderr, code := run("audit", "--json")
+	// The audit's stream scan has the ordered-consumer race readStream
+	// retries (see there): in a cluster it can end "audit incomplete" with
+	// no responders. A product bug, reported; the audit runs again, and
+	// the log says so.
+	for attempt := 1; attempt < 3 && code == 3 && strings.Contains(stderr, "audit incomplete") && strings.Contains(stderr, "no responders"); attempt++ {
+		t.Logf("PRODUCT (known): api audit --json exited 3 on the stream scan's ordered-consumer race, run again: %s", strings.TrimSpace(stderr))
+		stdout, stderr, code = run("audit", "--json")
+	}
 	var rep struct {
 		Anomalies []map[string]any `json:"anomalies"`
 		Counts    map[string]any   `json:"counts"`
@@ -400,12 +583,14 @@ func trimTo(s string, n int) string {
 // dumpLogs prints the end of every log and the lines that look like
 // failures, for a failed run.
 func (s *system) dumpLogs(t *testing.T) {
-	for _, d := range []*daemon{s.api, s.relay, s.worker} {
+	for _, d := range s.daemons() {
 		t.Logf("--- %s log, warnings and errors (first 30):\n%s", d.name,
 			strings.Join(grepFile(d.logFile, 30, `"level":"error"`, `"level":"warn"`, "panic", "=== e2e"), "\n"))
 		t.Logf("--- %s log, last 20 lines:\n%s", d.name, tail(d.logFile, 20))
 	}
-	t.Logf("--- nats-server log, last 20 lines:\n%s", tail(s.nats.logFile, 20))
+	if s.nats != nil {
+		t.Logf("--- nats-server log, last 20 lines:\n%s", tail(s.nats.logFile, 20))
+	}
 	t.Logf("--- postgres log, last 20 lines:\n%s", tail(s.pg.logFile, 20))
 	if os.Getenv("QUILL_E2E_ARTIFACTS") == "" {
 		t.Logf("set QUILL_E2E_ARTIFACTS=DIR to keep the whole logs and the NATS store")

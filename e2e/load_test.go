@@ -107,15 +107,18 @@ type loadStats struct {
 	status              map[int]int64
 }
 
-// loadGen drives the API through the fault proxy: clients goroutines take
+// loadGen drives the APIs through their fault proxies: clients goroutines take
 // operation slots from a fixed schedule (rate per second), each operation
 // a create (with a PNG, a text or no attachment) or a delete of a note the
 // client created; ResendShare of them are sent 2–5 times under their key,
 // half of those concurrently. Every request without a decided answer
 // (transport error, 409, 5xx) is retried under the same key until
-// opDeadline.
+// opDeadline. With several APIs, each request goes to the next one in turn,
+// so that a resend under a key often reaches another API than the first
+// send.
 type loadGen struct {
-	base       string
+	bases      []string
+	next       atomic.Uint64 // the API of the next request
 	http       *http.Client
 	tenants    []tenant
 	runID      string
@@ -125,14 +128,15 @@ type loadGen struct {
 	rate       float64
 	opDeadline time.Duration
 
-	slots atomic.Int64
-	stats loadStats
+	slots  atomic.Int64
+	bursts atomic.Int64
+	stats  loadStats
 
 	mu  sync.Mutex
 	ops []*op
 }
 
-func newLoadGen(base string, tenants []tenant, runID string, seed uint64, p profile) *loadGen {
+func newLoadGen(bases []string, tenants []tenant, runID string, seed uint64, p profile) *loadGen {
 	tr := &http.Transport{
 		Proxy:       nil,
 		DialContext: (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
@@ -142,7 +146,11 @@ func newLoadGen(base string, tenants []tenant, runID string, seed uint64, p prof
 		DisableKeepAlives:  true,
 		DisableCompression: true,
 	}
-	return &loadGen{base: strings.TrimRight(base, "/"), http: &http.Client{Transport: tr}, tenants: tenants,
+	trimmed := make([]string, len(bases))
+	for i, b := range bases {
+		trimmed[i] = strings.TrimRight(b, "/")
+	}
+	return &loadGen{bases: trimmed, http: &http.Client{Transport: tr}, tenants: tenants,
 		runID: runID, seed: seed, clients: p.Clients, total: p.Ops, rate: p.Rate, opDeadline: p.OpDeadline,
 		stats: loadStats{status: map[int]int64{}}}
 }
@@ -223,6 +231,40 @@ func (l *loadGen) client(ctx context.Context, c int, start time.Time) {
 			deleted = append(deleted, o.NoteID)
 		}
 	}
+}
+
+// Burst runs n creates outside the schedule, workers at a time (split
+// between the tenants: keep it under QUILL_TENANT_CONCURRENCY), with the
+// schedule's resends and impatience; each burst's clients have numbers of
+// their own, so keys and titles stay unique. started counts the creates
+// begun; done is closed when all have ended.
+func (l *loadGen) Burst(ctx context.Context, n, workers int) (started *atomic.Int64, done <-chan struct{}) {
+	id := int(l.bursts.Add(1))
+	started = new(atomic.Int64)
+	ch := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			c := 1000*id + w
+			rng := rand.New(rand.NewPCG(l.seed, uint64(c)+1))
+			t := l.tenants[w%len(l.tenants)]
+			for seq := 0; started.Add(1) <= int64(n); seq++ {
+				o := l.newCreate(rng, c, seq, t)
+				o.Copies = 1
+				if rng.Float64() < resendShare {
+					o.Copies = 2 + rng.IntN(4)
+					o.Concurrent = rng.IntN(2) == 0
+				}
+				o.Impatient = rng.Float64() < impatientShare
+				l.mu.Lock()
+				l.ops = append(l.ops, o)
+				l.mu.Unlock()
+				l.run(ctx, o, rng)
+			}
+		})
+	}
+	go func() { wg.Wait(); close(ch) }()
+	return started, ch
 }
 
 // resendShare is the share of operations sent more than once under their
@@ -362,12 +404,13 @@ func (l *loadGen) sendUntilDecided(ctx context.Context, o *op, copyIdx int, seed
 func (l *loadGen) send(ctx context.Context, o *op) (*answer, string, time.Duration) {
 	rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
+	base := l.bases[(l.next.Add(1)-1)%uint64(len(l.bases))]
 	var req *http.Request
 	if o.Kind == opCreate {
-		req, _ = http.NewRequestWithContext(rctx, http.MethodPost, l.base+"/v1/notes", bytes.NewReader(o.request))
+		req, _ = http.NewRequestWithContext(rctx, http.MethodPost, base+"/v1/notes", bytes.NewReader(o.request))
 		req.Header.Set("Content-Type", "application/json")
 	} else {
-		req, _ = http.NewRequestWithContext(rctx, http.MethodDelete, l.base+"/v1/notes/"+o.NoteID, nil)
+		req, _ = http.NewRequestWithContext(rctx, http.MethodDelete, base+"/v1/notes/"+o.NoteID, nil)
 	}
 	req.Header.Set("Authorization", "Bearer "+o.token)
 	req.Header.Set("Idempotency-Key", o.Key)

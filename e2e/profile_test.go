@@ -24,6 +24,14 @@ type profile struct {
 
 	OpDeadline   time.Duration // how long a client keeps retrying one operation
 	DrainTimeout time.Duration // how long the system may take to settle after the load
+
+	// TestClusterFaults: each cycle shuts the stream leader down for
+	// LeaderOutage, steps the meta leader down and stops one node for
+	// NodeOutage.
+	ClusterCycles int
+	LeaderOutage  time.Duration
+	NodeOutage    time.Duration
+	BurstOps      int // creates in the burst right before each of those two faults
 }
 
 // Duration is the load's planned length.
@@ -56,9 +64,42 @@ func soakProfile(ops int, rate float64) profile {
 	return p
 }
 
+// clusterShortProfile is TestClusterFaults in `go test ./...`: 1,500
+// operations over 60 s, plus two bursts of 300, and one cycle of cluster
+// faults (the node outage its full 20 s), for two of each program on a
+// three-node cluster.
+func clusterShortProfile() profile {
+	return profile{
+		Name: "cluster-short", Ops: 1500, Clients: 64, Rate: 1500.0 / 60,
+		DropProbability: 0.1, DropBursts: 3,
+		OpDeadline: 2 * time.Minute, DrainTimeout: 4 * time.Minute,
+		ClusterCycles: 1, LeaderOutage: 5 * time.Second, NodeOutage: 20 * time.Second, BurstOps: 300,
+	}
+}
+
+// clusterSoakProfile is TestClusterFaults in `make soak`: the soak's load
+// with a cycle of cluster faults every two minutes.
+func clusterSoakProfile(ops int, rate float64) profile {
+	p := profile{Name: "cluster-soak", Ops: ops, Clients: 64, Rate: rate,
+		DropProbability: 0.1, OpDeadline: 3 * time.Minute, DrainTimeout: 20 * time.Minute,
+		LeaderOutage: 5 * time.Second, NodeOutage: 20 * time.Second, BurstOps: 300}
+	p.ClusterCycles = max(1, int(p.Duration().Seconds()/120))
+	p.DropBursts = max(3, int(p.Duration().Seconds()/30))
+	return p
+}
+
 // profileFromEnv picks the profile: QUILL_E2E_PROFILE=short (default) or
 // soak; QUILL_E2E_OPS and QUILL_E2E_RATE override the size and the rate.
 func profileFromEnv() (profile, error) {
+	return pickProfile(shortProfile, soakProfile)
+}
+
+// clusterProfileFromEnv is profileFromEnv for TestClusterFaults.
+func clusterProfileFromEnv() (profile, error) {
+	return pickProfile(clusterShortProfile, clusterSoakProfile)
+}
+
+func pickProfile(short func() profile, soak func(ops int, rate float64) profile) (profile, error) {
 	ops, rate := 0, 0.0
 	if v := os.Getenv("QUILL_E2E_OPS"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -76,14 +117,15 @@ func profileFromEnv() (profile, error) {
 	}
 	switch name := os.Getenv("QUILL_E2E_PROFILE"); name {
 	case "", "short":
-		p := shortProfile()
+		p := short()
+		planned := p.Duration()
 		if ops > 0 {
 			p.Ops = ops
 		}
 		if rate > 0 {
 			p.Rate = rate
 		} else if ops > 0 {
-			p.Rate = float64(ops) / 75
+			p.Rate = float64(ops) / planned.Seconds()
 		}
 		return p, nil
 	case "soak":
@@ -93,7 +135,7 @@ func profileFromEnv() (profile, error) {
 		if rate == 0 {
 			rate = 120
 		}
-		return soakProfile(ops, rate), nil
+		return soak(ops, rate), nil
 	default:
 		return profile{}, fmt.Errorf("QUILL_E2E_PROFILE %q: want short or soak", name)
 	}

@@ -33,7 +33,7 @@ type figures struct {
 	relayPublished, relayDuplicates, relayErrors                   float64
 	workerProcessed, workerDuplicate, workerSkipped                float64
 	workerFailed, workerDead                                       float64
-	incarnations                                                   map[string]int
+	incarnations, daemons                                          map[string]int // by program
 
 	// The consumer's own account: deliveries (redeliveries included).
 	deliveries, createdMsgs, redeliveries uint64
@@ -50,14 +50,22 @@ type figures struct {
 	relayMarkKills int
 	workerAckKills int
 	proxy          proxyFigures
+
+	// Per daemon (several of a program), by name.
+	relayErrorsBy, relayDuplicatesBy map[string]float64
+	relayNames                       []string
+	// The cluster run's faults and the stream at the end (nil without a
+	// cluster).
+	cluster *clusterFigures
 }
 
 type proxyFigures struct{ requests, dropped, upstreamErrors int64 }
 
 // figures gathers the numbers after the checks.
-func (s *system) figures(ctx context.Context, t *testing.T, p profile, ch *chaos, lg *loadGen, st *finalState, tally outcomeTally) *figures {
-	f := &figures{profile: p, tally: tally, statuses: map[int]int64{}, incarnations: map[string]int{},
-		kills: map[string]int{}, startFailures: map[string]int{}, crashes: map[string][]exitRecord{}, durable: map[string]int64{}}
+func (s *system) figures(ctx context.Context, t *testing.T, p profile, fr faultRunner, lg *loadGen, st *finalState, tally outcomeTally) *figures {
+	f := &figures{profile: p, tally: tally, statuses: map[int]int64{}, incarnations: map[string]int{}, daemons: map[string]int{},
+		kills: map[string]int{}, startFailures: map[string]int{}, crashes: map[string][]exitRecord{}, durable: map[string]int64{},
+		relayErrorsBy: map[string]float64{}, relayDuplicatesBy: map[string]float64{}}
 	for _, o := range lg.Ops() {
 		f.ops++
 		if o.Kind == opCreate {
@@ -100,41 +108,56 @@ func (s *system) figures(ctx context.Context, t *testing.T, p profile, ch *chaos
 	}
 
 	sc := s.scraper
-	f.apiHTTP = sc.Total(s.api, "quill_http_requests_total", nil)
-	f.apiExecuted = sc.Total(s.api, "quill_idempotency_requests_total", map[string]string{"outcome": "executed"})
-	f.apiReplayed = sc.Total(s.api, "quill_idempotency_requests_total", map[string]string{"outcome": "replayed"})
-	f.apiInProgress = sc.Total(s.api, "quill_idempotency_requests_total", map[string]string{"outcome": "in_progress"})
-	f.apiKeyReused = sc.Total(s.api, "quill_idempotency_requests_total", map[string]string{"outcome": "key_reused"})
-	f.effectsCreate = sc.Total(s.api, "quill_business_effects_total", map[string]string{"action": "create-note"})
-	f.effectsDelete = sc.Total(s.api, "quill_business_effects_total", map[string]string{"action": "delete-note"})
-	f.relayPublished = sc.Total(s.relay, "quill_relay_published_total", nil)
-	f.relayDuplicates = sc.Total(s.relay, "quill_relay_duplicates_total", nil)
-	f.relayErrors = sc.Total(s.relay, "quill_relay_publish_errors_total", nil)
+	// total sums a metric over every daemon of a program.
+	total := func(ds []*daemon, name string, want map[string]string) float64 {
+		n := 0.0
+		for _, d := range ds {
+			n += sc.Total(d, name, want)
+		}
+		return n
+	}
+	f.apiHTTP = total(s.apis, "quill_http_requests_total", nil)
+	f.apiExecuted = total(s.apis, "quill_idempotency_requests_total", map[string]string{"outcome": "executed"})
+	f.apiReplayed = total(s.apis, "quill_idempotency_requests_total", map[string]string{"outcome": "replayed"})
+	f.apiInProgress = total(s.apis, "quill_idempotency_requests_total", map[string]string{"outcome": "in_progress"})
+	f.apiKeyReused = total(s.apis, "quill_idempotency_requests_total", map[string]string{"outcome": "key_reused"})
+	f.effectsCreate = total(s.apis, "quill_business_effects_total", map[string]string{"action": "create-note"})
+	f.effectsDelete = total(s.apis, "quill_business_effects_total", map[string]string{"action": "delete-note"})
+	f.relayPublished = total(s.relays, "quill_relay_published_total", nil)
+	f.relayDuplicates = total(s.relays, "quill_relay_duplicates_total", nil)
+	f.relayErrors = total(s.relays, "quill_relay_publish_errors_total", nil)
+	for _, d := range s.relays {
+		f.relayNames = append(f.relayNames, d.name)
+		f.relayErrorsBy[d.name] = sc.Total(d, "quill_relay_publish_errors_total", nil)
+		f.relayDuplicatesBy[d.name] = sc.Total(d, "quill_relay_duplicates_total", nil)
+	}
 	for _, r := range []struct {
 		dst  *float64
 		name string
 	}{{&f.workerProcessed, "processed"}, {&f.workerDuplicate, "duplicate"}, {&f.workerSkipped, "skipped"},
 		{&f.workerFailed, "failed"}, {&f.workerDead, "dead_lettered"}} {
-		*r.dst = sc.Total(s.worker, "quill_worker_messages_total", map[string]string{"result": r.name})
+		*r.dst = total(s.workers, "quill_worker_messages_total", map[string]string{"result": r.name})
 	}
-	for _, d := range []*daemon{s.api, s.relay, s.worker} {
-		f.incarnations[d.name] = sc.Incarnations(d)
+	// By program: the daemons of one program add up.
+	for _, d := range s.daemons() {
+		f.daemons[d.role]++
+		f.incarnations[d.role] += sc.Incarnations(d)
 		exits, kills := d.Exits()
-		f.kills[d.name] = kills
+		f.kills[d.role] += kills
 		for _, e := range exits {
 			switch {
 			case e.Killed, e.Stopped:
 			case e.Healthy:
 				f.crashes[d.name] = append(f.crashes[d.name], e)
 			default:
-				f.startFailures[d.name]++
+				f.startFailures[d.role]++
 			}
 		}
 	}
 
 	// Redeliveries, from the consumer: every delivery, redeliveries
 	// included, takes a consumer sequence number.
-	if nc, err := nats.Connect(s.nats.URL(), nats.Name("e2e-figures")); err == nil {
+	if nc, err := nats.Connect(s.natsURL, nats.Name("e2e-figures")); err == nil {
 		if js, err := jetstream.New(nc); err == nil {
 			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			if c, err := js.Consumer(cctx, streamName, consumerName); err == nil {
@@ -151,14 +174,23 @@ func (s *system) figures(ctx context.Context, t *testing.T, p profile, ch *chaos
 	}
 	f.durable = durableCounters(ctx, t, s.dbURL)
 
-	ch.mu.Lock()
-	f.outages = append([]time.Duration(nil), ch.outages...)
-	f.backlogs = append([]int64(nil), ch.backlogs...)
-	f.pgRestarts = ch.pgOK
-	ch.mu.Unlock()
-	f.relayMarkKills, f.workerAckKills = ch.Count(fRelayMark), ch.Count(fWorkerCommit)
-	ps := s.proxy.Stats()
-	f.proxy = proxyFigures{requests: ps.Requests, dropped: ps.Dropped, upstreamErrors: ps.UpstreamErrors}
+	switch ch := fr.(type) {
+	case *chaos:
+		ch.mu.Lock()
+		f.outages = append([]time.Duration(nil), ch.outages...)
+		f.backlogs = append([]int64(nil), ch.backlogs...)
+		f.pgRestarts = ch.pgOK
+		ch.mu.Unlock()
+		f.relayMarkKills, f.workerAckKills = ch.Count(fRelayMark), ch.Count(fWorkerCommit)
+	case *clusterChaos:
+		f.cluster = ch.figures(ctx, s)
+	}
+	for _, px := range s.proxies {
+		ps := px.Stats()
+		f.proxy.requests += ps.Requests
+		f.proxy.dropped += ps.Dropped
+		f.proxy.upstreamErrors += ps.UpstreamErrors
+	}
 	return f
 }
 
@@ -235,19 +267,13 @@ func (f *figures) durableMatching(parts ...string) (int64, bool) {
 // replays; and no program crashed or panicked.
 func (s *system) proveFaults(t *testing.T, p profile, ch *chaos, f *figures) {
 	t.Helper()
-	want := map[string]int{s.api.name: p.KillsEach, s.relay.name: p.KillsEach + p.TargetedEach, s.worker.name: p.KillsEach + p.TargetedEach}
-	for _, d := range []*daemon{s.api, s.relay, s.worker} {
-		if f.kills[d.name] < want[d.name] {
-			t.Errorf("FAULT not fired: %s was SIGKILLed %d times, want at least %d", d.name, f.kills[d.name], want[d.name])
-		}
-		for _, e := range f.crashes[d.name] {
-			t.Errorf("PRODUCT: %s incarnation %d exited on its own after it was up (%s, after %s): a running daemon must retry, not exit (see %s)",
-				d.name, e.Incarnation, e.Status, e.Uptime.Round(time.Millisecond), d.logFile)
-		}
-		if bad := grepFile(d.logFile, 5, "panic:", "fatal error:", "DATA RACE"); len(bad) > 0 {
-			t.Errorf("PRODUCT: %s log shows a panic or fatal error:\n%s", d.name, strings.Join(bad, "\n"))
+	want := map[string]int{s.api.role: p.KillsEach, s.relay.role: p.KillsEach + p.TargetedEach, s.worker.role: p.KillsEach + p.TargetedEach}
+	for role, n := range want {
+		if f.kills[role] < n {
+			t.Errorf("FAULT not fired: %s was SIGKILLed %d times, want at least %d", role, f.kills[role], n)
 		}
 	}
+	s.proveNoCrash(t, f)
 	if len(f.outages) < p.NATSOutages {
 		t.Errorf("FAULT not fired: NATS was down %d times, want %d", len(f.outages), p.NATSOutages)
 	}
@@ -268,9 +294,7 @@ func (s *system) proveFaults(t *testing.T, p profile, ch *chaos, f *figures) {
 	if f.workerAckKills < p.TargetedEach {
 		t.Errorf("FAULT not fired: the worker was killed between commit and ack %d times, want %d", f.workerAckKills, p.TargetedEach)
 	}
-	if f.proxy.dropped == 0 || f.transport == 0 {
-		t.Errorf("FAULT not fired: the proxy dropped %d responses, clients saw %d transport errors", f.proxy.dropped, f.transport)
-	}
+	s.proveResends(t, f)
 	dupAcks := int64(f.relayDuplicates)
 	if n, ok := f.durableMatching("outbox_events", "dup"); ok {
 		dupAcks = max(dupAcks, n)
@@ -287,6 +311,30 @@ func (s *system) proveFaults(t *testing.T, p profile, ch *chaos, f *figures) {
 	}
 	if f.redeliveries == 0 {
 		t.Errorf("FAULT not proven: the consumer redelivered nothing (%d deliveries for %d note.created messages)", f.deliveries, f.createdMsgs)
+	}
+}
+
+// proveNoCrash fails t for every daemon that exited on its own after it
+// was up, and for a panic, fatal error or data race in any log.
+func (s *system) proveNoCrash(t *testing.T, f *figures) {
+	t.Helper()
+	for _, d := range s.daemons() {
+		for _, e := range f.crashes[d.name] {
+			t.Errorf("PRODUCT: %s incarnation %d exited on its own after it was up (%s, after %s): a running daemon must retry, not exit (see %s)",
+				d.name, e.Incarnation, e.Status, e.Uptime.Round(time.Millisecond), d.logFile)
+		}
+		if bad := grepFile(d.logFile, 5, "panic:", "fatal error:", "DATA RACE"); len(bad) > 0 {
+			t.Errorf("PRODUCT: %s log shows a panic or fatal error:\n%s", d.name, strings.Join(bad, "\n"))
+		}
+	}
+}
+
+// proveResends fails t unless responses were dropped and the API replayed
+// resends.
+func (s *system) proveResends(t *testing.T, f *figures) {
+	t.Helper()
+	if f.proxy.dropped == 0 || f.transport == 0 {
+		t.Errorf("FAULT not fired: the proxy dropped %d responses, clients saw %d transport errors", f.proxy.dropped, f.transport)
 	}
 	replays := int64(f.apiReplayed)
 	if n, ok := f.durableMatching("operations", "replay"); ok {
@@ -344,11 +392,30 @@ func (f *figures) String() string {
 	for i, o := range f.outages {
 		outs = append(outs, fmt.Sprintf("%.1fs with %d events waiting", o.Seconds(), f.backlogs[i]))
 	}
-	w("faults          SIGKILL api %d, relay %d (%d between publish and mark), worker %d (%d between commit and ack); NATS down %s; PostgreSQL restarts %d",
-		f.kills["api"], f.kills["relay"], f.relayMarkKills, f.kills["attachment-worker"], f.workerAckKills, strings.Join(outs, ", "), f.pgRestarts)
-	w("processes       incarnations scraped api %d, relay %d, worker %d; start-up failures (dependency down) api %d, relay %d, worker %d; crashes %d",
-		f.incarnations["api"], f.incarnations["relay"], f.incarnations["attachment-worker"],
+	if f.cluster != nil {
+		f.cluster.write(w)
+		var rs []string
+		for _, n := range f.relayNames {
+			rs = append(rs, fmt.Sprintf("%s %.0f errors, %.0f duplicate acks", n, f.relayErrorsBy[n], f.relayDuplicatesBy[n]))
+		}
+		w("relays          publish errors %.0f, retried until every event was in the stream once (%s)", f.relayErrors, strings.Join(rs, "; "))
+	} else {
+		w("faults          SIGKILL api %d, relay %d (%d between publish and mark), worker %d (%d between commit and ack); NATS down %s; PostgreSQL restarts %d",
+			f.kills["api"], f.kills["relay"], f.relayMarkKills, f.kills["attachment-worker"], f.workerAckKills, strings.Join(outs, ", "), f.pgRestarts)
+	}
+	w("processes       %d api, %d relay, %d worker; incarnations scraped api %d, relay %d, worker %d; start-up failures (dependency down) api %d, relay %d, worker %d; crashes %d",
+		f.daemons["api"], f.daemons["relay"], f.daemons["attachment-worker"], f.incarnations["api"], f.incarnations["relay"], f.incarnations["attachment-worker"],
 		f.startFailures["api"], f.startFailures["relay"], f.startFailures["attachment-worker"],
-		len(f.crashes["api"])+len(f.crashes["relay"])+len(f.crashes["attachment-worker"]))
+		f.crashCount())
 	return b.String()
+}
+
+// crashCount is how many incarnations of any daemon exited on their own
+// after they were up.
+func (f *figures) crashCount() int {
+	n := 0
+	for _, es := range f.crashes {
+		n += len(es)
+	}
+	return n
 }
