@@ -7,9 +7,11 @@ import (
 	"slices"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/quillhq/quill/internal/stream"
+	"github.com/quillhq/quill/internal/wait"
 )
 
 // streamFetchBatch is how many message headers one fetch of the duplicate
@@ -129,45 +131,22 @@ func (a *auditor) scanDuplicates(ctx context.Context, st jetstream.Stream) error
 	if total == 0 {
 		return nil
 	}
-	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{filter}, HeadersOnly: true, DeliverPolicy: jetstream.DeliverAllPolicy,
-		InactiveThreshold: time.Minute,
-	})
+	var (
+		seqs     map[string][]uint64
+		subjects map[string]string
+		read     uint64
+	)
+	for attempt := 1; ; attempt++ {
+		seqs, subjects, read, err = scanHeaders(ctx, st, filter, total)
+		// In a cluster a new consumer's interest can reach the client's
+		// node a moment after the consumer exists; the first pull then
+		// finds no responder. A fresh consumer a moment later is fine.
+		if !errors.Is(err, nats.ErrNoResponders) || attempt == noRespondersAttempts || !wait.For(ctx, time.Duration(attempt)*100*time.Millisecond) {
+			break
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("scan stream %s: %w", a.cfg.Stream.Name, err)
-	}
-	seqs := map[string][]uint64{}
-	subjects := map[string]string{}
-	var read uint64
-	for read < total {
-		batch, err := cons.Fetch(streamFetchBatch, jetstream.FetchMaxWait(streamFetchWait))
-		if err != nil {
-			return fmt.Errorf("scan stream %s: %w", a.cfg.Stream.Name, err)
-		}
-		n := 0
-		caughtUp := false
-		for m := range batch.Messages() {
-			n++
-			read++
-			meta, err := m.Metadata()
-			if err != nil {
-				return fmt.Errorf("scan stream %s: %w", a.cfg.Stream.Name, err)
-			}
-			id := m.Headers().Get(jetstream.MsgIDHeader)
-			if id != "" {
-				seqs[id] = append(seqs[id], meta.Sequence.Stream)
-				subjects[id] = m.Subject()
-			}
-			if meta.NumPending == 0 {
-				caughtUp = true
-			}
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, jetstream.ErrNoMessages) {
-			return fmt.Errorf("scan stream %s: %w", a.cfg.Stream.Name, err)
-		}
-		if n == 0 || caughtUp {
-			break // caught up (messages aged out since the count)
-		}
 	}
 	a.rep.Stream.Scanned = int64(read)
 	inScope := map[string]*eventRow{}
@@ -198,4 +177,55 @@ func (a *auditor) scanDuplicates(ctx context.Context, st jetstream.Stream) error
 		a.add(x)
 	}
 	return nil
+}
+
+// noRespondersAttempts bounds the scans that scanDuplicates starts over when
+// the stream's first pull finds no responder.
+const noRespondersAttempts = 5
+
+// scanHeaders reads the headers of the (about total) messages on filter with
+// a new ordered consumer: the stream sequences and subject of each event id,
+// and how many messages it read.
+func scanHeaders(ctx context.Context, st jetstream.Stream, filter string, total uint64) (map[string][]uint64, map[string]string, uint64, error) {
+	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{filter}, HeadersOnly: true, DeliverPolicy: jetstream.DeliverAllPolicy,
+		InactiveThreshold: time.Minute,
+	})
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	seqs := map[string][]uint64{}
+	subjects := map[string]string{}
+	var read uint64
+	for read < total {
+		batch, err := cons.Fetch(streamFetchBatch, jetstream.FetchMaxWait(streamFetchWait))
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		n := 0
+		caughtUp := false
+		for m := range batch.Messages() {
+			n++
+			read++
+			meta, err := m.Metadata()
+			if err != nil {
+				return nil, nil, 0, err
+			}
+			id := m.Headers().Get(jetstream.MsgIDHeader)
+			if id != "" {
+				seqs[id] = append(seqs[id], meta.Sequence.Stream)
+				subjects[id] = m.Subject()
+			}
+			if meta.NumPending == 0 {
+				caughtUp = true
+			}
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, jetstream.ErrNoMessages) {
+			return nil, nil, 0, err
+		}
+		if n == 0 || caughtUp {
+			break // caught up (messages aged out since the count)
+		}
+	}
+	return seqs, subjects, read, nil
 }
