@@ -35,8 +35,10 @@ const idleInTxTimeout = "60s"
 // role's setting). Behind a pooler, which refuses the startup parameter and
 // would hand a session-level SET to the next client, it is how the
 // protection holds. It also returns the backend's pid, which behind a
-// pooler differs from the connection's backend key.
-const sqlSessionSettings = `SELECT pg_backend_pid(), CASE WHEN current_setting('idle_in_transaction_session_timeout') = '0'
+// pooler differs from the connection's backend key, and the transaction's
+// start (now()), which tells this transaction from a later one of another
+// client on the same backend (see Recheck).
+const sqlSessionSettings = `SELECT pg_backend_pid(), now(), CASE WHEN current_setting('idle_in_transaction_session_timeout') = '0'
 	THEN set_config('idle_in_transaction_session_timeout', '` + idleInTxTimeout + `', true) END`
 
 // pooledKey marks, in a connection's CustomData, a connection that reaches

@@ -34,10 +34,13 @@ type Pipeline struct {
 	// since bounds the session's start, so that a pid reused by a later
 	// session is never taken for this one (see OutcomeUnknownError).
 	since time.Time
-	// pid is the backend's, read with the session settings in the first
-	// round trip behind a pooler (whose backend key is its own); 0 on a
-	// direct connection, whose key names the backend.
-	pid uint32
+	// pid is the backend's and xactStart the transaction's start, read
+	// with the session settings in the first round trip behind a pooler
+	// (whose backend key is its own, and which hands the backend to other
+	// clients once the transaction ends); zero on a direct connection,
+	// whose key names the backend.
+	pid       uint32
+	xactStart time.Time
 	// b holds the statements not sent yet, BEGIN first until the first
 	// send.
 	b *pgx.Batch
@@ -58,7 +61,7 @@ func BeginPipeline(ctx context.Context, pool *pgxpool.Pool) (*Pipeline, error) {
 	if conn.Conn().PgConn().CustomData()[pooledKey] == true {
 		p.b.Queue(sqlSessionSettings).QueryRow(func(row pgx.Row) error {
 			var discard any
-			return row.Scan(&p.pid, &discard)
+			return row.Scan(&p.pid, &p.xactStart, &discard)
 		})
 	}
 	return p, nil
@@ -141,12 +144,12 @@ func (p *Pipeline) Commit(ctx context.Context) error {
 		p.Rollback(ctx)
 		return Translate(err)
 	}
-	pid := p.pid
-	if pid == 0 {
-		pid = p.conn.Conn().PgConn().PID()
+	lost := &OutcomeUnknownError{PID: p.pid, SessionStart: p.since, XactStart: p.xactStart, Err: Translate(err)}
+	if p.conn.Conn().PgConn().CustomData()[pooledKey] != true {
+		lost.PID, lost.XactStart = p.conn.Conn().PgConn().PID(), time.Time{}
 	}
 	p.close(ctx)
-	return &OutcomeUnknownError{PID: pid, SessionStart: p.since, Err: Translate(err)}
+	return lost
 }
 
 // Rollback ends the transaction on a context that survives the caller's
@@ -198,10 +201,17 @@ type Flag string
 // failure.
 type OutcomeUnknownError struct {
 	// PID is the server process of the session, and SessionStart a time
-	// at or after that session began.
+	// at or after that session began. Behind a pooler PID is 0 when the
+	// backend is unknown: the reply that would have named it was lost
+	// (the one-round-trip create).
 	PID          uint32
 	SessionStart time.Time
-	Err          error
+	// XactStart is the transaction's start when the connection went
+	// through a pooler, zero otherwise: the pooler hands the backend to
+	// other clients once the transaction is over, so only a backend still
+	// in this transaction is ended.
+	XactStart time.Time
+	Err       error
 }
 
 func (e *OutcomeUnknownError) Error() string {
@@ -220,15 +230,24 @@ const (
 // committed. First the old session must be gone — until it is, statements
 // still on their way to it could take locks and commit — so Recheck ends it
 // (pg_terminate_backend on its pid, only if that session started before
-// lost.SessionStart) and waits for it to disappear. Then it calls check,
+// lost.SessionStart — or, behind a pooler, only while that backend is still
+// in the transaction that started at lost.XactStart; not at all when
+// lost.PID is 0) and waits for it to disappear. Then it calls check,
 // which reads what the transaction would have written and reports whether it
 // could tell. Both are retried with backoff until check tells or ctx ends;
 // Recheck returns nil once check told, ctx's error otherwise.
 func Recheck(ctx context.Context, pool *pgxpool.Pool, lost *OutcomeUnknownError, check func(ctx context.Context) bool) error {
-	gone := false
+	// Behind a pooler with the backend unknown there is nothing to end:
+	// the pooler ends a backend whose client vanished mid-transaction, and
+	// check's try of the key's lock waits for one still in it.
+	gone := lost.PID == 0
 	for delay := recheckFirstDelay; ; delay = min(delay*2, recheckMaxDelay) {
 		if !gone {
-			if err := pool.QueryRow(ctx, sqlEndSession, int64(lost.PID), lost.SessionStart).Scan(&gone); err != nil {
+			sql, since := sqlEndSession, lost.SessionStart
+			if !lost.XactStart.IsZero() {
+				sql, since = sqlEndTransaction, lost.XactStart
+			}
+			if err := pool.QueryRow(ctx, sql, int64(lost.PID), since).Scan(&gone); err != nil {
 				gone = false
 			}
 		}
@@ -247,4 +266,13 @@ func Recheck(ctx context.Context, pool *pgxpool.Pool, lost *OutcomeUnknownError,
 const sqlEndSession = `SELECT CASE
 	WHEN EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND backend_start <= $2)
 	THEN pg_terminate_backend($1::int, 1000) AND NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND backend_start <= $2)
+	ELSE true END`
+
+// sqlEndTransaction is sqlEndSession behind a pooler: it terminates the
+// backend with pid only while it is still in the transaction that started
+// at $2, and reports whether no such transaction is left. A backend the
+// pooler has given to another client is left alone.
+const sqlEndTransaction = `SELECT CASE
+	WHEN EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND xact_start = $2)
+	THEN pg_terminate_backend($1::int, 1000) AND NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND xact_start = $2)
 	ELSE true END`
