@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -22,6 +23,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/quillhq/quill/internal/attachment"
 	"github.com/quillhq/quill/internal/cli"
 	"github.com/quillhq/quill/internal/measure"
 	"github.com/quillhq/quill/internal/wait"
@@ -31,7 +33,20 @@ import (
 const (
 	modeCreate = "create"
 	modeReplay = "replay"
+	// modeSeed creates --count notes as fast as it can and exits: the
+	// backlog of a worker benchmark.
+	modeSeed = "seed"
 )
+
+// attachments are the files --attachment may add to every create: the
+// worker benchmark's fixtures, so the rates compare.
+var attachments = map[string]struct {
+	filename, contentType string
+	data                  func() []byte
+}{
+	"png64k": {"bench.png", "image/png", attachment.BenchFixturePNG64K},
+	"text4k": {"bench.txt", "text/plain", attachment.BenchFixtureText4K},
+}
 
 // Defaults of the flags.
 const (
@@ -60,6 +75,9 @@ type config struct {
 	bodyBytes   int
 	keyPrefix   string
 	jsonOut     bool
+	count       int
+	// attachment names an entry of attachments ("": none).
+	attachment string
 	// rate > 0: requests start on a fixed schedule, rate per second
 	// (open loop), instead of each client sending as soon as it can.
 	rate float64
@@ -87,7 +105,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.DurationVar(&c.duration, "duration", defaultDuration, "measured time, after the warmup")
 	fs.DurationVar(&c.warmup, "warmup", defaultWarmup, "time the load runs before measuring starts")
 	fs.DurationVar(&c.timeout, "timeout", defaultTimeout, "per-request timeout")
-	fs.StringVar(&c.mode, "mode", modeCreate, "create: new notes under unique keys; replay: create --replay-keys notes, then resend them and expect replays")
+	fs.StringVar(&c.mode, "mode", modeCreate, "create: new notes under unique keys; replay: create --replay-keys notes, then resend them and expect replays; seed: create --count notes and exit")
+	fs.IntVar(&c.count, "count", 1000, "seed mode: how many notes to create")
+	fs.StringVar(&c.attachment, "attachment", "", "add this attachment to every create: png64k (a 64 KiB PNG) or text4k (4 KiB of text), the worker benchmark's fixtures")
 	fs.IntVar(&c.replayKeys, "replay-keys", 0, fmt.Sprintf("replay mode: how many notes to create and replay (0: max(%d, 16 × concurrency))", minReplayKeys))
 	fs.IntVar(&c.bodyBytes, "body-bytes", defaultBodyBytes, "length of each note's body text")
 	fs.StringVar(&c.keyPrefix, "key-prefix", "", "prefix of the generated Idempotency-Keys (default: random per run, so runs never collide)")
@@ -116,14 +136,18 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		return c, cli.UsageError{Msg: "--warmup must not be negative"}
 	case c.timeout <= 0:
 		return c, cli.UsageError{Msg: "--timeout must be positive"}
-	case c.mode != modeCreate && c.mode != modeReplay:
-		return c, cli.UsageError{Msg: fmt.Sprintf("--mode %q: use %s or %s", c.mode, modeCreate, modeReplay)}
+	case c.mode != modeCreate && c.mode != modeReplay && c.mode != modeSeed:
+		return c, cli.UsageError{Msg: fmt.Sprintf("--mode %q: use %s, %s or %s", c.mode, modeCreate, modeReplay, modeSeed)}
+	case c.mode == modeSeed && c.count < 1:
+		return c, cli.UsageError{Msg: "--count must be at least 1"}
 	case c.rate < 0 || math.IsInf(c.rate, 0) || math.IsNaN(c.rate):
 		return c, cli.UsageError{Msg: "--rate must be a non-negative number of requests per second"}
 	case c.replayKeys < 0:
 		return c, cli.UsageError{Msg: "--replay-keys must not be negative"}
 	case c.bodyBytes < 0:
 		return c, cli.UsageError{Msg: "--body-bytes must not be negative"}
+	case c.attachment != "" && attachments[c.attachment].data == nil:
+		return c, cli.UsageError{Msg: fmt.Sprintf("--attachment %q: use png64k or text4k", c.attachment)}
 	case c.keyPrefix != "" && !keyPrefixRE.MatchString(c.keyPrefix):
 		return c, cli.UsageError{Msg: "--key-prefix must be 1-64 characters of A-Z, a-z, 0-9, '.', '_' and '-'"}
 	}
@@ -133,6 +157,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 			return c, fmt.Errorf("random key prefix: %w", err)
 		}
 		c.keyPrefix = "lg-" + hex.EncodeToString(b[:])
+	}
+	if c.mode == modeSeed {
+		c.replayKeys = c.count
 	}
 	if c.mode == modeReplay && c.replayKeys == 0 {
 		c.replayKeys = max(minReplayKeys, 16*c.concurrency)
@@ -159,6 +186,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	defer cl.close()
 
 	var targets []target
+	if c.mode == modeSeed {
+		t0 := time.Now()
+		if _, err := setupReplay(ctx, cl, c); err != nil {
+			return err
+		}
+		s := time.Since(t0).Seconds()
+		res := map[string]any{"mode": modeSeed, "created": c.count, "seconds": measure.Round(s, 3),
+			"ops_per_sec": measure.Round(float64(c.count)/s, 1), "attachment": c.attachment}
+		if c.jsonOut {
+			return json.NewEncoder(stdout).Encode(res)
+		}
+		fmt.Fprintf(stdout, "created %d notes in %.2fs\n", c.count, s)
+		return nil
+	}
 	if c.mode == modeReplay {
 		t0 := time.Now()
 		if targets, err = setupReplay(ctx, cl, c); err != nil {
@@ -197,6 +238,9 @@ type client struct {
 	auth     string
 	cfg      config
 	filler   string
+	// attach is the JSON of the attachment member, with its leading
+	// comma, or empty.
+	attach string
 }
 
 func newClient(c config) *client {
@@ -211,7 +255,13 @@ func newClient(c config) *client {
 		ForceAttemptHTTP2:   false,
 	}
 	filler := strings.Repeat("lorem ipsum dolor sit amet ", c.bodyBytes/27+1)[:c.bodyBytes]
+	var attach string
+	if a, ok := attachments[c.attachment]; ok {
+		attach = fmt.Sprintf(`,"attachment":{"filename":%q,"content_type":%q,"data":"%s"}`,
+			a.filename, a.contentType, base64.StdEncoding.EncodeToString(a.data()))
+	}
 	return &client{
+		attach:   attach,
 		hc:       &http.Client{Transport: tr, Timeout: c.timeout},
 		tr:       tr,
 		endpoint: strings.TrimRight(c.url, "/") + notesPath,
@@ -227,12 +277,14 @@ func (cl *client) close() { cl.tr.CloseIdleConnections() }
 // characters that need no JSON escaping.
 func (cl *client) newTarget(w, seq int) target {
 	key := cl.cfg.keyPrefix + "-" + strconv.Itoa(w) + "-" + strconv.Itoa(seq)
-	body := make([]byte, 0, len(key)+len(cl.filler)+40)
+	body := make([]byte, 0, len(key)+len(cl.filler)+len(cl.attach)+40)
 	body = append(body, `{"title":"bench note `...)
 	body = append(body, key...)
 	body = append(body, `","body":"`...)
 	body = append(body, cl.filler...)
-	body = append(body, `"}`...)
+	body = append(body, '"')
+	body = append(body, cl.attach...)
+	body = append(body, '}')
 	return target{key: key, body: body}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -66,4 +67,48 @@ func TestVersionFlag(t *testing.T) {
 	require.NoError(t, run(t.Context(), []string{"--version"}, func(string) string { return "" }, &stdout, &stderr))
 	require.True(t, strings.HasPrefix(stdout.String(), "loadgen "), stdout.String())
 	require.Empty(t, stderr.String())
+}
+
+// TestSeedCreatesCountNotesWithAttachment: seed mode sends exactly --count
+// creates, each with the named fixture as its attachment, and exits.
+func TestSeedCreatesCountNotesWithAttachment(t *testing.T) {
+	t.Parallel()
+	var n atomic.Int64
+	var bad atomic.Value
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n.Add(1)
+		var body struct {
+			Title      string `json:"title"`
+			Attachment *struct {
+				ContentType string `json:"content_type"`
+				Data        []byte `json:"data"`
+			} `json:"attachment"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&body); err != nil || body.Attachment == nil ||
+			body.Attachment.ContentType != "image/png" || len(body.Attachment.Data) < 1000 {
+			bad.Store(fmt.Sprintf("body: %v, attachment %+v", err, body.Attachment))
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	defer srv.Close()
+
+	var out, errOut bytes.Buffer
+	args := []string{"--url", srv.URL, "--token", "t", "--concurrency", "4", "--mode", "seed", "--count", "37",
+		"--attachment", "png64k", "--json"}
+	require.NoError(t, run(t.Context(), args, func(string) string { return "" }, &out, &errOut), errOut.String())
+	require.Nil(t, bad.Load())
+	require.EqualValues(t, 37, n.Load())
+	var res struct {
+		Created int `json:"created"`
+	}
+	require.NoError(t, json.Unmarshal(out.Bytes(), &res), out.String())
+	require.Equal(t, 37, res.Created)
+}
+
+func TestUnknownAttachmentIsAUsageError(t *testing.T) {
+	t.Parallel()
+	var out, errOut bytes.Buffer
+	err := run(t.Context(), []string{"--token", "t", "--attachment", "gif"}, func(string) string { return "" }, &out, &errOut)
+	var uerr cli.UsageError
+	require.ErrorAs(t, err, &uerr)
 }

@@ -31,11 +31,13 @@ import (
 	"github.com/quillhq/quill/internal/stream"
 )
 
-const overview = `usage: relaybench seed|raw|wait|latency|reset [flags]
+const overview = `usage: relaybench seed|raw|stream|wait|latency|reset [flags]
 
   seed     write --count pending events over --notes notes into outbox_events
   raw      publish --count messages of the same size into a fresh stream of the
            relay's kind (the JetStream ceiling) and report the rate
+  stream   create --stream as the relay defines it, or set an existing one's
+           replicas to --replicas; wait until every replica is current
   wait     wait until --stream holds --count messages and no event is pending;
            report the publish rate
   latency  commit → stream store and commit → marked, per event of a window
@@ -62,10 +64,10 @@ const (
 
 // common holds the flags every subcommand may use.
 type common struct {
-	natsURL, databaseURL, stream, prefix, tenant string
-	count, notes, bodyBytes, maxPending          int
-	duplicateWindow, maxAge, ackTimeout, timeout time.Duration
-	from, to, apiLog                             string
+	natsURL, databaseURL, stream, prefix, tenant  string
+	count, notes, bodyBytes, maxPending, replicas int
+	duplicateWindow, maxAge, ackTimeout, timeout  time.Duration
+	from, to, apiLog                              string
 	// progress gets the lines scripts wait for ("publishing").
 	progress io.Writer
 }
@@ -101,6 +103,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	streamFlags := func() {
 		fs.StringVar(&c.stream, "stream", envOr("QUILL_STREAM", defaultStream), "stream name (env QUILL_STREAM)")
 	}
+	defFlags := func() {
+		fs.StringVar(&c.prefix, "subject-prefix", envOr("QUILL_SUBJECT_PREFIX", defaultSubjectPrefix), "first token of the subjects (env QUILL_SUBJECT_PREFIX)")
+		fs.DurationVar(&c.duplicateWindow, "duplicate-window", defaultDuplicateWindow, "the stream's Duplicates window (the relay's default)")
+		fs.DurationVar(&c.maxAge, "max-age", defaultMaxAge, "the stream's MaxAge (the relay's default)")
+		fs.IntVar(&c.replicas, "replicas", 1, "the stream's replicas (3 on a three-node cluster)")
+	}
 	genFlags := func() {
 		fs.IntVar(&c.count, "count", 100_000, "number of events (messages)")
 		fs.IntVar(&c.notes, "notes", 20_000, "number of notes the events belong to")
@@ -117,13 +125,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		natsFlags()
 		streamFlags()
 		genFlags()
-		fs.StringVar(&c.prefix, "subject-prefix", envOr("QUILL_SUBJECT_PREFIX", defaultSubjectPrefix), "first token of the subjects (env QUILL_SUBJECT_PREFIX)")
+		defFlags()
 		fs.IntVar(&c.maxPending, "max-pending", defaultMaxPending, "most unacknowledged publishes at once (the relay allows 2 × its batch)")
 		fs.DurationVar(&c.ackTimeout, "ack-timeout", defaultAckTimeout, "how long a publish waits for its acknowledgement, and for a free slot (the relay's)")
-		fs.DurationVar(&c.duplicateWindow, "duplicate-window", defaultDuplicateWindow, "the stream's Duplicates window (the relay's default)")
-		fs.DurationVar(&c.maxAge, "max-age", defaultMaxAge, "the stream's MaxAge (the relay's default)")
 		fs.DurationVar(&c.timeout, "timeout", 10*time.Minute, "give up after")
 		do = raw
+	case "stream":
+		natsFlags()
+		streamFlags()
+		defFlags()
+		fs.DurationVar(&c.timeout, "timeout", time.Minute, "give up after (a new cluster first elects its meta leader)")
+		do = ensureStream
 	case "wait":
 		natsFlags()
 		pgFlags()
@@ -157,6 +169,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return cli.UsageError{Msg: fmt.Sprintf("unexpected arguments %q", fs.Args())}
 	case (sub == "seed" || sub == "raw") && (c.count < 1 || c.notes < 1 || c.notes > c.count):
 		return cli.UsageError{Msg: "--count and --notes must be positive, with --notes ≤ --count"}
+	case (sub == "raw" || sub == "stream") && (c.replicas < 1 || c.replicas > 5):
+		return cli.UsageError{Msg: "--replicas must be 1–5"}
 	case sub == "raw" && c.maxPending < 1:
 		return cli.UsageError{Msg: "--max-pending must be positive"}
 	case sub == "raw" && c.ackTimeout <= 0:
@@ -313,6 +327,9 @@ type span struct {
 	Rate       float64 `json:"rate"`
 	Storage    string  `json:"storage"`
 	Duplicates string  `json:"duplicate_window"`
+	// Replicas is the stream's replicas when it was read (after the run:
+	// a relay that provisions without them turns R3 into R1).
+	Replicas int `json:"replicas"`
 }
 
 func streamSpan(ctx context.Context, js jetstream.JetStream, name string) (span, error) {
@@ -325,7 +342,8 @@ func streamSpan(ctx context.Context, js jetstream.JetStream, name string) (span,
 		return span{}, fmt.Errorf("stream %s info: %w", name, err)
 	}
 	st := info.State
-	out := span{Messages: st.Msgs, LastSeq: st.LastSeq, Storage: info.Config.Storage.String(), Duplicates: info.Config.Duplicates.String()}
+	out := span{Messages: st.Msgs, LastSeq: st.LastSeq, Storage: info.Config.Storage.String(), Duplicates: info.Config.Duplicates.String(),
+		Replicas: info.Config.Replicas}
 	if st.Msgs == 0 {
 		return out, nil
 	}
@@ -366,12 +384,8 @@ func raw(ctx context.Context, c common, stdout io.Writer) error {
 	if _, err := deleteStream(ctx, js, c.stream); err != nil {
 		return err
 	}
-	// The relay's Provision, field for field.
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{
-		Name: c.stream, Subjects: []string{c.prefix + ".>"}, Storage: jetstream.FileStorage,
-		Duplicates: c.duplicateWindow, MaxAge: c.maxAge,
-	}); err != nil {
-		return fmt.Errorf("create stream %s: %w", c.stream, err)
+	if _, err := provision(ctx, js, c); err != nil {
+		return err
 	}
 	subject := stream.Subject(c.prefix, c.tenant, outbox.TypeNoteCreated)
 
@@ -445,6 +459,115 @@ func raw(ctx context.Context, c common, stdout io.Writer) error {
 		// and the script shows the errors.
 		out["first_error"] = firstErr.Error()
 		fmt.Fprintf(c.progress, "relaybench: %d of %d messages acknowledged; first error: %v\n", acked, len(events), firstErr)
+	}
+	return writeJSON(stdout, out)
+}
+
+// streamConfig is the stream the relay provisions, field for field, with
+// c.replicas.
+func streamConfig(c common) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name: c.stream, Subjects: []string{c.prefix + ".>"}, Storage: jetstream.FileStorage,
+		Duplicates: c.duplicateWindow, MaxAge: c.maxAge, Replicas: c.replicas,
+	}
+}
+
+// provision creates the stream, or sets an existing one's replicas to
+// c.replicas (keeping its other settings), retrying until c's deadline: a
+// cluster that has just started answers "no JetStream meta leader" for a
+// while. It then waits until every replica is current, so that what is
+// measured next is replication, not catching up.
+func provision(ctx context.Context, js jetstream.JetStream, c common) (*jetstream.StreamInfo, error) {
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	var last error
+	for {
+		info, err := provisionOnce(ctx, js, c)
+		if err == nil && replicasCurrent(info, c.replicas) {
+			return info, nil
+		}
+		if err != nil {
+			last = err
+		} else {
+			last = fmt.Errorf("stream %s: replicas not yet current", c.stream)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (%w)", last, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+func provisionOnce(ctx context.Context, js jetstream.JetStream, c common) (*jetstream.StreamInfo, error) {
+	s, err := js.Stream(ctx, c.stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		s, err = js.CreateStream(ctx, streamConfig(c))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", c.stream, err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("stream %s info: %w", c.stream, err)
+	}
+	if info.Config.Replicas != c.replicas {
+		cfg := info.Config
+		cfg.Replicas = c.replicas
+		if s, err = js.UpdateStream(ctx, cfg); err != nil {
+			return nil, fmt.Errorf("stream %s: set replicas %d: %w", c.stream, c.replicas, err)
+		}
+		info = s.CachedInfo()
+	}
+	return info, nil
+}
+
+// replicasCurrent reports whether the stream has a leader and n−1 current
+// followers (always true for R1 on a single server).
+func replicasCurrent(info *jetstream.StreamInfo, n int) bool {
+	if n <= 1 {
+		return true
+	}
+	if info.Cluster == nil || info.Cluster.Leader == "" {
+		return false
+	}
+	current := 0
+	for _, p := range info.Cluster.Replicas {
+		if p.Current && !p.Offline {
+			current++
+		}
+	}
+	return current >= n-1
+}
+
+// ensureStream is the stream subcommand.
+func ensureStream(ctx context.Context, c common, stdout io.Writer) error {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	nc, js, err := connect(c.natsURL, "quill-relaybench-stream")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	info, err := provision(ctx, js, c)
+	for err == nil && !replicasCurrent(info, c.replicas) {
+		// An update's info can predate its replication: read it again.
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("stream %s: replicas not current: %w", c.stream, ctx.Err())
+		case <-time.After(250 * time.Millisecond):
+		}
+		var s jetstream.Stream
+		if s, err = js.Stream(ctx, c.stream); err == nil {
+			info, err = s.Info(ctx)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	out := map[string]any{"stream": c.stream, "replicas": info.Config.Replicas, "messages": info.State.Msgs}
+	if info.Cluster != nil {
+		out["cluster"], out["leader"] = info.Cluster.Name, info.Cluster.Leader
 	}
 	return writeJSON(stdout, out)
 }

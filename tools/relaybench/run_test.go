@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quillhq/quill/internal/cli"
+	"github.com/quillhq/quill/internal/natstest"
 	"github.com/quillhq/quill/internal/opkey"
 )
 
@@ -97,7 +98,8 @@ func TestParseUnix(t *testing.T) {
 func TestUsageErrors(t *testing.T) {
 	t.Parallel()
 	env := func(string) string { return "" }
-	for _, args := range [][]string{nil, {"nope"}, {"latency"}, {"seed", "--notes", "10", "--count", "5"}, {"wait", "extra"}} {
+	for _, args := range [][]string{nil, {"nope"}, {"latency"}, {"seed", "--notes", "10", "--count", "5"}, {"wait", "extra"},
+		{"stream", "--replicas", "0"}, {"raw", "--replicas", "6"}} {
 		var out, errOut bytes.Buffer
 		err := run(t.Context(), args, env, &out, &errOut)
 		var uerr cli.UsageError
@@ -113,4 +115,41 @@ func TestVersionFlag(t *testing.T) {
 	require.NoError(t, run(t.Context(), []string{"--version"}, func(string) string { return "" }, &stdout, &stderr))
 	require.True(t, strings.HasPrefix(stdout.String(), "relaybench "), stdout.String())
 	require.Empty(t, stderr.String())
+}
+
+// TestStreamCreatesThenKeepsSettings: the stream subcommand creates the
+// relay's kind of stream and, run again, changes only the replicas (here
+// none: one server), keeping what an operator set.
+func TestStreamCreatesThenKeepsSettings(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	env := func(string) string { return "" }
+	args := []string{"stream", "--nats-url", srv.URL(), "--stream", "RB_T", "--subject-prefix", "rbt", "--timeout", "10s"}
+	var out, errOut bytes.Buffer
+	require.NoError(t, run(t.Context(), args, env, &out, &errOut), errOut.String())
+	var got struct {
+		Stream   string `json:"stream"`
+		Replicas int    `json:"replicas"`
+	}
+	require.NoError(t, json.Unmarshal(out.Bytes(), &got), out.String())
+	require.Equal(t, "RB_T", got.Stream)
+	require.Equal(t, 1, got.Replicas)
+
+	nc, js, err := connect(srv.URL(), "test")
+	require.NoError(t, err)
+	defer nc.Close()
+	s, err := js.Stream(t.Context(), "RB_T")
+	require.NoError(t, err)
+	cfg := s.CachedInfo().Config
+	require.Equal(t, []string{"rbt.>"}, cfg.Subjects)
+	require.Equal(t, defaultDuplicateWindow, cfg.Duplicates)
+	cfg.MaxMsgs = 12345 // an operator's setting
+	_, err = js.UpdateStream(t.Context(), cfg)
+	require.NoError(t, err)
+
+	out.Reset()
+	require.NoError(t, run(t.Context(), args, env, &out, &errOut), errOut.String())
+	s, err = js.Stream(t.Context(), "RB_T")
+	require.NoError(t, err)
+	require.EqualValues(t, 12345, s.CachedInfo().Config.MaxMsgs)
 }
