@@ -30,6 +30,12 @@
 # relay's default, read from relay run --help), BENCH_STRICT=1 to exit 1
 # when a target is missed, BENCH_WAIT_QUIET (0, seconds to wait for an
 # otherwise idle machine).
+#
+# BENCH_RELAY_SCALEOUT=1 runs the scale-out benchmark instead
+# (scripts/bench-scaleout.sh, sourced after the helpers below): relays and
+# workers each held to a CPU cap, 1 against 2, and the relay against a
+# three-node NATS cluster with an R3 stream; written to
+# bench/results/scaleout-latest.txt.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -49,8 +55,15 @@ STREAM=QUILL_BENCH
 PREFIX=quillbench
 TENANT=bench
 RESULTS=bench/results/relay-latest.txt
-# The roles of cpu_report's table.
+SCALEOUT=${BENCH_RELAY_SCALEOUT:-0}
+[[ $SCALEOUT == 0 || $SCALEOUT == 1 ]] || die "BENCH_RELAY_SCALEOUT must be 0 or 1, got '$SCALEOUT'"
+# The roles of cpu_report's table (relay, nats and pg are its 4th to 6th
+# columns: relay_run reads them).
 ROLES="client api relay nats pg"
+# RELAY_CAP: cores each relay is held to (scale-out mode; empty: none).
+# RELAY_ENV: more environment for the relays (a cluster's settings).
+RELAY_CAP=""
+RELAY_ENV=()
 
 posint BENCH_EVENTS "$EVENTS"
 posint BENCH_NOTES "$NOTES"
@@ -69,7 +82,9 @@ bench_db quill_bench_relay
 command -v curl >/dev/null 2>&1 || die "curl not found (it reads the relays' /metrics)"
 
 work_dir quill-bench-relay
-build_bins ./cmd/api ./cmd/relay ./tools/loadgen ./tools/relaybench
+BINS=(./cmd/api ./cmd/relay ./tools/loadgen ./tools/relaybench)
+if ((SCALEOUT)); then BINS+=(./cmd/attachment-worker); fi
+build_bins "${BINS[@]}"
 nats_server_bin
 log "nats-server $NATS_SERVER_VERSION (from go.mod) in $NATS_SERVER"
 # The relays run with RELAY_BATCH, and raw bounds its pending acks as the
@@ -135,14 +150,21 @@ stop_nats() {
 # start_relays N LABEL: N relays on the bench database and stream; appends
 # their pids to RELAY_PIDS.
 start_relays() {
-	local i
+	local i pid cmd
 	for ((i = 1; i <= $1; i++)); do
-		env -u GOMAXPROCS DATABASE_URL="$BENCH_URL" NATS_URL="$NATS_URL" QUILL_STREAM="$STREAM" \
-			QUILL_SUBJECT_PREFIX="$PREFIX" QUILL_ADMIN_ADDR=127.0.0.1:0 QUILL_RELAY_BATCH="$RELAY_BATCH" \
-			./bin/relay run >"$WORK/$2-relay$i.out" 2>"$WORK/$2-relay$i.log" &
-		RELAY_PIDS+=($!)
-		ROLE[$!]=relay
-		on_exit_stop "$!"
+		cmd=(env DATABASE_URL="$BENCH_URL" NATS_URL="$NATS_URL" QUILL_STREAM="$STREAM"
+			QUILL_SUBJECT_PREFIX="$PREFIX" QUILL_ADMIN_ADDR=127.0.0.1:0 QUILL_RELAY_BATCH="$RELAY_BATCH"
+			"${RELAY_ENV[@]}" ./bin/relay run)
+		if [[ -n $RELAY_CAP ]]; then
+			cap_start "relay$i" "$RELAY_CAP" "$WORK/$2-relay$i.log" "${cmd[@]}"
+			pid=$CAPPED_PID
+		else
+			env -u GOMAXPROCS "${cmd[@]}" >"$WORK/$2-relay$i.out" 2>"$WORK/$2-relay$i.log" &
+			pid=$!
+		fi
+		RELAY_PIDS+=("$pid")
+		ROLE[$pid]=relay
+		on_exit_stop "$pid"
 	done
 }
 # relay_metrics LABEL: "published duplicates errors" summed over the relays'
@@ -182,8 +204,24 @@ fresh_outbox() {
 }
 
 declare -A RAW_RATES RAW_CLIENT RAW_ERR RELAY_RATE RELAY_MARKED RELAY_METRICS RELAY_MSGS RELAY_CPU_US
-declare -A E2E LG RAW_DONE
+declare -A E2E LG RAW_DONE THROTTLE
+# throttle_sum PREFIX N: "periods throttled" summed over the capped groups
+# PREFIX1..PREFIXN (cap_throttled).
+throttle_sum() {
+	local i p t tp=0 tt=0
+	for ((i = 1; i <= $2; i++)); do
+		read -r p t _ < <(cap_throttled "$1$i")
+		[[ $p == - ]] && {
+			echo "- -"
+			return
+		}
+		tp=$((tp + p)) tt=$((tt + t))
+	done
+	echo "$tp $tt"
+}
 # raw_run MODE: one raw ceiling run; appends its rate to RAW_RATES[MODE].
+# RAW_ARGS: more flags for relaybench raw (a cluster's --replicas).
+RAW_ARGS=()
 raw_run() {
 	local mode=$1 i out pid t0 t1 j
 	i=$((${RAW_DONE[$mode]:-0} + 1))
@@ -192,7 +230,7 @@ raw_run() {
 	quiet_phase
 	log "[$mode] raw JetStream ceiling, run $i of $RAW_RUNS ($EVENTS messages)"
 	relaybench raw --nats-url "$NATS_URL" --stream "$STREAM" --subject-prefix "$PREFIX" --tenant "$TENANT" \
-		--count "$EVENTS" --notes "$NOTES" --max-pending $((2 * RELAY_BATCH)) >"$out.json" 2>"$out.err" &
+		--count "$EVENTS" --notes "$NOTES" --max-pending $((2 * RELAY_BATCH)) "${RAW_ARGS[@]}" >"$out.json" 2>"$out.err" &
 	pid=$!
 	ROLE[$pid]=client
 	wait_for_line "$out.err" 'publishing' "$pid" 120 || true
@@ -227,6 +265,7 @@ relay_run() {
 	cpu_snapshot >"$WORK/snap1"
 	cpu_report "$label" "$WORK/snap0" "$WORK/snap1" "$(elapsed "$t0" "$t1")" "$ROLES"
 	read -r pub dup err < <(relay_metrics "$label")
+	if [[ -n $RELAY_CAP ]]; then THROTTLE[$label]=$(throttle_sum relay "$n"); fi
 	stop_relays
 	sp=$(jobj "$j" stream)
 	RELAY_RATE[$label]=$(jget "$sp" rate)
@@ -283,6 +322,12 @@ e2e_run() {
 	RELAY_METRICS[$label]=$(relay_metrics "$label")
 	stop_relays
 }
+
+if ((SCALEOUT)); then
+	# shellcheck source=scripts/bench-scaleout.sh
+	source scripts/bench-scaleout.sh
+	exit 0
+fi
 
 for mode in $MODES; do
 	start_nats "$mode"

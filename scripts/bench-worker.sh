@@ -21,8 +21,15 @@
 # NATS), machine-µs/event every process (PostgreSQL included). Needs
 # PostgreSQL (the tests' database); NATS runs in-process. The machine's load is printed: on shared
 # cores compare the ratios of one run, not rates across runs.
+#
+# BENCH_WORKER_SCALEOUT=1 instead runs the worker part of the scale-out
+# benchmark (scripts/bench-scaleout.sh, through bench-relay.sh): worker
+# processes each held to a CPU cap, 2 against 1 (bench/README.md).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+if [[ ${BENCH_WORKER_SCALEOUT:-0} == 1 ]]; then
+	BENCH_RELAY_SCALEOUT=1 BENCH_SCALEOUT_PARTS=${BENCH_SCALEOUT_PARTS:-worker} exec bash scripts/bench-relay.sh
+fi
 # shellcheck source=scripts/lib.sh
 source scripts/lib.sh
 # Attachments per worker benchmark: a PNG costs ~6 ms of CPU, a text ~0.3 ms,

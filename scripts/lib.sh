@@ -110,11 +110,124 @@ work_dir() {
 }
 lib_cleanup() {
 	stop_all
+	cap_cleanup
 	if $OK; then
 		rm -rf "$WORK"
 	else
 		log "logs kept in $WORK"
 	fi
+}
+
+# --- CPU caps ---------------------------------------------------------------------
+# A capped process runs in a control group of its own whose CPU bandwidth is
+# CORES × the period (100 ms): the kernel lets it run at most that long per
+# period, however idle the machine is. cap_init picks the mechanism once:
+#   cgroup1  the cpu controller of cgroup v1 mounted read-write at
+#            /sys/fs/cgroup/cpu: a directory quill-bench-NAME with
+#            cpu.cfs_period_us and cpu.cfs_quota_us;
+#   cgroup2  a unified hierarchy at /sys/fs/cgroup whose root offers the cpu
+#            controller: a directory quill-bench-NAME with cpu.max;
+#   systemd  systemd-run --scope -p CPUQuota=P% (a transient scope).
+# Every group it made is removed on exit (lib_cleanup), after its processes
+# were stopped. CAP_METHOD names the mechanism, CAP_DIRS the groups.
+CAP_METHOD=""
+CAP_PERIOD_US=100000
+CAP_DIRS=()
+CAP_V1=/sys/fs/cgroup/cpu
+CAP_V2=/sys/fs/cgroup
+
+# cap_init: sets CAP_METHOD, or dies naming what is missing.
+cap_init() {
+	if [[ -w $CAP_V1/cgroup.procs && -f $CAP_V1/cpu.cfs_quota_us ]]; then
+		CAP_METHOD=cgroup1
+	elif [[ -f $CAP_V2/cgroup.controllers && -w $CAP_V2/cgroup.procs ]] && grep -qw cpu "$CAP_V2/cgroup.controllers"; then
+		CAP_METHOD=cgroup2
+		# Children get the cpu controller only if the root hands it down.
+		grep -qw cpu "$CAP_V2/cgroup.subtree_control" 2>/dev/null || echo +cpu >"$CAP_V2/cgroup.subtree_control" ||
+			die "cannot enable the cpu controller in $CAP_V2/cgroup.subtree_control"
+	elif command -v systemd-run >/dev/null 2>&1 && systemd-run --scope --quiet -p CPUQuota=50% true >/dev/null 2>&1; then
+		CAP_METHOD=systemd
+	else
+		die "no way to cap a process's CPU: need write access to $CAP_V1 (cgroup v1 cpu), a cgroup v2 root at $CAP_V2 with the cpu controller, or systemd-run --scope (run as root)"
+	fi
+}
+
+# cap_quota_us CORES: the quota per period for CORES (e.g. 0.25).
+cap_quota_us() { awk -v c="$1" -v p="$CAP_PERIOD_US" 'BEGIN { printf "%d", c * p }'; }
+
+# cap_dir NAME: the group of NAME under the chosen mechanism.
+cap_dir() {
+	case $CAP_METHOD in
+	cgroup1) echo "$CAP_V1/quill-bench-$1" ;;
+	cgroup2) echo "$CAP_V2/quill-bench-$1" ;;
+	esac
+}
+
+# cap_start NAME CORES LOG CMD...: runs CMD in the background, its output
+# to LOG.out and LOG (stderr), inside a fresh group NAME held to CORES
+# cores; sets CAPPED_PID (CMD's pid: the shell that joins the group execs
+# it, so the process is in the group from its first instruction).
+cap_start() {
+	local name=$1 cores=$2 logf=$3 dir quota
+	shift 3
+	quota=$(cap_quota_us "$cores")
+	((quota >= 1000)) || die "a CPU cap of $cores cores is below the kernel's 1 ms minimum quota"
+	case $CAP_METHOD in
+	cgroup1 | cgroup2)
+		dir=$(cap_dir "$name")
+		cap_remove "$dir" # a leftover of a killed run
+		mkdir "$dir" || die "mkdir $dir failed"
+		CAP_DIRS+=("$dir")
+		if [[ $CAP_METHOD == cgroup1 ]]; then
+			echo "$CAP_PERIOD_US" >"$dir/cpu.cfs_period_us" && echo "$quota" >"$dir/cpu.cfs_quota_us"
+		else
+			echo "$quota $CAP_PERIOD_US" >"$dir/cpu.max"
+		fi || die "cannot set the CPU quota of $dir"
+		# shellcheck disable=SC2016 # expanded by the inner bash
+		env -u GOMAXPROCS bash -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' "$dir" "$@" >"$logf.out" 2>"$logf" &
+		;;
+	systemd)
+		env -u GOMAXPROCS systemd-run --scope --quiet --unit "quill-bench-$name-$$" \
+			-p CPUQuota="$(awk -v c="$cores" 'BEGIN { printf "%d", c * 100 }')%" -- "$@" >"$logf.out" 2>"$logf" &
+		;;
+	*) die "cap_start before cap_init" ;;
+	esac
+	CAPPED_PID=$!
+}
+
+# cap_throttled NAME: "periods throttled throttled_s" of group NAME so far
+# (cgroup v1 cpu.stat or v2 cpu.stat); "- - -" under systemd.
+cap_throttled() {
+	local dir
+	dir=$(cap_dir "$1")
+	if [[ -z $dir || ! -f $dir/cpu.stat ]]; then
+		echo "- - -"
+		return
+	fi
+	awk '$1 == "nr_periods" { p = $2 } $1 == "nr_throttled" { t = $2 }
+		$1 == "throttled_time" { s = $2 / 1e9 } $1 == "throttled_usec" { s = $2 / 1e6 }
+		END { printf "%d %d %.2f\n", p, t, s }' "$dir/cpu.stat"
+}
+
+# cap_remove DIR: removes a group; any process still in it (the caller
+# stopped them all) is moved to the root group first.
+cap_remove() {
+	local root p i
+	[[ -d $1 ]] || return 0
+	root=$(dirname "$1")
+	for ((i = 0; i < 50; i++)); do
+		rmdir "$1" 2>/dev/null && return 0
+		while read -r p; do echo "$p" >"$root/cgroup.procs" 2>/dev/null || true; done <"$1/cgroup.procs"
+		sleep 0.1
+	done
+	log "WARNING: could not remove $1"
+}
+
+# cap_cleanup: removes every group cap_start made.
+cap_cleanup() {
+	local d
+	for d in "${CAP_DIRS[@]}"; do cap_remove "$d"; done
+	CAP_DIRS=()
 }
 
 # --- PostgreSQL -----------------------------------------------------------------

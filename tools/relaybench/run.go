@@ -304,7 +304,12 @@ func reset(ctx context.Context, c common, stdout io.Writer) error {
 	return writeJSON(stdout, map[string]any{"stream": c.stream, "deleted": deleted})
 }
 
+// apiTimeout bounds one JetStream API request.
+const apiTimeout = 5 * time.Second
+
 func deleteStream(ctx context.Context, js jetstream.JetStream, name string) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, apiTimeout)
+	defer cancel()
 	err := js.DeleteStream(ctx, name)
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
@@ -482,7 +487,12 @@ func provision(ctx context.Context, js jetstream.JetStream, c common) (*jetstrea
 	defer tick.Stop()
 	var last error
 	for {
-		info, err := provisionOnce(ctx, js, c)
+		// Each attempt has its own deadline: a request that a cluster
+		// dropped while electing its meta leader is never answered, and
+		// would otherwise wait for the whole run's.
+		actx, cancel := context.WithTimeout(ctx, apiTimeout)
+		info, err := provisionOnce(actx, js, c)
+		cancel()
 		if err == nil && replicasCurrent(info, c.replicas) {
 			return info, nil
 		}
