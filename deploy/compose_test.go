@@ -23,7 +23,21 @@ const (
 	svcAPI      = "api"
 
 	natsConfRel = "deploy/nats.conf"
+
+	svcRelay  = "relay"
+	svcWorker = "attachment-worker"
+
+	// The cluster profile: a second stack on a three-node NATS cluster.
+	profileCluster     = "cluster"
+	natsClusterConfRel = "deploy/nats-cluster.conf"
+	svcRelayCluster    = "relay-cluster"
+	svcWorkerCluster   = "attachment-worker-cluster"
+	svcAPICluster      = "api-cluster"
+	svcMigrateCluster  = "migrate-cluster"
 )
+
+// natsNodes are the cluster profile's NATS services.
+var natsNodes = []string{"nats-1", "nats-2", "nats-3"}
 
 // repoRoot is the repository root: this package lives in <root>/deploy.
 func repoRoot(t *testing.T) string {
@@ -59,10 +73,12 @@ func projectOptions(t *testing.T, interpolate bool) *cli.ProjectOptions {
 	return opts
 }
 
-func loadProject(t *testing.T) *types.Project {
+func loadProject(t *testing.T, profiles ...string) *types.Project {
 	t.Helper()
-	project, err := projectOptions(t, true).LoadProject(context.Background())
-	require.NoError(t, err, "compose.yaml does not load or validate (compose-go, schema validation on)")
+	opts := projectOptions(t, true)
+	require.NoError(t, cli.WithProfiles(profiles)(opts))
+	project, err := opts.LoadProject(context.Background())
+	require.NoErrorf(t, err, "compose.yaml does not load or validate with profiles %q (compose-go, schema validation on)", profiles)
 	return project
 }
 
@@ -324,4 +340,160 @@ func TestDockerfile(t *testing.T) {
 		}
 	}
 	require.True(t, copiesBinaries, "the runtime stage must COPY --from the build stage into /usr/local/bin")
+}
+
+// TestComposeDefaultStack: `docker compose up` without a profile starts the
+// single-node stack and nothing of the cluster profile.
+func TestComposeDefaultStack(t *testing.T) {
+	t.Parallel()
+	p := loadProject(t)
+	require.ElementsMatch(t, []string{svcPostgres, svcNATS, svcMigrate, svcAPI, svcRelay, svcWorker}, p.ServiceNames(),
+		"the default `docker compose up` must start exactly the single-node stack")
+	for _, name := range p.ServiceNames() {
+		require.NotContainsf(t, service(t, p, name).Profiles, profileCluster, "service %q must not be in the cluster profile", name)
+	}
+}
+
+// TestComposeRelayAndWorkerScale: relays and workers publish no fixed host
+// port and have no container name, so `docker compose up --scale relay=2
+// --scale attachment-worker=2` (and the cluster stack's equivalents) can
+// start two of each.
+func TestComposeRelayAndWorkerScale(t *testing.T) {
+	t.Parallel()
+	p := loadProject(t, profileCluster)
+	for _, name := range []string{svcRelay, svcWorker, svcRelayCluster, svcWorkerCluster} {
+		svc := service(t, p, name)
+		require.Emptyf(t, svc.ContainerName, "service %q must not set container_name: it could not scale", name)
+		for _, port := range svc.Ports {
+			require.Emptyf(t, port.Published, "service %q publishes host port %s for %d: a second container could not bind it; publish the target only (\"%d\") or expose it",
+				name, port.Published, port.Target, port.Target)
+		}
+	}
+}
+
+// natsClusterConfig is deploy/nats-cluster.conf with comments removed.
+func natsClusterConfig(t *testing.T) string {
+	t.Helper()
+	comment := regexp.MustCompile(`(?m)(^|\s)(#|//).*$`)
+	return comment.ReplaceAllString(readFile(t, natsClusterConfRel), "")
+}
+
+var (
+	clusterBlockRe = regexp.MustCompile(`(?s)\bcluster\s*[:=]?\s*\{(.*)\}`)
+	clusterPortRe  = regexp.MustCompile(`\blisten\s*[:=]\s*"?[^:\s"]*:(\d+)"?`)
+	routesRe       = regexp.MustCompile(`(?s)\broutes\s*[:=]?\s*\[([^\]]*)\]`)
+	routeRe        = regexp.MustCompile(`nats-route://([A-Za-z0-9_.-]+):(\d+)`)
+)
+
+// TestComposeClusterNodes: the cluster profile runs three NATS nodes from
+// deploy/nats-cluster.conf, each with its own name and store volume,
+// JetStream on, and routes between all three.
+func TestComposeClusterNodes(t *testing.T) {
+	t.Parallel()
+	p := loadProject(t, profileCluster)
+	root := repoRoot(t)
+	conf := natsClusterConfig(t)
+
+	m := jetstreamBlockRe.FindStringSubmatch(conf)
+	require.NotNilf(t, m, "%s must enable JetStream with a `jetstream { ... }` block", natsClusterConfRel)
+	require.Regexpf(t, syncAlwaysRe, m[1], "%s: every node must fsync every write (`sync_interval: always`)", natsClusterConfRel)
+	sd := storeDirRe.FindStringSubmatch(m[1])
+	require.NotNilf(t, sd, "%s: the jetstream block must set store_dir", natsClusterConfRel)
+	storeDir := sd[1]
+
+	cb := clusterBlockRe.FindStringSubmatch(conf)
+	require.NotNilf(t, cb, "%s must have a `cluster { ... }` block", natsClusterConfRel)
+	lp := clusterPortRe.FindStringSubmatch(cb[1])
+	require.NotNilf(t, lp, "%s: the cluster block must listen on a route port", natsClusterConfRel)
+	rb := routesRe.FindStringSubmatch(cb[1])
+	require.NotNilf(t, rb, "%s: the cluster block must list its routes", natsClusterConfRel)
+	routes := map[string]string{}
+	for _, r := range routeRe.FindAllStringSubmatch(rb[1], -1) {
+		routes[r[1]] = r[2]
+	}
+
+	names := map[string]bool{}
+	volumes := map[string]bool{}
+	for _, node := range natsNodes {
+		svc := service(t, p, node)
+		require.Equalf(t, []string{profileCluster}, svc.Profiles, "service %q belongs to the cluster profile only", node)
+		require.Containsf(t, routes, node, "%s must route to %s", natsClusterConfRel, node)
+		require.Equalf(t, lp[1], routes[node], "%s: the route to %s must use the cluster port %s", natsClusterConfRel, node, lp[1])
+
+		var confTarget string
+		var storeVolume string
+		for _, v := range svc.Volumes {
+			src := v.Source
+			if v.Type == types.VolumeTypeBind && !filepath.IsAbs(src) {
+				src = filepath.Join(root, src)
+			}
+			switch {
+			case v.Type == types.VolumeTypeBind && filepath.Clean(src) == filepath.Join(root, natsClusterConfRel):
+				confTarget = v.Target
+				require.Truef(t, v.ReadOnly, "service %q: %s should be mounted read-only", node, natsClusterConfRel)
+			case v.Type == types.VolumeTypeVolume && v.Target == storeDir:
+				storeVolume = v.Source
+				require.Containsf(t, p.Volumes, v.Source, "volume %q must be declared at top level", v.Source)
+			}
+		}
+		require.NotEmptyf(t, confTarget, "service %q must bind-mount %s", node, natsClusterConfRel)
+		require.NotEmptyf(t, storeVolume, "service %q: the JetStream store_dir %q must be a named volume", node, storeDir)
+		require.Falsef(t, volumes[storeVolume], "service %q shares the store volume %q with another node", node, storeVolume)
+		volumes[storeVolume] = true
+
+		cmd := []string(svc.Command)
+		i := slices.IndexFunc(cmd, func(a string) bool { return a == "--config" || a == "-c" })
+		require.GreaterOrEqualf(t, i, 0, "service %q must start with `--config %s`; command is %q", node, confTarget, cmd)
+		require.Less(t, i+1, len(cmd))
+		require.Equalf(t, confTarget, cmd[i+1], "service %q must read the mounted %s", node, natsClusterConfRel)
+		j := slices.IndexFunc(cmd, func(a string) bool { return a == "--name" || a == "-n" })
+		require.GreaterOrEqualf(t, j, 0, "service %q must name itself (`--name %s`): JetStream needs a name per node", node, node)
+		require.Less(t, j+1, len(cmd))
+		require.Falsef(t, names[cmd[j+1]], "service %q reuses the server name %q", node, cmd[j+1])
+		names[cmd[j+1]] = true
+		require.NotNilf(t, svc.HealthCheck, "service %q needs a healthcheck (the cluster stack waits for it)", node)
+	}
+	require.Lenf(t, routes, len(natsNodes), "%s routes to %q; want exactly the nodes %q", natsClusterConfRel, routes, natsNodes)
+}
+
+// TestComposeClusterApps: the cluster stack's processes connect to all three
+// nodes, ask for an R3 stream, use a database of their own and wait for the
+// nodes and their migration.
+func TestComposeClusterApps(t *testing.T) {
+	t.Parallel()
+	p := loadProject(t, profileCluster)
+	var wantURLs []string
+	for _, node := range natsNodes {
+		wantURLs = append(wantURLs, "nats://"+node+":4222")
+	}
+	for _, name := range []string{svcMigrateCluster, svcAPICluster, svcRelayCluster, svcWorkerCluster} {
+		svc := service(t, p, name)
+		require.Equalf(t, []string{profileCluster}, svc.Profiles, "service %q belongs to the cluster profile only", name)
+		env := svc.Environment
+		require.NotNilf(t, env["NATS_URL"], "service %q needs NATS_URL", name)
+		require.ElementsMatchf(t, wantURLs, strings.Split(*env["NATS_URL"], ","),
+			"service %q: NATS_URL must list every node's client URL, comma-separated", name)
+		require.NotNilf(t, env["QUILL_STREAM_REPLICAS"], "service %q must set QUILL_STREAM_REPLICAS", name)
+		require.Equalf(t, "3", *env["QUILL_STREAM_REPLICAS"], "service %q: the cluster's stream has three replicas", name)
+		require.NotNilf(t, env["DATABASE_URL"], "service %q needs DATABASE_URL", name)
+		dbURL, err := url.Parse(*env["DATABASE_URL"])
+		require.NoError(t, err)
+		require.Equalf(t, "postgres:5432", dbURL.Host, "service %q: DATABASE_URL must point at the postgres service", name)
+		require.Equalf(t, "/quill_cluster", dbURL.Path,
+			"service %q: the cluster stack keeps its own database, so both stacks may run at once without sharing an outbox", name)
+		if name == svcMigrateCluster {
+			continue
+		}
+		dep, ok := svc.DependsOn[svcMigrateCluster]
+		require.Truef(t, ok, "service %q must depend on %s", name, svcMigrateCluster)
+		require.Equal(t, types.ServiceConditionCompletedSuccessfully, dep.Condition)
+		for _, node := range natsNodes {
+			dep, ok := svc.DependsOn[node]
+			require.Truef(t, ok, "service %q must depend on %s", name, node)
+			require.Equalf(t, types.ServiceConditionHealthy, dep.Condition, "service %q must wait for %s to be healthy", name, node)
+		}
+	}
+	for _, pair := range [][2]string{{svcAPI, svcAPICluster}, {svcRelay, svcRelayCluster}, {svcWorker, svcWorkerCluster}} {
+		require.Equalf(t, service(t, p, pair[0]).Command, service(t, p, pair[1]).Command, "service %q must run what %q runs", pair[1], pair[0])
+	}
 }

@@ -1,5 +1,7 @@
 // Package deploy holds the container deployment files that are not Go code:
 // deploy/nats.conf (the NATS JetStream server configuration mounted by
-// compose.yaml), and the tests that check the invariants of the repository's
-// compose.yaml, Dockerfile and nats.conf. It has no exported API.
+// compose.yaml), deploy/nats-cluster.conf (one node of the `cluster`
+// profile's three-node JetStream cluster), and the tests that check the
+// invariants of the repository's compose.yaml, Dockerfile and NATS
+// configurations. It has no exported API.
 package deploy
