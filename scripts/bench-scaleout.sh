@@ -363,7 +363,7 @@ esac
 		read -r pub dup err <<<"${RELAY_METRICS[cluster-relays1]}"
 		printf '  relay published %s (duplicates %s, errors %s); all marked after %ss; raw errors %s\n' "$pub" "$dup" "$err" \
 			"${RELAY_MARKED[cluster-relays1]}" "${RAW_ERR[cluster]}"
-		echo "  (started on an empty outbox, the stream then set to R3, then the backlog written and ANALYZEd while the relay drained it)"
+		echo "  (started on an empty outbox, the stream then set to R3, then the backlog written and ANALYZEd while the relay drained it; the CPU window includes that COPY)"
 		echo
 	fi
 	echo "CPU, cores used inside each measured window (of $NCPU): client = relaybench raw (its own account); nats = every"
