@@ -186,6 +186,13 @@ func TestDatabaseOutageRetried(t *testing.T) {
 		require.Equal(t, "pending", h.attachment(id).Status)
 	}
 	proxy.Set(dbtest.Up)
+	defer func() {
+		if t.Failed() { // which result took the missing count (seen once under CI load)
+			for _, r := range []string{metrics.WorkerProcessed, metrics.WorkerDuplicate, metrics.WorkerFailed, metrics.WorkerSkipped, metrics.WorkerDeadLettered} {
+				t.Logf("%s: %v", r, testkit.Value(m.Messages(r)))
+			}
+		}
+	}()
 	for _, id := range ids {
 		h.waitStatus(id, worker.StateProcessed)
 		require.Equal(t, 1, h.processedEvents(id))
