@@ -19,7 +19,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -41,6 +40,7 @@ import (
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/outbox"
 	"github.com/quillhq/quill/internal/stream"
+	"github.com/quillhq/quill/internal/wait"
 )
 
 // Defaults of Config.
@@ -337,21 +337,21 @@ func (p *pipeline) handBack(b *batch, err error) {
 
 func (p *pipeline) claimLoop(ctx context.Context, claimed chan<- *batch) {
 	r := p.r
-	b := backoff{base: 50 * time.Millisecond, max: r.cfg.MaxBackoff}
+	b := wait.Backoff{Base: 50 * time.Millisecond, Max: r.cfg.MaxBackoff}
 	for ctx.Err() == nil {
 		failure, ok := p.collect()
 		if failure != nil {
-			d := b.next()
+			d := b.Next()
 			r.log.Warn().Err(failure).Str("error_category", category(failure)).Dur("retry_in", d).Msg("relay pass failed; backing off")
 			p.wait(ctx, d, nil)
 			continue
 		}
 		if ok {
-			b.reset()
+			b.Reset()
 		}
 		events, err := p.claim(ctx)
 		if err != nil {
-			d := b.next()
+			d := b.Next()
 			r.log.Warn().Err(err).Str("error_category", category(err)).Dur("retry_in", d).Msg("relay claim failed; backing off")
 			p.wait(ctx, d, nil)
 			continue
@@ -779,7 +779,7 @@ func refusal(err error) (string, bool) {
 // listenLoop keeps a connection LISTENing to the outbox channel and wakes
 // the publish loop on each notification; polling covers its outages.
 func (r *Relay) listenLoop(ctx context.Context) error {
-	b := backoff{base: 100 * time.Millisecond, max: r.cfg.MaxBackoff}
+	b := wait.Backoff{Base: 100 * time.Millisecond, Max: r.cfg.MaxBackoff}
 	for ctx.Err() == nil {
 		listening, err := r.listen(ctx)
 		if ctx.Err() != nil {
@@ -788,9 +788,9 @@ func (r *Relay) listenLoop(ctx context.Context) error {
 		if listening {
 			// The backoff is for connections that fail; one that
 			// listened and was lost later starts over.
-			b.reset()
+			b.Reset()
 		}
-		d := b.next()
+		d := b.Next()
 		r.log.Warn().Err(err).Str("error_category", "listen_failed").Dur("retry_in", d).Msg("LISTEN connection lost; polling meanwhile")
 		sleep(ctx, d, nil)
 	}
@@ -841,23 +841,6 @@ func (r *Relay) statsLoop(ctx context.Context) error {
 		}
 	}
 }
-
-// backoff is exponential with full jitter.
-type backoff struct {
-	base, max time.Duration
-	attempt   int
-}
-
-func (b *backoff) next() time.Duration {
-	d := b.base << min(b.attempt, 20)
-	if d <= 0 || d > b.max {
-		d = b.max
-	}
-	b.attempt++
-	return time.Duration(rand.Int64N(int64(d))) + time.Millisecond
-}
-
-func (b *backoff) reset() { b.attempt = 0 }
 
 // sleep waits d, or until wake fires, or ctx ends; it reports false when
 // ctx ended.

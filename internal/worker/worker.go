@@ -26,7 +26,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -348,7 +347,7 @@ func (w *Worker) setWaiting(err error) {
 // succeeds or ctx ends (then it reports false): at start the stream may not
 // exist yet, or NATS may be gone for a moment.
 func (w *Worker) awaitConsumer(ctx context.Context) (jetstream.Consumer, bool) {
-	b := backoff{base: consumerBackoffBase, max: consumerBackoffMax}
+	b := wait.Backoff{Base: consumerBackoffBase, Max: consumerBackoffMax}
 	for {
 		pctx, cancel := context.WithTimeout(ctx, consumerTimeout)
 		c, err := w.consumer(pctx, w.js)
@@ -361,7 +360,7 @@ func (w *Worker) awaitConsumer(ctx context.Context) (jetstream.Consumer, bool) {
 			return nil, false
 		}
 		w.setWaiting(err)
-		if !wait.For(ctx, b.next()) {
+		if !wait.For(ctx, b.Next()) {
 			return nil, false
 		}
 	}
@@ -383,21 +382,6 @@ const (
 	consumerTimeout     = 5 * time.Second
 )
 
-// backoff is exponential with full jitter.
-type backoff struct {
-	base, max time.Duration
-	attempt   int
-}
-
-func (b *backoff) next() time.Duration {
-	d := b.base << min(b.attempt, 20)
-	if d <= 0 || d > b.max {
-		d = b.max
-	}
-	b.attempt++
-	return time.Duration(rand.Int64N(int64(d))) + time.Millisecond
-}
-
 // resources is the subscriber's ResourceInitializer: the durable consumer
 // Run provisioned (awaitConsumer), never deleted at close (other workers
 // share it), wrapped so that Run can drain its subscriptions at shutdown.
@@ -416,7 +400,7 @@ type trackedConsumer struct {
 // gone between the consumer's creation and this), until Run's context ends
 // or the connection is closed.
 func (c *trackedConsumer) Consume(h jetstream.MessageHandler, opts ...jetstream.PullConsumeOpt) (jetstream.ConsumeContext, error) {
-	b := backoff{base: consumerBackoffBase, max: consumerBackoffMax}
+	b := wait.Backoff{Base: consumerBackoffBase, Max: consumerBackoffMax}
 	for {
 		cc, err := c.Consumer.Consume(h, opts...)
 		if err == nil {
@@ -432,7 +416,7 @@ func (c *trackedConsumer) Consume(h jetstream.MessageHandler, opts ...jetstream.
 		select {
 		case <-c.w.stopping:
 			return nil, err
-		case <-time.After(b.next()):
+		case <-time.After(b.Next()):
 		}
 	}
 }
