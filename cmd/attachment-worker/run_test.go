@@ -47,11 +47,7 @@ func TestRunProcessesAndDeadLetters(t *testing.T) {
 	vars := map[string]string{"DATABASE_URL": dbURL, "NATS_URL": srv.URL(), "QUILL_STREAM": "CMD_" + suffix,
 		"QUILL_SUBJECT_PREFIX": "q" + suffix, "QUILL_CONSUMER": "w-" + suffix, "QUILL_ADMIN_ADDR": admin,
 		"QUILL_MAX_DELIVER": "2", "QUILL_ACK_WAIT": "5s", "QUILL_LOG_LEVEL": "debug"}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	stderr := &syncBuffer{}
-	errc := make(chan error, 1)
-	go func() { errc <- run(ctx, nil, env(vars), io.Discard, stderr) }()
+	stderr, _, stop := startWorker(t, vars)
 	// No relay has created the stream yet: the worker waits and says why.
 	body := waitReadyz(t, admin, http.StatusServiceUnavailable)
 	require.Contains(t, body, "stream CMD_"+suffix+" not found; waiting for a relay to create it")
@@ -120,13 +116,7 @@ func TestRunProcessesAndDeadLetters(t *testing.T) {
 	require.NoError(t, run(t.Context(), []string{"dead-letters", "list"}, env(cli), &out, io.Discard))
 	require.Equal(t, 1, strings.Count(out.String(), "\n"), out.String())
 
-	cancel()
-	select {
-	case err := <-errc:
-		require.NoError(t, err, stderr.String())
-	case <-time.After(30 * time.Second):
-		t.Fatal("run did not return after SIGTERM")
-	}
+	stop()
 	require.Contains(t, stderr.String(), `"message":"stopped"`)
 }
 
@@ -168,17 +158,13 @@ func TestRunSurvivesNATSGoneAtStart(t *testing.T) {
 	admin := freeAddr(t)
 	vars := map[string]string{"DATABASE_URL": dbURL, "NATS_URL": srv.URL(), "QUILL_STREAM": "GONE_" + suffix,
 		"QUILL_SUBJECT_PREFIX": "q" + suffix, "QUILL_CONSUMER": "w-" + suffix, "QUILL_ADMIN_ADDR": admin, "QUILL_ACK_WAIT": "5s"}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	stderr := &syncBuffer{}
-	errc := make(chan error, 1)
-	go func() { errc <- run(ctx, nil, env(vars), io.Discard, stderr) }()
+	stderr, exited, stop := startWorker(t, vars)
 	testkit.WaitFor(t, 30*time.Second, func() bool { return strings.Contains(stderr.String(), `"listener":"admin"`) }, "the worker to start")
 	srv.Stop()
 	body := waitReadyz(t, admin, http.StatusServiceUnavailable)
 	require.Contains(t, strings.ToLower(body), "nats")
 	select {
-	case err := <-errc:
+	case err := <-exited:
 		t.Fatalf("the worker exited while NATS was down: %v\n%s", err, stderr.String())
 	default:
 	}
@@ -206,13 +192,7 @@ func TestRunSurvivesNATSGoneAtStart(t *testing.T) {
 		return status == "processed"
 	}, "processed after NATS came back")
 
-	cancel()
-	select {
-	case err := <-errc:
-		require.NoError(t, err, stderr.String())
-	case <-time.After(30 * time.Second):
-		t.Fatal("run did not return after SIGTERM")
-	}
+	stop()
 }
 
 // TestClusterFailover: a worker given the cluster's server list keeps its
@@ -231,11 +211,7 @@ func TestClusterFailover(t *testing.T) {
 	admin := freeAddr(t)
 	vars := map[string]string{"DATABASE_URL": dbURL, "NATS_URL": cl.URLs(), "QUILL_STREAM": name,
 		"QUILL_SUBJECT_PREFIX": prefix, "QUILL_CONSUMER": "w-" + suffix, "QUILL_ADMIN_ADDR": admin, "QUILL_ACK_WAIT": "5s"}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	stderr := &syncBuffer{}
-	errc := make(chan error, 1)
-	go func() { errc <- run(ctx, nil, env(vars), io.Discard, stderr) }()
+	_, _, stop := startWorker(t, vars)
 	waitReadyz(t, admin, http.StatusOK)
 
 	svc, err := notes.NewService(pool, notes.Config{}, zerolog.Nop())
@@ -269,13 +245,7 @@ func TestClusterFailover(t *testing.T) {
 		// node shut down while catching up may leave a store goroutine).
 		cl.WaitForStreamReplicas(t, js, name, 3)
 	}
-	cancel()
-	select {
-	case err := <-errc:
-		require.NoError(t, err, stderr.String())
-	case <-time.After(30 * time.Second):
-		t.Fatal("run did not return after SIGTERM")
-	}
+	stop()
 }
 
 func TestRunErrors(t *testing.T) {
@@ -313,5 +283,28 @@ func TestRunErrors(t *testing.T) {
 				require.Contains(t, stderr.String(), `"error_category":"database_unreachable"`)
 			}
 		})
+	}
+}
+
+// startWorker runs the worker's daemon with vars in the background: its
+// log, a channel that receives run's error should it return on its own, and
+// stop, which ends it as SIGTERM would and requires it to return nil within
+// 30 s.
+func startWorker(t *testing.T, vars map[string]string) (stderr *syncBuffer, exited <-chan error, stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	stderr = &syncBuffer{}
+	errc := make(chan error, 1)
+	go func() { errc <- run(ctx, nil, env(vars), io.Discard, stderr) }()
+	return stderr, errc, func() {
+		t.Helper()
+		cancel()
+		select {
+		case err := <-errc:
+			require.NoError(t, err, stderr.String())
+		case <-time.After(30 * time.Second):
+			t.Fatal("run did not return after SIGTERM")
+		}
 	}
 }
