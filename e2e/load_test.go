@@ -207,16 +207,7 @@ func (l *loadGen) client(ctx context.Context, c int, start time.Time) {
 		} else {
 			o = l.newCreate(rng, c, seq, t)
 		}
-		o.Copies = 1
-		if rng.Float64() < resendShare {
-			o.Copies = 2 + rng.IntN(4)
-			o.Concurrent = rng.IntN(2) == 0
-		}
-		o.Impatient = rng.Float64() < impatientShare
-		l.mu.Lock()
-		l.ops = append(l.ops, o)
-		l.mu.Unlock()
-		l.run(ctx, o, rng)
+		l.start(ctx, o, rng)
 		a := o.Decided()
 		switch {
 		case a == nil:
@@ -250,16 +241,7 @@ func (l *loadGen) Burst(ctx context.Context, n, workers int) (started *atomic.In
 			t := l.tenants[w%len(l.tenants)]
 			for seq := 0; started.Add(1) <= int64(n); seq++ {
 				o := l.newCreate(rng, c, seq, t)
-				o.Copies = 1
-				if rng.Float64() < resendShare {
-					o.Copies = 2 + rng.IntN(4)
-					o.Concurrent = rng.IntN(2) == 0
-				}
-				o.Impatient = rng.Float64() < impatientShare
-				l.mu.Lock()
-				l.ops = append(l.ops, o)
-				l.mu.Unlock()
-				l.run(ctx, o, rng)
+				l.start(ctx, o, rng)
 			}
 		})
 	}
@@ -346,6 +328,21 @@ func randomPNG(rng *rand.Rand) []byte {
 	var b bytes.Buffer
 	_ = png.Encode(&b, img)
 	return b.Bytes()
+}
+
+// start draws how o is delivered (resends, concurrency, patience), records
+// it and runs it.
+func (l *loadGen) start(ctx context.Context, o *op, rng *rand.Rand) {
+	o.Copies = 1
+	if rng.Float64() < resendShare {
+		o.Copies = 2 + rng.IntN(4)
+		o.Concurrent = rng.IntN(2) == 0
+	}
+	o.Impatient = rng.Float64() < impatientShare
+	l.mu.Lock()
+	l.ops = append(l.ops, o)
+	l.mu.Unlock()
+	l.run(ctx, o, rng)
 }
 
 // run sends o's copies, at once or one after the other.
