@@ -182,15 +182,8 @@ relay_metrics() {
 	echo "$pub $dup $err"
 }
 stop_relays() {
-	local p rc=0
-	for p in "${RELAY_PIDS[@]}"; do
-		kill -TERM "$p" 2>/dev/null || true
-		wait "$p" || rc=$?
-		stop_pid "$p"
-		unset "ROLE[$p]"
-	done
+	stop_role relay "${RELAY_PIDS[@]}"
 	RELAY_PIDS=()
-	((rc == 0)) || die "a relay exited with status $rc on SIGTERM (logs in $WORK)"
 }
 
 # --- phases ---------------------------------------------------------------------------

@@ -72,15 +72,8 @@ start_workers() {
 	done
 }
 stop_workers() {
-	local p rc=0
-	for p in "${WORKER_PIDS[@]}"; do
-		kill -TERM "$p" 2>/dev/null || true
-		wait "$p" || rc=$?
-		stop_pid "$p"
-		unset "ROLE[$p]"
-	done
+	stop_role worker "${WORKER_PIDS[@]}"
 	WORKER_PIDS=()
-	((rc == 0)) || die "a worker exited with status $rc on SIGTERM (logs in $WORK)"
 }
 # worker_metrics LABEL: "processed duplicates failed" summed over the
 # workers' /metrics.

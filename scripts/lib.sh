@@ -76,6 +76,21 @@ stop_pid() {
 	LIB_PIDS=("${rest[@]}")
 }
 
+# stop_role WHAT PID...: SIGTERM to each, wait, forget it (stop_all and
+# ROLE); dies naming WHAT when one did not exit 0, as a daemon must on
+# SIGTERM.
+stop_role() {
+	local what=$1 p rc=0
+	shift
+	for p in "$@"; do
+		kill -TERM "$p" 2>/dev/null || true
+		wait "$p" || rc=$?
+		stop_pid "$p"
+		unset "ROLE[$p]"
+	done
+	((rc == 0)) || die "a $what exited with status $rc on SIGTERM (logs in $WORK)"
+}
+
 # stop_all: stops every process of on_exit_stop, the last started first.
 stop_all() {
 	local i
