@@ -544,20 +544,9 @@ func (s *system) audit(ctx context.Context, t *testing.T) {
 		}
 		return out.String(), errb.String(), code
 	}
-	_, stderr, code := run("audit", "--help")
-	if code == 2 && strings.Contains(stderr, "unknown command") {
-		t.Logf("NOTE: `api audit` is not in this build yet (%s); the audit step is skipped — the suite's own invariant checks ran", strings.TrimSpace(stderr))
-		return
-	}
+	// The audit itself starts its stream scan over on a cluster's
+	// ordered-consumer race (internal/audit); no rerun here.
 	stdout, stderr, code := run("audit", "--json")
-	// The audit's stream scan has the ordered-consumer race readStream
-	// retries (see there): in a cluster it can end "audit incomplete" with
-	// no responders. A product bug, reported; the audit runs again, and
-	// the log says so.
-	for attempt := 1; attempt < 3 && code == 3 && strings.Contains(stderr, "audit incomplete") && strings.Contains(stderr, "no responders"); attempt++ {
-		t.Logf("PRODUCT (known): api audit --json exited 3 on the stream scan's ordered-consumer race, run again: %s", strings.TrimSpace(stderr))
-		stdout, stderr, code = run("audit", "--json")
-	}
 	var rep struct {
 		Anomalies []map[string]any `json:"anomalies"`
 		Counts    map[string]any   `json:"counts"`
