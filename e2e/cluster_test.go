@@ -218,6 +218,7 @@ func (c *clusterChaos) stopStreamLeader(ctx context.Context, start time.Time) {
 	down := time.Since(t0)
 	cl.Restart(c.t, before)
 	cl.WaitForStreamReplicas(c.t, c.js, streamName, clusterReplicas)
+	cl.WaitHealthy(c.t) // the workers' consumer too, before the next fault
 	c.mu.Lock()
 	c.streamLeaders = append(c.streamLeaders, leaderChange{Before: before, After: after, Down: down, Elected: elected})
 	c.mu.Unlock()
@@ -275,6 +276,7 @@ func (c *clusterChaos) stopNode(ctx context.Context, start time.Time) {
 	down := time.Since(t0)
 	cl.Restart(c.t, n)
 	cl.WaitForStreamReplicas(c.t, c.js, streamName, clusterReplicas)
+	cl.WaitHealthy(c.t) // the workers' consumer too, before the next fault
 	c.mu.Lock()
 	c.nodeOutages = append(c.nodeOutages, nodeOutage{Node: n, Roles: strings.Join(roles, ", "), Clients: clients, Down: down, LeaderBefore: leader, LeaderIn: during})
 	c.mu.Unlock()

@@ -213,6 +213,9 @@ func TestClusterFailover(t *testing.T) {
 		"QUILL_SUBJECT_PREFIX": prefix, "QUILL_CONSUMER": "w-" + suffix, "QUILL_ADMIN_ADDR": admin, "QUILL_ACK_WAIT": "5s"}
 	_, _, stop := startWorker(t, vars)
 	waitReadyz(t, admin, http.StatusOK)
+	// The consumer the worker just created is current on every node
+	// before the first node stops.
+	cl.WaitHealthy(t)
 
 	svc, err := notes.NewService(pool, notes.Config{}, zerolog.Nop())
 	require.NoError(t, err)
@@ -241,9 +244,11 @@ func TestClusterFailover(t *testing.T) {
 			return n == i+1
 		}, fmt.Sprintf("note %d processed with node %d down", i, i))
 		cl.Restart(t, i)
-		// Caught up before the next node stops (and before the end: a
-		// node shut down while catching up may leave a store goroutine).
+		// Caught up, stream and consumer, before the next node stops (and
+		// before the end: a node shut down while catching up may leave a
+		// store goroutine), as a rolling restart waits for /healthz.
 		cl.WaitForStreamReplicas(t, js, name, 3)
+		cl.WaitHealthy(t)
 	}
 	stop()
 }
@@ -295,6 +300,11 @@ func startWorker(t *testing.T, vars map[string]string) (stderr *syncBuffer, exit
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	stderr = &syncBuffer{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the worker's log:\n%s", stderr.String())
+		}
+	})
 	errc := make(chan error, 1)
 	go func() { errc <- run(ctx, nil, env(vars), io.Discard, stderr) }()
 	return stderr, errc, func() {

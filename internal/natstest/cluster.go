@@ -362,6 +362,38 @@ func (c *Cluster) WaitForStreamReplicas(t testing.TB, js jetstream.JetStream, st
 	}, fmt.Sprintf("stream %s to have %d current replicas", stream, replicas))
 }
 
+// WaitHealthy waits until every running node answers its health check
+// (nats-server's /healthz) as healthy: each stream and consumer it holds a
+// replica of is current with its leader. It is the wait of a rolling
+// restart between two nodes: a stream current again does not make its
+// consumers current, and stopping the next node while a restarted node's
+// consumer replica still catches up leaves that consumer without a quorum
+// (nats-server then answers every pull with no responders, 503 to
+// consumer info, until the stopped node is back).
+func (c *Cluster) WaitHealthy(t testing.TB) {
+	t.Helper()
+	deadline := time.Now().Add(clusterTimeout)
+	for {
+		unhealthy := ""
+		for i, ns := range c.Servers() {
+			if ns == nil {
+				continue
+			}
+			if h := ns.Healthz(nil); h.Status != "ok" {
+				unhealthy = fmt.Sprintf("n%d: %s", i, h.Error)
+				break
+			}
+		}
+		if unhealthy == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			require.FailNowf(t, "timed out", "after %s waiting for every running node to be healthy; %s", clusterTimeout, unhealthy)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // Stop shuts node i down and waits until it has; its ports close. Stopping
 // a stopped node does nothing.
 func (c *Cluster) Stop(i int) {

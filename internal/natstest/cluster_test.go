@@ -31,6 +31,9 @@ func TestCluster(t *testing.T) {
 	})
 	require.NoError(t, err)
 	c.WaitForStreamReplicas(t, js, "R3", 3)
+	cons, err := js.CreateOrUpdateConsumer(ctx, "R3", jetstream.ConsumerConfig{Durable: "d", AckPolicy: jetstream.AckExplicitPolicy})
+	require.NoError(t, err)
+	c.WaitHealthy(t)
 	// A publish in flight when the client's node goes away gets no answer:
 	// it is sent again with its message id, which the stream deduplicates.
 	publish := func(from, to int) {
@@ -67,8 +70,15 @@ func TestCluster(t *testing.T) {
 		ns := c.Servers()[follower]
 		return ns != nil && ns.JetStreamIsStreamCurrent(natstest.Account, "R3")
 	}, "the restarted node to be current on R3")
+	c.WaitHealthy(t)
+	for _, ns := range c.Servers() {
+		require.Equal(t, "ok", ns.Healthz(nil).Status, "healthy: streams and consumers current")
+	}
 	st, err := js.Stream(ctx, "R3")
 	require.NoError(t, err)
 	require.Equal(t, uint64(20), st.CachedInfo().State.Msgs)
+	info, err := cons.Info(ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(20), info.NumPending, "the replicated consumer kept its place across the restart")
 	require.Len(t, natstest.StreamMessages(t, js, "R3", ""), 20)
 }
