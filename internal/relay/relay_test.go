@@ -711,8 +711,10 @@ func TestParkedEventDoesNotBlockOthers(t *testing.T) {
 	require.Equal(t, parked.ParkedReason, list[0].Reason)
 
 	// Retried with its cause unfixed, it is parked again; nothing else stops.
+	// (A second Unpark here would race the running relay, which may have
+	// claimed and parked it again already; outbox's own tests hold that
+	// unparking a queued event is ErrNotParked.)
 	require.NoError(t, outbox.Unpark(h.ctx(), h.pool, big))
-	require.ErrorIs(t, outbox.Unpark(h.ctx(), h.pool, big), outbox.ErrNotParked)
 	h.notify()
 	testkit.WaitFor(t, waitLong, func() bool { r := h.row(big); return r.Parked && r.Attempts == 2 }, "the retried event to be parked again")
 	last := h.write(h.tenant, uuid.New(), outbox.TypeNoteCreated)
