@@ -4,7 +4,8 @@
 // QUILL_NATS_TLS_CERT, QUILL_NATS_TLS_KEY). Define registers the settings,
 // each also a flag, and checks each value as it is parsed; Validate checks
 // them together; Options turns them into nats.Options. A bad value is a
-// usage error naming its setting, caught before anything connects.
+// usage error naming its setting, caught before anything connects. Connect
+// connects; Explain says which setting a refused connection concerns.
 package natsconn
 
 import (
@@ -12,10 +13,13 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/url"
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/nats-io/nats.go"
 
@@ -118,12 +122,54 @@ func (c Settings) Options() []nats.Option {
 	return opts
 }
 
-// Connect validates the settings and connects with Options, then opts.
+// Connect validates the settings and connects with Options, then opts. It
+// returns Validate's error, or nats.Connect's passed through Explain.
 func (c Settings) Connect(opts ...nats.Option) (*nats.Conn, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
-	return nats.Connect(c.server(), append(c.Options(), opts...)...)
+	nc, err := nats.Connect(c.server(), append(c.Options(), opts...)...)
+	if err != nil {
+		return nil, c.Explain(err)
+	}
+	return nc, nil
+}
+
+// Explain wraps a connection error from nats.go in what it means for the
+// settings (decision 0044): a server certificate that QUILL_NATS_TLS_CA
+// (or, unset, the system's roots) does not verify; a server that refused
+// the client certificate or wanted one (QUILL_NATS_TLS_CERT); a server
+// that refused the credentials or wanted some (QUILL_NATS_CREDS). Any
+// other error, and nil, is returned as it is. The result wraps err.
+func (c Settings) Explain(err error) error {
+	var verify *tls.CertificateVerificationError
+	var remote *net.OpError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &verify):
+		if c.TLSCA == "" {
+			return fmt.Errorf("the system's roots do not verify the NATS server's certificate (QUILL_NATS_TLS_CA is not set): %w", err)
+		}
+		return fmt.Errorf("QUILL_NATS_TLS_CA %q does not verify the NATS server's certificate: %w", c.TLSCA, err)
+	// The server's alert about the client's certificate (bad certificate,
+	// certificate required, unknown certificate authority, …). Under TLS
+	// 1.3 the server checks that certificate after the client's side of
+	// the handshake is done, so depending on timing the client reads the
+	// alert or finds the connection closed right after the handshake.
+	case errors.As(err, &remote) && remote.Op == "remote error" && strings.Contains(remote.Err.Error(), "certificate"),
+		errors.Is(err, nats.ErrTLS) && (errors.Is(err, io.EOF) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET)):
+		if c.TLSCert == "" {
+			return fmt.Errorf("the NATS server refused the TLS connection, probably because it requires a client certificate (QUILL_NATS_TLS_CERT and QUILL_NATS_TLS_KEY are not set): %w", err)
+		}
+		return fmt.Errorf("the NATS server refused the TLS connection, probably rejecting the client certificate QUILL_NATS_TLS_CERT %q: %w", c.TLSCert, err)
+	case errors.Is(err, nats.ErrAuthorization):
+		if c.Creds == "" {
+			return fmt.Errorf("the NATS server requires credentials (QUILL_NATS_CREDS is not set): %w", err)
+		}
+		return fmt.Errorf("the NATS server refused the credentials QUILL_NATS_CREDS %q: %w", c.Creds, err)
+	}
+	return err
 }
 
 // schemes are those nats.go connects with.

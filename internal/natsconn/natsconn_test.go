@@ -5,15 +5,22 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
 	"math/big"
+	"net"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/quillhq/quill/internal/config"
@@ -153,4 +160,56 @@ func TestConnectFailsOver(t *testing.T) {
 	testkit.WaitFor(t, 30*time.Second, func() bool { return nc.IsConnected() && nc.ConnectedUrl() != first },
 		"the connection to move to another node")
 	require.NoError(t, nc.Flush())
+}
+
+// TestExplain: each refusal nats.go reports is wrapped with the setting it
+// concerns, whichever way the timing made nats.go report it; other errors
+// are returned as they are.
+func TestExplain(t *testing.T) {
+	t.Parallel()
+	none := natsconn.Settings{}
+	all := natsconn.Settings{Creds: "/c/user.creds", TLSCA: "/c/ca.pem", TLSCert: "/c/client.pem", TLSKey: "/c/client-key.pem"}
+	unverified := fmt.Errorf("%w: %w", nats.ErrTLS, &tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}})
+	alert := &net.OpError{Op: "remote error", Err: errors.New("tls: certificate required")}
+	closed := func(err error) error {
+		return fmt.Errorf("%w: connection closed by remote after TLS handshake: %w", nats.ErrTLS, err)
+	}
+	pipe := closed(&net.OpError{Op: "write", Net: "tcp", Err: os.NewSyscallError("write", syscall.EPIPE)})
+	reset := closed(&net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)})
+	eof := closed(io.EOF)
+	dial := &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+	version := &net.OpError{Op: "remote error", Err: errors.New("tls: protocol version not supported")}
+	timeout := fmt.Errorf("%w: %w", nats.ErrTLS, os.ErrDeadlineExceeded)
+	for _, tc := range []struct {
+		name string
+		c    natsconn.Settings
+		err  error
+		want string // "" for err unchanged
+	}{
+		{name: "no server", c: all, err: nats.ErrNoServers},
+		{name: "refused TCP", c: all, err: dial},
+		{name: "a TLS timeout", c: all, err: timeout},
+		{name: "an alert not about the certificate", c: all, err: version},
+		{name: "unverified with the system's roots", c: none, err: unverified, want: "the system's roots do not verify the NATS server's certificate (QUILL_NATS_TLS_CA is not set): "},
+		{name: "unverified with the CA", c: all, err: unverified, want: `QUILL_NATS_TLS_CA "/c/ca.pem" does not verify the NATS server's certificate: `},
+		{name: "an alert without a certificate", c: none, err: alert, want: "(QUILL_NATS_TLS_CERT and QUILL_NATS_TLS_KEY are not set): "},
+		{name: "an alert with a certificate", c: all, err: alert, want: `rejecting the client certificate QUILL_NATS_TLS_CERT "/c/client.pem": `},
+		{name: "a broken pipe without a certificate", c: none, err: pipe, want: "(QUILL_NATS_TLS_CERT and QUILL_NATS_TLS_KEY are not set): "},
+		{name: "a reset with a certificate", c: all, err: reset, want: `rejecting the client certificate QUILL_NATS_TLS_CERT "/c/client.pem": `},
+		{name: "EOF with a certificate", c: all, err: eof, want: `rejecting the client certificate QUILL_NATS_TLS_CERT "/c/client.pem": `},
+		{name: "authorization without credentials", c: none, err: nats.ErrAuthorization, want: "the NATS server requires credentials (QUILL_NATS_CREDS is not set): "},
+		{name: "authorization with credentials", c: all, err: nats.ErrAuthorization, want: `the NATS server refused the credentials QUILL_NATS_CREDS "/c/user.creds": `},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got := tc.c.Explain(tc.err)
+			if tc.want == "" {
+				require.Equal(t, tc.err, got)
+				return
+			}
+			require.ErrorIs(t, got, tc.err)
+			require.Contains(t, got.Error(), tc.want+tc.err.Error())
+		})
+	}
+	require.NoError(t, all.Explain(nil))
 }
