@@ -141,7 +141,7 @@ func (r *report) write(w io.Writer) int {
 		adds = append(adds, fmt.Sprintf("tenant %s creating at %d concurrent (%d × QUILL_TENANT_CONCURRENCY %d)", c.floodTenant, c.floodFactor*c.tenantConcurrency, c.floodFactor, c.tenantConcurrency))
 	}
 	if c.bombRate > 0 {
-		adds = append(adds, fmt.Sprintf("%g image bombs/s from tenant %s (%d×%d 16-bit RGBA PNG of %d bytes, decoding to %.0f MiB)",
+		adds = append(adds, fmt.Sprintf("image bombs at %g/s from tenant %s (%d×%d 16-bit RGBA PNG of %d bytes, decoding to %.0f MiB)",
 			c.bombRate, c.bombTenant, bombSide, bombSide, r.bombBytes, float64(decodedBytes(bombSide, bombSide))/mib))
 	}
 	if len(adds) == 0 {
@@ -157,7 +157,7 @@ func (r *report) write(w io.Writer) int {
 	fmt.Fprintln(w)
 
 	row := func(name, quiet, hostile, rat, target string) {
-		fmt.Fprintf(w, "%-34s | %18s | %18s | %7s | %s\n", name, quiet, hostile, rat, target)
+		fmt.Fprintf(w, "%-34s | %20s | %20s | %7s | %s\n", name, quiet, hostile, rat, target)
 	}
 	ff := func(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
 	ratioCell := func(a, b float64) (string, float64, bool) {
@@ -168,7 +168,7 @@ func (r *report) write(w io.Writer) int {
 		return ff(measure.Round(x, 3)), x, true
 	}
 	row("", "quiet", "hostile", "h ÷ q", "target")
-	fmt.Fprintln(w, strings.Repeat("-", 35)+"+"+strings.Repeat("-", 20)+"+"+strings.Repeat("-", 20)+"+"+strings.Repeat("-", 9)+"+"+strings.Repeat("-", 30))
+	fmt.Fprintln(w, strings.Repeat("-", 35)+"+"+strings.Repeat("-", 22)+"+"+strings.Repeat("-", 22)+"+"+strings.Repeat("-", 9)+"+"+strings.Repeat("-", 30))
 	cell, x, ok := ratioCell(h.OpsPerSec, q.OpsPerSec)
 	row("legit operations/s (2xx)", ff(measure.Round(q.OpsPerSec, 1)), ff(measure.Round(h.OpsPerSec, 1)), cell,
 		fmt.Sprintf("h ÷ q ≥ %g: %s", minThroughputRatio, v.judge(ok && x >= minThroughputRatio)))

@@ -187,13 +187,13 @@ func TestReportTargets(t *testing.T) {
 		want   []string
 	}{
 		{"all met", func(*report) {}, 0, []string{
-			"legit operations/s (2xx)           |                  5 |                  4 |     0.8 | h ÷ q ≥ 0.8: met",
-			"legit p99 ms                       |                 20 |                 40 |       2 | h ÷ q ≤ 2: met",
+			"legit operations/s (2xx)           |                    5 |                    4 |     0.8 | h ÷ q ≥ 0.8: met",
+			"legit p99 ms                       |                   20 |                   40 |       2 | h ÷ q ≤ 2: met",
 			"hostile < 256: met", "hostile < 384 (budget 256 + 128): met",
 			"answered 429: 90.0 %", "reasons of the failures: image too large=10",
 			"slowloris: 250 connections opened for 200 places; 50 closed by the server (lifetime median 1s, max 30s; answers http_408=50)",
 			"targets missed: 0 of 9"}},
-		{"throughput just under 0.8", func(r *report) { r.hostile.legit.WindowS = 1.001 }, 1, []string{"|                  4 |   0.799 | h ÷ q ≥ 0.8: MISSED"}},
+		{"throughput just under 0.8", func(r *report) { r.hostile.legit.WindowS = 1.001 }, 1, []string{"|                    4 |   0.799 | h ÷ q ≥ 0.8: MISSED"}},
 		{"p99 just over 2×", func(r *report) { r.hostile.legit.Lat = ms(12, 12, 12, 12, 41) }, 1, []string{"2.05 | h ÷ q ≤ 2: MISSED"}},
 		{"a quiet phase without answers has no ratio", func(r *report) { r.quiet.legit = legitPhase{} }, 2, []string{"n/a | h ÷ q ≥ 0.8: MISSED", "n/a | h ÷ q ≤ 2: MISSED"}},
 		{"API at 256 MiB", func(r *report) { r.hostile.api.KiB = 256 << 10 }, 1, []string{"hostile < 256: MISSED"}},
