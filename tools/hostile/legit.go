@@ -20,11 +20,13 @@ import (
 // each operation made, independently of the operation records.
 const legitTitlePrefix = "legit "
 
-// legitOp is one legitimate create: its key and body, and what it was
-// answered.
+// legitOp is one legitimate create: its key, whether it carries the PNG,
+// and what it was answered. The body is built again for every send, from
+// these: a run keeps tens of thousands of operations, and half of the
+// bodies are 87 KB.
 type legitOp struct {
-	key  string
-	body []byte
+	key    string
+	attach bool
 	// acked: some attempt was answered 2xx, naming noteID.
 	acked  bool
 	noteID string
@@ -77,22 +79,28 @@ func newLegit(cfg config) *legit {
 	}
 }
 
-// newOp is client w's next create; titles and keys need no JSON escaping.
+// newOp is client w's next create.
 func (l *legit) newOp(phase string, w, seq int, withAttachment bool) *legitOp {
-	key := l.cfg.runID + "-" + phase + "-" + strconv.Itoa(w) + "-" + strconv.Itoa(seq)
-	body := `{"title":"` + legitTitlePrefix + key + `","body":"` + l.filler + `"`
-	if withAttachment {
-		body += l.attach
+	return &legitOp{key: l.cfg.runID + "-" + phase + "-" + strconv.Itoa(w) + "-" + strconv.Itoa(seq), attach: withAttachment}
+}
+
+// body is op's request body, the same bytes at every send; titles and keys
+// need no JSON escaping.
+func (l *legit) body(op *legitOp) []byte {
+	b := `{"title":"` + legitTitlePrefix + op.key + `","body":"` + l.filler + `"`
+	if op.attach {
+		b += l.attach
 	}
-	return &legitOp{key: key, body: []byte(body + "}")}
+	return []byte(b + "}")
 }
 
 // send sends op until an attempt is answered 2xx, a 4xx that no retry
 // fixes, or the next attempt would start after until; it returns the last
 // answer and counts every attempt in reqs.
 func (l *legit) send(ctx context.Context, op *legitOp, until time.Time, reqs counts) answer {
+	body := l.body(op)
 	for {
-		a := post(ctx, l.hc, l.endpoint, l.auth, op.key, op.body)
+		a := post(ctx, l.hc, l.endpoint, l.auth, op.key, body)
 		reqs[a.kind()]++
 		if a.kind() == "2xx" || !a.retryable() || ctx.Err() != nil {
 			return a
@@ -188,6 +196,12 @@ func (l *legit) recover(ctx context.Context, until time.Time) (recovered, unreso
 	for _, ops := range l.ops {
 		for _, op := range ops {
 			if op.acked {
+				continue
+			}
+			// Checked before each send too: with an API that answers
+			// nothing, every attempt takes the whole request timeout.
+			if !time.Now().Before(until) {
+				unresolved++
 				continue
 			}
 			if a := l.send(ctx, op, until, reqs); a.kind() == "2xx" {

@@ -191,7 +191,8 @@ func (r *report) write(w io.Writer) int {
 			v.judge(r.hostile.worker.KiB > 0 && !r.hostile.worker.Exited && r.hostile.worker.KiB*1024 < workerMax)))
 	fmt.Fprintf(w, "legit requests by answer: quiet %s; hostile %s\n", formatCounts(ql.Requests), formatCounts(hl.Requests))
 	fmt.Fprintln(w, "peak RSS: the highest VmHWM over the phase and the drain after it (the kernel's mark, reset at the phase's start)")
-	if !r.quiet.api.Reset || !r.hostile.api.Reset || !r.quiet.worker.Reset || !r.hostile.worker.Reset {
+	unreset := func(p peak) bool { return p.KiB > 0 && !p.Reset }
+	if unreset(r.quiet.api) || unreset(r.hostile.api) || unreset(r.quiet.worker) || unreset(r.hostile.worker) {
 		fmt.Fprintln(w, "* the kernel's peak mark could not be reset (clear_refs): the peak since the process started")
 	}
 	for _, p := range []struct {
