@@ -30,6 +30,8 @@
 #   BENCH_HOSTILE_BAD_TOKEN_RATE (500)   bad-token requests per second (0: none)
 #   BENCH_HOSTILE_FLOOD_FACTOR (10)      the flood's concurrency as a multiple
 #                                        of QUILL_TENANT_CONCURRENCY (0: none)
+#   BENCH_HOSTILE_FLOOD_PAUSE_MS (20)    a flooding client's wait after a
+#                                        non-2xx (it ignores Retry-After)
 #   BENCH_HOSTILE_BOMB_RATE (1)          image bombs per second, a decimal
 #                                        such as 0.5 (0: none)
 #   BENCH_HOSTILE_TIMEOUT (10)           per-request timeout, seconds
@@ -58,6 +60,7 @@ ATTACH_PERCENT=${BENCH_HOSTILE_ATTACH_PERCENT:-50}
 SLOWLORIS=${BENCH_HOSTILE_SLOWLORIS:-200}
 BAD_TOKEN_RATE=${BENCH_HOSTILE_BAD_TOKEN_RATE:-500}
 FLOOD_FACTOR=${BENCH_HOSTILE_FLOOD_FACTOR:-10}
+FLOOD_PAUSE_MS=${BENCH_HOSTILE_FLOOD_PAUSE_MS:-20}
 BOMB_RATE=${BENCH_HOSTILE_BOMB_RATE:-1}
 TIMEOUT=${BENCH_HOSTILE_TIMEOUT:-10}
 RECOVER=${BENCH_HOSTILE_RECOVER:-30}
@@ -85,6 +88,7 @@ percent BENCH_HOSTILE_ATTACH_PERCENT "$ATTACH_PERCENT"
 count BENCH_HOSTILE_SLOWLORIS "$SLOWLORIS"
 rate BENCH_HOSTILE_BAD_TOKEN_RATE "$BAD_TOKEN_RATE"
 count BENCH_HOSTILE_FLOOD_FACTOR "$FLOOD_FACTOR"
+count BENCH_HOSTILE_FLOOD_PAUSE_MS "$FLOOD_PAUSE_MS"
 rate BENCH_HOSTILE_BOMB_RATE "$BOMB_RATE"
 posint BENCH_HOSTILE_TIMEOUT "$TIMEOUT"
 seconds BENCH_HOSTILE_RECOVER "$RECOVER"
@@ -159,7 +163,7 @@ rc=0
 	--duration "${DURATION}s" --warmup "${WARMUP}s" --timeout "${TIMEOUT}s" --recover "${RECOVER}s" --drain "${DRAIN}s" \
 	--legit-clients "$CLIENTS" --resend-share "$(share "$RESEND_PERCENT")" --attach-share "$(share "$ATTACH_PERCENT")" \
 	--slowloris "$SLOWLORIS" --bad-token-rate "$BAD_TOKEN_RATE" --bomb-rate "$BOMB_RATE" \
-	--tenant-concurrency "$QUILL_TENANT_CONCURRENCY" --flood-factor "$FLOOD_FACTOR" \
+	--tenant-concurrency "$QUILL_TENANT_CONCURRENCY" --flood-factor "$FLOOD_FACTOR" --flood-pause "${FLOOD_PAUSE_MS}ms" \
 	--decode-budget "$QUILL_WORKER_DECODE_MEMORY" --api-note "$API_NOTE" --worker-note "$WORKER_NOTE" \
 	>"$WORK/hostile.txt" 2> >(tee "$WORK/hostile.err" >&2) || rc=$?
 ((rc == 0)) || die "tools/hostile failed (status $rc): $(tail -3 "$WORK/hostile.err")"

@@ -31,11 +31,6 @@ const (
 	badTokenInFlight = 256
 	// bombInFlight bounds the bomb uploads awaiting an answer, likewise.
 	bombInFlight = 16
-	// floodPause is how long a flooding client waits after a 429 or a
-	// failure before its next create: an attacker ignores Retry-After,
-	// but a tool spinning on instant 429s would take the cores the API
-	// needs on a small machine.
-	floodPause = 20 * time.Millisecond
 	// redialPause is the wait after a refused connection.
 	redialPause = 100 * time.Millisecond
 )
@@ -236,7 +231,7 @@ func flood(ctx context.Context, cfg config, n int) floodStats {
 				}
 				per[w][a.kind()]++
 				if a.kind() != "2xx" {
-					wait.For(ctx, floodPause)
+					wait.For(ctx, cfg.floodPause)
 				}
 			}
 		})

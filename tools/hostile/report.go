@@ -138,7 +138,8 @@ func (r *report) write(w io.Writer) int {
 		adds = append(adds, fmt.Sprintf("%g requests/s with random well-formed tokens", c.badTokenRate))
 	}
 	if c.floodFactor > 0 {
-		adds = append(adds, fmt.Sprintf("tenant %s creating at %d concurrent (%d × QUILL_TENANT_CONCURRENCY %d)", c.floodTenant, c.floodFactor*c.tenantConcurrency, c.floodFactor, c.tenantConcurrency))
+		adds = append(adds, fmt.Sprintf("tenant %s creating at %d concurrent (%d × QUILL_TENANT_CONCURRENCY %d; %s pause after a non-2xx)",
+			c.floodTenant, c.floodFactor*c.tenantConcurrency, c.floodFactor, c.tenantConcurrency, c.floodPause))
 	}
 	if c.bombRate > 0 {
 		adds = append(adds, fmt.Sprintf("image bombs at %g/s from tenant %s (%d×%d 16-bit RGBA PNG of %d bytes, decoding to %.0f MiB)",

@@ -241,6 +241,7 @@ func TestValidate(t *testing.T) {
 		{"no clients", args("--legit-clients", "0"), "--legit-clients"},
 		{"zero duration", args("--duration", "0s"), "--duration"},
 		{"negative slowloris", args("--slowloris", "-3"), "--slowloris"},
+		{"negative flood pause", args("--flood-pause", "-1ms"), "--flood-pause"},
 		{"not a number", args("--flood-factor", "ten"), "flood-factor"},
 		{"extra argument", args("now"), "unexpected"},
 	} {

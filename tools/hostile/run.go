@@ -37,11 +37,15 @@ const (
 	defaultBadTokenRate     = 500
 	defaultTenantConcurrent = 32
 	defaultFloodFactor      = 10
-	defaultBombRate         = 1
-	defaultDecodeBudget     = 268435456
-	defaultLegitTenant      = "legit"
-	defaultBombTenant       = "bomber"
-	defaultFloodTenant      = "flood"
+	// defaultFloodPause is how long a flooding client waits after a
+	// non-2xx: an attacker ignores Retry-After, but a tool spinning on
+	// instant 429s would take the cores the API needs on a small machine.
+	defaultFloodPause   = 20 * time.Millisecond
+	defaultBombRate     = 1
+	defaultDecodeBudget = 268435456
+	defaultLegitTenant  = "legit"
+	defaultBombTenant   = "bomber"
+	defaultFloodTenant  = "flood"
 	// notesPath is where every create and list goes.
 	notesPath = "/v1/notes"
 	// drainPoll is how often the drain looks at the attachments.
@@ -57,6 +61,7 @@ type config struct {
 	apiPID, workerPID                 int
 	duration, warmup, timeout         time.Duration
 	recover, drain                    time.Duration
+	floodPause                        time.Duration
 	legitClients                      int
 	resendShare, attachShare          float64
 	slowloris                         int
@@ -109,6 +114,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.Float64Var(&c.badTokenRate, "bad-token-rate", defaultBadTokenRate, "requests per second with random well-formed tokens in the hostile phase (0: none)")
 	fs.IntVar(&c.tenantConcurrency, "tenant-concurrency", defaultTenantConcurrent, "the API's QUILL_TENANT_CONCURRENCY, which the flood exceeds")
 	fs.IntVar(&c.floodFactor, "flood-factor", defaultFloodFactor, "the flooding tenant's concurrent creates, as a multiple of --tenant-concurrency (0: no flood)")
+	fs.DurationVar(&c.floodPause, "flood-pause", defaultFloodPause, "how long a flooding client waits after a non-2xx answer (it ignores Retry-After)")
 	fs.Float64Var(&c.bombRate, "bomb-rate", defaultBombRate, "image bombs uploaded per second in the hostile phase (0: none)")
 	fs.Int64Var(&c.decodeBudget, "decode-budget", defaultDecodeBudget, "the worker's QUILL_WORKER_DECODE_MEMORY in bytes: its RSS target is this + 128 MiB")
 	fs.StringVar(&c.noteAPI, "api-note", "", "a line about the API's settings, printed in the report")
@@ -144,8 +150,8 @@ func (c config) validate() error {
 		return fmt.Errorf("--url %q is not an http(s) URL such as %s", c.url, defaultURL)
 	case c.legitToken == "" || c.floodToken == "" || c.bombToken == "":
 		return errors.New("--token (or QUILL_TOKEN), --flood-token and --bomb-token are required; create them with: api token create --tenant T")
-	case c.duration <= 0 || c.warmup < 0 || c.timeout <= 0 || c.recover < 0 || c.drain < 0:
-		return errors.New("--duration and --timeout must be positive; --warmup, --recover and --drain not negative")
+	case c.duration <= 0 || c.warmup < 0 || c.timeout <= 0 || c.recover < 0 || c.drain < 0 || c.floodPause < 0:
+		return errors.New("--duration and --timeout must be positive; --warmup, --recover, --drain and --flood-pause not negative")
 	case c.legitClients < 1:
 		return errors.New("--legit-clients must be at least 1")
 	case !share(c.resendShare) || !share(c.attachShare):
