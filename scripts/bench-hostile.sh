@@ -15,8 +15,9 @@
 #      of the creates left unanswered, the wait for the legitimate
 #      attachments, the check of every legitimate key in PostgreSQL; it
 #      reads the API's and the worker's peak RSS (VmHWM) per phase;
-#   4. notes whether each process survived, prints the report and writes it
-#      to bench/results/hostile-latest.txt. Everything it started is stopped
+#   4. notes whether each process survived, stops the survivors (each must
+#      exit 0 on SIGTERM), prints the report and writes it to
+#      bench/results/hostile-latest.txt. Everything it started is stopped
 #      on exit.
 #
 # Settings (environment), each validated:
@@ -186,8 +187,14 @@ survived() {
 survived api "$API_PID"
 survived relay "$RELAY_PID"
 survived worker "$WORKER_PID"
-TOTAL=$(sed -n 's/^targets missed: [0-9]* of \([0-9]*\)$/\1/p' "$WORK/hostile.txt")
 check test "$STATE" = "api running, relay running, worker running"
+# The survivors are stopped now: a daemon must exit 0 on SIGTERM, even
+# after this (stop_role dies naming it otherwise, the logs kept).
+for p in "$WORKER_PID" "$RELAY_PID" "$API_PID"; do
+	if kill -0 "$p" 2>/dev/null; then stop_role "daemon (api, relay or worker)" "$p"; fi
+done
+STATE+="; each running one exited 0 on SIGTERM"
+TOTAL=$(sed -n 's/^targets missed: [0-9]* of \([0-9]*\)$/\1/p' "$WORK/hostile.txt")
 
 {
 	echo "Quill bench-hostile — $(date -u +%Y-%m-%dT%H:%M:%SZ)"

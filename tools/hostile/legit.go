@@ -124,7 +124,7 @@ func (l *legit) run(ctx context.Context, phase string) legitPhase {
 		wg.Go(func() {
 			st := &per[w]
 			st.Requests = counts{}
-			rng := rand.New(rand.NewPCG(l.cfg.seed, uint64(w)<<32|uint64(len(phase))))
+			rng := rand.New(rand.NewPCG(l.cfg.seed, uint64(w)<<8|uint64(phase[0])))
 			for seq := 0; ; seq++ {
 				t0 := time.Now()
 				if !t0.Before(end) || ctx.Err() != nil {
