@@ -11,7 +11,7 @@ RACE := $(if $(filter true,$(CI)),-race,)
 # (golang/go#75804, fixed in Go 1.27); a count has no deadline to race.
 FUZZTIME ?= 200000x
 
-.PHONY: dev demo test soak lint fuzz bench-api bench-relay bench-worker bench-scaleout build services
+.PHONY: dev demo test soak lint fuzz bench-api bench-relay bench-worker bench-scaleout bench-hostile build services
 
 build: ## build the shipped programs (cmd/*) into ./bin; the bench and demo scripts build their tools/ themselves
 	$(GO) build -o bin/ ./cmd/...
@@ -55,6 +55,9 @@ bench-relay: ## relay throughput vs raw JetStream, and commit → ack latency (s
 
 bench-worker: ## attachments/s through JetStream → worker → commit vs the raw processing rate, with the ratio
 	bash scripts/bench-worker.sh
+
+bench-hostile: ## a legitimate workload alone, then beside slowloris, bad tokens, a flooding tenant and image bombs: its p99, throughput, lost/duplicated operations, 429s and peak RSS side by side (see bench/README.md)
+	bash scripts/bench-hostile.sh
 
 bench-scaleout: ## 2 vs 1 relays and workers, each under a cgroup CPU cap, and the relay on a three-node R3 cluster (see bench/README.md)
 	BENCH_RELAY_SCALEOUT=1 bash scripts/bench-relay.sh

@@ -1,0 +1,361 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/quillhq/quill/internal/cli"
+	"github.com/quillhq/quill/internal/measure"
+	"github.com/quillhq/quill/internal/wait"
+)
+
+// Defaults of the flags: the issue's workload, with short phases.
+const (
+	defaultURL              = "http://127.0.0.1:8080"
+	defaultDatabaseURL      = "postgres://postgres@127.0.0.1:5432/quill_bench_hostile?sslmode=disable"
+	defaultDuration         = 20 * time.Second
+	defaultWarmup           = 3 * time.Second
+	defaultTimeout          = 10 * time.Second
+	defaultRecover          = 30 * time.Second
+	defaultDrain            = 30 * time.Second
+	defaultLegitClients     = 16
+	defaultResendShare      = 0.2
+	defaultAttachShare      = 0.5
+	defaultSlowloris        = 200
+	defaultBadTokenRate     = 500
+	defaultTenantConcurrent = 32
+	defaultFloodFactor      = 10
+	// defaultFloodPause is how long a flooding client waits after a
+	// non-2xx: an attacker ignores Retry-After, but a tool spinning on
+	// instant 429s would take the cores the API needs on a small machine.
+	defaultFloodPause   = 20 * time.Millisecond
+	defaultBombRate     = 1
+	defaultDecodeBudget = 268435456
+	defaultLegitTenant  = "legit"
+	defaultBombTenant   = "bomber"
+	defaultFloodTenant  = "flood"
+	// notesPath is where every create and list goes.
+	notesPath = "/v1/notes"
+	// drainPoll is how often the drain looks at the attachments.
+	drainPoll = 500 * time.Millisecond
+)
+
+// config is one run's settings.
+type config struct {
+	url, databaseURL                  string
+	legitToken, floodToken, bombToken string
+	legitTenant, bombTenant           string
+	floodTenant                       string
+	apiPID, workerPID                 int
+	duration, warmup, timeout         time.Duration
+	recover, drain                    time.Duration
+	floodPause                        time.Duration
+	legitClients                      int
+	resendShare, attachShare          float64
+	slowloris                         int
+	badTokenRate, bombRate            float64
+	tenantConcurrency, floodFactor    int
+	decodeBudget                      int64
+	runID                             string
+	seed                              uint64
+	noteAPI, noteWorker               string
+}
+
+func (c config) notesURL() string { return strings.TrimRight(c.url, "/") + notesPath }
+
+func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("hostile", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: hostile --token T --flood-token T --bomb-token T [flags]\n\n"+
+			"Runs a legitimate agent workload alone, then beside slowloris connections, bad tokens, a\n"+
+			"flooding tenant and image bombs, checks the legitimate operations in PostgreSQL and prints\n"+
+			"the two runs side by side (make bench-hostile; see bench/README.md).\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	envOr := func(name, def string) string {
+		if v := getenv(name); v != "" {
+			return v
+		}
+		return def
+	}
+	fs.StringVar(&c.url, "url", envOr("QUILL_URL", defaultURL), "API base URL (env QUILL_URL)")
+	fs.StringVar(&c.databaseURL, "database-url", envOr("DATABASE_URL", defaultDatabaseURL), "the API's database, where the legitimate notes are checked (env DATABASE_URL)")
+	fs.StringVar(&c.legitToken, "token", getenv("QUILL_TOKEN"), "the legitimate tenant's token (env QUILL_TOKEN)")
+	fs.StringVar(&c.floodToken, "flood-token", "", "the flooding tenant's token")
+	fs.StringVar(&c.bombToken, "bomb-token", "", "the token the image bombs are sent with")
+	fs.StringVar(&c.legitTenant, "legit-tenant", defaultLegitTenant, "the tenant of --token")
+	fs.StringVar(&c.bombTenant, "bomb-tenant", defaultBombTenant, "the tenant of --bomb-token")
+	fs.StringVar(&c.floodTenant, "flood-tenant", defaultFloodTenant, "the tenant of --flood-token (for the report)")
+	fs.IntVar(&c.apiPID, "api-pid", 0, "the API's pid: its peak RSS (VmHWM) per phase (0: not measured)")
+	fs.IntVar(&c.workerPID, "worker-pid", 0, "the attachment worker's pid, likewise")
+	fs.DurationVar(&c.duration, "duration", defaultDuration, "measured time of each phase, after its warmup")
+	fs.DurationVar(&c.warmup, "warmup", defaultWarmup, "unmeasured start of each phase (the attackers start with it)")
+	fs.DurationVar(&c.timeout, "timeout", defaultTimeout, "per-request timeout")
+	fs.DurationVar(&c.recover, "recover", defaultRecover, "after the phases, how long the creates left without a 2xx are resent")
+	fs.DurationVar(&c.drain, "drain", defaultDrain, "after each phase, how long to wait for the worker to process every pending attachment")
+	fs.IntVar(&c.legitClients, "legit-clients", defaultLegitClients, "legitimate clients, each one request at a time")
+	fs.Float64Var(&c.resendShare, "resend-share", defaultResendShare, "share of the legitimate operations that resend an earlier create (0-1)")
+	fs.Float64Var(&c.attachShare, "attach-share", defaultAttachShare, "share of the legitimate creates with a 64 KiB PNG attachment (0-1)")
+	fs.IntVar(&c.slowloris, "slowloris", defaultSlowloris, "slowloris connections held open in the hostile phase (0: none)")
+	fs.Float64Var(&c.badTokenRate, "bad-token-rate", defaultBadTokenRate, "requests per second with random well-formed tokens in the hostile phase (0: none)")
+	fs.IntVar(&c.tenantConcurrency, "tenant-concurrency", defaultTenantConcurrent, "the API's QUILL_TENANT_CONCURRENCY, which the flood exceeds")
+	fs.IntVar(&c.floodFactor, "flood-factor", defaultFloodFactor, "the flooding tenant's concurrent creates, as a multiple of --tenant-concurrency (0: no flood)")
+	fs.DurationVar(&c.floodPause, "flood-pause", defaultFloodPause, "how long a flooding client waits after a non-2xx answer (it ignores Retry-After)")
+	fs.Float64Var(&c.bombRate, "bomb-rate", defaultBombRate, "image bombs uploaded per second in the hostile phase (0: none)")
+	fs.Int64Var(&c.decodeBudget, "decode-budget", defaultDecodeBudget, "the worker's QUILL_WORKER_DECODE_MEMORY in bytes: its RSS target is this + 128 MiB")
+	fs.StringVar(&c.noteAPI, "api-note", "", "a line about the API's settings, printed in the report")
+	fs.StringVar(&c.noteWorker, "worker-note", "", "a line about the worker's settings, printed in the report")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return c, err
+		}
+		return c, cli.UsageError{Msg: err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return c, cli.UsageError{Msg: fmt.Sprintf("unexpected arguments %q", fs.Args())}
+	}
+	if err := c.validate(); err != nil {
+		return c, cli.UsageError{Msg: err.Error()}
+	}
+	var b [14]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return c, fmt.Errorf("random run id: %w", err)
+	}
+	c.runID = "h-" + hex.EncodeToString(b[:6])
+	c.seed = binary.LittleEndian.Uint64(b[6:])
+	return c, nil
+}
+
+// validate names the first bad setting.
+func (c config) validate() error {
+	u, err := url.Parse(c.url)
+	share := func(v float64) bool { return v >= 0 && v <= 1 }
+	rate := func(v float64) bool { return v >= 0 && v <= 1e6 }
+	switch {
+	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+		return fmt.Errorf("--url %q is not an http(s) URL such as %s", c.url, defaultURL)
+	case c.legitToken == "" || c.floodToken == "" || c.bombToken == "":
+		return errors.New("--token (or QUILL_TOKEN), --flood-token and --bomb-token are required; create them with: api token create --tenant T")
+	case c.duration <= 0 || c.warmup < 0 || c.timeout <= 0 || c.recover < 0 || c.drain < 0 || c.floodPause < 0:
+		return errors.New("--duration and --timeout must be positive; --warmup, --recover, --drain and --flood-pause not negative")
+	case c.legitClients < 1:
+		return errors.New("--legit-clients must be at least 1")
+	case !share(c.resendShare) || !share(c.attachShare):
+		return errors.New("--resend-share and --attach-share must be between 0 and 1")
+	case c.slowloris < 0 || c.floodFactor < 0 || c.tenantConcurrency < 1:
+		return errors.New("--slowloris and --flood-factor must not be negative, --tenant-concurrency at least 1")
+	case !rate(c.badTokenRate) || !rate(c.bombRate):
+		return errors.New("--bad-token-rate and --bomb-rate must be between 0 and 1000000 per second")
+	case c.decodeBudget < 1:
+		return errors.New("--decode-budget must be a positive number of bytes")
+	case c.apiPID < 0 || c.workerPID < 0:
+		return errors.New("--api-pid and --worker-pid must not be negative")
+	}
+	return nil
+}
+
+// run is the whole program: main only wires signals and the exit status.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if cli.AsksVersion(args) {
+		cli.PrintVersion("hostile", stdout)
+		return nil
+	}
+	c, err := parseConfig(args, getenv, stderr)
+	if err != nil {
+		return err
+	}
+	db, err := pgx.Connect(ctx, c.databaseURL)
+	if err != nil {
+		return fmt.Errorf("connect to the database: %w", err)
+	}
+	defer db.Close(context.WithoutCancel(ctx))
+
+	logf := func(format string, a ...any) { fmt.Fprintf(stderr, "hostile: "+format+"\n", a...) }
+	var bomb []byte
+	if c.bombRate > 0 {
+		t0 := time.Now()
+		if bomb, err = makeBomb(bombSide, bombSide); err != nil {
+			return err
+		}
+		logf("bomb: %d×%d 16-bit RGBA PNG, %d bytes, decodes to %d bytes (made in %.1fs)",
+			bombSide, bombSide, len(bomb), decodedBytes(bombSide, bombSide), time.Since(t0).Seconds())
+	}
+	l := newLegit(c)
+	rep := report{cfg: c, bombBytes: len(bomb)}
+
+	logf("quiet phase: %d legitimate clients, %s warmup + %s", c.legitClients, c.warmup, c.duration)
+	var drainErr error
+	rep.quiet = phase(ctx, c, func(ctx context.Context) legitPhase { return l.run(ctx, "q") }, func() {
+		logf("waiting up to %s for the quiet phase's attachments", c.drain)
+		rep.quietDrain, drainErr = drain(ctx, db, time.Now().Add(c.drain))
+	})
+	if drainErr != nil {
+		return drainErr
+	}
+
+	logf("hostile phase: the same beside %d slowloris connections, %g bad tokens/s, %d flooding creates, %g bombs/s",
+		c.slowloris, c.badTokenRate, c.tenantConcurrency*c.floodFactor, c.bombRate)
+	attackCtx, stopAttack := context.WithCancel(ctx)
+	defer stopAttack()
+	var wg sync.WaitGroup
+	if c.slowloris > 0 {
+		u, _ := url.Parse(c.url)
+		wg.Go(func() { r := slowloris(attackCtx, u.Host, c.slowloris); rep.loris = &r })
+	}
+	if c.badTokenRate > 0 {
+		wg.Go(func() { r := badTokens(attackCtx, c); rep.badTokens = &r })
+	}
+	if c.floodFactor > 0 {
+		wg.Go(func() { r := flood(attackCtx, c, c.tenantConcurrency*c.floodFactor); rep.flood = &r })
+	}
+	if c.bombRate > 0 {
+		wg.Go(func() { r := bombs(attackCtx, c, bomb); rep.bombs = &r })
+	}
+	// The peaks cover the drain too: the bombs sent during the phase are
+	// decoded when the worker reaches them, often after it.
+	rep.hostile = phase(ctx, c, func(ctx context.Context) legitPhase { return l.run(ctx, "h") }, func() {
+		stopAttack()
+		wg.Wait()
+		logf("resending the creates left without a 2xx (up to %s)", c.recover)
+		rep.recovered, _ = l.recover(ctx, time.Now().Add(c.recover))
+		logf("waiting up to %s for every attachment, the bombs' too", c.drain)
+		rep.hostileDrain, drainErr = drain(ctx, db, time.Now().Add(c.drain))
+	})
+	if ctx.Err() != nil {
+		return fmt.Errorf("interrupted: %w", ctx.Err())
+	}
+	if drainErr != nil {
+		return drainErr
+	}
+	if rep.attach, err = attachmentStates(ctx, db, c.legitTenant); err != nil {
+		return err
+	}
+	found, strays, err := legitNotes(ctx, db, c.legitTenant)
+	if err != nil {
+		return err
+	}
+	rep.integrity = check(l.ops, found, strays)
+	if c.bombRate > 0 {
+		if rep.bombOutcome, err = attachmentStates(ctx, db, c.bombTenant); err != nil {
+			return err
+		}
+	}
+	rep.write(stdout)
+	return nil
+}
+
+// phaseResult is one phase: the legitimate figures and the peaks.
+type phaseResult struct {
+	legit       legitPhase
+	api, worker peak
+}
+
+// phase runs the legitimate workload once and then after, while watching
+// the processes' peak RSS over both.
+func phase(ctx context.Context, c config, legit func(context.Context) legitPhase, after func()) phaseResult {
+	wctx, stop := context.WithCancel(ctx)
+	apiPeak, workerPeak := watchRSS(wctx, c.apiPID), watchRSS(wctx, c.workerPID)
+	r := phaseResult{legit: legit(ctx)}
+	after()
+	stop()
+	r.api, r.worker = apiPeak(), workerPeak()
+	return r
+}
+
+// legitNotes returns the legitimate tenant's live notes by the key in
+// their title, and how many notes it has without such a title.
+func legitNotes(ctx context.Context, db *pgx.Conn, tenant string) (keyNotes, int, error) {
+	rows, err := db.Query(ctx, `SELECT title, id::text FROM notes WHERE tenant = $1 AND deleted_at IS NULL`, tenant)
+	if err != nil {
+		return nil, 0, fmt.Errorf("read the legitimate notes: %w", err)
+	}
+	defer rows.Close()
+	found, strays := keyNotes{}, 0
+	for rows.Next() {
+		var title, id string
+		if err := rows.Scan(&title, &id); err != nil {
+			return nil, 0, fmt.Errorf("read the legitimate notes: %w", err)
+		}
+		key, ok := strings.CutPrefix(title, legitTitlePrefix)
+		if !ok {
+			strays++
+			continue
+		}
+		found[key] = append(found[key], id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, 0, fmt.Errorf("read the legitimate notes: %w", err)
+	}
+	return found, strays, nil
+}
+
+// states counts attachments by status; reasons the failures' reasons.
+type states struct {
+	byStatus counts
+	reasons  counts
+}
+
+// attachmentStates counts a tenant's attachments by status, and the
+// failed ones by reason.
+func attachmentStates(ctx context.Context, db *pgx.Conn, tenant string) (states, error) {
+	s := states{byStatus: counts{}, reasons: counts{}}
+	rows, err := db.Query(ctx, `SELECT status, coalesce(reason, ''), count(*) FROM attachments WHERE tenant = $1 GROUP BY 1, 2`, tenant)
+	if err != nil {
+		return s, fmt.Errorf("count the attachments of %s: %w", tenant, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var status, reason string
+		var n int
+		if err := rows.Scan(&status, &reason, &n); err != nil {
+			return s, fmt.Errorf("count the attachments of %s: %w", tenant, err)
+		}
+		s.byStatus[status] += n
+		if status == "failed" {
+			s.reasons[reason] += n
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return s, fmt.Errorf("count the attachments of %s: %w", tenant, err)
+	}
+	return s, nil
+}
+
+// drained is how a wait for the worker ended.
+type drained struct {
+	// Pending is the attachments of every tenant still pending then.
+	Pending int
+	WaitedS float64
+}
+
+// drain waits until no attachment of any tenant is pending, or until has
+// passed.
+func drain(ctx context.Context, db *pgx.Conn, until time.Time) (drained, error) {
+	t0 := time.Now()
+	for {
+		var n int
+		if err := db.QueryRow(ctx, `SELECT count(*) FROM attachments WHERE status = 'pending'`).Scan(&n); err != nil {
+			return drained{}, fmt.Errorf("count the pending attachments: %w", err)
+		}
+		if n == 0 || !time.Now().Add(drainPoll).Before(until) {
+			return drained{Pending: n, WaitedS: measure.Round(time.Since(t0).Seconds(), 1)}, nil
+		}
+		if !wait.For(ctx, drainPoll) {
+			return drained{}, ctx.Err()
+		}
+	}
+}
