@@ -83,10 +83,11 @@ func TestCreateGetListDelete(t *testing.T) {
 	require.Equal(t, "Groceries", note["title"])
 	require.Equal(t, "text/plain; charset=utf-8", note["attachment"].(map[string]any)["content_type"])
 
-	// The journal holds it, settled.
-	ents, err := os.ReadDir(b.journal)
+	// The journal holds it, settled (beside it only the lock file).
+	ents, err := filepath.Glob(filepath.Join(b.journal, "*.op"))
 	require.NoError(t, err)
 	require.Len(t, ents, 1)
+	require.FileExists(t, filepath.Join(b.journal, ".lock"))
 
 	out, _, code = b.quill("notes", "get", id, "--json")
 	require.Equal(t, 0, code)
