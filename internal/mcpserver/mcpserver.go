@@ -77,12 +77,14 @@ func New(c *client.Client, version string) *mcp.Server {
 		Name: "create_note",
 		Description: "Create a note. Returns operation_key and state. state \"completed\": done. \"refused\": the server's answer is final; " +
 			"fix the request, or, for idempotency_key_reused, send the original parameters or use a new key for a new request. " +
-			"\"unknown\": the note may or may not exist — do not call create_note again for this request; call get_operation with the operation_key.",
+			"\"unknown\": the note may or may not exist — do not call create_note again for this request; call get_operation with the operation_key. " +
+			"An error with error.code \"rate_limited\": the server is overloaded; wait retry_after_seconds, then call create_note again with the SAME operation_key.",
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: &notDestructive, IdempotentHint: true},
 	}, h.createNote)
 	mcp.AddTool(s, &mcp.Tool{
-		Name:        "delete_note",
-		Description: "Delete a note by id. Returns operation_key and state, as create_note does; on \"unknown\", call get_operation with the operation_key.",
+		Name: "delete_note",
+		Description: "Delete a note by id. Returns operation_key and state, as create_note does; on \"unknown\", call get_operation with the operation_key; " +
+			"on an error with error.code \"rate_limited\", wait retry_after_seconds and call delete_note again with the SAME operation_key.",
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: &destructive, IdempotentHint: idempotent},
 	}, h.deleteNote)
 	mcp.AddTool(s, &mcp.Tool{
