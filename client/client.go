@@ -6,10 +6,12 @@
 // otherwise the client makes one for the call. Retries of that call always
 // reuse the key, so however often the request is delivered the server
 // executes it once. Retries are bounded by an attempt limit and a total
-// deadline, spaced by exponential backoff with full jitter and Retry-After,
-// and only happen when they are safe: the problem's retry advice is
-// same_key, or the outcome is unknown (a timeout, a connection lost after the
-// request was sent, a 5xx without a problem document). When attempts run out
+// deadline, spaced by exponential backoff with full jitter and Retry-After
+// (capped by MaxRetryAfter), and only happen when they are safe: the
+// problem's retry advice is same_key (409 operation_in_progress, 429
+// rate_limited, 503 unavailable), or the outcome is unknown (a timeout, a
+// connection lost after the request was sent, a 5xx without a problem
+// document). When attempts run out
 // with the outcome unknown, the client looks the key up; if that cannot
 // settle it either, the write returns an *UnknownOutcomeError carrying the
 // key — never a plain failure.
@@ -50,6 +52,8 @@ const (
 	DefaultLookupTimeout  = 5 * time.Second
 	DefaultBaseDelay      = 100 * time.Millisecond
 	DefaultMaxDelay       = 5 * time.Second
+	// DefaultMaxRetryAfter caps the wait a server's Retry-After asks for.
+	DefaultMaxRetryAfter = 10 * time.Second
 	// DefaultKeyRetention is the server's default QUILL_KEY_RETENTION.
 	DefaultKeyRetention = 720 * time.Hour
 )
@@ -80,6 +84,11 @@ type Config struct {
 	// retry doubles it, up to MaxDelay, and the delay actually waited is
 	// uniformly random below that (full jitter). Defaults 100ms and 5s.
 	BaseDelay, MaxDelay time.Duration
+	// MaxRetryAfter caps the wait before a retry that a Retry-After (of a
+	// 409, 429 or 503) asks for, so that a misconfigured or hostile answer
+	// cannot park the caller; a longer Retry-After is waited this long, and
+	// the retry counts against Attempts as any other. Default 10s.
+	MaxRetryAfter time.Duration
 	// KeyRetention is the server's QUILL_KEY_RETENTION: a key first sent
 	// longer ago is never sent again (ErrKeyTooOld), as the server may
 	// have forgotten it. Default 720h.
@@ -111,6 +120,7 @@ func (c Config) WithDefaults() Config {
 	c.LookupTimeout = cmp.Or(c.LookupTimeout, DefaultLookupTimeout)
 	c.BaseDelay = cmp.Or(c.BaseDelay, DefaultBaseDelay)
 	c.MaxDelay = cmp.Or(c.MaxDelay, DefaultMaxDelay)
+	c.MaxRetryAfter = cmp.Or(c.MaxRetryAfter, DefaultMaxRetryAfter)
 	c.KeyRetention = cmp.Or(c.KeyRetention, DefaultKeyRetention)
 	if c.Now == nil {
 		c.Now = time.Now
@@ -133,7 +143,7 @@ func (c Config) validate() error {
 		return errors.New("token is required")
 	case c.Attempts < 1:
 		return fmt.Errorf("attempts is %d, must be at least 1", c.Attempts)
-	case c.Deadline < 0, c.AttemptTimeout < 0, c.LookupTimeout < 0, c.BaseDelay < 0, c.MaxDelay < 0, c.KeyRetention < 0:
+	case c.Deadline < 0, c.AttemptTimeout < 0, c.LookupTimeout < 0, c.BaseDelay < 0, c.MaxDelay < 0, c.MaxRetryAfter < 0, c.KeyRetention < 0:
 		return errors.New("durations must not be negative")
 	}
 	return nil
@@ -374,12 +384,15 @@ func (c *Client) attemptLoop(parent, ctx context.Context, method, path, key stri
 			break
 		}
 		delay := backoff(tries, c.cfg.BaseDelay, c.cfg.MaxDelay, c.cfg.Rand)
-		if a.problem != nil && a.problem.RetryAfter > delay {
-			delay = a.problem.RetryAfter
-		} else if a.err == nil && a.problem == nil {
-			if ra := parseRetryAfter(a.header.Get("Retry-After"), c.cfg.Now()); ra > delay {
-				delay = ra
-			}
+		var ra time.Duration
+		switch {
+		case a.problem != nil:
+			ra = a.problem.RetryAfter
+		case a.err == nil:
+			ra = parseRetryAfter(a.header.Get("Retry-After"), c.cfg.Now())
+		}
+		if ra = min(ra, c.cfg.MaxRetryAfter); ra > delay {
+			delay = ra
 		}
 		if dl, ok := ctx.Deadline(); ok && c.cfg.Now().Add(delay).After(dl) {
 			break // no time for another attempt
@@ -550,7 +563,10 @@ func (c *Client) lookupSettled(ctx context.Context, key string) (*Operation, err
 			}
 			op.Raw = a.body
 			return op, nil
-		case a.err == nil && a.problem != nil && a.problem.Code != "operation_in_progress" && a.problem.Code != "unavailable":
+		case a.err == nil && a.problem != nil && (a.problem.Code == "operation_not_found" || a.problem.Retry != RetrySameKey):
+			// operation_in_progress, rate_limited and unavailable
+			// (same_key) are answers for now; anything else, and
+			// operation_not_found, is the lookup's answer.
 			return nil, a.problem
 		case a.err != nil:
 			err = a.err

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/quillhq/quill/internal/opkey"
+	"github.com/quillhq/quill/internal/wait"
 )
 
 // Settlement states: the final outcome of a journalled operation.
@@ -97,9 +98,42 @@ const maxRecordBytes = 8 << 20
 // leaves either the old record or the new one, never a torn one; each
 // record also carries its length and SHA-256, so a damaged file is reported
 // rather than trusted.
+//
+// Every change (Begin, Settle, Prune) is a read-modify-write done under an
+// exclusive flock(2) of the file .lock in the directory, taken anew for each
+// change, so concurrent quill processes (and goroutines) over one journal
+// never overwrite each other's records; a change waits for the lock up to
+// LockWait, then fails naming the journal (decision 0043). Reads take no
+// lock: a rename is atomic.
 type FileJournal struct {
 	dir string
+	// LockWait bounds the wait for the lock. Default DefaultLockWait.
+	LockWait time.Duration
 }
+
+// DefaultLockWait is how long a change waits for another process's change
+// to the same journal; changes take milliseconds, so reaching it means a
+// process holds the lock and is stuck.
+const DefaultLockWait = 10 * time.Second
+
+// staleTempAge is how old a temporary file must be for OpenFileJournal to
+// remove it. Under the lock no writer of this version is mid-write, so
+// any temporary file is a crashed write's; the age spares a live writer of
+// a version that took no lock.
+const staleTempAge = time.Minute
+
+// lockFile is the lock's name in the journal's directory.
+const lockFile = ".lock"
+
+// tempPattern names temporary files (os.CreateTemp).
+const tempPattern = ".tmp-*"
+
+// errLockBusy: another holder has the lock.
+var errLockBusy = errors.New("journal lock is held")
+
+// ErrJournalLocked is returned when a change waited LockWait for another
+// process's lock on the journal.
+var ErrJournalLocked = errors.New("journal is locked by another process")
 
 var _ Journal = (*FileJournal)(nil)
 
@@ -112,7 +146,75 @@ func OpenFileJournal(dir string) (*FileJournal, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create journal directory: %w", err)
 	}
-	return &FileJournal{dir: dir}, nil
+	j := &FileJournal{dir: dir, LockWait: DefaultLockWait}
+	j.removeStaleTemps(time.Now())
+	return j, nil
+}
+
+// removeStaleTemps removes the temporary files of crashed writes older
+// than staleTempAge, under the lock, when it is free at once: a busy lock
+// means another process is working, and the next open cleans up. It is
+// best effort; a failure only leaves files that Unsettled ignores.
+func (j *FileJournal) removeStaleTemps(now time.Time) {
+	f, err := j.openLock()
+	if err != nil {
+		return
+	}
+	defer f.Close() // releases the lock
+	if tryLock(f) != nil {
+		return
+	}
+	temps, _ := filepath.Glob(filepath.Join(j.dir, tempPattern))
+	removed := false
+	for _, p := range temps {
+		if fi, err := os.Lstat(p); err == nil && fi.Mode().IsRegular() && now.Sub(fi.ModTime()) >= staleTempAge {
+			removed = os.Remove(p) == nil || removed
+		}
+	}
+	if removed {
+		_ = syncDir(j.dir)
+	}
+}
+
+func (j *FileJournal) openLock() (*os.File, error) {
+	return os.OpenFile(filepath.Join(j.dir, lockFile), os.O_RDWR|os.O_CREATE, 0o600)
+}
+
+// lock takes the journal's exclusive lock, waiting up to LockWait (or
+// until ctx ends); the returned function releases it. Each call opens the
+// lock file anew: flock belongs to the open file, so two goroutines of one
+// process exclude each other as two processes do.
+func (j *FileJournal) lock(ctx context.Context) (func(), error) {
+	f, err := j.openLock()
+	if err != nil {
+		return nil, fmt.Errorf("journal lock: %w", err)
+	}
+	patience := j.LockWait
+	if patience <= 0 {
+		patience = DefaultLockWait
+	}
+	deadline := time.Now().Add(patience)
+	delay := time.Millisecond
+	for {
+		err := tryLock(f)
+		if err == nil {
+			return func() { _ = f.Close() }, nil
+		}
+		if !errors.Is(err, errLockBusy) {
+			_ = f.Close()
+			return nil, fmt.Errorf("journal lock: %w", err)
+		}
+		if time.Now().After(deadline) {
+			_ = f.Close()
+			return nil, fmt.Errorf("%w: %s has been locked for %s; is another quill stuck? (the lock is %s)",
+				ErrJournalLocked, j.dir, patience, filepath.Join(j.dir, lockFile))
+		}
+		if !wait.For(ctx, delay) {
+			_ = f.Close()
+			return nil, fmt.Errorf("journal lock: %w", ctx.Err())
+		}
+		delay = min(2*delay, 50*time.Millisecond)
+	}
 }
 
 // Dir returns the journal's directory.
@@ -124,10 +226,15 @@ func (j *FileJournal) path(key string) string {
 }
 
 // Begin implements Journal.
-func (j *FileJournal) Begin(_ context.Context, e JournalEntry) (JournalEntry, error) {
+func (j *FileJournal) Begin(ctx context.Context, e JournalEntry) (JournalEntry, error) {
 	if err := checkEntry(e); err != nil {
 		return JournalEntry{}, err
 	}
+	unlock, err := j.lock(ctx)
+	if err != nil {
+		return JournalEntry{}, err
+	}
+	defer unlock()
 	if old, err := j.read(j.path(e.Key)); err == nil && old.Key == e.Key && !old.CreatedAt.IsZero() {
 		e.CreatedAt = old.CreatedAt
 	}
@@ -139,7 +246,12 @@ func (j *FileJournal) Begin(_ context.Context, e JournalEntry) (JournalEntry, er
 }
 
 // Settle implements Journal.
-func (j *FileJournal) Settle(_ context.Context, key string, s Settlement) error {
+func (j *FileJournal) Settle(ctx context.Context, key string, s Settlement) error {
+	unlock, err := j.lock(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	e, err := j.read(j.path(key))
 	if errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("%w: %q", ErrNotJournalled, key)
@@ -209,8 +321,13 @@ type PruneResult struct {
 // retention) are listed in Expired, or removed when abandon is true — the
 // caller's explicit decision to stop tracking an outcome that may never be
 // known. Records that cannot be read are kept and reported in the error.
-func (j *FileJournal) Prune(_ context.Context, settledBefore, expiredBefore time.Time, abandon bool) (PruneResult, error) {
+func (j *FileJournal) Prune(ctx context.Context, settledBefore, expiredBefore time.Time, abandon bool) (PruneResult, error) {
 	res := PruneResult{Removed: []string{}, Abandoned: []string{}, Expired: []JournalEntry{}}
+	unlock, err := j.lock(ctx)
+	if err != nil {
+		return res, err
+	}
+	defer unlock()
 	des, err := os.ReadDir(j.dir)
 	if err != nil {
 		return res, fmt.Errorf("read journal: %w", err)
@@ -272,7 +389,7 @@ func (j *FileJournal) write(e JournalEntry) error {
 	if err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(j.dir, ".tmp-*")
+	f, err := os.CreateTemp(j.dir, tempPattern)
 	if err != nil {
 		return fmt.Errorf("journal: %w", err)
 	}

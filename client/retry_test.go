@@ -132,6 +132,7 @@ func TestConfigValidation(t *testing.T) {
 		{Config{BaseURL: "http://x"}, "token"},
 		{Config{BaseURL: "http://x", Token: "x", Attempts: -1}, "attempts"},
 		{Config{BaseURL: "http://x", Token: "x", Deadline: -time.Second}, "negative"},
+		{Config{BaseURL: "http://x", Token: "x", MaxRetryAfter: -time.Second}, "negative"},
 	} {
 		_, err := New(tc.cfg)
 		require.ErrorContains(t, err, tc.want)

@@ -53,7 +53,8 @@ Usage:
   quill mcp
   quill version
 
-Every command takes --url (QUILL_URL), --token (QUILL_TOKEN), --attempts,
+Every command takes --url (QUILL_URL), --token-file (QUILL_TOKEN_FILE) or
+--token (QUILL_TOKEN; as a flag it shows in the process list), --attempts,
 --deadline and --json; writes and "ops resume" also --journal (QUILL_JOURNAL).
 "ops prune" works on the journal alone (--journal, --json, no token).
 Each write is journalled before its first send. Run "quill <command> --help".
@@ -132,14 +133,20 @@ func (e *env) wrap(f func(ctx context.Context, args []string) error) cli.RunFunc
 // common are the settings every command shares.
 type common struct {
 	url, token, journal string
+	tokenFile           string
+	flags               *flag.FlagSet // to tell a flag from its variable
 	attempts            int
 	deadline            time.Duration
 	json                bool
 }
 
 func (e *env) define(s *config.Set, c *common, withJournal bool) {
+	c.flags = s.FlagSet()
 	s.String(&c.url, "url", "QUILL_URL", defaultURL, "the Quill API's base URL")
-	s.String(&c.token, "token", "QUILL_TOKEN", "", "bearer token (required)")
+	s.String(&c.token, "token", "QUILL_TOKEN", "",
+		"bearer token (this or --token-file is required); as a flag it is visible to other users of this machine in the process list: prefer --token-file or QUILL_TOKEN")
+	s.String(&c.tokenFile, "token-file", "QUILL_TOKEN_FILE", "",
+		"file holding the bearer token on one line (not readable by others: chmod 600); instead of --token")
 	if withJournal {
 		s.String(&c.journal, "journal", "QUILL_JOURNAL", defaultJournal(e.getenv),
 			"directory of the operation journal")
@@ -213,10 +220,82 @@ func parse(s *config.Set, args []string) ([]string, error) {
 	return pos, nil
 }
 
+// maxTokenFileBytes bounds what a token file may hold (a token is 55
+// bytes).
+const maxTokenFileBytes = 4096
+
+// resolveToken settles where the token comes from, flags over variables
+// (decision 0043): --token or --token-file (not both), else QUILL_TOKEN or
+// QUILL_TOKEN_FILE (not both). A token file is read here, only by commands
+// that send, and its problems are usage errors naming it.
+func (e *env) resolveToken(c *common) error {
+	given := map[string]bool{}
+	if c.flags != nil {
+		c.flags.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	}
+	switch {
+	case given["token"] && given["token-file"]:
+		return cli.UsageError{Msg: "pass --token or --token-file, not both"}
+	case given["token"]:
+		return nil
+	case given["token-file"]:
+	case c.tokenFile != "" && c.token != "":
+		return cli.UsageError{Msg: "set QUILL_TOKEN or QUILL_TOKEN_FILE, not both"}
+	case c.tokenFile == "":
+		return nil
+	}
+	tok, err := readTokenFile(c.tokenFile)
+	if err != nil {
+		return cli.UsageError{Msg: fmt.Sprintf("token file %s: %v", c.tokenFile, err)}
+	}
+	c.token = tok
+	return nil
+}
+
+// readTokenFile returns the token in path: a regular file, not readable by
+// others (as ssh treats a private key; group-readable is allowed, for a
+// service's group), holding one line of printable ASCII with at most one
+// trailing newline.
+func readTokenFile(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", errors.Unwrap(err) // the *PathError names the path again
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	switch {
+	case err != nil:
+		return "", err
+	case !st.Mode().IsRegular():
+		return "", errors.New("is not a regular file")
+	case st.Mode().Perm()&0o004 != 0:
+		return "", fmt.Errorf("is readable by every user of this machine (mode %04o): run chmod o-rwx on it", st.Mode().Perm())
+	case st.Size() > maxTokenFileBytes:
+		return "", fmt.Errorf("is %d bytes; a token file holds one token", st.Size())
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxTokenFileBytes+1))
+	if err != nil {
+		return "", err
+	}
+	tok := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
+	if tok == "" {
+		return "", errors.New("is empty")
+	}
+	for _, r := range tok {
+		if r < 0x21 || r > 0x7e {
+			return "", errors.New("must hold only the token, on one line")
+		}
+	}
+	return tok, nil
+}
+
 // newClient builds the API client; journal opens the journal too.
 func (e *env) newClient(c common, journal bool) (*client.Client, error) {
+	if err := e.resolveToken(&c); err != nil {
+		return nil, err
+	}
 	if c.token == "" {
-		return nil, cli.UsageError{Msg: "a token is required: set QUILL_TOKEN or pass --token"}
+		return nil, cli.UsageError{Msg: "a token is required: set QUILL_TOKEN or QUILL_TOKEN_FILE, or pass --token-file or --token"}
 	}
 	cfg := client.Config{BaseURL: c.url, Token: c.token, Attempts: c.attempts, Deadline: c.deadline}
 	if journal {

@@ -83,10 +83,11 @@ func TestCreateGetListDelete(t *testing.T) {
 	require.Equal(t, "Groceries", note["title"])
 	require.Equal(t, "text/plain; charset=utf-8", note["attachment"].(map[string]any)["content_type"])
 
-	// The journal holds it, settled.
-	ents, err := os.ReadDir(b.journal)
+	// The journal holds it, settled (beside it only the lock file).
+	ents, err := filepath.Glob(filepath.Join(b.journal, "*.op"))
 	require.NoError(t, err)
 	require.Len(t, ents, 1)
+	require.FileExists(t, filepath.Join(b.journal, ".lock"))
 
 	out, _, code = b.quill("notes", "get", id, "--json")
 	require.Equal(t, 0, code)
@@ -350,4 +351,81 @@ func TestVersion(t *testing.T) {
 			require.Equal(t, tt.stderr, stderr.String())
 		})
 	}
+}
+
+func TestTokenFile(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	dir := t.TempDir()
+	write := func(name, content string, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, []byte(content), 0o600))
+		require.NoError(t, os.Chmod(p, mode))
+		return p
+	}
+	good := write("good", b.api.Token+"\n", 0o600)
+	token := b.env["QUILL_TOKEN"]
+	delete(b.env, "QUILL_TOKEN")
+
+	out, errOut, code := b.quill("notes", "create", "--title", "from a token file", "--token-file", good, "--json")
+	require.Equal(t, 0, code, errOut)
+	require.Equal(t, "completed", decode(t, out)["state"])
+
+	b.env["QUILL_TOKEN_FILE"] = write("crlf", b.api.Token+"\r\n", 0o640) // group-readable is allowed
+	_, errOut, code = b.quill("notes", "list")
+	require.Equal(t, 0, code, errOut)
+	delete(b.env, "QUILL_TOKEN_FILE")
+
+	sent := b.requests.Load()
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{"missing", []string{"--token-file", filepath.Join(dir, "nope")}, nil, "no such file"},
+		{"empty", []string{"--token-file", write("empty", "", 0o600)}, nil, "is empty"},
+		{"only a newline", []string{"--token-file", write("nl", "\n", 0o600)}, nil, "is empty"},
+		{"two lines", []string{"--token-file", write("two", b.api.Token+"\n"+b.api.Token+"\n", 0o600)}, nil, "one line"},
+		{"spaces", []string{"--token-file", write("sp", " "+b.api.Token, 0o600)}, nil, "one line"},
+		{"world-readable", []string{"--token-file", write("world", b.api.Token, 0o644)}, nil, "chmod o-rwx"},
+		{"unreadable", []string{"--token-file", write("unreadable", b.api.Token, 0o000)}, nil, ""},
+		{"a directory", []string{"--token-file", dir}, nil, "not a regular file"},
+		{"too large", []string{"--token-file", write("big", strings.Repeat("a", 5000), 0o600)}, nil, "one token"},
+		{"both flags", []string{"--token-file", good, "--token", token}, nil, "not both"},
+		{"both variables", nil, map[string]string{"QUILL_TOKEN": token, "QUILL_TOKEN_FILE": good}, "not both"},
+		{"bad file from the environment", nil, map[string]string{"QUILL_TOKEN_FILE": filepath.Join(dir, "nope")}, "token file"},
+	} {
+		if tc.name == "unreadable" && os.Geteuid() == 0 {
+			continue // root reads any file
+		}
+		for k, v := range tc.env {
+			b.env[k] = v
+		}
+		args := append([]string{"notes", "create", "--title", "never sent"}, tc.args...)
+		out, errOut, code := b.quill(args...)
+		require.Equal(t, 2, code, "%s: %s%s", tc.name, out, errOut)
+		require.Equal(t, 1, strings.Count(errOut, "\n"), "%s: one line: %q", tc.name, errOut)
+		require.Contains(t, errOut, tc.want, tc.name)
+		require.NotContains(t, errOut, b.api.Token, "%s: the token is never printed", tc.name)
+		for k := range tc.env {
+			delete(b.env, k)
+		}
+	}
+	require.Equal(t, sent, b.requests.Load(), "nothing was sent")
+
+	// A flag wins over the other variable.
+	b.env["QUILL_TOKEN"] = "qt_00000000_" + strings.Repeat("A", 43)
+	_, errOut, code = b.quill("notes", "list", "--token-file", good)
+	require.Equal(t, 0, code, errOut)
+	b.env["QUILL_TOKEN_FILE"] = filepath.Join(dir, "nope")
+	_, errOut, code = b.quill("notes", "list", "--token", token)
+	require.Equal(t, 0, code, errOut)
+
+	// --help says why to prefer the file.
+	out, errOut, code = b.quill("notes", "create", "--help")
+	require.Equal(t, 0, code)
+	out += errOut
+	require.Contains(t, out, "process list")
+	require.Contains(t, out, "--token-file")
 }

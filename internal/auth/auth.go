@@ -13,12 +13,15 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"regexp"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"golang.org/x/time/rate"
 
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/idempotency"
@@ -137,20 +140,104 @@ func Authenticate(ctx context.Context, q idempotency.Querier, header string) (st
 	return tenant, nil
 }
 
-// maxCached bounds the token cache; past it the cache starts over.
-const maxCached = 10000
+// Bounds and defaults of the Authenticator's caches and limits.
+const (
+	// maxCached bounds the positive cache; past it the cache starts over
+	// (its keys are valid tokens, which only the operator makes).
+	maxCached = 10000
+	// maxNegative bounds the negative cache, least recently used out: an
+	// attacker chooses its keys.
+	maxNegative = 10000
+	// maxAddresses bounds the per-address limiters, least recently used
+	// out: an evicted address only gets a fresh burst.
+	maxAddresses = 10000
+	// maxKnownPrefixes bounds the prefixes of tokens seen valid.
+	maxKnownPrefixes = 10000
+
+	// DefaultNegativeTTL is how long a failed token is refused without a
+	// query. It can be long: a refused token never becomes valid (tokens
+	// are 256 random bits made at creation, and a revoked token stays
+	// revoked), so it only bounds how long an entry takes room.
+	DefaultNegativeTTL = 30 * time.Second
+	// DefaultFailuresPerSecond and DefaultFailureBurst are the token
+	// bucket of each client address for lookups that find no valid token.
+	DefaultFailuresPerSecond = 1.0
+	DefaultFailureBurst      = 20
+)
+
+// ErrRateLimited is wrapped by RateLimitedError.
+var ErrRateLimited = errors.New("too many failed authentications from this address")
+
+// RateLimitedError says that the client's address has used up its budget
+// of failed token lookups: the token was not looked up (nothing was
+// executed), and the same request may be sent again after RetryAfter.
+type RateLimitedError struct {
+	// RetryAfter is when the address's budget has room for a lookup again.
+	RetryAfter time.Duration
+}
+
+func (e *RateLimitedError) Error() string {
+	return fmt.Sprintf("%v; retry after %s", ErrRateLimited, e.RetryAfter)
+}
+
+// Unwrap returns ErrRateLimited.
+func (e *RateLimitedError) Unwrap() error { return ErrRateLimited }
+
+// Limits bound what failed authentications cost the database. Zero fields
+// take the defaults; a negative NegativeTTL or FailuresPerSecond disables
+// that protection.
+type Limits struct {
+	// NegativeTTL is how long a token whose lookup failed is refused
+	// without another query.
+	NegativeTTL time.Duration
+	// FailuresPerSecond and FailureBurst are the token bucket, per client
+	// address, of lookups that find no valid token.
+	FailuresPerSecond float64
+	FailureBurst      int
+}
+
+func (l Limits) withDefaults() Limits {
+	if l.NegativeTTL == 0 {
+		l.NegativeTTL = DefaultNegativeTTL
+	}
+	if l.FailuresPerSecond == 0 {
+		l.FailuresPerSecond = DefaultFailuresPerSecond
+	}
+	if l.FailureBurst <= 0 {
+		l.FailureBurst = DefaultFailureBurst
+	}
+	return l
+}
 
 // Authenticator checks bearer tokens, remembering a valid token's tenant for
 // a short TTL so that most requests cost no query. A revoked token is
-// therefore refused within the TTL, not at once; a TTL of 0 disables the
-// cache. Only valid tokens are cached, by hash.
+// therefore refused within the TTL, not at once; a TTL of 0 disables that
+// cache. Only hashes of tokens are kept.
+//
+// Failed lookups are bounded twice (decision 0042): a token that failed is
+// refused without a query for Limits.NegativeTTL, and each client address
+// has a token bucket of failed lookups; while it is empty, a token that
+// would need a query is answered with a RateLimitedError instead, unless
+// its prefix belongs to a token seen valid (looked up at most once per TTL
+// then), so an attacker with endless distinct tokens costs the database at
+// most the bucket's rate.
 type Authenticator struct {
 	q   idempotency.Querier
 	ttl time.Duration
+	lim Limits
 	now func() time.Time
 
-	mu     sync.Mutex
-	tokens map[[sha256.Size]byte]cached
+	mu       sync.Mutex
+	tokens   map[[sha256.Size]byte]cached
+	negative *lru[[sha256.Size]byte, time.Time] // expiry
+	limiters *lru[string, *rate.Limiter]
+	known    *lru[string, knownPrefix]
+}
+
+// knownPrefix is what is remembered of a prefix of a token seen valid.
+type knownPrefix struct {
+	lastLimited    time.Time // its last lookup from a limited address
+	contestedUntil time.Time // a lookup with it failed: pay up front until then
 }
 
 type cached struct {
@@ -159,34 +246,180 @@ type cached struct {
 }
 
 // NewAuthenticator returns an authenticator over q (a pool) with a cache of
-// ttl.
+// ttl and the default Limits.
 func NewAuthenticator(q idempotency.Querier, ttl time.Duration) *Authenticator {
-	return &Authenticator{q: q, ttl: ttl, now: time.Now, tokens: make(map[[sha256.Size]byte]cached)}
+	return NewAuthenticatorWithLimits(q, ttl, Limits{})
+}
+
+// NewAuthenticatorWithLimits is NewAuthenticator with lim instead of the
+// default Limits.
+func NewAuthenticatorWithLimits(q idempotency.Querier, ttl time.Duration, lim Limits) *Authenticator {
+	return &Authenticator{q: q, ttl: ttl, lim: lim.withDefaults(), now: time.Now,
+		tokens:   make(map[[sha256.Size]byte]cached),
+		negative: newLRU[[sha256.Size]byte, time.Time](maxNegative),
+		limiters: newLRU[string, *rate.Limiter](maxAddresses),
+		known:    newLRU[string, knownPrefix](maxKnownPrefixes),
+	}
 }
 
 // Authenticate returns the tenant of the bearer token in an Authorization
-// header value. Errors as for the package-level Authenticate.
+// header value, without a per-address limit. Errors as for
+// AuthenticateFrom, but never a RateLimitedError.
 func (a *Authenticator) Authenticate(ctx context.Context, header string) (string, error) {
-	if a.ttl <= 0 {
-		return Authenticate(ctx, a.q, header)
+	return a.AuthenticateFrom(ctx, "", header)
+}
+
+// AuthenticateFrom returns the tenant of the bearer token in an
+// Authorization header value sent from remoteAddr (an http.Request's
+// RemoteAddr: host:port; "" for no per-address limit). Errors:
+// ErrUnauthenticated; a *RateLimitedError (wrapping ErrRateLimited) when
+// remoteAddr's budget of failed lookups is spent and the token would need
+// a query; a database error (wrapping db.ErrUnavailable when it is
+// unreachable), which is neither cached nor counted.
+func (a *Authenticator) AuthenticateFrom(ctx context.Context, remoteAddr, header string) (string, error) {
+	scheme, tok, ok := strings.Cut(header, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || !tokenRE.MatchString(tok) {
+		return "", ErrUnauthenticated // costs no query, so it is not counted
 	}
+	prefix := tok[:len(tokenScheme)+8]
 	key := sha256.Sum256([]byte(header))
+	addr := addressKey(remoteAddr)
 	now := a.now()
+
 	a.mu.Lock()
-	c, ok := a.tokens[key]
-	a.mu.Unlock()
-	if ok && now.Before(c.expires) {
+	if c, ok := a.tokens[key]; ok && a.ttl > 0 && now.Before(c.expires) {
+		a.mu.Unlock()
 		return c.tenant, nil
 	}
+	if exp, ok := a.negative.get(key); ok {
+		if now.Before(exp) {
+			a.mu.Unlock()
+			return "", ErrUnauthenticated
+		}
+		a.negative.remove(key)
+	}
+	// A lookup of a token whose prefix is not known valid (or is being
+	// tried with wrong secrets) takes its token from the bucket before it
+	// is made, so that concurrent requests cannot all pass a bucket with
+	// one token left, and gives it back when the token is valid. A known,
+	// uncontested prefix is looked up without one, so that an agent's
+	// concurrent requests never queue behind the bucket.
+	lim := a.limiter(addr)
+	k, known := a.known.get(prefix)
+	trusted := known && !now.Before(k.contestedUntil)
+	var held *rate.Reservation
+	if lim != nil && !trusted {
+		held = lim.ReserveN(now, 1)
+		if !held.OK() || held.DelayFrom(now) > 0 {
+			held.CancelAt(now)
+			held = nil
+			if !a.mayLookUpKnown(prefix, now) {
+				err := a.limited(lim, now)
+				a.mu.Unlock()
+				return "", err
+			}
+		}
+	}
+	a.mu.Unlock()
+
 	tenant, err := Authenticate(ctx, a.q, header)
-	if err != nil {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch {
+	case err != nil && !errors.Is(err, ErrUnauthenticated):
+		if held != nil {
+			held.CancelAt(now) // a database error is not the client's failure
+		}
+		return "", err
+	case err != nil:
+		if a.lim.NegativeTTL > 0 {
+			a.negative.put(key, now.Add(a.lim.NegativeTTL))
+		}
+		if held == nil && lim != nil {
+			lim.AllowN(now, 1) // a trusted lookup pays after failing
+		}
+		if k, ok := a.known.get(prefix); ok {
+			// Someone tries secrets with a valid prefix: its lookups
+			// pay up front again for a while.
+			k.contestedUntil = now.Add(max(a.lim.NegativeTTL, time.Second))
+			a.known.put(prefix, k)
+		}
 		return "", err
 	}
-	a.mu.Lock()
-	if len(a.tokens) >= maxCached {
-		clear(a.tokens)
+	if held != nil {
+		held.CancelAt(now)
 	}
-	a.tokens[key] = cached{tenant: tenant, expires: now.Add(a.ttl)}
-	a.mu.Unlock()
+	if _, ok := a.known.get(prefix); !ok {
+		a.known.put(prefix, knownPrefix{})
+	}
+	if a.ttl > 0 {
+		if len(a.tokens) >= maxCached {
+			clear(a.tokens)
+		}
+		a.tokens[key] = cached{tenant: tenant, expires: now.Add(a.ttl)}
+	}
 	return tenant, nil
+}
+
+// limiter returns addr's token bucket, or nil when there is no per-address
+// limit. Callers hold a.mu.
+func (a *Authenticator) limiter(addr string) *rate.Limiter {
+	if addr == "" || a.lim.FailuresPerSecond < 0 {
+		return nil
+	}
+	lim, ok := a.limiters.get(addr)
+	if !ok {
+		lim = rate.NewLimiter(rate.Limit(a.lim.FailuresPerSecond), a.lim.FailureBurst)
+		a.limiters.put(addr, lim)
+	}
+	return lim
+}
+
+// mayLookUpKnown reports whether a limited address may still have a token
+// with prefix looked up: only a prefix of a token seen valid, and only once
+// per cache TTL (at least a second), so that an agent sharing an address
+// (a NAT, a proxy) with an attacker keeps working when its cached entry
+// expires, while the attacker, even knowing a prefix, costs one query per
+// TTL for it. Callers hold a.mu.
+func (a *Authenticator) mayLookUpKnown(prefix string, now time.Time) bool {
+	k, ok := a.known.get(prefix)
+	if !ok || now.Sub(k.lastLimited) < max(a.ttl, time.Second) {
+		return false
+	}
+	k.lastLimited = now
+	a.known.put(prefix, k)
+	return true
+}
+
+// limited is the RateLimitedError of lim at now: Retry-After is when the
+// bucket holds one token again, in whole seconds, at least one.
+func (a *Authenticator) limited(lim *rate.Limiter, now time.Time) error {
+	missing := 1 - lim.TokensAt(now)
+	wait := time.Duration(missing / float64(lim.Limit()) * float64(time.Second))
+	return &RateLimitedError{RetryAfter: max(time.Second, wait.Round(time.Second))}
+}
+
+// addressKey is the limit's key for a RemoteAddr: the IP address, or for
+// IPv6 its /64 (one host usually holds a whole /64), or the value itself
+// when it is not host:port with an IP host. Behind a proxy every request
+// comes from the proxy's address; X-Forwarded-For is not trusted, as any
+// client can send it (decision 0042).
+func addressKey(remoteAddr string) string {
+	if remoteAddr == "" {
+		return ""
+	}
+	host, _, err := net.SplitHostPort(remoteAddr)
+	if err != nil {
+		host = remoteAddr
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return host
+	}
+	ip = ip.Unmap()
+	if ip.Is6() {
+		p, _ := ip.Prefix(64)
+		return p.String()
+	}
+	return ip.String()
 }

@@ -32,7 +32,8 @@ func TestAuthenticatorCachesValidTokensForTTL(t *testing.T) {
 	_, err = a.Authenticate(ctx, "Bearer "+tok)
 	require.ErrorIs(t, err, ErrUnauthenticated, "after the TTL the revocation holds")
 
-	// Invalid tokens are never cached; TTL 0 asks every time.
+	// Malformed tokens are refused without a lookup; TTL 0 asks every
+	// time for a valid token (failed ones: limits_test.go).
 	_, err = a.Authenticate(ctx, "Bearer nope")
 	require.ErrorIs(t, err, ErrUnauthenticated)
 	tok2, err := Create(ctx, pool, "globex", time.Now())

@@ -188,8 +188,18 @@ func (m methods) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // authed resolves the bearer token to the request's tenant before h runs.
 func (s *server) authed(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tenant, err := s.Auth.Authenticate(r.Context(), r.Header.Get("Authorization"))
+		tenant, err := s.Auth.AuthenticateFrom(r.Context(), r.RemoteAddr, r.Header.Get("Authorization"))
 		if err != nil {
+			var limited *auth.RateLimitedError
+			if errors.As(err, &limited) { // decision 0042
+				info(r).category = "rate_limited"
+				p := problem.New(http.StatusTooManyRequests, "rate_limited",
+					"too many failed authentications from this address; nothing was executed: send the same request again after Retry-After")
+				p.Retry = problem.RetrySameKey
+				p.RetryAfter = int((limited.RetryAfter + time.Second - 1) / time.Second)
+				writeProblem(w, r, p)
+				return
+			}
 			if errors.Is(err, auth.ErrUnauthenticated) {
 				info(r).category = "unauthenticated"
 				writeProblem(w, r, problem.New(http.StatusUnauthorized, problem.CodeUnauthenticated,

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -76,12 +77,14 @@ func New(c *client.Client, version string) *mcp.Server {
 		Name: "create_note",
 		Description: "Create a note. Returns operation_key and state. state \"completed\": done. \"refused\": the server's answer is final; " +
 			"fix the request, or, for idempotency_key_reused, send the original parameters or use a new key for a new request. " +
-			"\"unknown\": the note may or may not exist — do not call create_note again for this request; call get_operation with the operation_key.",
+			"\"unknown\": the note may or may not exist — do not call create_note again for this request; call get_operation with the operation_key. " +
+			"An error with error.code \"rate_limited\": the server is overloaded; wait retry_after_seconds, then call create_note again with the SAME operation_key.",
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: &notDestructive, IdempotentHint: true},
 	}, h.createNote)
 	mcp.AddTool(s, &mcp.Tool{
-		Name:        "delete_note",
-		Description: "Delete a note by id. Returns operation_key and state, as create_note does; on \"unknown\", call get_operation with the operation_key.",
+		Name: "delete_note",
+		Description: "Delete a note by id. Returns operation_key and state, as create_note does; on \"unknown\", call get_operation with the operation_key; " +
+			"on an error with error.code \"rate_limited\", wait retry_after_seconds and call delete_note again with the SAME operation_key.",
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: &destructive, IdempotentHint: idempotent},
 	}, h.deleteNote)
 	mcp.AddTool(s, &mcp.Tool{
@@ -130,6 +133,25 @@ func writeOutcome(tool, key string, w *client.Write, resource any, err error) (*
 			advice = "This answer is final; do not retry."
 		}
 		return text(fmt.Sprintf("%s refused (operation_key %q): %v. %s", tool, key, refused.Problem, advice), true), out, nil
+	case errors.As(err, &unknown) && rateLimited(unknown) != nil && unknown.Lookup != "in_progress":
+		// The server declined the attempts for now (429 rate_limited)
+		// until the client's attempts ran out, and the lookup found
+		// nothing executing. The operation's state stays unknown (an
+		// earlier attempt or call with this key may have executed it), but
+		// this call did not do its work: a retryable error result
+		// (decision 0043) that tells the model to call again with the
+		// same key, which is safe either way.
+		p := rateLimited(unknown)
+		out.State = StateUnknown
+		out.Error = map[string]any{"code": "rate_limited", "detail": err.Error(), "retry": client.RetrySameKey,
+			"retry_after_seconds": int(p.RetryAfter.Round(time.Second) / time.Second)}
+		wait := "a few seconds"
+		if p.RetryAfter > 0 {
+			wait = p.RetryAfter.Round(time.Second).String()
+		}
+		return text(fmt.Sprintf("%s did not complete: the server is overloaded (429 rate_limited) and declined the attempts until they ran out (operation_key %q). "+
+			"Wait %s, then call %s again with the SAME operation_key %q and the same arguments; that is safe even if an earlier attempt executed. "+
+			"Do not use a new key for this request.", tool, key, wait, tool, key), true), out, nil
 	case errors.As(err, &unknown):
 		out.State = StateUnknown
 		out.Error = map[string]string{"code": "outcome_unknown", "detail": err.Error(), "retry": client.RetrySameKey}
@@ -143,6 +165,16 @@ func writeOutcome(tool, key string, w *client.Write, resource any, err error) (*
 		return text(fmt.Sprintf("%s failed before its outcome was known (operation_key %q): %v. "+
 			"Call get_operation with this operation_key before anything else.", tool, key, err), true), out, nil
 	}
+}
+
+// rateLimited returns the last answer's problem when it was 429
+// rate_limited, or nil.
+func rateLimited(u *client.UnknownOutcomeError) *client.Problem {
+	var p *client.Problem
+	if errors.As(u.Cause, &p) && p.Code == "rate_limited" {
+		return p
+	}
+	return nil
 }
 
 func (h *handlers) key(k string) (string, error) {

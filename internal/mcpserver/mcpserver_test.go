@@ -3,7 +3,10 @@ package mcpserver_test
 import (
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
+	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -163,4 +166,43 @@ func TestRefusedIsAnErrorResult(t *testing.T) {
 	require.True(t, res.IsError)
 	require.Equal(t, "refused", out["state"])
 	require.Equal(t, "validation_failed", out["error"].(map[string]any)["code"])
+}
+
+func TestRateLimitedIsARetryableErrorWithTheSameKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var limit atomic.Bool
+	limit.Store(true)
+	b.api.Wrap(func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodPost && limit.Load() {
+				w.Header().Set("Content-Type", "application/problem+json")
+				w.Header().Set("Retry-After", "1")
+				w.WriteHeader(http.StatusTooManyRequests)
+				fmt.Fprint(w, `{"type":"urn:quill:problem:rate_limited","title":"Too Many Requests","status":429,`+
+					`"detail":"past QUILL_TENANT_CONCURRENCY","code":"rate_limited","retry":"same_key"}`)
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+	res, out := b.call("create_note", map[string]any{"title": "busy"})
+	require.True(t, res.IsError, "the call did not do its work")
+	require.Equal(t, "unknown", out["state"])
+	key := out["operation_key"].(string)
+	e := out["error"].(map[string]any)
+	require.Equal(t, "rate_limited", e["code"])
+	require.Equal(t, "same_key", e["retry"])
+	require.EqualValues(t, 1, e["retry_after_seconds"])
+	text := textOf(res)
+	require.Contains(t, text, "SAME operation_key")
+	require.Contains(t, text, key)
+	require.Contains(t, text, "Wait 1s")
+
+	// The model does as told.
+	limit.Store(false)
+	res, out = b.call("create_note", map[string]any{"title": "busy", "operation_key": key})
+	require.False(t, res.IsError, textOf(res))
+	require.Equal(t, "completed", out["state"])
+	require.Equal(t, 1, b.api.Notes(t, "busy"))
 }
