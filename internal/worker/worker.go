@@ -73,6 +73,8 @@ const (
 	DefaultBatchBytes = 8 << 20
 	// DefaultCommitters is the number of transactions in flight at once.
 	DefaultCommitters = 2
+	// DefaultDecodeMemory is the decode budget (SPEC §2): 256 MiB.
+	DefaultDecodeMemory = 268435456
 )
 
 // Config tunes a worker. Every zero field takes its default.
@@ -130,7 +132,15 @@ type Config struct {
 	// NakDelay is the redelivery delay after the first failed delivery,
 	// doubled per delivery up to MaxNakDelay. Defaults 1s and 30s.
 	NakDelay, MaxNakDelay time.Duration
-	// Limits bound the processing of one attachment.
+	// DecodeMemory is the budget, in bytes, of the images decoded at once
+	// (QUILL_WORKER_DECODE_MEMORY): each is admitted by its weight read
+	// from its header (attachment.DecodeMemory) and waits until the
+	// images being decoded leave room for it; one heavier than the whole
+	// budget fails as too large. Default 256 MiB.
+	DecodeMemory int64
+	// Limits bound the processing of one attachment; its MaxPixels is
+	// QUILL_MAX_PIXELS. Its DecodeMemory is ignored: the worker sets it to
+	// the budget above.
 	Limits attachment.Limits
 }
 
@@ -155,6 +165,8 @@ func (c Config) WithDefaults() Config {
 	c.RetryInterval = cmp.Or(c.RetryInterval, DefaultRetryInterval)
 	c.NakDelay = cmp.Or(c.NakDelay, DefaultNakDelay)
 	c.MaxNakDelay = cmp.Or(c.MaxNakDelay, DefaultMaxNakDelay)
+	c.DecodeMemory = cmp.Or(c.DecodeMemory, DefaultDecodeMemory)
+	c.Limits.MaxPixels = cmp.Or(c.Limits.MaxPixels, attachment.DefaultMaxPixels)
 	return c
 }
 
@@ -177,6 +189,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("QUILL_WORKER_BATCH_WAIT %s must be shorter than half of QUILL_ACK_WAIT %s", c.BatchWait, c.AckWait)
 	case c.Committers < 1:
 		return errors.New("QUILL_WORKER_COMMITTERS must be at least 1")
+	case c.DecodeMemory < 1:
+		return errors.New("QUILL_WORKER_DECODE_MEMORY must be at least 1")
+	case c.Limits.MaxPixels < 1:
+		return errors.New("QUILL_MAX_PIXELS must be at least 1")
 	case c.Concurrency*c.Prefetch > c.MaxAckPending:
 		return fmt.Errorf("QUILL_WORKER_CONCURRENCY %d × prefetch %d exceeds the consumer's MaxAckPending %d", c.Concurrency, c.Prefetch, c.MaxAckPending)
 	case strings.ContainsAny(c.Consumer, ". *>"):
@@ -222,6 +238,10 @@ type Hooks struct {
 	// BeforeProcess runs at the start of each delivery's handling; an
 	// error fails it like a transient failure.
 	BeforeProcess func(eventID string, delivery int) error
+	// Processing runs when an event's attachment was admitted (decode
+	// budget, CPU slot) and is about to be processed, outside any
+	// transaction; a slow hook is a slow attachment.
+	Processing func(eventID string)
 	// AfterCommit runs after the transaction committed and before the
 	// handler returns; an error stands for a crash before the
 	// acknowledgement.
@@ -591,15 +611,27 @@ func (w *Worker) drain() {
 }
 
 // lastDelivery turns the error of a message's MaxDeliver-th delivery, and a
-// permanent pipeline error, into a dead letter.
+// permanent pipeline error, into a dead letter; a message delivered more
+// than MaxDeliver times becomes one before it is processed again. The
+// server's MaxDeliver is unlimited (see ConsumerConfig), so a message whose
+// processing kills the process — it never fails, it never returns — would
+// otherwise be delivered, and kill the process, for ever.
 func (w *Worker) lastDelivery(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
+		n, _ := strconv.Atoi(msg.Metadata.Get(deadletter.MetaDeliveries))
+		if n > w.cfg.MaxDeliver {
+			if p, err := parse(msg.Payload); err == nil {
+				msg.Metadata.Set(deadletter.MetaEventID, p.id.String())
+			}
+			w.log.Warn().Str("event_id", msg.Metadata.Get(deadletter.MetaEventID)).Int("deliveries", n).
+				Str("error_category", "dead_letter").Msg("delivered more often than allowed: recording a dead letter without processing it")
+			return nil, &deadError{fmt.Errorf("delivered %d times, the limit is %d (not processed again)", n, w.cfg.MaxDeliver)}
+		}
 		out, err := h(msg)
 		if err == nil {
 			return out, nil
 		}
 		var perr *permanentError
-		n, _ := strconv.Atoi(msg.Metadata.Get(deadletter.MetaDeliveries))
 		if errors.As(err, &perr) || n >= w.cfg.MaxDeliver {
 			w.log.Warn().Err(err).Str("event_id", msg.Metadata.Get(deadletter.MetaEventID)).Int("deliveries", n).
 				Str("error_category", "dead_letter").Msg("giving up on the message: recording a dead letter")
