@@ -73,7 +73,7 @@ func (c *settings) define(s *config.Set) {
 	s.DurationOrZero(&w.BatchWait, "batch-wait", "QUILL_WORKER_BATCH_WAIT", 0, "how long a transaction waits for more events after the first (0: takes those already waiting)")
 	s.Int(&w.Committers, "committers", "QUILL_WORKER_COMMITTERS", worker.DefaultCommitters, 1, "transactions in flight at once, each on its own connection")
 	s.Int(&c.decodeMemory, "decode-memory", "QUILL_WORKER_DECODE_MEMORY", worker.DefaultDecodeMemory, 1,
-		"bytes the images decoded at once may take together (width × height × bytes per pixel, from the header); a larger image fails as too large")
+		"bytes the images decoded at once may take together (width × height × bytes per pixel, from the header); an image that needs more fails as too large")
 	s.Int(&c.maxPixels, "max-pixels", "QUILL_MAX_PIXELS", attachment.DefaultMaxPixels, 1, "largest image (width × height) decoded; a larger one fails as too large")
 }
 

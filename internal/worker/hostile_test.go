@@ -1,6 +1,7 @@
 package worker_test
 
 import (
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/quillhq/quill/internal/attachment"
 	"github.com/quillhq/quill/internal/deadletter"
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/outbox"
@@ -138,4 +140,28 @@ func TestEventTenantMustMatchItsSubject(t *testing.T) {
 	}
 	require.Equal(t, 1, h.processedEvents(note), "the one real event, once")
 	require.Equal(t, 1, h.count(`SELECT count(*) FROM inbox`))
+}
+
+// An image heavier than the whole decode budget is not decoded and never
+// waits for room: it fails for good (status failed, its reason naming its
+// weight and the budget), acknowledged, not retried or dead-lettered; an
+// image within the budget beside it is processed.
+func TestImageOverTheDecodeBudgetFails(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	big, small := pngOf(t, 400, 300), pngOf(t, 40, 30)
+	cfg := h.config()
+	cfg.DecodeMemory = attachment.DecodeMemory(big) - 1
+	require.Greater(t, cfg.DecodeMemory, attachment.DecodeMemory(small))
+	bigNote := h.create("big.png", "image/png", big)
+	smallNote := h.create("small.png", "image/png", small)
+	m, _ := h.startWorker(cfg, "")
+	r := h.waitStatus(bigNote, worker.StateFailed)
+	require.NotNil(t, r.Reason)
+	require.Equal(t, fmt.Sprintf("image too large: 400x300 image/png needs %d bytes to decode, the budget is %d (not decoded)",
+		attachment.DecodeMemory(big), cfg.DecodeMemory), *r.Reason)
+	h.waitStatus(smallNote, worker.StateProcessed)
+	testkit.RequireMetric(t, waitLong, m.Messages(metrics.WorkerFailed), 1.0)
+	require.Zero(t, testkit.Value(m.Messages(metrics.WorkerDeadLettered)))
+	require.Equal(t, 1, h.processedEvents(bigNote), "its attachment.processed event says failed")
 }
