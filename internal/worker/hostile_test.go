@@ -165,3 +165,41 @@ func TestImageOverTheDecodeBudgetFails(t *testing.T) {
 	require.Zero(t, testkit.Value(m.Messages(metrics.WorkerDeadLettered)))
 	require.Equal(t, 1, h.processedEvents(bigNote), "its attachment.processed event says failed")
 }
+
+// A batch whose transaction outlasts its deadline — here it waits for a
+// note another transaction holds locked — is not "database unavailable":
+// its events are committed one by one, so the neighbours commit while the
+// lock is still held, and the locked one once it is released.
+func TestBatchPastItsDeadlineCommitsOneByOne(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	cfg := h.batchConfig()
+	cfg.AckWait = 2 * time.Second
+	cfg.BatchWait = 500 * time.Millisecond
+	var ids []uuid.UUID
+	for i := range 4 {
+		ids = append(ids, h.create(title(i), "text/plain", []byte("neighbour")))
+	}
+	locked := h.create("locked.txt", "text/plain", []byte("locked"))
+	h.publishedEvents(5)
+
+	tx, err := h.pool.Begin(t.Context())
+	require.NoError(t, err)
+	defer tx.Rollback(t.Context())
+	_, err = tx.Exec(t.Context(), `SELECT 1 FROM notes WHERE id = $1 FOR UPDATE`, locked)
+	require.NoError(t, err)
+
+	m, _ := h.startWorker(cfg, "")
+	for _, id := range ids {
+		h.waitStatus(id, worker.StateProcessed)
+	}
+	require.Equal(t, "pending", h.attachment(locked).Status)
+	_, _, largest := h.workers[0].BatchStats()
+	require.Equal(t, int64(5), largest, "the five events in one batch")
+	require.NoError(t, tx.Rollback(t.Context()))
+	h.waitStatus(locked, worker.StateProcessed)
+	testkit.RequireMetric(t, waitLong, m.Messages(metrics.WorkerProcessed), 5.0)
+	for _, id := range append(ids, locked) {
+		require.Equal(t, 1, h.processedEvents(id))
+	}
+}
