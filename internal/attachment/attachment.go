@@ -88,7 +88,8 @@ const (
 // pixel for 8-bit PNGs (160 MB at this limit), 8 for 16-bit PNGs, 1 for GIFs,
 // 3 for baseline JPEGs and up to 15 for progressive ones (4 bytes per
 // coefficient kept between scans, plus the image) — so a worker running N
-// decodes at once needs N times that; lower the limit to bound it.
+// decodes at once needs N times that; the worker bounds the sum with its
+// decode budget (DecodeMemory, Limits.DecodeMemory).
 const DefaultMaxPixels = 40_000_000
 
 // Input is one attachment to process: the values the API recorded in the

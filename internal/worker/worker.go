@@ -1,8 +1,10 @@
 // Package worker is Quill's attachment worker (SPEC §7): it consumes
 // note.created events from a durable JetStream pull consumer and, for each,
-// in one PostgreSQL transaction, records the event id in the inbox, processes
-// the note's attachment (internal/attachment), stores the result and writes
-// an attachment.processed event to the outbox. The message is acknowledged
+// processes the note's attachment (internal/attachment) outside any
+// transaction, under a decode memory budget, then in one PostgreSQL
+// transaction records the event id in the inbox, re-checks the attachment
+// under its note's lock, stores the result and writes an
+// attachment.processed event to the outbox. The message is acknowledged
 // only after that transaction committed, so a crash at any point leads to a
 // redelivery, and the inbox makes a redelivered event a counted duplicate
 // with no second effect.
@@ -17,8 +19,10 @@
 // subscriber, which acknowledges (DoubleAck) after the handler returned nil
 // and Naks, with a backoff delay, after an error. Middleware, outermost
 // first: the progress reports (InProgress while the chain works), the
-// poison queue (dead letters, see internal/deadletter), the last-delivery
-// check, in-process retries of transient errors, and panic recovery.
+// poison queue (dead letters, see internal/deadletter), the delivery-count
+// check (a message past MaxDeliver is a dead letter before it is processed,
+// one failing on its last delivery after), in-process retries of transient
+// errors, and panic recovery.
 package worker
 
 import (
@@ -105,7 +109,7 @@ type Config struct {
 	BatchSize int
 	// BatchBytes stops a transaction from taking more events once their
 	// attachments reach this many bytes (declared sizes): the batch's data
-	// is in memory and its processing holds its notes' locks
+	// is in memory until its transaction commits
 	// (QUILL_WORKER_BATCH_BYTES). Default 8 MiB.
 	BatchBytes int
 	// BatchWait is how long a transaction waits for more events after the
