@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/quillhq/quill/internal/attachment"
 	"github.com/quillhq/quill/internal/cli"
 	"github.com/quillhq/quill/internal/config"
 	"github.com/quillhq/quill/internal/daemon"
@@ -31,7 +34,12 @@ Run "attachment-worker run --help" for the settings.`
 const defaultAdminAddr = ":9092"
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	var c settings
+	return runWith(ctx, args, getenv, stdout, stderr)
+}
+
+// runWith is run with options for the worker (the tests' hooks).
+func runWith(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, opts ...worker.Option) error {
+	c := settings{opts: opts}
 	return daemon.Program{
 		Name:      "attachment-worker",
 		Overview:  overview,
@@ -46,6 +54,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 // settings are the worker's own settings, besides daemon.Settings.
 type settings struct {
 	worker worker.Config
+	// decodeMemory and maxPixels are worker.Config's DecodeMemory and
+	// Limits.MaxPixels, parsed as ints.
+	decodeMemory, maxPixels int
+	// opts are the worker's options beyond the settings (tests' hooks).
+	opts []worker.Option
 }
 
 func (c *settings) define(s *config.Set) {
@@ -59,9 +72,13 @@ func (c *settings) define(s *config.Set) {
 	s.Int(&w.BatchBytes, "batch-bytes", "QUILL_WORKER_BATCH_BYTES", worker.DefaultBatchBytes, 1, "a transaction takes no more events once their attachments reach this many bytes")
 	s.DurationOrZero(&w.BatchWait, "batch-wait", "QUILL_WORKER_BATCH_WAIT", 0, "how long a transaction waits for more events after the first (0: takes those already waiting)")
 	s.Int(&w.Committers, "committers", "QUILL_WORKER_COMMITTERS", worker.DefaultCommitters, 1, "transactions in flight at once, each on its own connection")
+	s.Int(&c.decodeMemory, "decode-memory", "QUILL_WORKER_DECODE_MEMORY", worker.DefaultDecodeMemory, 1,
+		"bytes the images decoded at once may take together (width × height × bytes per pixel, from the header); an image that needs more fails as too large")
+	s.Int(&c.maxPixels, "max-pixels", "QUILL_MAX_PIXELS", attachment.DefaultMaxPixels, 1, "largest image (width × height) decoded; a larger one fails as too large")
 }
 
 func (c *settings) start(ctx context.Context, ds daemon.Settings, stderr io.Writer) error {
+	c.worker.DecodeMemory, c.worker.Limits.MaxPixels = int64(c.decodeMemory), int64(c.maxPixels)
 	cfg := c.worker.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return cli.UsageError{Msg: err.Error()}
@@ -76,7 +93,7 @@ func (c *settings) start(ctx context.Context, ds daemon.Settings, stderr io.Writ
 	defer d.Close()
 	log := d.Log
 	notifier := outbox.NewNotifier(d.Pool, func(err error) { log.Warn().Err(err).Msg("notify relays") })
-	w, err := worker.New(d.Pool, d.NATS, cfg, log, metrics.NewWorker(d.Registry), worker.WithNotifier(notifier))
+	w, err := worker.New(d.Pool, d.NATS, cfg, log, metrics.NewWorker(d.Registry), append(c.opts, worker.WithNotifier(notifier))...)
 	if err != nil {
 		return cli.UsageError{Msg: err.Error()}
 	}
@@ -172,7 +189,34 @@ func deadLetters(ctx context.Context, args []string, getenv func(string) string,
 		if l.RetriedAt != nil {
 			retried = "  retried " + l.RetriedAt.UTC().Format(time.RFC3339)
 		}
-		return fmt.Sprintf("%d  event %s  %s  stream seq %d  deliveries %d  created %s%s  error: %s", l.ID, l.EventID, l.Subject,
-			l.StreamSeq, l.Deliveries, l.CreatedAt.UTC().Format(time.RFC3339), retried, l.Error)
+		// Every field that came from the message or its processing is
+		// escaped: a hostile event must not write control characters or
+		// terminal escape sequences to an operator's terminal.
+		return fmt.Sprintf("%d  event %s  %s  stream seq %d  deliveries %d  created %s%s  error: %s", l.ID, printable(l.EventID),
+			printable(l.Subject), l.StreamSeq, l.Deliveries, l.CreatedAt.UTC().Format(time.RFC3339), retried, printable(l.Error))
 	})
+}
+
+// printable returns s with every byte sequence that is not printable
+// Unicode (control characters, ESC and so terminal escape sequences,
+// invalid UTF-8) and every backslash escaped as strconv.Quote would, and
+// the rest as it is, so that an ordinary message reads as written.
+func printable(s string) string {
+	var b strings.Builder
+	for len(s) > 0 {
+		r, n := utf8.DecodeRuneInString(s)
+		switch {
+		case r == utf8.RuneError && n == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[0])
+		case r == '\\':
+			b.WriteString(`\\`)
+		case strconv.IsPrint(r):
+			b.WriteString(s[:n])
+		default:
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		}
+		s = s[n:]
+	}
+	return b.String()
 }

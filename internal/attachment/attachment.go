@@ -88,7 +88,8 @@ const (
 // pixel for 8-bit PNGs (160 MB at this limit), 8 for 16-bit PNGs, 1 for GIFs,
 // 3 for baseline JPEGs and up to 15 for progressive ones (4 bytes per
 // coefficient kept between scans, plus the image) — so a worker running N
-// decodes at once needs N times that; lower the limit to bound it.
+// decodes at once needs N times that; the worker bounds the sum with its
+// decode budget (DecodeMemory, Limits.DecodeMemory).
 const DefaultMaxPixels = 40_000_000
 
 // Input is one attachment to process: the values the API recorded in the
@@ -128,6 +129,13 @@ type Limits struct {
 	// keeps the worst case within seconds. Zero means DefaultMaxJPEGScans;
 	// negative is an error.
 	MaxJPEGScans int
+	// DecodeMemory is the most bytes an image may need to decode (its
+	// DecodeMemory weight); a heavier one is refused, before decoding, as
+	// too large. It is the worker's whole decode budget
+	// (QUILL_WORKER_DECODE_MEMORY): an image that could never be admitted
+	// under it fails for good instead of waiting for ever. Zero means no
+	// such limit; negative is an error.
+	DecodeMemory int64
 }
 
 // ErrInvalidLimits is returned, wrapped, for a Limits value Process cannot
@@ -141,6 +149,9 @@ func (l Limits) withDefaults() (Limits, error) {
 	}
 	if l.MaxJPEGScans < 0 {
 		return l, fmt.Errorf("%w: MaxJPEGScans is %d", ErrInvalidLimits, l.MaxJPEGScans)
+	}
+	if l.DecodeMemory < 0 {
+		return l, fmt.Errorf("%w: DecodeMemory is %d", ErrInvalidLimits, l.DecodeMemory)
 	}
 	if l.MaxPixels == 0 {
 		l.MaxPixels = DefaultMaxPixels
@@ -216,8 +227,9 @@ var (
 	// ErrCorruptImage: the data has an image signature but does not decode.
 	ErrCorruptImage = errors.New("corrupt image")
 	// ErrImageTooLarge: decoding the image would cost more than Limits
-	// allow — its width×height exceeds MaxPixels (a decompression bomb) or,
-	// for a JPEG, its scans exceed MaxJPEGScans; it was not decoded.
+	// allow — its width×height exceeds MaxPixels (a decompression bomb),
+	// its DecodeMemory weight exceeds Limits.DecodeMemory or, for a JPEG,
+	// its scans exceed MaxJPEGScans; it was not decoded.
 	ErrImageTooLarge = errors.New("image too large")
 )
 
@@ -251,7 +263,8 @@ func permanent(category error, format string, args ...any) *PermanentError {
 // and:
 //
 //   - PNG, JPEG, GIF: reads the image header first and refuses, without
-//     decoding, an image whose width×height exceeds lim.MaxPixels, or a JPEG
+//     decoding, an image whose width×height exceeds lim.MaxPixels, whose
+//     DecodeMemory weight exceeds lim.DecodeMemory (when set), or a JPEG
 //     with more than lim.MaxJPEGScans scans (*PermanentError,
 //     ErrImageTooLarge). Otherwise it decodes the image — a decoding error,
 //     or a panic of the decoder, is a *PermanentError, ErrCorruptImage; a

@@ -48,6 +48,12 @@ func thumbnail(typ string, data []byte, lim Limits) (*Thumbnail, error) {
 		return nil, permanent(ErrImageTooLarge, "%dx%d is %d pixels, the limit is %d (not decoded)",
 			cfg.Width, cfg.Height, uint64(cfg.Width)*uint64(cfg.Height), maxPixels)
 	}
+	if lim.DecodeMemory > 0 {
+		if need := decodeWeight(typ, data, cfg); need > lim.DecodeMemory {
+			return nil, permanent(ErrImageTooLarge, "%dx%d %s needs %d bytes to decode, the budget is %d (not decoded)",
+				cfg.Width, cfg.Height, typ, need, lim.DecodeMemory)
+		}
+	}
 	if typ == TypeJPEG {
 		// Every SOS marker the decoder acts on is the byte pair FF DA
 		// (fill bytes may precede it, but only FF ones), so this count

@@ -1,5 +1,7 @@
 package worker
 
+import "context"
+
 // BatchStats returns how many group-commit transactions w ran, how many
 // events they carried and the most one carried (not counting the retries
 // one by one after a failed batch).
@@ -30,7 +32,9 @@ func (w *Worker) CommitPayloads(payloads [][]byte) error {
 	for range w.cfg.Committers {
 		go func() {
 			for c := range chunks {
-				outs, err := w.commit.transact(c)
+				ctx, cancel := context.WithTimeout(context.Background(), w.cfg.AckWait)
+				outs, err := w.commit.commitNow(ctx, c)
+				cancel()
 				if err == nil {
 					for _, o := range outs {
 						if o.err != nil {

@@ -10,10 +10,12 @@ import (
 	"github.com/go-json-experiment/json"
 	"github.com/google/uuid"
 
+	"github.com/quillhq/quill/internal/auth"
 	"github.com/quillhq/quill/internal/deadletter"
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/notes"
 	"github.com/quillhq/quill/internal/outbox"
+	"github.com/quillhq/quill/internal/stream"
 )
 
 // noteCreated is the part of a note.created event's data the worker reads.
@@ -116,6 +118,9 @@ func (w *Worker) process(msg *message.Message) error {
 		return err
 	}
 	msg.Metadata.Set(deadletter.MetaEventID, p.id.String())
+	if err := w.checkTenant(p, msg.Metadata.Get(deadletter.MetaSubject)); err != nil {
+		return err
+	}
 	deliveries, _ := strconv.Atoi(msg.Metadata.Get(deadletter.MetaDeliveries))
 	if h := w.hooks.BeforeProcess; h != nil {
 		if err := h(p.id.String(), deliveries); err != nil {
@@ -144,6 +149,28 @@ func (w *Worker) process(msg *message.Message) error {
 		}
 	}
 	return nil
+}
+
+// checkTenant refuses, for good, an event whose tenant is not a tenant name
+// or not the tenant of the subject it was delivered on: the subject is
+// what the stream's per-tenant limits and filters saw, and a tenant name
+// is what the queries and subjects the worker builds from it expect.
+func (w *Worker) checkTenant(p parsed, subject string) error {
+	if !auth.ValidTenant(p.tenant) {
+		return &permanentError{fmt.Sprintf("event source names tenant %q, which is not a valid tenant name", truncate(p.tenant, 80))}
+	}
+	if st := stream.Tenant(w.cfg.Stream.SubjectPrefix, subject); st != p.tenant {
+		return &permanentError{fmt.Sprintf("event of tenant %q delivered on subject %q, whose tenant is %q", p.tenant, truncate(subject, 200), st)}
+	}
+	return nil
+}
+
+// truncate cuts s to at most n bytes, for quoting a hostile value.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
 }
 
 func msgTraceparent(msg *message.Message) string {

@@ -1,8 +1,10 @@
 // Package worker is Quill's attachment worker (SPEC §7): it consumes
 // note.created events from a durable JetStream pull consumer and, for each,
-// in one PostgreSQL transaction, records the event id in the inbox, processes
-// the note's attachment (internal/attachment), stores the result and writes
-// an attachment.processed event to the outbox. The message is acknowledged
+// processes the note's attachment (internal/attachment) outside any
+// transaction, under a decode memory budget, then in one PostgreSQL
+// transaction records the event id in the inbox, re-checks the attachment
+// under its note's lock, stores the result and writes an
+// attachment.processed event to the outbox. The message is acknowledged
 // only after that transaction committed, so a crash at any point leads to a
 // redelivery, and the inbox makes a redelivered event a counted duplicate
 // with no second effect.
@@ -17,8 +19,10 @@
 // subscriber, which acknowledges (DoubleAck) after the handler returned nil
 // and Naks, with a backoff delay, after an error. Middleware, outermost
 // first: the progress reports (InProgress while the chain works), the
-// poison queue (dead letters, see internal/deadletter), the last-delivery
-// check, in-process retries of transient errors, and panic recovery.
+// poison queue (dead letters, see internal/deadletter), the delivery-count
+// check (a message past MaxDeliver is a dead letter before it is processed,
+// one failing on its last delivery after), in-process retries of transient
+// errors, and panic recovery.
 package worker
 
 import (
@@ -73,6 +77,8 @@ const (
 	DefaultBatchBytes = 8 << 20
 	// DefaultCommitters is the number of transactions in flight at once.
 	DefaultCommitters = 2
+	// DefaultDecodeMemory is the decode budget (SPEC §2): 256 MiB.
+	DefaultDecodeMemory = 268435456
 )
 
 // Config tunes a worker. Every zero field takes its default.
@@ -103,7 +109,7 @@ type Config struct {
 	BatchSize int
 	// BatchBytes stops a transaction from taking more events once their
 	// attachments reach this many bytes (declared sizes): the batch's data
-	// is in memory and its processing holds its notes' locks
+	// is in memory until its transaction commits
 	// (QUILL_WORKER_BATCH_BYTES). Default 8 MiB.
 	BatchBytes int
 	// BatchWait is how long a transaction waits for more events after the
@@ -130,7 +136,15 @@ type Config struct {
 	// NakDelay is the redelivery delay after the first failed delivery,
 	// doubled per delivery up to MaxNakDelay. Defaults 1s and 30s.
 	NakDelay, MaxNakDelay time.Duration
-	// Limits bound the processing of one attachment.
+	// DecodeMemory is the budget, in bytes, of the images decoded at once
+	// (QUILL_WORKER_DECODE_MEMORY): each is admitted by its weight read
+	// from its header (attachment.DecodeMemory) and waits until the
+	// images being decoded leave room for it; one heavier than the whole
+	// budget fails as too large. Default 256 MiB.
+	DecodeMemory int64
+	// Limits bound the processing of one attachment; its MaxPixels is
+	// QUILL_MAX_PIXELS. Its DecodeMemory is ignored: the worker sets it to
+	// the budget above.
 	Limits attachment.Limits
 }
 
@@ -155,6 +169,8 @@ func (c Config) WithDefaults() Config {
 	c.RetryInterval = cmp.Or(c.RetryInterval, DefaultRetryInterval)
 	c.NakDelay = cmp.Or(c.NakDelay, DefaultNakDelay)
 	c.MaxNakDelay = cmp.Or(c.MaxNakDelay, DefaultMaxNakDelay)
+	c.DecodeMemory = cmp.Or(c.DecodeMemory, DefaultDecodeMemory)
+	c.Limits.MaxPixels = cmp.Or(c.Limits.MaxPixels, attachment.DefaultMaxPixels)
 	return c
 }
 
@@ -177,6 +193,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("QUILL_WORKER_BATCH_WAIT %s must be shorter than half of QUILL_ACK_WAIT %s", c.BatchWait, c.AckWait)
 	case c.Committers < 1:
 		return errors.New("QUILL_WORKER_COMMITTERS must be at least 1")
+	case c.DecodeMemory < 1:
+		return errors.New("QUILL_WORKER_DECODE_MEMORY must be at least 1")
+	case c.Limits.MaxPixels < 1:
+		return errors.New("QUILL_MAX_PIXELS must be at least 1")
 	case c.Concurrency*c.Prefetch > c.MaxAckPending:
 		return fmt.Errorf("QUILL_WORKER_CONCURRENCY %d × prefetch %d exceeds the consumer's MaxAckPending %d", c.Concurrency, c.Prefetch, c.MaxAckPending)
 	case strings.ContainsAny(c.Consumer, ". *>"):
@@ -222,6 +242,10 @@ type Hooks struct {
 	// BeforeProcess runs at the start of each delivery's handling; an
 	// error fails it like a transient failure.
 	BeforeProcess func(eventID string, delivery int) error
+	// Processing runs when an event's attachment was admitted (decode
+	// budget, CPU slot) and is about to be processed, outside any
+	// transaction; a slow hook is a slow attachment.
+	Processing func(eventID string)
 	// AfterCommit runs after the transaction committed and before the
 	// handler returns; an error stands for a crash before the
 	// acknowledgement.
@@ -591,15 +615,27 @@ func (w *Worker) drain() {
 }
 
 // lastDelivery turns the error of a message's MaxDeliver-th delivery, and a
-// permanent pipeline error, into a dead letter.
+// permanent pipeline error, into a dead letter; a message delivered more
+// than MaxDeliver times becomes one before it is processed again. The
+// server's MaxDeliver is unlimited (see ConsumerConfig), so a message whose
+// processing kills the process — it never fails, it never returns — would
+// otherwise be delivered, and kill the process, for ever.
 func (w *Worker) lastDelivery(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
+		n, _ := strconv.Atoi(msg.Metadata.Get(deadletter.MetaDeliveries))
+		if n > w.cfg.MaxDeliver {
+			if p, err := parse(msg.Payload); err == nil {
+				msg.Metadata.Set(deadletter.MetaEventID, p.id.String())
+			}
+			w.log.Warn().Str("event_id", msg.Metadata.Get(deadletter.MetaEventID)).Int("deliveries", n).
+				Str("error_category", "dead_letter").Msg("delivered more often than allowed: recording a dead letter without processing it")
+			return nil, &deadError{fmt.Errorf("delivered %d times, the limit is %d (not processed again)", n, w.cfg.MaxDeliver)}
+		}
 		out, err := h(msg)
 		if err == nil {
 			return out, nil
 		}
 		var perr *permanentError
-		n, _ := strconv.Atoi(msg.Metadata.Get(deadletter.MetaDeliveries))
 		if errors.As(err, &perr) || n >= w.cfg.MaxDeliver {
 			w.log.Warn().Err(err).Str("event_id", msg.Metadata.Get(deadletter.MetaEventID)).Int("deliveries", n).
 				Str("error_category", "dead_letter").Msg("giving up on the message: recording a dead letter")

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"bytes"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+	"github.com/go-json-experiment/json"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quillhq/quill/internal/dbtest"
+	"github.com/quillhq/quill/internal/deadletter"
+)
+
+func TestPrintable(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ in, want string }{
+		{"plain text, ünïcode and 日本", "plain text, ünïcode and 日本"},
+		{"", ""},
+		{"\x1b[2J\x1b]0;owned\x07", `\x1b[2J\x1b]0;owned\a`},
+		{"two\nlines\r\ttab", `two\nlines\r\ttab`},
+		{`back\slash`, `back\\slash`},
+		{"invalid \xff\xfe utf-8", `invalid \xff\xfe utf-8`},
+		{"c1 \u009b31m csi", `c1 \u009b31m csi`},
+		{"bidi \u202e override, zero\u200bwidth", `bidi \u202e override, zero\u200bwidth`},
+		{"del \x7f nul \x00", `del \x7f nul \x00`},
+	} {
+		if got := printable(tc.in); got != tc.want {
+			t.Errorf("printable(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+// A dead letter whose error, subject and event id carry terminal escape
+// sequences and line breaks (an event's text ends up in its error) is
+// listed on one line with them escaped; --json keeps the exact text.
+func TestDeadLettersListEscapes(t *testing.T) {
+	t.Parallel()
+	pool, dbURL := dbtest.Pool(t, 2)
+	hostile := "unparseable event: \x1b[2J\x1b]0;owned\x07\nfake line\r"
+	require.NoError(t, deadletter.New(pool, "w-esc", time.Now).Publish("", deadLetterMessage("ev\x1b[31m", "q.t.note.created\x1b[0m", hostile)))
+
+	var out bytes.Buffer
+	cli := map[string]string{"DATABASE_URL": dbURL, "QUILL_CONSUMER": "w-esc"}
+	require.NoError(t, run(t.Context(), []string{"dead-letters", "list"}, env(cli), &out, io.Discard))
+	text := out.String()
+	require.Equal(t, 1, strings.Count(text, "\n"), text)
+	require.NotContains(t, text, "\x1b")
+	require.NotContains(t, text, "\r")
+	require.Contains(t, text, `error: unparseable event: \x1b[2J\x1b]0;owned\a\nfake line\r`)
+	require.Contains(t, text, `event ev\x1b[31m  q.t.note.created\x1b[0m`)
+
+	out.Reset()
+	require.NoError(t, run(t.Context(), []string{"dead-letters", "list", "--json"}, env(cli), &out, io.Discard))
+	var l deadletter.Letter
+	require.NoError(t, json.Unmarshal(bytes.TrimSpace(out.Bytes()), &l))
+	require.Equal(t, hostile, l.Error)
+	require.Equal(t, "ev\x1b[31m", l.EventID)
+}
+
+// deadLetterMessage is a message as the worker's poison queue hands it to
+// the dead letters.
+func deadLetterMessage(eventID, subject, reason string) *message.Message {
+	m := message.NewMessage(watermill.NewUUID(), []byte("payload"))
+	m.Metadata.Set(deadletter.MetaEventID, eventID)
+	m.Metadata.Set(deadletter.MetaSubject, subject)
+	m.Metadata.Set(deadletter.MetaDeliveries, "1")
+	m.Metadata.Set(middleware.ReasonForPoisonedKey, reason)
+	return m
+}
