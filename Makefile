@@ -30,6 +30,8 @@ test: ## all tests against real PostgreSQL (QUILL_TEST_DATABASE_URL or the local
 	@bash scripts/ensure-postgres.sh
 	@bash scripts/ensure-pgbouncer.sh
 	$(GO) test $(RACE) -count=1 -timeout 20m ./...
+	@# The memory measurements are built without the race detector (its shadow memory would be measured too).
+	$(if $(RACE),$(GO) test -count=1 -run '^TestImageBombsStayWithinTheDecodeBudget$$' ./cmd/attachment-worker/,)
 
 soak: ## the fault suites' long profiles (50,000 operations each, single server and three-node cluster; ~20 min here) with their figures
 	@bash scripts/ensure-postgres.sh
