@@ -121,6 +121,12 @@ func NewServer(d Deps) http.Handler {
 	// Every request of the API counts against MaxConcurrency, taken before
 	// the token is checked (a database query) or the body read.
 	return s.observe(s.admitServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasPrefix(r.URL.Path, "/") {
+			// "*" (or anything else the mux would answer with a bare
+			// 400): no resource of the API, answered as a problem.
+			writeProblem(w, r, problem.New(http.StatusNotFound, problem.CodeNotFound, "no such resource"))
+			return
+		}
 		// Operation keys may be "." or ".." or hold "/" (any of 0x21–0x7E
 		// but '"' and ','), which the mux would clean or split: they are
 		// routed on the raw path, before it.
