@@ -121,10 +121,13 @@ func (e *NotReadyError) Error() string {
 
 func (e *NotReadyError) Unwrap() error { return e.Err }
 
-// Reasons of CheckConnected and PingReady.
+// Reasons of PingReady and CheckConnected. CheckConnected's name the
+// dependency, as its check stands for two of them under the process's
+// name ("relay: nats: not connected").
 const (
 	ReasonDatabaseUnreachable = "database unreachable"
-	ReasonNATSNotConnected    = "NATS not connected"
+	ReasonPostgresUnreachable = "postgres: " + ReasonDatabaseUnreachable
+	ReasonNATSNotConnected    = "nats: not connected"
 )
 
 // PingReady is the readiness of a PostgreSQL pool: a *NotReadyError with
@@ -141,12 +144,15 @@ func PingReady(pool Pinger) ReadyFunc {
 // CheckConnected is the readiness of a daemon that needs NATS and
 // PostgreSQL: a *NotReadyError with ReasonNATSNotConnected (the detail
 // names the connection's status) when nc is not connected, or with
-// ReasonDatabaseUnreachable when pool's Ping fails, and nil otherwise.
+// ReasonPostgresUnreachable when pool's Ping fails, and nil otherwise.
 func CheckConnected(ctx context.Context, nc *nats.Conn, pool Pinger) error {
 	if s := nc.Status(); s != nats.CONNECTED {
 		return &NotReadyError{Reason: ReasonNATSNotConnected, Err: fmt.Errorf("nats: %s", s)}
 	}
-	return PingReady(pool)(ctx)
+	if err := pool.Ping(ctx); err != nil {
+		return &NotReadyError{Reason: ReasonPostgresUnreachable, Err: err}
+	}
+	return nil
 }
 
 // readyTimeout bounds /readyz's checks.
