@@ -206,7 +206,9 @@ func (s *server) listNotes(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, p)
 		return
 	}
-	list, next, err := s.Notes.List(r.Context(), info(r).tenant, limit, after)
+	// The service stops reading once the notes hold MaxListBytes of text;
+	// the exact cap is on the encoded items, below.
+	list, next, err := s.Notes.List(r.Context(), info(r).tenant, limit, after, s.Config.MaxListBytes)
 	if err != nil {
 		writeError(w, r, err)
 		return

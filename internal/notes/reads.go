@@ -100,10 +100,12 @@ func (s *Service) Get(ctx context.Context, tenant string, id uuid.UUID) (*Note, 
 }
 
 // List returns up to limit of the tenant's live notes, newest first,
-// starting after the note with id after (nil: from the newest). next is the
-// cursor of the following page, nil on the last one. Errors:
-// *UnavailableError.
-func (s *Service) List(ctx context.Context, tenant string, limit int, after *uuid.UUID) (notes []*Note, next *uuid.UUID, err error) {
+// starting after the note with id after (nil: from the newest), and stops
+// early once the notes read hold maxBytes of title and body (0: no byte
+// bound), so that a page of large notes is not all read into memory; it
+// always returns at least one note when there is one. next is the cursor
+// of the following page, nil on the last one. Errors: *UnavailableError.
+func (s *Service) List(ctx context.Context, tenant string, limit int, after *uuid.UUID, maxBytes int) (notes []*Note, next *uuid.UUID, err error) {
 	var cursor pgtype.UUID
 	if after != nil {
 		cursor = pgUUID(*after)
@@ -118,12 +120,24 @@ func (s *Service) List(ctx context.Context, tenant string, limit int, after *uui
 		return nil, nil, readErr("list notes", err)
 	}
 	defer rows.Close()
+	size := 0
 	for rows.Next() {
+		if maxBytes > 0 && size >= maxBytes {
+			// Enough for the page: the rows not read are where the
+			// next page starts.
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return nil, nil, readErr("list notes", err)
+			}
+			id := notes[len(notes)-1].ID
+			return notes, &id, nil
+		}
 		n, err := scanNote(rows)
 		if err != nil {
 			return nil, nil, readErr("list notes", err)
 		}
 		notes = append(notes, n)
+		size += len(n.Title) + len(n.Body)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, nil, readErr("list notes", err)
