@@ -405,7 +405,12 @@ func (s *Service) finalCheck(ctx context.Context, r Request, fp idempotency.Fing
 // checkRecorded reads the record without locking; done is false when there
 // is none (or only a forgotten one) and the caller should try to execute.
 func (s *Service) checkRecorded(ctx context.Context, r Request, fp idempotency.Fingerprint) (Outcome, bool, error) {
-	rec, err := idempotency.RecordGet(ctx, s.pool, r.Tenant, r.Key)
+	conn, err := s.acquire(ctx)
+	if err != nil {
+		return Outcome{}, true, s.unavailable(err, false)
+	}
+	rec, err := idempotency.RecordGet(ctx, conn, r.Tenant, r.Key)
+	conn.Release()
 	if err != nil {
 		return Outcome{}, true, s.unavailable(err, false)
 	}
