@@ -5,11 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 
@@ -74,6 +72,9 @@ type serveConfig struct {
 	maxBody, maxAttachment, dbMaxConns    int
 	tokenCacheTTL                         time.Duration
 	replayCacheBytes                      int
+	http                                  daemon.HTTPSettings
+	maxConcurrency, tenantConcurrency     int
+	lockTimeout, acquireTimeout           time.Duration
 }
 
 func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -90,6 +91,11 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	s.Int(&c.dbMaxConns, "db-max-conns", "QUILL_DB_MAX_CONNS", defaultDBMaxConns, 2, "PostgreSQL connection pool size")
 	s.Int(&c.replayCacheBytes, "replay-cache-bytes", "QUILL_REPLAY_CACHE_BYTES", notes.DefaultReplayCacheBytes, 0, "memory for recently committed operation records that answer replays without a database round trip (0 disables)")
 	s.DurationOrZero(&c.tokenCacheTTL, "token-cache-ttl", "QUILL_TOKEN_CACHE_TTL", defaultTokenCacheTTL, "how long a valid token's tenant is remembered; a revocation takes effect within it (0 disables)")
+	c.http.Define(s)
+	s.Int(&c.maxConcurrency, "max-concurrency", "QUILL_MAX_CONCURRENCY", httpapi.DefaultMaxConcurrency, 1, "requests the API works on at once; past it a request is answered 429 before its body is read")
+	s.Int(&c.tenantConcurrency, "tenant-concurrency", "QUILL_TENANT_CONCURRENCY", httpapi.DefaultTenantConcurrency, 1, "requests the API works on at once for one tenant; past it 429")
+	s.Duration(&c.lockTimeout, "lock-timeout", "QUILL_LOCK_TIMEOUT", notes.DefaultLockTimeout, "longest a write waits for a row lock another transaction holds (a worker's batch); then 503, retry with the same key")
+	s.Duration(&c.acquireTimeout, "db-acquire-timeout", "QUILL_DB_ACQUIRE_TIMEOUT", notes.DefaultAcquireTimeout, "longest a request waits for a free PostgreSQL connection of the pool; then 503")
 	if err := cli.Parse(s, args); err != nil {
 		return err
 	}
@@ -124,15 +130,16 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	svc, err := notes.NewService(pool, notes.Config{
 		ResponseRetention: c.responseRetention, KeyRetention: c.keyRetention, Wait: c.wait,
-		ReplayCacheBytes: c.replayCacheBytes,
+		ReplayCacheBytes: c.replayCacheBytes, LockTimeout: c.lockTimeout, AcquireTimeout: c.acquireTimeout,
 	}, log, notes.WithObserver(m), notes.WithNotifier(notifier))
 	if err != nil {
 		return cli.UsageError{Msg: err.Error()}
 	}
 	api := httpapi.NewServer(httpapi.Deps{Pool: pool, Auth: auth.NewAuthenticator(pool, c.tokenCacheTTL),
 		Notes: svc, Log: log, Metrics: m,
-		Config: httpapi.Config{MaxBodyBytes: int64(c.maxBody), MaxAttachmentBytes: c.maxAttachment}})
-	admin := metrics.AdminHandler(reg, map[string]metrics.ReadyFunc{"postgres": pingFunc(pool)})
+		Config: httpapi.Config{MaxBodyBytes: int64(c.maxBody), MaxAttachmentBytes: c.maxAttachment,
+			MaxConcurrency: c.maxConcurrency, TenantConcurrency: c.tenantConcurrency}})
+	admin := metrics.AdminHandler(log, reg, map[string]metrics.ReadyFunc{"postgres": metrics.PingReady(pool)})
 
 	g, gctx := errgroup.WithContext(ctx)
 	// The notifier and the replay counter outlive the HTTP servers so that
@@ -143,16 +150,12 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	g.Go(func() error { return svc.RunReplayCounter(nctx) })
 	g.Go(func() error {
 		defer stopNotifier()
-		return serveHTTP(gctx, log, map[string]server{
+		return serveHTTP(gctx, log, c.http, map[string]server{
 			"api":   {addr: c.httpAddr, handler: api},
 			"admin": {addr: c.adminAddr, handler: admin},
 		})
 	})
 	return g.Wait()
-}
-
-func pingFunc(pool *pgxpool.Pool) metrics.ReadyFunc {
-	return func(ctx context.Context) error { return pool.Ping(ctx) }
 }
 
 type server struct {
@@ -163,15 +166,17 @@ type server struct {
 // serveHTTP runs the servers until ctx ends, then shuts them down: new
 // connections are refused, in-flight requests finish (writes run detached
 // from their clients, so a commit under way completes).
-func serveHTTP(ctx context.Context, log zerolog.Logger, servers map[string]server) error {
+//
+// Every server has hs's timeouts, header limit and connection cap.
+func serveHTTP(ctx context.Context, log zerolog.Logger, hs daemon.HTTPSettings, servers map[string]server) error {
 	g, gctx := errgroup.WithContext(ctx)
 	for name, s := range servers {
-		ln, err := net.Listen("tcp", s.addr)
+		ln, err := hs.Listen(s.addr)
 		if err != nil {
 			log.Error().Err(err).Str("listener", name).Msg("cannot listen")
-			return cli.LoggedError{Err: fmt.Errorf("listen %s on %s: %w", name, s.addr, err)}
+			return cli.LoggedError{Err: fmt.Errorf("listen %s: %w", name, err)}
 		}
-		srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
+		srv := hs.Server(s.handler)
 		log.Info().Str("listener", name).Str("addr", ln.Addr().String()).Msg("listening")
 		g.Go(func() error { return daemon.Serve(gctx, name, srv, ln) })
 	}

@@ -152,6 +152,10 @@ func TestCommandLineErrors(t *testing.T) {
 		{args: []string{"serve"}, env: map[string]string{"QUILL_KEY_RETENTION": "1h"}, want: "QUILL_KEY_RETENTION (1h0m0s) must be at least QUILL_IDEMPOTENCY_RETENTION", code: 2},
 		{args: []string{"serve"}, env: map[string]string{"QUILL_LOG_LEVEL": "loud"}, want: "QUILL_LOG_LEVEL", code: 2},
 		{args: []string{"serve", "--max-body-bytes", "0"}, want: "--max-body-bytes", code: 2},
+		{args: []string{"serve"}, env: map[string]string{"QUILL_READ_TIMEOUT": "soon"}, want: `invalid QUILL_READ_TIMEOUT "soon"`, code: 2},
+		{args: []string{"serve"}, env: map[string]string{"QUILL_MAX_CONCURRENCY": "0"}, want: `invalid QUILL_MAX_CONCURRENCY "0"`, code: 2},
+		{args: []string{"serve"}, env: map[string]string{"QUILL_TENANT_CONCURRENCY": "many"}, want: "QUILL_TENANT_CONCURRENCY", code: 2},
+		{args: []string{"serve"}, env: map[string]string{"QUILL_LOCK_TIMEOUT": "0s"}, want: "QUILL_LOCK_TIMEOUT", code: 2},
 		{args: []string{"serve"}, code: 1, logged: "127.0.0.1:1"}, // PostgreSQL unreachable: one clear log line
 		{args: []string{"--help"}, code: 0},
 		{args: []string{"serve", "--help"}, code: 0},

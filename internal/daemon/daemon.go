@@ -36,9 +36,6 @@ const DefaultNATSURL = natsconn.DefaultURL
 // get this long to finish.
 const ShutdownTimeout = 30 * time.Second
 
-// readHeaderTimeout bounds the headers of an admin request.
-const readHeaderTimeout = 10 * time.Second
-
 // ProvisionTimeout bounds a start-up step such as provisioning the stream.
 const ProvisionTimeout = 10 * time.Second
 
@@ -51,15 +48,22 @@ type Settings struct {
 	// AdminAddr is the address of /healthz, /readyz and /metrics
 	// (QUILL_ADMIN_ADDR).
 	AdminAddr string
+	// HTTP are the admin server's timeouts and connection cap
+	// (QUILL_READ_TIMEOUT, QUILL_WRITE_TIMEOUT, QUILL_IDLE_TIMEOUT,
+	// QUILL_MAX_CONNECTIONS); zero fields take their defaults.
+	HTTP HTTPSettings
 }
 
 // Define registers the shared settings on s (DATABASE_URL, NATS_URL,
-// QUILL_NATS_CREDS, QUILL_NATS_TLS_*, QUILL_ADMIN_ADDR, QUILL_LOG_LEVEL);
-// adminAddr is the process's default admin address.
+// QUILL_NATS_CREDS, QUILL_NATS_TLS_*, QUILL_ADMIN_ADDR, the HTTP server's
+// QUILL_READ_TIMEOUT, QUILL_WRITE_TIMEOUT, QUILL_IDLE_TIMEOUT and
+// QUILL_MAX_CONNECTIONS, QUILL_LOG_LEVEL); adminAddr is the process's
+// default admin address.
 func (d *Settings) Define(s *config.Set, adminAddr string) {
 	s.String(&d.DatabaseURL, "database-url", "DATABASE_URL", db.DefaultURL, "PostgreSQL URL")
 	d.NATS.Define(s, "NATS with JetStream")
 	s.String(&d.AdminAddr, "admin-addr", "QUILL_ADMIN_ADDR", adminAddr, "/healthz, /readyz and /metrics listen address")
+	d.HTTP.Define(s)
 	s.String(&d.LogLevel, "log-level", "QUILL_LOG_LEVEL", "info", "log level: trace, debug, info, warn, error")
 }
 
@@ -130,6 +134,7 @@ type Daemon struct {
 	Registry *prometheus.Registry // served on /metrics by Run
 
 	adminAddr string
+	http      HTTPSettings
 }
 
 // Start builds the logger on stderr and opens the pool and the NATS
@@ -171,7 +176,7 @@ func Start(ctx context.Context, s Settings, p Process, stderr io.Writer) (*Daemo
 		log.Error().Err(err).Str("error_category", "nats_unreachable").Msg("cannot start: NATS is not reachable at NATS_URL")
 		return nil, cli.LoggedError{Err: err}
 	}
-	return &Daemon{Log: log, Pool: pool, NATS: nc, Registry: metrics.NewRegistry(), adminAddr: s.AdminAddr}, nil
+	return &Daemon{Log: log, Pool: pool, NATS: nc, Registry: metrics.NewRegistry(), adminAddr: s.AdminAddr, http: s.HTTP}, nil
 }
 
 // Close closes the NATS connection and the pool.
@@ -199,12 +204,12 @@ func (d *Daemon) Provision(ctx context.Context, category, msg string, step func(
 // returns the first service's or server's error, or a cli.LoggedError when
 // the admin address cannot be listened on (then nothing ran).
 func (d *Daemon) Run(ctx context.Context, ready map[string]metrics.ReadyFunc, services ...func(context.Context) error) error {
-	ln, err := net.Listen("tcp", d.adminAddr)
+	ln, err := d.http.Listen(d.adminAddr)
 	if err != nil {
 		d.Log.Error().Err(err).Msg("cannot listen on the admin address")
 		return cli.LoggedError{Err: err}
 	}
-	admin := &http.Server{Handler: metrics.AdminHandler(d.Registry, ready), ReadHeaderTimeout: readHeaderTimeout}
+	admin := d.http.Server(metrics.AdminHandler(d.Log, d.Registry, ready))
 	d.Log.Info().Str("listener", "admin").Str("addr", ln.Addr().String()).Msg("listening")
 
 	g, gctx := errgroup.WithContext(ctx)

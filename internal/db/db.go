@@ -78,6 +78,18 @@ var ErrConflict = errors.New("conflict with a concurrent transaction")
 // the same key first. It is also an ErrConflict.
 var ErrDuplicate = fmt.Errorf("%w: duplicate key", ErrConflict)
 
+// ErrLockTimeout marks a statement that waited longer than the
+// transaction's lock_timeout for a lock another transaction holds
+// (lock_not_available). It is also an ErrUnavailable: the transaction was
+// rolled back, nothing was committed, and the same request may succeed once
+// the lock is released.
+var ErrLockTimeout = fmt.Errorf("%w: lock timeout", ErrUnavailable)
+
+// ErrPoolTimeout marks a request that found no free connection in the
+// pool within its acquire timeout. It is also an ErrUnavailable: nothing
+// was sent to the database.
+var ErrPoolTimeout = fmt.Errorf("%w: no free connection in the pool", ErrUnavailable)
+
 // Open connects a pool to url and verifies the connection. It probes the
 // route first (ProbeRoute). A direct connection gets Quill's session
 // settings as startup parameters and pgx's default query mode, which
@@ -115,6 +127,7 @@ func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error
 		if _, ok := cc.RuntimeParams["idle_in_transaction_session_timeout"]; !ok {
 			cc.RuntimeParams["idle_in_transaction_session_timeout"] = idleInTxTimeout
 		}
+		cfg.AfterConnect = recordSessionStart
 	default:
 		cfg.AfterConnect = func(_ context.Context, c *pgx.Conn) error {
 			c.PgConn().CustomData()[pooledKey] = true
@@ -133,6 +146,38 @@ func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error
 		return nil, unreachable(err)
 	}
 	return pool, nil
+}
+
+// sessionStartKey holds, in a direct connection's CustomData, the
+// database's clock read right after the session began: Recheck compares it
+// with pg_stat_activity.backend_start, so both times come from the one
+// server's clock, whatever the API host's clock says.
+const sessionStartKey = "quill.session_start"
+
+// sqlSessionStart reads the database's clock; in a statement of its own,
+// now() is the time the statement started.
+const sqlSessionStart = `SELECT now()`
+
+// recordSessionStart stores the database's clock at the session's start
+// under sessionStartKey, one round trip per new connection.
+func recordSessionStart(ctx context.Context, c *pgx.Conn) error {
+	var t time.Time
+	if err := c.QueryRow(ctx, sqlSessionStart, pgx.QueryExecModeSimpleProtocol).Scan(&t); err != nil {
+		return fmt.Errorf("read the session's start: %w", Translate(err))
+	}
+	c.PgConn().CustomData()[sessionStartKey] = t
+	return nil
+}
+
+// sessionStart returns a time, on the database's clock, at or after the
+// session of conn began (see sessionStartKey). A connection of a pool that
+// Open did not build has none; then the host's clock stands in, as good as
+// the two clocks agree.
+func sessionStart(conn *pgxpool.Conn) time.Time {
+	if t, ok := conn.Conn().PgConn().CustomData()[sessionStartKey].(time.Time); ok {
+		return t
+	}
+	return time.Now()
 }
 
 // namesQueryMode reports whether url sets default_query_exec_mode (pgx
@@ -205,11 +250,12 @@ func Affected(what string, tag pgconn.CommandTag, err error) (int64, error) {
 // Translate maps driver errors to Quill's sentinel errors, keeping the
 // original in the chain: pgx.ErrNoRows → ErrNotFound; a unique violation →
 // ErrDuplicate (also an ErrConflict); a serialization failure or deadlock →
-// ErrConflict; network errors, admin shutdown and connection failures →
-// ErrUnavailable. Other errors are returned unchanged.
+// ErrConflict; lock_not_available (lock_timeout) → ErrLockTimeout; network
+// errors, admin shutdown and connection failures → ErrUnavailable. An error
+// already translated, and any other error, is returned unchanged.
 func Translate(err error) error {
-	if err == nil {
-		return nil
+	if err == nil || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrConflict) || errors.Is(err, ErrNotFound) {
+		return err
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("%w: %w", ErrNotFound, err)
@@ -221,6 +267,8 @@ func Translate(err error) error {
 			return fmt.Errorf("%w: %w", ErrDuplicate, err)
 		case pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected:
 			return fmt.Errorf("%w: %w", ErrConflict, err)
+		case pgerrcode.LockNotAvailable:
+			return fmt.Errorf("%w: %w", ErrLockTimeout, err)
 		case pgerrcode.AdminShutdown, pgerrcode.CrashShutdown, pgerrcode.CannotConnectNow,
 			pgerrcode.TooManyConnections,
 			pgerrcode.ConnectionException, pgerrcode.ConnectionDoesNotExist, pgerrcode.ConnectionFailure,

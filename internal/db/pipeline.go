@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -31,8 +32,9 @@ const (
 // one goroutine; end it with Commit or Rollback, then Release.
 type Pipeline struct {
 	conn *pgxpool.Conn
-	// since bounds the session's start, so that a pid reused by a later
-	// session is never taken for this one (see OutcomeUnknownError).
+	// since bounds the session's start on the database's clock, so that
+	// a pid reused by a later session is never taken for this one (see
+	// OutcomeUnknownError).
 	since time.Time
 	// pid is the backend's and xactStart the transaction's start, read
 	// with the session settings in the first round trip behind a pooler
@@ -48,15 +50,48 @@ type Pipeline struct {
 	released bool
 }
 
+// PipelineOption tunes a pipelined transaction.
+type PipelineOption func(*pipelineOptions)
+
+type pipelineOptions struct {
+	acquireTimeout, lockTimeout time.Duration
+}
+
+// WithAcquireTimeout bounds the wait for a free connection of the pool;
+// past it BeginPipeline returns an error wrapping ErrPoolTimeout. Zero
+// waits as long as ctx allows.
+func WithAcquireTimeout(d time.Duration) PipelineOption {
+	return func(o *pipelineOptions) { o.acquireTimeout = d }
+}
+
+// WithLockTimeout gives the transaction a lock_timeout of d, set in its
+// first round trip and for this transaction alone (set_config's true, as
+// SET LOCAL: it holds behind a transaction pooler and never reaches the
+// next client of the backend). A statement that waits longer for a lock
+// fails with an error that Translate maps to ErrLockTimeout. Zero keeps the
+// session's lock_timeout (by default none).
+func WithLockTimeout(d time.Duration) PipelineOption {
+	return func(o *pipelineOptions) { o.lockTimeout = d }
+}
+
+// sqlLockTimeout sets the transaction's lock_timeout; the value is bound,
+// in milliseconds, as PostgreSQL reads a unitless lock_timeout.
+const sqlLockTimeout = `SELECT set_config('lock_timeout', $1::text, true)`
+
 // BeginPipeline acquires a connection of pool for a pipelined transaction;
-// nothing is sent yet. Errors are translated (ErrUnavailable when the
-// database cannot be reached).
-func BeginPipeline(ctx context.Context, pool *pgxpool.Pool) (*Pipeline, error) {
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("acquire connection: %w", Translate(err))
+// nothing is sent yet. Errors are translated: ErrPoolTimeout (an
+// ErrUnavailable) when WithAcquireTimeout's wait ends first,
+// ErrUnavailable when the database cannot be reached.
+func BeginPipeline(ctx context.Context, pool *pgxpool.Pool, opts ...PipelineOption) (*Pipeline, error) {
+	var o pipelineOptions
+	for _, opt := range opts {
+		opt(&o)
 	}
-	p := &Pipeline{conn: conn, since: time.Now(), b: &pgx.Batch{}}
+	conn, err := Acquire(ctx, pool, o.acquireTimeout)
+	if err != nil {
+		return nil, err
+	}
+	p := &Pipeline{conn: conn, since: sessionStart(conn), b: &pgx.Batch{}}
 	p.b.Queue(sqlBegin)
 	if conn.Conn().PgConn().CustomData()[pooledKey] == true {
 		p.b.Queue(sqlSessionSettings).QueryRow(func(row pgx.Row) error {
@@ -64,7 +99,32 @@ func BeginPipeline(ctx context.Context, pool *pgxpool.Pool) (*Pipeline, error) {
 			return row.Scan(&p.pid, &p.xactStart, &discard)
 		})
 	}
+	if o.lockTimeout > 0 {
+		p.b.Queue(sqlLockTimeout, strconv.FormatInt(o.lockTimeout.Milliseconds(), 10))
+	}
 	return p, nil
+}
+
+// Acquire takes a connection of pool, waiting at most timeout for a free
+// one (zero: as long as ctx allows), so that a request behind a full pool
+// is answered "unavailable" rather than kept waiting. It returns an error
+// wrapping ErrPoolTimeout when the wait ran out, the translated error
+// otherwise. The caller releases the connection.
+func Acquire(ctx context.Context, pool *pgxpool.Pool, timeout time.Duration) (*pgxpool.Conn, error) {
+	actx := ctx
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		actx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	conn, err := pool.Acquire(actx)
+	if err != nil {
+		if ctx.Err() == nil && actx.Err() != nil {
+			return nil, fmt.Errorf("acquire connection within %s: %w", timeout, ErrPoolTimeout)
+		}
+		return nil, fmt.Errorf("acquire connection: %w", Translate(err))
+	}
+	return conn, nil
 }
 
 // Batch is where the next statements are queued; Send, Commit or a
@@ -201,7 +261,9 @@ type Flag string
 // failure.
 type OutcomeUnknownError struct {
 	// PID is the server process of the session, and SessionStart a time
-	// at or after that session began. Behind a pooler PID is 0 when the
+	// at or after that session began, read from the database's clock
+	// (compared with pg_stat_activity.backend_start, never with the
+	// host's). Behind a pooler PID is 0 when the
 	// backend is unknown: the reply that would have named it was lost
 	// (the one-round-trip create).
 	PID          uint32

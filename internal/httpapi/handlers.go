@@ -11,6 +11,7 @@ import (
 	"strconv"
 
 	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/google/uuid"
 
 	"github.com/quillhq/quill/internal/notes"
@@ -173,7 +174,7 @@ const (
 )
 
 type listPage struct {
-	Items      []notes.NoteView `json:"items"`
+	Items      []jsontext.Value `json:"items"`
 	NextCursor *string          `json:"next_cursor"`
 }
 
@@ -205,14 +206,31 @@ func (s *server) listNotes(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, p)
 		return
 	}
-	list, next, err := s.Notes.List(r.Context(), info(r).tenant, limit, after)
+	// The service stops reading once the notes hold MaxListBytes of text;
+	// the exact cap is on the encoded items, below.
+	list, next, err := s.Notes.List(r.Context(), info(r).tenant, limit, after, s.Config.MaxListBytes)
 	if err != nil {
 		writeError(w, r, err)
 		return
 	}
-	page := listPage{Items: make([]notes.NoteView, len(list))}
+	page := listPage{Items: make([]jsontext.Value, 0, len(list))}
+	size := 0
 	for i, n := range list {
-		page.Items[i] = n.View()
+		item, err := json.Marshal(n.View())
+		if err != nil {
+			writeError(w, r, fmt.Errorf("encode note: %w", err))
+			return
+		}
+		// The page ends before the item that would take it past
+		// MaxListBytes, and goes on from the last item it holds; it
+		// always holds one, so a client makes progress whatever the
+		// cap.
+		if size += len(item) + 1; i > 0 && size > s.Config.MaxListBytes {
+			id := list[i-1].ID
+			next = &id
+			break
+		}
+		page.Items = append(page.Items, item)
 	}
 	if next != nil {
 		c := encodeCursor(*next)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
+	"io"
 	"net/http"
 	"regexp"
 	"time"
@@ -45,11 +47,14 @@ type statusWriter struct {
 	http.ResponseWriter
 	status int
 	bytes  int
+	// body is the request's body, nil when it has none.
+	body *bodyTracker
 }
 
 func (w *statusWriter) WriteHeader(code int) {
 	if w.status == 0 {
 		w.status = code
+		w.closeOnUnreadBody()
 	}
 	w.ResponseWriter.WriteHeader(code)
 }
@@ -57,6 +62,7 @@ func (w *statusWriter) WriteHeader(code int) {
 func (w *statusWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {
 		w.status = http.StatusOK
+		w.closeOnUnreadBody()
 	}
 	n, err := w.ResponseWriter.Write(b)
 	w.bytes += n
@@ -64,6 +70,31 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 }
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// closeOnUnreadBody asks, with Connection: close, to end the connection
+// after a response sent before the request's body was read to its end (a
+// 401, a 429, a 415…). Otherwise net/http would first read what is left of
+// the body to reuse the connection — from a client that announced a body
+// and never sends it, until the read timeout — and the answer would wait.
+func (w *statusWriter) closeOnUnreadBody() {
+	if w.body != nil && !w.body.eof {
+		w.Header().Set("Connection", "close")
+	}
+}
+
+// bodyTracker is a request body that notes when it was read to its end.
+type bodyTracker struct {
+	io.ReadCloser
+	eof bool
+}
+
+func (b *bodyTracker) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if errors.Is(err, io.EOF) {
+		b.eof = true
+	}
+	return n, err
+}
 
 // observe assigns the request id, recovers panics as 500 problems, counts
 // the request and logs one line without titles, bodies, keys or tokens.
@@ -77,6 +108,10 @@ func (s *server) observe(next http.Handler) http.Handler {
 		w.Header().Set("X-Request-Id", ri.id)
 		r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, ri))
 		sw := &statusWriter{ResponseWriter: w}
+		if r.Body != nil && r.Body != http.NoBody && (r.ContentLength != 0 || len(r.TransferEncoding) > 0) {
+			sw.body = &bodyTracker{ReadCloser: r.Body}
+			r.Body = sw.body
+		}
 		defer func() {
 			if v := recover(); v != nil {
 				if v == http.ErrAbortHandler {

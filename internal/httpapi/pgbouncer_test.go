@@ -42,6 +42,7 @@ func TestIdempotencyThroughPgBouncer(t *testing.T) {
 		{"RetentionExpiredAnswers410ThenForgottenExecutes", TestRetentionExpiredAnswers410ThenForgottenExecutes},
 		{"ConcurrentLookupsDoNotSeeEachOtherAsInProgress", TestConcurrentLookupsDoNotSeeEachOtherAsInProgress},
 		{"DeleteNote", TestDeleteNote},
+		{"DeleteOfALockedNoteAnswersWithinTheLockTimeout", TestDeleteOfALockedNoteAnswersWithinTheLockTimeout},
 	} {
 		t.Run(tc.name, tc.test)
 	}

@@ -28,6 +28,7 @@ import (
 const (
 	DefaultMaxBodyBytes       = 2 << 20
 	DefaultMaxAttachmentBytes = 1 << 20
+	DefaultMaxListBytes       = 1 << 20
 )
 
 // Config holds the API's request limits.
@@ -37,6 +38,18 @@ type Config struct {
 	// MaxAttachmentBytes bounds a decoded attachment; more is 413.
 	// Default 1 MiB.
 	MaxAttachmentBytes int
+	// MaxConcurrency is the most requests the API works on at once;
+	// past it a request is answered 429 rate_limited before its body is
+	// read. Default 256.
+	MaxConcurrency int
+	// TenantConcurrency is the most authenticated requests of one tenant
+	// the API works on at once; past it 429, before the body is read.
+	// Default 32.
+	TenantConcurrency int
+	// MaxListBytes bounds the items of a list page, encoded: a page ends
+	// early, with a next_cursor, before the item that would pass it (a
+	// page holds at least one item). Default 1 MiB.
+	MaxListBytes int
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -46,6 +59,15 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.MaxAttachmentBytes == 0 {
 		c.MaxAttachmentBytes = DefaultMaxAttachmentBytes
+	}
+	if c.MaxConcurrency <= 0 {
+		c.MaxConcurrency = DefaultMaxConcurrency
+	}
+	if c.TenantConcurrency <= 0 {
+		c.TenantConcurrency = DefaultTenantConcurrency
+	}
+	if c.MaxListBytes <= 0 {
+		c.MaxListBytes = DefaultMaxListBytes
 	}
 	return c
 }
@@ -68,6 +90,7 @@ type Deps struct {
 
 type server struct {
 	Deps
+	admit *admission
 }
 
 // NewServer returns the API's handler.
@@ -76,13 +99,15 @@ func NewServer(d Deps) http.Handler {
 	if d.Auth == nil {
 		d.Auth = auth.NewAuthenticator(d.Pool, 0)
 	}
-	s := &server{Deps: d}
+	s := &server{Deps: d, admit: newAdmission(d.Config.MaxConcurrency, d.Config.TenantConcurrency)}
 	mux := http.NewServeMux()
 	var operations http.Handler
 	for _, rt := range s.routes() {
 		h := http.Handler(rt.methods)
 		if !rt.public {
-			h = s.authed(h)
+			// The tenant's slot is taken once the token named the
+			// tenant and before the handler reads the body.
+			h = s.authed(s.admitTenant(h))
 		}
 		if rt.pattern == operationsPattern {
 			operations = h // routed on the raw path, below
@@ -93,7 +118,15 @@ func NewServer(d Deps) http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, problem.New(http.StatusNotFound, problem.CodeNotFound, "no such resource"))
 	})
-	return s.observe(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	// Every request of the API counts against MaxConcurrency, taken before
+	// the token is checked (a database query) or the body read.
+	return s.observe(s.admitServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasPrefix(r.URL.Path, "/") {
+			// "*" (or anything else the mux would answer with a bare
+			// 400): no resource of the API, answered as a problem.
+			writeProblem(w, r, problem.New(http.StatusNotFound, problem.CodeNotFound, "no such resource"))
+			return
+		}
 		// Operation keys may be "." or ".." or hold "/" (any of 0x21–0x7E
 		// but '"' and ','), which the mux would clean or split: they are
 		// routed on the raw path, before it.
@@ -108,7 +141,7 @@ func NewServer(d Deps) http.Handler {
 			return
 		}
 		mux.ServeHTTP(w, r)
-	}))
+	})))
 }
 
 const (
@@ -249,6 +282,16 @@ func problemFor(err error) *problem.Problem {
 	case errors.Is(err, notes.ErrInProgress):
 		p := problem.New(http.StatusConflict, problem.CodeInProgress,
 			"a request with this key is still executing; send the same request with the same key again")
+		p.RetryAfter = 1
+		return p
+	case errors.Is(err, db.ErrLockTimeout):
+		p := problem.New(http.StatusServiceUnavailable, problem.CodeUnavailable,
+			"the note is locked by another transaction (its attachment being processed, say) for longer than the lock timeout; nothing was committed: send the same request with the same key after Retry-After")
+		p.RetryAfter = 1
+		return p
+	case errors.Is(err, db.ErrPoolTimeout):
+		p := problem.New(http.StatusServiceUnavailable, problem.CodeUnavailable,
+			"every database connection is busy; nothing was changed: send the same request with the same key after Retry-After")
 		p.RetryAfter = 1
 		return p
 	case errors.As(err, &unavail):

@@ -34,8 +34,11 @@ type testBundle struct {
 	t    *testing.T
 	pool *pgxpool.Pool
 	srv  *httptest.Server
-	svc  *notes.Service
-	reg  *prometheus.Registry
+	// api is the handler itself, without the contract check in front
+	// (which reads every request body before the API sees it).
+	api http.Handler
+	svc *notes.Service
+	reg *prometheus.Registry
 	// Two tenants, named uniquely per bundle: advisory locks are per
 	// database, not per schema, so parallel tests must not share a
 	// (tenant, key).
@@ -61,6 +64,13 @@ type setupOpts struct {
 	// lets a test act between the effect and the record; only tests that
 	// need it ask for it.
 	hooks bool
+	// api is the API's Config (zero fields: the defaults).
+	api httpapi.Config
+	// lockTimeout and acquireTimeout are the notes service's (zero: the
+	// defaults).
+	lockTimeout, acquireTimeout time.Duration
+	// tokenTTL caches tokens (zero: every request queries the database).
+	tokenTTL time.Duration
 }
 
 // hooked is the default setup with hooks.
@@ -129,11 +139,27 @@ func setup(t *testing.T, opts ...setupOpts) *testBundle {
 	if o.noCache {
 		cacheBytes = -1
 	}
-	svc, err := notes.NewService(apiPool, notes.Config{ResponseRetention: responseRetention, KeyRetention: keyRetention, Wait: o.wait, ReplayCacheBytes: cacheBytes},
+	svc, err := notes.NewService(apiPool, notes.Config{ResponseRetention: responseRetention, KeyRetention: keyRetention, Wait: o.wait, ReplayCacheBytes: cacheBytes,
+		LockTimeout: o.lockTimeout, AcquireTimeout: o.acquireTimeout},
 		log, notes.WithObserver(m), notes.WithClock(b.clock.now), notes.WithHooks(hooks))
 	require.NoError(t, err)
 	b.svc = svc
-	api := httpapi.NewServer(httpapi.Deps{Pool: apiPool, Notes: svc, Log: log, Metrics: m})
+	// The suite sends bursts of one tenant's requests past the production
+	// default of QUILL_TENANT_CONCURRENCY (100 waiters on one key) to test
+	// coalescing, not admission: unless a test sets limits, they are out
+	// of its way (overload_test.go tests them).
+	if o.api.MaxConcurrency == 0 {
+		o.api.MaxConcurrency = 1024
+	}
+	if o.api.TenantConcurrency == 0 {
+		o.api.TenantConcurrency = 1024
+	}
+	var authn *auth.Authenticator // nil: uncached
+	if o.tokenTTL > 0 {
+		authn = auth.NewAuthenticator(apiPool, o.tokenTTL)
+	}
+	api := httpapi.NewServer(httpapi.Deps{Pool: apiPool, Auth: authn, Notes: svc, Log: log, Metrics: m, Config: o.api})
+	b.api = api
 	// Every request that reaches the API, and every answer, is checked
 	// against api/openapi.yaml (contract_test.go).
 	check := contractFor(t)

@@ -5,15 +5,18 @@ package metrics
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/zerolog"
 
 	"github.com/quillhq/quill/internal/buildinfo"
 )
@@ -100,36 +103,99 @@ type Pinger interface {
 	Ping(ctx context.Context) error
 }
 
+// NotReadyError is a readiness failure whose Reason /readyz may show to
+// whoever can reach the admin address: a fixed phrase such as "database
+// unreachable", never a dependency's own error text, which names hosts,
+// users and databases. Err, the detail, goes to the log only.
+type NotReadyError struct {
+	Reason string
+	Err    error
+}
+
+func (e *NotReadyError) Error() string {
+	if e.Err == nil {
+		return e.Reason
+	}
+	return e.Reason + ": " + e.Err.Error()
+}
+
+func (e *NotReadyError) Unwrap() error { return e.Err }
+
+// Reasons of PingReady and CheckConnected. CheckConnected's name the
+// dependency, as its check stands for two of them under the process's
+// name ("relay: nats: not connected").
+const (
+	ReasonDatabaseUnreachable = "database unreachable"
+	ReasonPostgresUnreachable = "postgres: " + ReasonDatabaseUnreachable
+	ReasonNATSNotConnected    = "nats: not connected"
+)
+
+// PingReady is the readiness of a PostgreSQL pool: a *NotReadyError with
+// ReasonDatabaseUnreachable when Ping fails.
+func PingReady(pool Pinger) ReadyFunc {
+	return func(ctx context.Context) error {
+		if err := pool.Ping(ctx); err != nil {
+			return &NotReadyError{Reason: ReasonDatabaseUnreachable, Err: err}
+		}
+		return nil
+	}
+}
+
 // CheckConnected is the readiness of a daemon that needs NATS and
-// PostgreSQL: it returns an error naming the NATS connection's status when
-// nc is not connected, or wrapping pool's Ping error, and nil otherwise.
+// PostgreSQL: a *NotReadyError with ReasonNATSNotConnected (the detail
+// names the connection's status) when nc is not connected, or with
+// ReasonPostgresUnreachable when pool's Ping fails, and nil otherwise.
 func CheckConnected(ctx context.Context, nc *nats.Conn, pool Pinger) error {
 	if s := nc.Status(); s != nats.CONNECTED {
-		return fmt.Errorf("nats: %s", s)
+		return &NotReadyError{Reason: ReasonNATSNotConnected, Err: fmt.Errorf("nats: %s", s)}
 	}
 	if err := pool.Ping(ctx); err != nil {
-		return fmt.Errorf("postgres: %w", err)
+		return &NotReadyError{Reason: ReasonPostgresUnreachable, Err: err}
 	}
 	return nil
 }
 
+// readyTimeout bounds /readyz's checks.
+const readyTimeout = 2 * time.Second
+
+// publicReason is what /readyz shows of a failed check: a NotReadyError's
+// Reason; else the text that the error's own wrapper added in front of
+// the error it wraps ("stream X not found; waiting for a relay to create
+// it" of "…: nats: stream not found"), which Quill's code wrote and which
+// carries no dependency's detail; else only "not ready".
+func publicReason(err error) string {
+	var nr *NotReadyError
+	if errors.As(err, &nr) {
+		return nr.Reason
+	}
+	msg := err.Error()
+	if inner := errors.Unwrap(err); inner != nil {
+		if outer, ok := strings.CutSuffix(msg, ": "+inner.Error()); ok && outer != "" {
+			return outer
+		}
+	}
+	return "not ready"
+}
+
 // AdminHandler serves /healthz (the process is alive), /readyz (every check
-// passes within two seconds; the body names the first that fails) and
-// /metrics from reg.
-func AdminHandler(reg *prometheus.Registry, checks map[string]ReadyFunc) http.Handler {
+// passes within two seconds; the body names the first that fails, with a
+// reason that holds no connection details — the error itself is logged on
+// log, once per failed probe) and /metrics from reg.
+func AdminHandler(log zerolog.Logger, reg *prometheus.Registry, checks map[string]ReadyFunc) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
 		defer cancel()
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		for name, check := range checks {
 			if err := check(ctx); err != nil {
+				log.Warn().Err(err).Str("check", name).Str("error_category", "not_ready").Msg("readiness check failed")
 				w.WriteHeader(http.StatusServiceUnavailable)
-				_, _ = w.Write([]byte(name + ": " + err.Error() + "\n"))
+				_, _ = w.Write([]byte(name + ": " + publicReason(err) + "\n"))
 				return
 			}
 		}

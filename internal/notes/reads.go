@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/idempotency"
@@ -75,10 +76,23 @@ func readErr(what string, err error) error {
 	return fmt.Errorf("%s: %w", what, err)
 }
 
+// acquire takes a pool connection for a read, waiting at most
+// Config.AcquireTimeout for a free one; past it the error wraps
+// db.ErrPoolTimeout (readErr makes it an *UnavailableError). The caller
+// releases the connection.
+func (s *Service) acquire(ctx context.Context) (*pgxpool.Conn, error) {
+	return db.Acquire(ctx, s.pool, s.cfg.AcquireTimeout)
+}
+
 // Get returns the tenant's live note id. Errors: ErrNotFound,
 // *UnavailableError.
 func (s *Service) Get(ctx context.Context, tenant string, id uuid.UUID) (*Note, error) {
-	n, err := scanNote(s.pool.QueryRow(ctx, sqlNoteGet, tenant, pgUUID(id)))
+	conn, err := s.acquire(ctx)
+	if err != nil {
+		return nil, readErr("get note", err)
+	}
+	defer conn.Release()
+	n, err := scanNote(conn.QueryRow(ctx, sqlNoteGet, tenant, pgUUID(id)))
 	if err != nil {
 		return nil, readErr("get note", err)
 	}
@@ -86,25 +100,44 @@ func (s *Service) Get(ctx context.Context, tenant string, id uuid.UUID) (*Note, 
 }
 
 // List returns up to limit of the tenant's live notes, newest first,
-// starting after the note with id after (nil: from the newest). next is the
-// cursor of the following page, nil on the last one. Errors:
-// *UnavailableError.
-func (s *Service) List(ctx context.Context, tenant string, limit int, after *uuid.UUID) (notes []*Note, next *uuid.UUID, err error) {
+// starting after the note with id after (nil: from the newest), and stops
+// early once the notes read hold maxBytes of title and body (0: no byte
+// bound), so that a page of large notes is not all read into memory; it
+// always returns at least one note when there is one. next is the cursor
+// of the following page, nil on the last one. Errors: *UnavailableError.
+func (s *Service) List(ctx context.Context, tenant string, limit int, after *uuid.UUID, maxBytes int) (notes []*Note, next *uuid.UUID, err error) {
 	var cursor pgtype.UUID
 	if after != nil {
 		cursor = pgUUID(*after)
 	}
-	rows, err := s.pool.Query(ctx, sqlNoteList, tenant, cursor, limit+1)
+	conn, err := s.acquire(ctx)
+	if err != nil {
+		return nil, nil, readErr("list notes", err)
+	}
+	defer conn.Release()
+	rows, err := conn.Query(ctx, sqlNoteList, tenant, cursor, limit+1)
 	if err != nil {
 		return nil, nil, readErr("list notes", err)
 	}
 	defer rows.Close()
+	size := 0
 	for rows.Next() {
+		if maxBytes > 0 && size >= maxBytes {
+			// Enough for the page: the rows not read are where the
+			// next page starts.
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return nil, nil, readErr("list notes", err)
+			}
+			id := notes[len(notes)-1].ID
+			return notes, &id, nil
+		}
 		n, err := scanNote(rows)
 		if err != nil {
 			return nil, nil, readErr("list notes", err)
 		}
 		notes = append(notes, n)
+		size += len(n.Title) + len(n.Body)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, nil, readErr("list notes", err)
@@ -133,7 +166,12 @@ func (s *Service) Attachment(ctx context.Context, tenant string, noteID uuid.UUI
 // AttachmentContent returns the declared content type, the filename and the
 // bytes of a live note's attachment. Errors: ErrNotFound, *UnavailableError.
 func (s *Service) AttachmentContent(ctx context.Context, tenant string, noteID uuid.UUID) (contentType, filename string, data []byte, err error) {
-	err = s.pool.QueryRow(ctx, sqlAttachmentContent, tenant, pgUUID(noteID)).Scan(&contentType, &filename, &data)
+	conn, err := s.acquire(ctx)
+	if err != nil {
+		return "", "", nil, readErr("get attachment content", err)
+	}
+	defer conn.Release()
+	err = conn.QueryRow(ctx, sqlAttachmentContent, tenant, pgUUID(noteID)).Scan(&contentType, &filename, &data)
 	if err != nil {
 		return "", "", nil, readErr("get attachment content", err)
 	}
@@ -144,8 +182,13 @@ func (s *Service) AttachmentContent(ctx context.Context, tenant string, noteID u
 // attachment. Errors: ErrNotFound (also while not processed, or not an
 // image), *UnavailableError.
 func (s *Service) Thumbnail(ctx context.Context, tenant string, noteID uuid.UUID) ([]byte, error) {
+	conn, err := s.acquire(ctx)
+	if err != nil {
+		return nil, readErr("get thumbnail", err)
+	}
+	defer conn.Release()
 	var png []byte
-	if err := s.pool.QueryRow(ctx, sqlAttachmentThumbnail, tenant, pgUUID(noteID)).Scan(&png); err != nil {
+	if err := conn.QueryRow(ctx, sqlAttachmentThumbnail, tenant, pgUUID(noteID)).Scan(&png); err != nil {
 		return nil, readErr("get thumbnail", err)
 	}
 	return png, nil
@@ -213,7 +256,12 @@ func (s *Service) Lookup(ctx context.Context, tenant, key string) (*Operation, e
 		rec    *idempotency.Record
 		op     *Operation
 	)
-	err := db.WithTx(ctx, s.pool, func(tx pgx.Tx) error {
+	conn, err := s.acquire(ctx)
+	if err != nil {
+		return nil, readErr("look up operation", err)
+	}
+	defer conn.Release()
+	err = db.WithTx(ctx, conn, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
 		idempotency.QueueProbe(b, tenant, key, &locked, &rec)
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {

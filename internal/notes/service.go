@@ -37,6 +37,13 @@ const (
 	DefaultWait              = 2 * time.Second
 	DefaultWriteTimeout      = 30 * time.Second
 	DefaultReplayCacheBytes  = 32 << 20
+	// DefaultLockTimeout bounds a write's wait for a row lock another
+	// transaction holds (a worker's batch holds its notes' rows): long
+	// enough for a batch's commit, short enough that a pool connection is
+	// not held for the batch's whole ack wait.
+	DefaultLockTimeout = 3 * time.Second
+	// DefaultAcquireTimeout bounds the wait for a free pool connection.
+	DefaultAcquireTimeout = 5 * time.Second
 	// recheckTimeout bounds how long a lost COMMIT reply is investigated.
 	recheckTimeout = 5 * time.Second
 )
@@ -63,6 +70,14 @@ type Config struct {
 	// ReplayFlushInterval is how often RunReplayCounter adds the replays
 	// counted in memory to operations.replays. Default 1s.
 	ReplayFlushInterval time.Duration
+	// LockTimeout is the lock_timeout of a write's transaction: a write
+	// that waits longer for a lock fails with *UnavailableError wrapping
+	// db.ErrLockTimeout, nothing committed. Default 3s.
+	LockTimeout time.Duration
+	// AcquireTimeout bounds the wait of a write or a read for a free pool
+	// connection; past it the request fails with *UnavailableError
+	// wrapping db.ErrPoolTimeout. Default 5s.
+	AcquireTimeout time.Duration
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -73,6 +88,8 @@ func (c Config) WithDefaults() Config {
 	c.WriteTimeout = cmp.Or(c.WriteTimeout, DefaultWriteTimeout)
 	c.ReplayCacheBytes = cmp.Or(c.ReplayCacheBytes, DefaultReplayCacheBytes)
 	c.ReplayFlushInterval = cmp.Or(c.ReplayFlushInterval, DefaultReplayFlushInterval)
+	c.LockTimeout = cmp.Or(c.LockTimeout, DefaultLockTimeout)
+	c.AcquireTimeout = cmp.Or(c.AcquireTimeout, DefaultAcquireTimeout)
 	return c
 }
 
@@ -89,6 +106,10 @@ func (c Config) Validate() error {
 		return errors.New("write timeout must be positive")
 	case c.ReplayFlushInterval < 0:
 		return errors.New("replay flush interval must not be negative")
+	case c.LockTimeout < 0:
+		return errors.New("lock timeout must not be negative")
+	case c.AcquireTimeout < 0:
+		return errors.New("acquire timeout must not be negative")
 	}
 	return nil
 }
@@ -384,7 +405,12 @@ func (s *Service) finalCheck(ctx context.Context, r Request, fp idempotency.Fing
 // checkRecorded reads the record without locking; done is false when there
 // is none (or only a forgotten one) and the caller should try to execute.
 func (s *Service) checkRecorded(ctx context.Context, r Request, fp idempotency.Fingerprint) (Outcome, bool, error) {
-	rec, err := idempotency.RecordGet(ctx, s.pool, r.Tenant, r.Key)
+	conn, err := s.acquire(ctx)
+	if err != nil {
+		return Outcome{}, true, s.unavailable(err, false)
+	}
+	rec, err := idempotency.RecordGet(ctx, conn, r.Tenant, r.Key)
+	conn.Release()
 	if err != nil {
 		return Outcome{}, true, s.unavailable(err, false)
 	}
@@ -444,7 +470,7 @@ func (s *Service) attempt(reqCtx context.Context, r Request, fp idempotency.Fing
 	if err != nil {
 		return Outcome{}, err
 	}
-	tx, err := db.BeginPipeline(ctx, s.pool)
+	tx, err := db.BeginPipeline(ctx, s.pool, db.WithAcquireTimeout(s.cfg.AcquireTimeout), db.WithLockTimeout(s.cfg.LockTimeout))
 	if err != nil {
 		return Outcome{}, s.unavailable(err, false)
 	}
@@ -644,7 +670,7 @@ func (s *Service) planDelete(r Request, id uuid.UUID, now time.Time) *plan {
 		// after every other event of the note that committed before it.
 		tag, err := tx.Exec(ctx, sqlNoteDelete, r.Tenant, pgUUID(id), now)
 		if err != nil {
-			return nil, fmt.Errorf("delete note: %w", err)
+			return nil, fmt.Errorf("delete note: %w", db.Translate(err))
 		}
 		resource := ResourcePath(id)
 		if tag.RowsAffected() == 0 {

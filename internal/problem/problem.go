@@ -38,6 +38,7 @@ const (
 	CodeUnsupportedMedia = "unsupported_media_type"
 	CodeKeyReused        = "idempotency_key_reused"
 	CodeUnavailable      = "unavailable"
+	CodeRateLimited      = "rate_limited"
 	CodeInternal         = "internal_error"
 	CodeMethodNotAllowed = "method_not_allowed"
 )
@@ -80,7 +81,7 @@ func retryFor(status int, code string) string {
 	switch {
 	case code == CodeOpNotFound:
 		return RetrySameKey
-	case status == http.StatusConflict, status == http.StatusServiceUnavailable, status >= 500:
+	case status == http.StatusConflict, status == http.StatusTooManyRequests, status == http.StatusServiceUnavailable, status >= 500:
 		return RetrySameKey
 	case status == http.StatusBadRequest, status == http.StatusUnauthorized,
 		status == http.StatusRequestEntityTooLarge, status == http.StatusUnsupportedMediaType,
