@@ -172,6 +172,7 @@ func Start(ctx context.Context, s Settings, p Process, stderr io.Writer) (*Daemo
 		}))
 	nc, err := nats.Connect(s.NATS.Servers(), append(opts, p.NATSOptions...)...)
 	if err != nil {
+		err = s.NATS.Explain(err) // which setting a refusal concerns (decision 0044)
 		pool.Close()
 		log.Error().Err(err).Str("error_category", "nats_unreachable").Msg("cannot start: NATS is not reachable at NATS_URL")
 		return nil, cli.LoggedError{Err: err}

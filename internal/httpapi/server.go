@@ -226,9 +226,8 @@ func (s *server) authed(h http.Handler) http.Handler {
 			var limited *auth.RateLimitedError
 			if errors.As(err, &limited) { // decision 0042
 				info(r).category = "rate_limited"
-				p := problem.New(http.StatusTooManyRequests, "rate_limited",
+				p := problem.New(http.StatusTooManyRequests, problem.CodeRateLimited,
 					"too many failed authentications from this address; nothing was executed: send the same request again after Retry-After")
-				p.Retry = problem.RetrySameKey
 				p.RetryAfter = int((limited.RetryAfter + time.Second - 1) / time.Second)
 				writeProblem(w, r, p)
 				return
