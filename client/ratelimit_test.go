@@ -145,6 +145,9 @@ func TestFailedAuthenticationsAre429ThenTheClientGetsThrough(t *testing.T) {
 	require.Equal(t, map[int]int{401: auth.DefaultFailureBurst, 429: 5}, codes)
 	require.Equal(t, "application/problem+json", last.Header.Get("Content-Type"))
 	require.NotEmpty(t, last.Header.Get("Retry-After"))
+	require.Equal(t, fmt.Sprintf(`"auth";q=%d;w=%d`, auth.DefaultFailureBurst, int(float64(auth.DefaultFailureBurst)/auth.DefaultFailuresPerSecond)),
+		last.Header.Get("RateLimit-Policy"))
+	require.Equal(t, `"auth";r=0;t=`+last.Header.Get("Retry-After"), last.Header.Get("RateLimit"))
 
 	tok, err := auth.Create(t.Context(), api.Pool, api.Tenant, time.Now())
 	require.NoError(t, err)

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"golang.org/x/sync/singleflight"
 	"golang.org/x/time/rate"
 
 	"github.com/quillhq/quill/internal/db"
@@ -232,6 +233,8 @@ type Authenticator struct {
 	negative *lru[[sha256.Size]byte, time.Time] // expiry
 	limiters *lru[string, *rate.Limiter]
 	known    *lru[string, knownPrefix]
+
+	flight singleflight.Group // lookups in flight, by address and token
 }
 
 // knownPrefix is what is remembered of a prefix of a token seen valid.
@@ -261,6 +264,9 @@ func NewAuthenticatorWithLimits(q idempotency.Querier, ttl time.Duration, lim Li
 		known:    newLRU[string, knownPrefix](maxKnownPrefixes),
 	}
 }
+
+// Limits returns the limits in force, defaults applied.
+func (a *Authenticator) Limits() Limits { return a.lim }
 
 // Authenticate returns the tenant of the bearer token in an Authorization
 // header value, without a per-address limit. Errors as for
@@ -298,6 +304,32 @@ func (a *Authenticator) AuthenticateFrom(ctx context.Context, remoteAddr, header
 		}
 		a.negative.remove(key)
 	}
+	a.mu.Unlock()
+	// Concurrent requests with the same token from the same address (an
+	// agent's first burst after a start, or an attacker's repeats) share
+	// one lookup and one charge to the bucket. The lookup runs on a context
+	// of its own, bounded, so that a caller who leaves does not fail the
+	// others waiting for the same answer.
+	v, err, _ := a.flight.Do(addr+"\x00"+string(key[:]), func() (any, error) {
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lookupTimeout)
+		defer cancel()
+		return a.lookup(lctx, addr, prefix, key, header)
+	})
+	if err != nil {
+		return "", err
+	}
+	return v.(string), nil
+}
+
+// lookupTimeout bounds one token lookup (a pool acquire and a query): a
+// full pool answers 503 rather than holding the request.
+const lookupTimeout = 5 * time.Second
+
+// lookup is AuthenticateFrom's path past the caches: the bucket of addr,
+// the query, and what its answer teaches the caches.
+func (a *Authenticator) lookup(ctx context.Context, addr, prefix string, key [sha256.Size]byte, header string) (string, error) {
+	now := a.now()
+	a.mu.Lock()
 	// A lookup of a token whose prefix is not known valid (or is being
 	// tried with wrong secrets) takes its token from the bucket before it
 	// is made, so that concurrent requests cannot all pass a bucket with

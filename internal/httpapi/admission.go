@@ -24,6 +24,9 @@ const rateLimitedRetryAfter = 1
 const (
 	policyServer = "server"
 	policyTenant = "tenant"
+	// policyAuth is the per-address budget of failed authentications
+	// (decision 0042).
+	policyAuth = "auth"
 )
 
 // admission counts the requests the API works on, in all and per tenant,

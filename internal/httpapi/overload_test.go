@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/quillhq/quill/internal/auth"
 	"github.com/quillhq/quill/internal/httpapi"
 	"github.com/quillhq/quill/internal/idempotency"
 )
@@ -246,4 +247,31 @@ func TestListPagesAreCappedByBytes(t *testing.T) {
 	}
 	require.Equal(t, want, got)
 	require.Greater(t, pages, 2, "the cap split the list")
+}
+
+// Distinct bad tokens from one address spend its budget of failed lookups
+// (decision 0042): past it they are answered 429 rate_limited with the
+// RateLimit fields of the "auth" policy, which the OpenAPI document's 429
+// holds them to (every answer here passes the contract check); a cached
+// valid token from the same address is still served.
+func TestFailedAuthenticationsPastTheBudgetAre429(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{tokenTTL: time.Minute})
+	require.Equal(t, http.StatusNotFound, b.lookup(b.tokenA, "warm").status, "the valid token cached")
+	codes := map[int]int{}
+	var last resp
+	for i := range auth.DefaultFailureBurst + 3 {
+		r := b.lookup(fmt.Sprintf("qt_%08x_%s", i, strings.Repeat("A", 43)), "k")
+		codes[r.status]++
+		if r.status == http.StatusTooManyRequests {
+			last = r
+		}
+	}
+	require.Equal(t, map[int]int{http.StatusUnauthorized: auth.DefaultFailureBurst, http.StatusTooManyRequests: 3}, codes)
+	p := last.json(t)
+	require.Equal(t, "rate_limited", p["code"])
+	require.Equal(t, "same_key", p["retry"])
+	require.Equal(t, `"auth";r=0;t=`+last.header.Get("Retry-After"), last.header.Get("RateLimit"))
+	require.Contains(t, last.header.Get("RateLimit-Policy"), `"auth";q=`)
+	require.Equal(t, http.StatusNotFound, b.lookup(b.tokenA, "still").status, "a cached valid token is not limited")
 }

@@ -6,6 +6,8 @@ package httpapi
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 	"slices"
@@ -229,6 +231,14 @@ func (s *server) authed(h http.Handler) http.Handler {
 				p := problem.New(http.StatusTooManyRequests, problem.CodeRateLimited,
 					"too many failed authentications from this address; nothing was executed: send the same request again after Retry-After")
 				p.RetryAfter = int((limited.RetryAfter + time.Second - 1) / time.Second)
+				// The per-address budget of failed lookups, in the
+				// RateLimit fields' syntax (decision 0040): a quota of
+				// FailureBurst refilled over its window.
+				lim := s.Auth.Limits()
+				h := w.Header()
+				h.Set("RateLimit-Policy", fmt.Sprintf(`"%s";q=%d;w=%d`, policyAuth, lim.FailureBurst,
+					max(1, int(math.Ceil(float64(lim.FailureBurst)/lim.FailuresPerSecond)))))
+				h.Set("RateLimit", fmt.Sprintf(`"%s";r=0;t=%d`, policyAuth, p.RetryAfter))
 				writeProblem(w, r, p)
 				return
 			}
