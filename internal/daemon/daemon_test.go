@@ -85,17 +85,7 @@ func TestRunServesAndStops(t *testing.T) {
 			return nil
 		})
 	}()
-	var addr string
-	testkit.WaitFor(t, waitLong, func() bool {
-		for line := range strings.Lines(logs.String()) {
-			if strings.Contains(line, `"message":"listening"`) {
-				_, rest, _ := strings.Cut(line, `"addr":"`)
-				addr, _, _ = strings.Cut(rest, `"`)
-				return true
-			}
-		}
-		return false
-	}, "the admin server listens")
+	addr := listeningAddr(t, &logs)
 	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
 		res, err := http.Get("http://" + addr + path)
 		require.NoError(t, err)
@@ -180,4 +170,22 @@ func TestCommandSettingsOpen(t *testing.T) {
 	require.ErrorAs(t, err, new(cli.LoggedError))
 	require.Equal(t, 1, strings.Count(logs.String(), "\n"), "one log line: %s", logs.String())
 	require.Contains(t, logs.String(), `"error_category":"database_unreachable"`)
+}
+
+// listeningAddr waits until the admin server logs that it listens and
+// returns its address.
+func listeningAddr(t *testing.T, logs *clitest.SyncBuffer) string {
+	t.Helper()
+	var addr string
+	testkit.WaitFor(t, waitLong, func() bool {
+		for line := range strings.Lines(logs.String()) {
+			if strings.Contains(line, `"message":"listening"`) {
+				_, rest, _ := strings.Cut(line, `"addr":"`)
+				addr, _, _ = strings.Cut(rest, `"`)
+				return true
+			}
+		}
+		return false
+	}, "the admin server listens")
+	return addr
 }

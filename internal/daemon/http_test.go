@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"strings"
 	"testing"
 	"time"
 
@@ -17,7 +16,6 @@ import (
 	"github.com/quillhq/quill/internal/config"
 	"github.com/quillhq/quill/internal/daemon"
 	"github.com/quillhq/quill/internal/metrics"
-	"github.com/quillhq/quill/internal/testkit"
 )
 
 // Every daemon's run command reads the HTTP server settings (so the relay
@@ -53,17 +51,7 @@ func TestAdminServerClosesSlowConnections(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx, map[string]metrics.ReadyFunc{}) }()
 	defer func() { cancel(); <-done }()
-	var addr string
-	testkit.WaitFor(t, waitLong, func() bool {
-		for line := range strings.Lines(logs.String()) {
-			if strings.Contains(line, `"message":"listening"`) {
-				_, rest, _ := strings.Cut(line, `"addr":"`)
-				addr, _, _ = strings.Cut(rest, `"`)
-				return true
-			}
-		}
-		return false
-	}, "the admin server listens")
+	addr := listeningAddr(t, &logs)
 
 	c, err := net.Dial("tcp", addr)
 	require.NoError(t, err)

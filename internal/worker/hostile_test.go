@@ -47,15 +47,7 @@ func (h *harness) eventOfNote(msgs []*nats.Msg, note uuid.UUID) string {
 // note.
 func TestSlowAttachmentDelaysOnlyItself(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
-	cfg := h.batchConfig()
-	cfg.AckWait = 2 * time.Second
-	cfg.BatchWait = 500 * time.Millisecond
-	var ids []uuid.UUID
-	for i := range 4 {
-		ids = append(ids, h.create(title(i), "text/plain", []byte("neighbour")))
-	}
-	slow := h.create("slow.txt", "text/plain", []byte("slow"))
+	h, cfg, ids, slow := batchOfFive(t, "slow.txt")
 	slowEvent := h.eventOfNote(h.publishedEvents(5), slow)
 
 	release := make(chan struct{})
@@ -172,15 +164,7 @@ func TestImageOverTheDecodeBudgetFails(t *testing.T) {
 // lock is still held, and the locked one once it is released.
 func TestBatchPastItsDeadlineCommitsOneByOne(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
-	cfg := h.batchConfig()
-	cfg.AckWait = 2 * time.Second
-	cfg.BatchWait = 500 * time.Millisecond
-	var ids []uuid.UUID
-	for i := range 4 {
-		ids = append(ids, h.create(title(i), "text/plain", []byte("neighbour")))
-	}
-	locked := h.create("locked.txt", "text/plain", []byte("locked"))
+	h, cfg, ids, locked := batchOfFive(t, "locked.txt")
 	h.publishedEvents(5)
 
 	tx, err := h.pool.Begin(t.Context())
@@ -202,4 +186,19 @@ func TestBatchPastItsDeadlineCommitsOneByOne(t *testing.T) {
 	for _, id := range append(ids, locked) {
 		require.Equal(t, 1, h.processedEvents(id))
 	}
+}
+
+// batchOfFive sets up one batch of five text attachments under a short
+// AckWait (the batch's deadline is half of it): four neighbours, and last,
+// the note the test acts on.
+func batchOfFive(t *testing.T, last string) (h *harness, cfg worker.Config, neighbours []uuid.UUID, lastNote uuid.UUID) {
+	t.Helper()
+	h = newHarness(t)
+	cfg = h.batchConfig()
+	cfg.AckWait = 2 * time.Second
+	cfg.BatchWait = 500 * time.Millisecond
+	for i := range 4 {
+		neighbours = append(neighbours, h.create(title(i), "text/plain", []byte("neighbour")))
+	}
+	return h, cfg, neighbours, h.create(last, "text/plain", []byte(strings.TrimSuffix(last, ".txt")))
 }
