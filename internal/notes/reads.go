@@ -76,18 +76,67 @@ func readErr(what string, err error) error {
 	return fmt.Errorf("%s: %w", what, err)
 }
 
-// acquire takes a pool connection for a read, waiting at most
-// Config.AcquireTimeout for a free one; past it the error wraps
-// db.ErrPoolTimeout (readErr makes it an *UnavailableError). The caller
-// releases the connection.
-func (s *Service) acquire(ctx context.Context) (*pgxpool.Conn, error) {
-	return db.Acquire(ctx, s.pool, s.cfg.AcquireTimeout)
+// acquire takes a pool connection for a read by tenant, in the tenant's
+// turn (turn), waiting at most Config.AcquireTimeout in all; past it the
+// error wraps db.ErrPoolTimeout (readErr makes it an *UnavailableError).
+// The caller releases the connection, which gives the turn back.
+func (s *Service) acquire(ctx context.Context, tenant string) (*heldConn, error) {
+	start := time.Now()
+	turn, err := s.turn(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	timeout := s.cfg.AcquireTimeout
+	if timeout > 0 {
+		// What the turn took counts against the same wait (at least a
+		// millisecond is left, as zero would mean no bound).
+		timeout = max(time.Millisecond, timeout-time.Since(start))
+	}
+	conn, err := db.Acquire(ctx, s.pool, timeout)
+	if err != nil {
+		turn()
+		return nil, err
+	}
+	return &heldConn{Conn: conn, turn: turn}, nil
+}
+
+// turn waits for tenant's turn at the pool (db.Fair), at most
+// Config.AcquireTimeout; past it the error wraps db.ErrPoolTimeout. The
+// returned function gives the turn back.
+func (s *Service) turn(ctx context.Context, tenant string) (func(), error) {
+	tctx := ctx
+	if s.cfg.AcquireTimeout > 0 {
+		var cancel context.CancelFunc
+		tctx, cancel = context.WithTimeout(ctx, s.cfg.AcquireTimeout)
+		defer cancel()
+	}
+	release, err := s.fair.Acquire(tctx, tenant)
+	if err != nil {
+		if ctx.Err() == nil {
+			return nil, fmt.Errorf("wait for the tenant's turn at the pool within %s: %w", s.cfg.AcquireTimeout, db.ErrPoolTimeout)
+		}
+		return nil, fmt.Errorf("wait for the tenant's turn at the pool: %w", ctx.Err())
+	}
+	return release, nil
+}
+
+// heldConn is a pool connection taken in a tenant's turn; Release gives
+// both back.
+type heldConn struct {
+	*pgxpool.Conn
+	turn func()
+}
+
+// Release releases the connection and the turn.
+func (c *heldConn) Release() {
+	c.Conn.Release()
+	c.turn()
 }
 
 // Get returns the tenant's live note id. Errors: ErrNotFound,
 // *UnavailableError.
 func (s *Service) Get(ctx context.Context, tenant string, id uuid.UUID) (*Note, error) {
-	conn, err := s.acquire(ctx)
+	conn, err := s.acquire(ctx, tenant)
 	if err != nil {
 		return nil, readErr("get note", err)
 	}
@@ -110,7 +159,7 @@ func (s *Service) List(ctx context.Context, tenant string, limit int, after *uui
 	if after != nil {
 		cursor = pgUUID(*after)
 	}
-	conn, err := s.acquire(ctx)
+	conn, err := s.acquire(ctx, tenant)
 	if err != nil {
 		return nil, nil, readErr("list notes", err)
 	}
@@ -166,7 +215,7 @@ func (s *Service) Attachment(ctx context.Context, tenant string, noteID uuid.UUI
 // AttachmentContent returns the declared content type, the filename and the
 // bytes of a live note's attachment. Errors: ErrNotFound, *UnavailableError.
 func (s *Service) AttachmentContent(ctx context.Context, tenant string, noteID uuid.UUID) (contentType, filename string, data []byte, err error) {
-	conn, err := s.acquire(ctx)
+	conn, err := s.acquire(ctx, tenant)
 	if err != nil {
 		return "", "", nil, readErr("get attachment content", err)
 	}
@@ -182,7 +231,7 @@ func (s *Service) AttachmentContent(ctx context.Context, tenant string, noteID u
 // attachment. Errors: ErrNotFound (also while not processed, or not an
 // image), *UnavailableError.
 func (s *Service) Thumbnail(ctx context.Context, tenant string, noteID uuid.UUID) ([]byte, error) {
-	conn, err := s.acquire(ctx)
+	conn, err := s.acquire(ctx, tenant)
 	if err != nil {
 		return nil, readErr("get thumbnail", err)
 	}
@@ -256,7 +305,7 @@ func (s *Service) Lookup(ctx context.Context, tenant, key string) (*Operation, e
 		rec    *idempotency.Record
 		op     *Operation
 	)
-	conn, err := s.acquire(ctx)
+	conn, err := s.acquire(ctx, tenant)
 	if err != nil {
 		return nil, readErr("look up operation", err)
 	}

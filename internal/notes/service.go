@@ -149,6 +149,10 @@ type Service struct {
 	// replays counts answered replays per operation until a flush writes
 	// them to operations.replays (see RunReplayCounter).
 	replays *replayCounter
+	// fair shares the pool's connections among tenants by turns when they
+	// are contended (db.Fair): a tenant flooding within its concurrency
+	// limit does not hold the pool against the others.
+	fair *db.Fair
 }
 
 // Option configures a Service.
@@ -174,7 +178,8 @@ func NewService(pool *pgxpool.Pool, cfg Config, log zerolog.Logger, opts ...Opti
 		return nil, fmt.Errorf("notes config: %w", err)
 	}
 	s := &Service{pool: pool, cfg: cfg, log: log, now: time.Now, obs: nopObserver{}, flights: idempotency.NewFlights(),
-		cache: idempotency.NewCache(cfg.ReplayCacheBytes), replays: newReplayCounter()}
+		cache: idempotency.NewCache(cfg.ReplayCacheBytes), replays: newReplayCounter(),
+		fair: db.NewFair(int(pool.Config().MaxConns))}
 	for _, o := range opts {
 		o(s)
 	}
@@ -405,7 +410,7 @@ func (s *Service) finalCheck(ctx context.Context, r Request, fp idempotency.Fing
 // checkRecorded reads the record without locking; done is false when there
 // is none (or only a forgotten one) and the caller should try to execute.
 func (s *Service) checkRecorded(ctx context.Context, r Request, fp idempotency.Fingerprint) (Outcome, bool, error) {
-	conn, err := s.acquire(ctx)
+	conn, err := s.acquire(ctx, r.Tenant)
 	if err != nil {
 		return Outcome{}, true, s.unavailable(err, false)
 	}
@@ -470,6 +475,11 @@ func (s *Service) attempt(reqCtx context.Context, r Request, fp idempotency.Fing
 	if err != nil {
 		return Outcome{}, err
 	}
+	turn, err := s.turn(ctx, r.Tenant)
+	if err != nil {
+		return Outcome{}, s.unavailable(err, false)
+	}
+	defer turn()
 	tx, err := db.BeginPipeline(ctx, s.pool, db.WithAcquireTimeout(s.cfg.AcquireTimeout), db.WithLockTimeout(s.cfg.LockTimeout))
 	if err != nil {
 		return Outcome{}, s.unavailable(err, false)
