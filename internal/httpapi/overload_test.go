@@ -104,7 +104,7 @@ func TestTenantConcurrencyIsAdmittedBeforeTheBody(t *testing.T) {
 }
 
 // Past QUILL_MAX_CONCURRENCY every request is refused, of any tenant and
-// before its token is checked; the answer names the server's policy.
+// of the public routes; the answer names the server's policy.
 func TestMaxConcurrencyRefusesEveryone(t *testing.T) {
 	t.Parallel()
 	opts := hooked
@@ -119,13 +119,16 @@ func TestMaxConcurrencyRefusesEveryone(t *testing.T) {
 	<-entered
 	for _, r := range []req{
 		{method: http.MethodGet, path: "/v1/notes", token: b.tokenB},
-		{method: http.MethodGet, path: "/v1/notes", token: "qt_00000000_nope", offContract: "a malformed token"},
 		{method: http.MethodGet, path: "/openapi.yaml"},
 	} {
 		res := b.mustDo(r)
 		require.Equal(t, http.StatusTooManyRequests, res.status, "%s %s: %s", r.method, r.path, res.body)
 		require.Equal(t, `"server";r=0;t=1`, res.header.Get("RateLimit"))
 	}
+	// The server's slot is taken after the token check and the tenant's
+	// slot: a malformed token is refused as such, taking no slot.
+	res := b.mustDo(req{method: http.MethodGet, path: "/v1/notes", token: "qt_00000000_nope", offContract: "a malformed token"})
+	require.Equal(t, http.StatusUnauthorized, res.status, "%s", res.body)
 	release()
 	wg.Wait()
 	require.Equal(t, http.StatusOK, b.mustDo(req{method: http.MethodGet, path: "/v1/notes", token: b.tokenB}).status)

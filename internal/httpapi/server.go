@@ -105,10 +105,15 @@ func NewServer(d Deps) http.Handler {
 	mux := http.NewServeMux()
 	var operations http.Handler
 	for _, rt := range s.routes() {
-		h := http.Handler(rt.methods)
+		// MaxConcurrency's slot is taken after the tenant's: a request
+		// its tenant's limit refuses takes none, so that one tenant
+		// flooding past its limit cannot fill the server's slots and turn
+		// other tenants away (decision 0040). Both are taken before the
+		// handler reads the body. The token check before them costs a
+		// query only for a token not cached, and those are bounded per
+		// client address (decision 0042).
+		h := s.admitServer(rt.methods)
 		if !rt.public {
-			// The tenant's slot is taken once the token named the
-			// tenant and before the handler reads the body.
 			h = s.authed(s.admitTenant(h))
 		}
 		if rt.pattern == operationsPattern {
@@ -120,9 +125,7 @@ func NewServer(d Deps) http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, problem.New(http.StatusNotFound, problem.CodeNotFound, "no such resource"))
 	})
-	// Every request of the API counts against MaxConcurrency, taken before
-	// the token is checked (a database query) or the body read.
-	return s.observe(s.admitServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return s.observe(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !strings.HasPrefix(r.URL.Path, "/") {
 			// "*" (or anything else the mux would answer with a bare
 			// 400): no resource of the API, answered as a problem.
@@ -143,7 +146,7 @@ func NewServer(d Deps) http.Handler {
 			return
 		}
 		mux.ServeHTTP(w, r)
-	})))
+	}))
 }
 
 const (
