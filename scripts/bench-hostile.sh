@@ -25,6 +25,9 @@
 #   BENCH_HOSTILE_WARMUP (3)             unmeasured seconds before each
 #                                        phase's window (the attackers ramp up)
 #   BENCH_HOSTILE_CLIENTS (16)           legitimate clients
+#   BENCH_HOSTILE_THINK_MS (0)           each legitimate client's pause after
+#                                        an answer (an agent's think time; 0:
+#                                        back to back, saturating the machine)
 #   BENCH_HOSTILE_RESEND_PERCENT (20)    legitimate operations that resend
 #   BENCH_HOSTILE_ATTACH_PERCENT (50)    legitimate creates with a 64 KiB PNG
 #   BENCH_HOSTILE_SLOWLORIS (200)        slowloris connections (0: none)
@@ -56,6 +59,7 @@ source scripts/lib.sh
 DURATION=${BENCH_HOSTILE_DURATION:-20}
 WARMUP=${BENCH_HOSTILE_WARMUP:-3}
 CLIENTS=${BENCH_HOSTILE_CLIENTS:-16}
+THINK_MS=${BENCH_HOSTILE_THINK_MS:-0}
 RESEND_PERCENT=${BENCH_HOSTILE_RESEND_PERCENT:-20}
 ATTACH_PERCENT=${BENCH_HOSTILE_ATTACH_PERCENT:-50}
 SLOWLORIS=${BENCH_HOSTILE_SLOWLORIS:-200}
@@ -84,6 +88,7 @@ rate() { [[ $2 =~ ^(0|[1-9][0-9]*)(\.[0-9]+)?$|^0?\.[0-9]+$ ]] || die "$1 must b
 posint BENCH_HOSTILE_DURATION "$DURATION"
 seconds BENCH_HOSTILE_WARMUP "$WARMUP"
 posint BENCH_HOSTILE_CLIENTS "$CLIENTS"
+count BENCH_HOSTILE_THINK_MS "$THINK_MS"
 percent BENCH_HOSTILE_RESEND_PERCENT "$RESEND_PERCENT"
 percent BENCH_HOSTILE_ATTACH_PERCENT "$ATTACH_PERCENT"
 count BENCH_HOSTILE_SLOWLORIS "$SLOWLORIS"
@@ -162,7 +167,7 @@ rc=0
 	--legit-tenant legit --flood-tenant flood --bomb-tenant bomber \
 	--api-pid "$API_PID" --worker-pid "$WORKER_PID" \
 	--duration "${DURATION}s" --warmup "${WARMUP}s" --timeout "${TIMEOUT}s" --recover "${RECOVER}s" --drain "${DRAIN}s" \
-	--legit-clients "$CLIENTS" --resend-share "$(share "$RESEND_PERCENT")" --attach-share "$(share "$ATTACH_PERCENT")" \
+	--legit-clients "$CLIENTS" --legit-think "${THINK_MS}ms" --resend-share "$(share "$RESEND_PERCENT")" --attach-share "$(share "$ATTACH_PERCENT")" \
 	--slowloris "$SLOWLORIS" --bad-token-rate "$BAD_TOKEN_RATE" --bomb-rate "$BOMB_RATE" \
 	--tenant-concurrency "$QUILL_TENANT_CONCURRENCY" --flood-factor "$FLOOD_FACTOR" --flood-pause "${FLOOD_PAUSE_MS}ms" \
 	--decode-budget "$QUILL_WORKER_DECODE_MEMORY" --api-note "$API_NOTE" --worker-note "$WORKER_NOTE" \

@@ -157,6 +157,12 @@ func (l *legit) run(ctx context.Context, phase string) legitPhase {
 				case !ok:
 					st.Rejected++
 				}
+				if l.cfg.legitThink > 0 {
+					select {
+					case <-time.After(l.cfg.legitThink):
+					case <-ctx.Done():
+					}
+				}
 				if !measured || ctx.Err() != nil {
 					continue
 				}

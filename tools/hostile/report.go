@@ -128,8 +128,12 @@ func (r *report) write(w io.Writer) int {
 	var v verdicts
 	c := r.cfg
 	q, h := summarize(r.quiet.legit), summarize(r.hostile.legit)
-	fmt.Fprintf(w, "Legitimate workload: %d clients, one request at a time each; %.0f %% of operations resend an earlier create (same key, same body), %.0f %% of creates carry a 64 KiB PNG; per phase %s warmup + %s measured\n",
-		c.legitClients, 100*c.resendShare, 100*c.attachShare, c.warmup, c.duration)
+	think := "no pause between requests"
+	if c.legitThink > 0 {
+		think = c.legitThink.String() + " of think time after each answer"
+	}
+	fmt.Fprintf(w, "Legitimate workload: %d clients, one request at a time each, %s; %.0f %% of operations resend an earlier create (same key, same body), %.0f %% of creates carry a 64 KiB PNG; per phase %s warmup + %s measured\n",
+		c.legitClients, think, 100*c.resendShare, 100*c.attachShare, c.warmup, c.duration)
 	var adds []string
 	if c.slowloris > 0 {
 		adds = append(adds, fmt.Sprintf("%d slowloris connections (Content-Length: %d, no token, no body)", c.slowloris, slowlorisLength))

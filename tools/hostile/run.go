@@ -63,6 +63,7 @@ type config struct {
 	recover, drain                    time.Duration
 	floodPause                        time.Duration
 	legitClients                      int
+	legitThink                        time.Duration
 	resendShare, attachShare          float64
 	slowloris                         int
 	badTokenRate, bombRate            float64
@@ -108,6 +109,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.DurationVar(&c.recover, "recover", defaultRecover, "after the phases, how long the creates left without a 2xx are resent")
 	fs.DurationVar(&c.drain, "drain", defaultDrain, "after each phase, how long to wait for the worker to process every pending attachment")
 	fs.IntVar(&c.legitClients, "legit-clients", defaultLegitClients, "legitimate clients, each one request at a time")
+	fs.DurationVar(&c.legitThink, "legit-think", 0, "how long each legitimate client waits after an answer before its next request, as an agent thinks (0: none, every client sends back to back)")
 	fs.Float64Var(&c.resendShare, "resend-share", defaultResendShare, "share of the legitimate operations that resend an earlier create (0-1)")
 	fs.Float64Var(&c.attachShare, "attach-share", defaultAttachShare, "share of the legitimate creates with a 64 KiB PNG attachment (0-1)")
 	fs.IntVar(&c.slowloris, "slowloris", defaultSlowloris, "slowloris connections held open in the hostile phase (0: none)")
@@ -150,8 +152,8 @@ func (c config) validate() error {
 		return fmt.Errorf("--url %q is not an http(s) URL such as %s", c.url, defaultURL)
 	case c.legitToken == "" || c.floodToken == "" || c.bombToken == "":
 		return errors.New("--token (or QUILL_TOKEN), --flood-token and --bomb-token are required; create them with: api token create --tenant T")
-	case c.duration <= 0 || c.warmup < 0 || c.timeout <= 0 || c.recover < 0 || c.drain < 0 || c.floodPause < 0:
-		return errors.New("--duration and --timeout must be positive; --warmup, --recover, --drain and --flood-pause not negative")
+	case c.duration <= 0 || c.warmup < 0 || c.timeout <= 0 || c.recover < 0 || c.drain < 0 || c.floodPause < 0 || c.legitThink < 0:
+		return errors.New("--duration and --timeout must be positive; --warmup, --recover, --drain, --flood-pause and --legit-think not negative")
 	case c.legitClients < 1:
 		return errors.New("--legit-clients must be at least 1")
 	case !share(c.resendShare) || !share(c.attachShare):
