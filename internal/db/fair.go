@@ -5,36 +5,46 @@ import (
 	"sync"
 )
 
-// Fair shares n slots — a pool's connections — among keys (tenants) so
-// that, when the slots are contended, each key with a request waiting gets
-// its turn in round robin rather than in arrival order. A tenant that
-// floods the API up to its concurrency limit would otherwise hold most of
-// the pool, and every other tenant would queue behind its requests; under
-// Fair it gets one turn per other waiting tenant's turn. A key alone is
-// never held back: with nobody else waiting it may take every slot, so a
-// fixed per-tenant cap's cost — a lone tenant using a fraction of the pool —
-// is not paid. Its methods are safe for concurrent use.
+// Fair shares n slots — a pool's connections — among keys (tenants). While
+// one key is active (holds or waits for a slot) it may take all n. While k
+// keys are active each may hold at most its share, ⌈n/k⌉, and the keys with
+// a request waiting get freed slots in turns (round robin), not in arrival
+// order. A tenant flooding the API up to its concurrency limit would
+// otherwise hold every connection, and PostgreSQL would spend its CPU on the
+// flood's transactions while every other tenant's request queued behind
+// them. A slot beyond a key's share stays free for the others rather than
+// going to the key over its share: the cost of fairness is that a busy
+// tenant beside a quiet one may leave connections unused. Slots held when a
+// key becomes active are not taken back; they count against the share once
+// given back. Its methods are safe for concurrent use.
 type Fair struct {
 	mu     sync.Mutex
+	n      int
 	free   int
+	held   map[string]int
 	queues map[string][]chan struct{} // waiters per key, in arrival order
 	order  []string                   // keys with waiters, whose turn is next first
 }
 
 // NewFair returns a Fair of n slots (at least 1).
 func NewFair(n int) *Fair {
-	return &Fair{free: max(1, n), queues: make(map[string][]chan struct{})}
+	n = max(1, n)
+	return &Fair{n: n, free: n, held: make(map[string]int), queues: make(map[string][]chan struct{})}
 }
 
-// Acquire takes a slot for key, waiting for key's turn while all are
-// taken. It returns the function that gives the slot back (call it exactly
-// once), or ctx's error when ctx ends first; then no slot is held.
+// Acquire takes a slot for key, waiting for key's turn while none is free
+// or key holds its share. It returns the function that gives the slot back
+// (call it once; later calls do nothing), or ctx's error when ctx ends
+// first; then no slot is held.
 func (f *Fair) Acquire(ctx context.Context, key string) (release func(), err error) {
 	f.mu.Lock()
-	if f.free > 0 { // then nobody waits: a release grants a waiter before it frees
-		f.free--
+	if f.free > 0 && f.held[key] < f.share(key) {
+		// A free slot with waiters behind it means they are over their
+		// shares (dispatch would have granted it otherwise): key goes
+		// before none of them.
+		f.take(key)
 		f.mu.Unlock()
-		return f.releaseFunc(), nil
+		return f.releaseFunc(key), nil
 	}
 	turn := make(chan struct{}, 1)
 	if len(f.queues[key]) == 0 {
@@ -45,48 +55,96 @@ func (f *Fair) Acquire(ctx context.Context, key string) (release func(), err err
 
 	select {
 	case <-turn:
-		return f.releaseFunc(), nil
+		return f.releaseFunc(key), nil
 	case <-ctx.Done():
 	}
 	f.mu.Lock()
 	select {
 	case <-turn:
-		// Granted as ctx ended: pass the slot on.
+		// Granted as ctx ended: give the slot back.
 		f.mu.Unlock()
-		f.release()
+		f.release(key)
 	default:
 		f.dequeue(key, turn)
+		f.dispatch() // one key fewer may raise the others' shares
 		f.mu.Unlock()
 	}
 	return nil, ctx.Err()
 }
 
-func (f *Fair) releaseFunc() func() {
-	var once sync.Once
-	return func() { once.Do(f.release) }
+// active is the number of keys holding or waiting for a slot, counting
+// key as one of them. Callers hold f.mu.
+func (f *Fair) active(key string) int {
+	k := len(f.held)
+	for q := range f.queues {
+		if _, holds := f.held[q]; !holds {
+			k++
+		}
+	}
+	if _, holds := f.held[key]; !holds {
+		if _, waits := f.queues[key]; !waits {
+			k++
+		}
+	}
+	return k
 }
 
-// release hands the slot to the first waiter of the key whose turn it is,
-// which then goes to the back of the order if it has more waiters, or
-// frees it.
-func (f *Fair) release() {
+// share is the most slots key may hold now. Callers hold f.mu.
+func (f *Fair) share(key string) int {
+	k := f.active(key)
+	return (f.n + k - 1) / k
+}
+
+// take gives key a free slot. Callers hold f.mu.
+func (f *Fair) take(key string) {
+	f.free--
+	f.held[key]++
+}
+
+func (f *Fair) releaseFunc(key string) func() {
+	var once sync.Once
+	return func() { once.Do(func() { f.release(key) }) }
+}
+
+// release gives key's slot back and hands free slots to waiters.
+func (f *Fair) release(key string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if len(f.order) == 0 {
-		f.free++
-		return
+	f.free++
+	if f.held[key]--; f.held[key] <= 0 {
+		delete(f.held, key)
 	}
-	key := f.order[0]
-	f.order = f.order[1:]
-	q := f.queues[key]
-	turn := q[0]
-	if len(q) == 1 {
-		delete(f.queues, key)
-	} else {
-		f.queues[key] = q[1:]
-		f.order = append(f.order, key)
+	f.dispatch()
+}
+
+// dispatch grants free slots to the waiting keys under their shares, in
+// turn: the first such key in the order gets one and goes to the back if
+// it still waits. Callers hold f.mu.
+func (f *Fair) dispatch() {
+	for f.free > 0 {
+		granted := false
+		for i, key := range f.order {
+			if f.held[key] >= f.share(key) {
+				continue
+			}
+			q := f.queues[key]
+			turn := q[0]
+			f.order = append(f.order[:i:i], f.order[i+1:]...)
+			if len(q) == 1 {
+				delete(f.queues, key)
+			} else {
+				f.queues[key] = q[1:]
+				f.order = append(f.order, key)
+			}
+			f.take(key)
+			turn <- struct{}{}
+			granted = true
+			break
+		}
+		if !granted {
+			return
+		}
 	}
-	turn <- struct{}{}
 }
 
 // dequeue removes a waiter that gave up. Callers hold f.mu.

@@ -58,6 +58,53 @@ func TestFairTakesTurnsAmongKeys(t *testing.T) {
 		"arrival order would have been flood-1, flood-2, flood-3, agent-1")
 }
 
+// While two keys are active each holds at most half the slots: a key over
+// its share waits even with a slot free, which the other key takes at once;
+// once the other key is gone, the first may take every slot again.
+func TestFairKeepsEachKeyToItsShare(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	f := NewFair(4)
+	var flood []func()
+	for range 4 {
+		rel, err := f.Acquire(ctx, "flood")
+		require.NoError(t, err)
+		flood = append(flood, rel)
+	}
+	agent := make(chan func(), 1)
+	go func() {
+		rel, err := f.Acquire(ctx, "agent")
+		if err == nil {
+			agent <- rel
+		}
+	}()
+	testkit.WaitFor(t, 5*time.Second, func() bool { return f.waiting("agent") == 1 }, "the agent waiting")
+	flood[0]()
+	a1 := <-agent // the freed slot goes to the agent
+
+	f5 := make(chan func(), 1)
+	go func() {
+		rel, err := f.Acquire(ctx, "flood")
+		if err == nil {
+			f5 <- rel
+		}
+	}()
+	testkit.WaitFor(t, 5*time.Second, func() bool { return f.waiting("flood") == 1 }, "a fifth flood request waiting")
+	flood[1]() // the flood holds 2 of 4 now: its share
+	f.mu.Lock()
+	free := f.free
+	f.mu.Unlock()
+	require.Equal(t, 1, free, "the slot stays free rather than go to the flood over its share")
+	require.Equal(t, 1, f.waiting("flood"))
+	a2, err := f.Acquire(ctx, "agent")
+	require.NoError(t, err, "the agent, under its share, takes the free slot at once")
+	a1()
+	a2()
+	(<-f5)() // the agent gone, the flood's share is every slot
+	flood[2]()
+	flood[3]()
+}
+
 // A key alone may take every slot.
 func TestFairLoneKeyTakesEverySlot(t *testing.T) {
 	t.Parallel()
@@ -135,6 +182,7 @@ func TestFairConcurrent(t *testing.T) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	require.Equal(t, n, f.free, "every slot back")
+	require.Empty(t, f.held)
 	require.Empty(t, f.order)
 	require.Empty(t, f.queues)
 }
