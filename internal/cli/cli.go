@@ -154,3 +154,14 @@ func PrintList[T any](w io.Writer, items []T, asJSON bool, none string, line fun
 	}
 	return nil
 }
+
+// EnvOr returns a lookup of getenv that gives def for an unset or empty
+// variable: the default of a tool's flag that its environment may set.
+func EnvOr(getenv func(string) string) func(name, def string) string {
+	return func(name, def string) string {
+		if v := getenv(name); v != "" {
+			return v
+		}
+		return def
+	}
+}

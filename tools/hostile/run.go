@@ -87,12 +87,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 			"the two runs side by side (make bench-hostile; see bench/README.md).\n\nFlags:")
 		fs.PrintDefaults()
 	}
-	envOr := func(name, def string) string {
-		if v := getenv(name); v != "" {
-			return v
-		}
-		return def
-	}
+	envOr := cli.EnvOr(getenv)
 	fs.StringVar(&c.url, "url", envOr("QUILL_URL", defaultURL), "API base URL (env QUILL_URL)")
 	fs.StringVar(&c.databaseURL, "database-url", envOr("DATABASE_URL", defaultDatabaseURL), "the API's database, where the legitimate notes are checked (env DATABASE_URL)")
 	fs.StringVar(&c.legitToken, "token", getenv("QUILL_TOKEN"), "the legitimate tenant's token (env QUILL_TOKEN)")

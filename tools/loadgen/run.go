@@ -93,12 +93,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		fmt.Fprintln(stderr, "usage: loadgen --token T [flags]\n\nDrives POST /v1/notes and reports throughput, latency and errors.\n\nFlags:")
 		fs.PrintDefaults()
 	}
-	envOr := func(name, def string) string {
-		if v := getenv(name); v != "" {
-			return v
-		}
-		return def
-	}
+	envOr := cli.EnvOr(getenv)
 	fs.StringVar(&c.url, "url", envOr("QUILL_URL", defaultURL), "API base URL; requests go to <url>/v1/notes (env QUILL_URL)")
 	fs.StringVar(&c.token, "token", getenv("QUILL_TOKEN"), "bearer token (env QUILL_TOKEN)")
 	fs.IntVar(&c.concurrency, "concurrency", defaultConcurrency, "concurrent clients, each with its own keep-alive connection")

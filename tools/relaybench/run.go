@@ -85,12 +85,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return nil
 	}
 	sub, args := args[0], args[1:]
-	envOr := func(name, def string) string {
-		if v := getenv(name); v != "" {
-			return v
-		}
-		return def
-	}
+	envOr := cli.EnvOr(getenv)
 	c := common{progress: stderr}
 	fs := flag.NewFlagSet("relaybench "+sub, flag.ContinueOnError)
 	fs.SetOutput(stderr)
