@@ -4,8 +4,9 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"sync"
 	"time"
+
+	"golang.org/x/net/netutil"
 
 	"github.com/quillhq/quill/internal/config"
 )
@@ -99,52 +100,7 @@ func (h HTTPSettings) Listen(addr string) (net.Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", addr, err)
 	}
-	return LimitListener(ln, h.WithDefaults().MaxConnections), nil
-}
-
-// LimitListener returns a listener whose Accept waits while n connections
-// it accepted are still open (golang.org/x/net/netutil's, without the
-// dependency): connections past the cap stay in the kernel's accept
-// queue instead of each holding a goroutine and a buffer.
-func LimitListener(ln net.Listener, n int) net.Listener {
-	return &limitListener{Listener: ln, sem: make(chan struct{}, n), done: make(chan struct{})}
-}
-
-type limitListener struct {
-	net.Listener
-	sem       chan struct{}
-	closeOnce sync.Once
-	done      chan struct{}
-}
-
-func (l *limitListener) Accept() (net.Conn, error) {
-	select {
-	case l.sem <- struct{}{}:
-	case <-l.done:
-		return nil, net.ErrClosed
-	}
-	c, err := l.Listener.Accept()
-	if err != nil {
-		<-l.sem
-		return nil, err
-	}
-	return &limitConn{Conn: c, release: func() { <-l.sem }}, nil
-}
-
-func (l *limitListener) Close() error {
-	err := l.Listener.Close()
-	l.closeOnce.Do(func() { close(l.done) })
-	return err
-}
-
-type limitConn struct {
-	net.Conn
-	once    sync.Once
-	release func()
-}
-
-func (c *limitConn) Close() error {
-	err := c.Conn.Close()
-	c.once.Do(c.release)
-	return err
+	// Connections past the cap stay in the kernel's accept queue instead
+	// of each holding a goroutine and a buffer.
+	return netutil.LimitListener(ln, h.WithDefaults().MaxConnections), nil
 }

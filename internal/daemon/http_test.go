@@ -65,13 +65,12 @@ func TestAdminServerClosesSlowConnections(t *testing.T) {
 	require.Less(t, time.Since(start), 2*time.Second)
 }
 
-// LimitListener accepts at most n connections open at once: the next
-// waits until one of them is closed.
-func TestLimitListener(t *testing.T) {
+// A server's listener accepts at most MaxConnections connections open at
+// once: the next waits until one of them is closed.
+func TestListenLimitsConnections(t *testing.T) {
 	t.Parallel()
-	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := daemon.HTTPSettings{MaxConnections: 2}.Listen("127.0.0.1:0")
 	require.NoError(t, err)
-	ln := daemon.LimitListener(inner, 2)
 	defer ln.Close()
 	accepted := make(chan net.Conn, 3)
 	go func() {
@@ -84,7 +83,7 @@ func TestLimitListener(t *testing.T) {
 		}
 	}()
 	for range 3 {
-		c, err := net.Dial("tcp", inner.Addr().String())
+		c, err := net.Dial("tcp", ln.Addr().String())
 		require.NoError(t, err)
 		defer c.Close()
 	}
