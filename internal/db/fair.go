@@ -22,6 +22,7 @@ type Fair struct {
 	n      int
 	free   int
 	held   map[string]int
+	live   map[string]int             // per active key: slots held + requests waiting
 	queues map[string][]chan struct{} // waiters per key, in arrival order
 	order  []string                   // keys with waiters, whose turn is next first
 }
@@ -29,19 +30,33 @@ type Fair struct {
 // NewFair returns a Fair of n slots (at least 1).
 func NewFair(n int) *Fair {
 	n = max(1, n)
-	return &Fair{n: n, free: n, held: make(map[string]int), queues: make(map[string][]chan struct{})}
+	return &Fair{n: n, free: n, held: make(map[string]int), live: make(map[string]int), queues: make(map[string][]chan struct{})}
+}
+
+// TryAcquire takes a slot for key when one is free and key is under its
+// share, without waiting: the release function, or nil. A free slot with
+// waiters behind it means they are over their shares (dispatch would have
+// granted it otherwise), so key goes before none of them.
+func (f *Fair) TryAcquire(key string) (release func()) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.free == 0 || f.held[key] >= f.share(key) {
+		return nil
+	}
+	f.live[key]++
+	f.take(key)
+	return f.releaseFunc(key)
 }
 
 // Acquire takes a slot for key, waiting for key's turn while none is free
-// or key holds its share. It returns the function that gives the slot back
+// or key holds its share (TryAcquire first, to need no timer on ctx when
+// it does not wait). It returns the function that gives the slot back
 // (call it once; later calls do nothing), or ctx's error when ctx ends
 // first; then no slot is held.
 func (f *Fair) Acquire(ctx context.Context, key string) (release func(), err error) {
 	f.mu.Lock()
+	f.live[key]++
 	if f.free > 0 && f.held[key] < f.share(key) {
-		// A free slot with waiters behind it means they are over their
-		// shares (dispatch would have granted it otherwise): key goes
-		// before none of them.
 		f.take(key)
 		f.mu.Unlock()
 		return f.releaseFunc(key), nil
@@ -66,33 +81,29 @@ func (f *Fair) Acquire(ctx context.Context, key string) (release func(), err err
 		f.release(key)
 	default:
 		f.dequeue(key, turn)
+		f.leave(key)
 		f.dispatch() // one key fewer may raise the others' shares
 		f.mu.Unlock()
 	}
 	return nil, ctx.Err()
 }
 
-// active is the number of keys holding or waiting for a slot, counting
-// key as one of them. Callers hold f.mu.
-func (f *Fair) active(key string) int {
-	k := len(f.held)
-	for q := range f.queues {
-		if _, holds := f.held[q]; !holds {
-			k++
-		}
+// share is the most slots key may hold now: ⌈n/k⌉ of the k active keys,
+// key counted among them. Callers hold f.mu.
+func (f *Fair) share(key string) int {
+	k := len(f.live)
+	if f.live[key] == 0 {
+		k++
 	}
-	if _, holds := f.held[key]; !holds {
-		if _, waits := f.queues[key]; !waits {
-			k++
-		}
-	}
-	return k
+	return (f.n + k - 1) / k
 }
 
-// share is the most slots key may hold now. Callers hold f.mu.
-func (f *Fair) share(key string) int {
-	k := f.active(key)
-	return (f.n + k - 1) / k
+// leave counts one request of key as gone (given back, or given up).
+// Callers hold f.mu.
+func (f *Fair) leave(key string) {
+	if f.live[key]--; f.live[key] <= 0 {
+		delete(f.live, key)
+	}
 }
 
 // take gives key a free slot. Callers hold f.mu.
@@ -114,6 +125,7 @@ func (f *Fair) release(key string) {
 	if f.held[key]--; f.held[key] <= 0 {
 		delete(f.held, key)
 	}
+	f.leave(key)
 	f.dispatch()
 }
 

@@ -183,6 +183,7 @@ func TestFairConcurrent(t *testing.T) {
 	defer f.mu.Unlock()
 	require.Equal(t, n, f.free, "every slot back")
 	require.Empty(t, f.held)
+	require.Empty(t, f.live)
 	require.Empty(t, f.order)
 	require.Empty(t, f.queues)
 }

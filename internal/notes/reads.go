@@ -104,6 +104,9 @@ func (s *Service) acquire(ctx context.Context, tenant string) (*heldConn, error)
 // Config.AcquireTimeout; past it the error wraps db.ErrPoolTimeout. The
 // returned function gives the turn back.
 func (s *Service) turn(ctx context.Context, tenant string) (func(), error) {
+	if release := s.fair.TryAcquire(tenant); release != nil {
+		return release, nil // the common case: no timer
+	}
 	tctx := ctx
 	if s.cfg.AcquireTimeout > 0 {
 		var cancel context.CancelFunc
