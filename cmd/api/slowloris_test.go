@@ -3,9 +3,11 @@ package main
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -107,3 +109,61 @@ func TestSlowConnectionsAreClosedWithinTheReadTimeout(t *testing.T) {
 
 // isReset: a server that closes with unread input sends a reset.
 func isReset(err error) bool { return errors.Is(err, syscall.ECONNRESET) }
+
+// TestRefusalsBeforeTheBodyKeepOrEndTheConnectionAtOnce: an answer decided
+// before the body was read (here a 401) keeps the connection when the small
+// body is there, so that a refused client (a flood, an agent told 429)
+// need not connect again for its next request, and ends it at once —
+// not after QUILL_READ_TIMEOUT — when the announced body never comes.
+func TestRefusalsBeforeTheBodyKeepOrEndTheConnectionAtOnce(t *testing.T) {
+	t.Parallel()
+	const readTimeout = 30 * time.Second
+	vars := map[string]string{"DATABASE_URL": dbtest.Schema(t), "QUILL_HTTP_ADDR": freeAddr(t), "QUILL_ADMIN_ADDR": freeAddr(t),
+		"QUILL_READ_TIMEOUT": readTimeout.String()}
+	getenv := env(vars)
+	start(t, getenv, "serve")
+	waitReady(t, "http://"+vars["QUILL_ADMIN_ADDR"]+"/readyz")
+	addr := vars["QUILL_HTTP_ADDR"]
+	const head = "POST /v1/notes HTTP/1.1\r\nHost: quill\r\nContent-Type: application/json\r\nIdempotency-Key: k\r\nContent-Length: "
+
+	t.Run("small body sent: the connection is reused", func(t *testing.T) {
+		t.Parallel()
+		c, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		defer c.Close()
+		require.NoError(t, c.SetDeadline(time.Now().Add(10*time.Second)))
+		br := bufio.NewReader(c)
+		body := `{"title":"refused"}`
+		for i := range 3 {
+			_, err = io.WriteString(c, head+strconv.Itoa(len(body))+"\r\n\r\n"+body)
+			require.NoError(t, err)
+			res, err := http.ReadResponse(br, nil)
+			require.NoError(t, err, "request %d on the same connection", i+1)
+			_, _ = io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			require.Equal(t, http.StatusUnauthorized, res.StatusCode)
+			require.False(t, res.Close, "request %d: the answer keeps the connection", i+1)
+		}
+	})
+	for _, n := range []int{1000, 100000, 1 << 20} {
+		t.Run(fmt.Sprintf("%d bytes announced, none sent: closed at once", n), func(t *testing.T) {
+			t.Parallel()
+			c, err := net.Dial("tcp", addr)
+			require.NoError(t, err)
+			defer c.Close()
+			require.NoError(t, c.SetDeadline(time.Now().Add(readTimeout/2)))
+			t0 := time.Now()
+			_, err = io.WriteString(c, head+strconv.Itoa(n)+"\r\n\r\n")
+			require.NoError(t, err)
+			res, err := http.ReadResponse(bufio.NewReader(c), nil)
+			require.NoError(t, err)
+			require.Equal(t, http.StatusUnauthorized, res.StatusCode)
+			_, err = io.Copy(io.Discard, res.Body)
+			for err == nil {
+				_, err = c.Read(make([]byte, 512))
+			}
+			require.True(t, errors.Is(err, io.EOF) || isReset(err), "the server ends the connection, got %v", err)
+			require.Less(t, time.Since(t0), 5*time.Second, "closed long before the read timeout (%s)", readTimeout)
+		})
+	}
+}

@@ -47,8 +47,10 @@ type statusWriter struct {
 	http.ResponseWriter
 	status int
 	bytes  int
-	// body is the request's body, nil when it has none.
-	body *bodyTracker
+	// body is the request's body, nil when it has none, and
+	// contentLength its announced length (-1: unknown, chunked).
+	body          *bodyTracker
+	contentLength int64
 }
 
 func (w *statusWriter) WriteHeader(code int) {
@@ -71,13 +73,32 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// closeOnUnreadBody asks, with Connection: close, to end the connection
-// after a response sent before the request's body was read to its end (a
-// 401, a 429, a 415…). Otherwise net/http would first read what is left of
-// the body to reuse the connection — from a client that announced a body
-// and never sends it, until the read timeout — and the answer would wait.
+// unreadBodyWait is how long what is left of a request's body may take to
+// arrive once the answer was decided without it (a 401, a 429, a 415…).
+const unreadBodyWait = 100 * time.Millisecond
+
+// maxUnreadBody is the most of a body left unread that the connection is
+// kept for: net/http reads up to that much (its maxPostHandlerReadBytes)
+// to reuse the connection, and closes it past that.
+const maxUnreadBody = 256 << 10
+
+// closeOnUnreadBody runs when a response starts before the request's body
+// was read to its end. net/http then reads what is left of the body — to
+// reuse the connection, or before closing it — under the connection's read
+// deadline, QUILL_READ_TIMEOUT from the request's start: from a client that
+// announced a body and never sends it (slowloris) the answer, or the
+// close, would wait that long. The deadline is cut to unreadBodyWait: a
+// small body on its way (a flood's next create, an agent's request refused
+// with 429) arrives within it and the connection is reused, instead of
+// every refusal costing both sides a new connection; one that never comes
+// ends the connection then. A body too large to be worth reading asks for
+// Connection: close at once.
 func (w *statusWriter) closeOnUnreadBody() {
-	if w.body != nil && !w.body.eof {
+	if w.body == nil || w.body.eof {
+		return
+	}
+	err := http.NewResponseController(w.ResponseWriter).SetReadDeadline(time.Now().Add(unreadBodyWait))
+	if err != nil || w.contentLength < 0 || w.contentLength > maxUnreadBody {
 		w.Header().Set("Connection", "close")
 	}
 }
@@ -109,7 +130,7 @@ func (s *server) observe(next http.Handler) http.Handler {
 		r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, ri))
 		sw := &statusWriter{ResponseWriter: w}
 		if r.Body != nil && r.Body != http.NoBody && (r.ContentLength != 0 || len(r.TransferEncoding) > 0) {
-			sw.body = &bodyTracker{ReadCloser: r.Body}
+			sw.body, sw.contentLength = &bodyTracker{ReadCloser: r.Body}, r.ContentLength
 			r.Body = sw.body
 		}
 		defer func() {
