@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -74,6 +76,8 @@ type serveConfig struct {
 	replayCacheBytes                      int
 	http                                  daemon.HTTPSettings
 	maxConcurrency, tenantConcurrency     int
+	tenantRate                            float64
+	tenantBurst                           int
 	lockTimeout, acquireTimeout           time.Duration
 }
 
@@ -94,6 +98,15 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	c.http.Define(s)
 	s.Int(&c.maxConcurrency, "max-concurrency", "QUILL_MAX_CONCURRENCY", httpapi.DefaultMaxConcurrency, 1, "requests the API works on at once; past it a request is answered 429 before its body is read")
 	s.Int(&c.tenantConcurrency, "tenant-concurrency", "QUILL_TENANT_CONCURRENCY", httpapi.DefaultTenantConcurrency, 1, "requests the API works on at once for one tenant; past it 429")
+	s.Func("tenant-rate", "QUILL_TENANT_RATE", "0", "requests per second one tenant may send, such as 50 or 0.5 (0: no rate limit); past it 429, before the body is read", func(v string) error {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || f < 0 || f > 1e6 {
+			return fmt.Errorf("%q is not a number of requests per second from 0 to 1000000", v)
+		}
+		c.tenantRate = f
+		return nil
+	})
+	s.Int(&c.tenantBurst, "tenant-burst", "QUILL_TENANT_BURST", 0, 0, "requests one tenant may send at once past QUILL_TENANT_RATE's pace (0: one second's worth, at least 1)")
 	s.Duration(&c.lockTimeout, "lock-timeout", "QUILL_LOCK_TIMEOUT", notes.DefaultLockTimeout, "longest a write waits for a row lock another transaction holds (a worker's batch); then 503, retry with the same key")
 	s.Duration(&c.acquireTimeout, "db-acquire-timeout", "QUILL_DB_ACQUIRE_TIMEOUT", notes.DefaultAcquireTimeout, "longest a request waits for a free PostgreSQL connection of the pool; then 503")
 	if err := cli.Parse(s, args); err != nil {
@@ -138,7 +151,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	api := httpapi.NewServer(httpapi.Deps{Pool: pool, Auth: auth.NewAuthenticator(pool, c.tokenCacheTTL),
 		Notes: svc, Log: log, Metrics: m,
 		Config: httpapi.Config{MaxBodyBytes: int64(c.maxBody), MaxAttachmentBytes: c.maxAttachment,
-			MaxConcurrency: c.maxConcurrency, TenantConcurrency: c.tenantConcurrency}})
+			MaxConcurrency: c.maxConcurrency, TenantConcurrency: c.tenantConcurrency,
+			TenantRate: c.tenantRate, TenantBurst: c.tenantBurst}})
 	admin := metrics.AdminHandler(log, reg, map[string]metrics.ReadyFunc{"postgres": metrics.PingReady(pool)})
 
 	g, gctx := errgroup.WithContext(ctx)

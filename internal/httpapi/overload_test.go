@@ -103,6 +103,37 @@ func TestTenantConcurrencyIsAdmittedBeforeTheBody(t *testing.T) {
 	require.Equal(t, http.StatusCreated, b.create(b.tokenA, "third", note("third")).status, "the same key once a slot is free")
 }
 
+// Past QUILL_TENANT_RATE (a bucket of QUILL_TENANT_BURST) a tenant's
+// requests are answered 429 naming the "tenant-rate" policy, with nothing
+// executed or recorded, however few it has in flight; another tenant has a
+// bucket of its own; the same key succeeds once the bucket refills.
+func TestTenantRateIsABucketPerTenant(t *testing.T) {
+	t.Parallel()
+	opts := hooked
+	opts.api = httpapi.Config{MaxConcurrency: 8, TenantConcurrency: 8, TenantRate: 2, TenantBurst: 3}
+	b := setup(t, opts)
+	for i := range 3 {
+		r := b.create(b.tokenA, fmt.Sprintf("burst-%d", i), note("burst"))
+		require.Equal(t, http.StatusCreated, r.status, "within the burst: %s", r.body)
+	}
+	r := b.create(b.tokenA, "past", note("past"))
+	require.Equal(t, http.StatusTooManyRequests, r.status, "%s", r.body)
+	p := r.json(t)
+	require.Equal(t, "rate_limited", p["code"])
+	require.Equal(t, "same_key", p["retry"])
+	require.Equal(t, "1", r.header.Get("Retry-After"))
+	require.Equal(t, `"server";q=8;qu="concurrent-requests", "tenant";q=8;qu="concurrent-requests", "tenant-rate";q=3;w=2`, r.header.Get("RateLimit-Policy"))
+	require.Equal(t, `"tenant-rate";r=0;t=1`, r.header.Get("RateLimit"))
+	require.Equal(t, 0, b.count(`SELECT count(*) FROM operations WHERE tenant = $1 AND key = 'past'`, b.tenantA), "nothing recorded")
+	require.Equal(t, http.StatusTooManyRequests, b.mustDo(req{method: http.MethodGet, path: "/v1/notes", token: b.tokenA}).status, "reads count too")
+
+	require.Equal(t, http.StatusCreated, b.create(b.tokenB, "other", note("other")).status, "another tenant's bucket is its own")
+
+	require.Eventually(t, func() bool { return b.create(b.tokenA, "past", note("past")).status == http.StatusCreated },
+		5*time.Second, 100*time.Millisecond, "the same key once the bucket refills")
+	require.Equal(t, 1, b.count(`SELECT count(*) FROM notes WHERE tenant = $1 AND title = 'past'`, b.tenantA))
+}
+
 // Past QUILL_MAX_CONCURRENCY every request is refused, of any tenant and
 // of the public routes; the answer names the server's policy.
 func TestMaxConcurrencyRefusesEveryone(t *testing.T) {

@@ -48,6 +48,12 @@ type Config struct {
 	// the API works on at once; past it 429, before the body is read.
 	// Default 32.
 	TenantConcurrency int
+	// TenantRate is the most requests per second of one tenant, a token
+	// bucket of TenantBurst (default: one second's worth, at least 1);
+	// past it 429, before the body is read. 0: no rate limit (the
+	// default).
+	TenantRate  float64
+	TenantBurst int
 	// MaxListBytes bounds the items of a list page, encoded: a page ends
 	// early, with a next_cursor, before the item that would pass it (a
 	// page holds at least one item). Default 1 MiB.
@@ -101,7 +107,7 @@ func NewServer(d Deps) http.Handler {
 	if d.Auth == nil {
 		d.Auth = auth.NewAuthenticator(d.Pool, 0)
 	}
-	s := &server{Deps: d, admit: newAdmission(d.Config.MaxConcurrency, d.Config.TenantConcurrency)}
+	s := &server{Deps: d, admit: newAdmission(d.Config.MaxConcurrency, d.Config.TenantConcurrency, d.Config.TenantRate, d.Config.TenantBurst)}
 	mux := http.NewServeMux()
 	var operations http.Handler
 	for _, rt := range s.routes() {
