@@ -25,6 +25,13 @@
 #   BENCH_HOSTILE_WARMUP (3)             unmeasured seconds before each
 #                                        phase's window (the attackers ramp up)
 #   BENCH_HOSTILE_CLIENTS (16)           legitimate clients
+#   BENCH_HOSTILE_LEGIT_TENANTS (16)     tenants the legitimate clients
+#                                        belong to, in turn (1: one tenant,
+#                                        "legit"; else legit-1 ... legit-N)
+#   BENCH_HOSTILE_ATTACK_CORES (0.5)     CPU cap of the attackers' process,
+#                                        cores (0: uncapped; an attacker's
+#                                        own machines pay for its requests,
+#                                        see bench/README.md)
 #   BENCH_HOSTILE_THINK_MS (0)           each legitimate client's pause after
 #                                        an answer (an agent's think time; 0:
 #                                        back to back, saturating the machine)
@@ -42,6 +49,8 @@
 #   BENCH_HOSTILE_RECOVER (30)           seconds to resend unanswered creates
 #   BENCH_HOSTILE_DRAIN (30)             seconds to wait for the legitimate
 #                                        attachments after the phases
+#   QUILL_TENANT_RATE (100)              passed to the API: each tenant's
+#                                        requests/s (0: no rate limit)
 #   QUILL_TENANT_CONCURRENCY (32)        passed to the API; the flood is this ×
 #                                        the factor
 #   QUILL_WORKER_DECODE_MEMORY (268435456) passed to the worker; its RSS
@@ -59,6 +68,8 @@ source scripts/lib.sh
 DURATION=${BENCH_HOSTILE_DURATION:-20}
 WARMUP=${BENCH_HOSTILE_WARMUP:-3}
 CLIENTS=${BENCH_HOSTILE_CLIENTS:-16}
+LEGIT_TENANTS=${BENCH_HOSTILE_LEGIT_TENANTS:-16}
+ATTACK_CORES=${BENCH_HOSTILE_ATTACK_CORES:-0.5}
 THINK_MS=${BENCH_HOSTILE_THINK_MS:-0}
 RESEND_PERCENT=${BENCH_HOSTILE_RESEND_PERCENT:-20}
 ATTACH_PERCENT=${BENCH_HOSTILE_ATTACH_PERCENT:-50}
@@ -71,6 +82,7 @@ TIMEOUT=${BENCH_HOSTILE_TIMEOUT:-10}
 RECOVER=${BENCH_HOSTILE_RECOVER:-30}
 DRAIN=${BENCH_HOSTILE_DRAIN:-30}
 export QUILL_TENANT_CONCURRENCY=${QUILL_TENANT_CONCURRENCY:-32}
+export QUILL_TENANT_RATE=${QUILL_TENANT_RATE:-100}
 export QUILL_WORKER_DECODE_MEMORY=${QUILL_WORKER_DECODE_MEMORY:-268435456}
 STREAM=QUILL_BENCH_HOSTILE
 PREFIX=quillhostile
@@ -88,6 +100,9 @@ rate() { [[ $2 =~ ^(0|[1-9][0-9]*)(\.[0-9]+)?$|^0?\.[0-9]+$ ]] || die "$1 must b
 posint BENCH_HOSTILE_DURATION "$DURATION"
 seconds BENCH_HOSTILE_WARMUP "$WARMUP"
 posint BENCH_HOSTILE_CLIENTS "$CLIENTS"
+posint BENCH_HOSTILE_LEGIT_TENANTS "$LEGIT_TENANTS"
+((LEGIT_TENANTS <= CLIENTS)) || die "BENCH_HOSTILE_LEGIT_TENANTS ($LEGIT_TENANTS) must not exceed BENCH_HOSTILE_CLIENTS ($CLIENTS): each tenant needs a client"
+rate BENCH_HOSTILE_ATTACK_CORES "$ATTACK_CORES"
 count BENCH_HOSTILE_THINK_MS "$THINK_MS"
 percent BENCH_HOSTILE_RESEND_PERCENT "$RESEND_PERCENT"
 percent BENCH_HOSTILE_ATTACH_PERCENT "$ATTACH_PERCENT"
@@ -100,6 +115,7 @@ posint BENCH_HOSTILE_TIMEOUT "$TIMEOUT"
 seconds BENCH_HOSTILE_RECOVER "$RECOVER"
 seconds BENCH_HOSTILE_DRAIN "$DRAIN"
 posint QUILL_TENANT_CONCURRENCY "$QUILL_TENANT_CONCURRENCY"
+rate QUILL_TENANT_RATE "$QUILL_TENANT_RATE"
 posint QUILL_WORKER_DECODE_MEMORY "$QUILL_WORKER_DECODE_MEMORY"
 
 bench_db quill_bench_hostile
@@ -111,7 +127,13 @@ recreate_bench_db
 
 # reads_setting BINARY SUBCOMMAND VARIABLE: the program's --help names
 # VARIABLE, so it reads it (a build before issue 13's limits does not).
-reads_setting() { "$1" "$2" --help 2>&1 | grep -q "($3,"; }
+# (The help is read whole first: grep -q stopping early would kill the
+# writer with SIGPIPE, which pipefail reports as "not read".)
+reads_setting() {
+	local help
+	help=$("$1" "$2" --help 2>&1) || true
+	[[ $help == *"($3,"* ]]
+}
 # setting_note BINARY SUBCOMMAND VARIABLE: "VARIABLE=value" (or its
 # default) and whether the program reads it.
 setting_note() {
@@ -130,9 +152,17 @@ wait_for_line "$WORK/nats/nats.log" 'Server is ready' "$NATS_PID" 15 || die "nat
 NATS_URL="nats://$(sed -n 's/.*Listening for client connections on \([0-9.]*:[0-9]*\).*/\1/p' "$WORK/nats/nats.log" | head -1)"
 [[ $NATS_URL != nats:// ]] || die "no client port in $WORK/nats/nats.log"
 
-start_api legit
-LEGIT_TOKEN=$TOKEN
 token() { DATABASE_URL=$BENCH_URL ./bin/api token create --tenant "$1" 2>>"$WORK/api-cli.log" || die "api token create --tenant $1 failed (see $WORK/api-cli.log)"; }
+if ((LEGIT_TENANTS == 1)); then
+	start_api legit
+	LEGIT_TOKENS=$TOKEN LEGIT_NAMES=legit
+else
+	start_api legit-1
+	LEGIT_TOKENS=$TOKEN LEGIT_NAMES=legit-1
+	for ((i = 2; i <= LEGIT_TENANTS; i++)); do
+		LEGIT_TOKENS+=",$(token "legit-$i")" LEGIT_NAMES+=",legit-$i"
+	done
+fi
 FLOOD_TOKEN=$(token flood)
 BOMB_TOKEN=$(token bomber)
 
@@ -154,8 +184,20 @@ RELAY_PID=$DAEMON_PID
 daemon worker ./bin/attachment-worker run
 WORKER_PID=$DAEMON_PID
 
-API_NOTE="pid $API_PID, $(setting_note ./bin/api serve QUILL_TENANT_CONCURRENCY), $(setting_note ./bin/api serve QUILL_MAX_CONCURRENCY), $(setting_note ./bin/api serve QUILL_READ_TIMEOUT)"
+API_NOTE="pid $API_PID, $(setting_note ./bin/api serve QUILL_TENANT_CONCURRENCY), $(setting_note ./bin/api serve QUILL_TENANT_RATE), $(setting_note ./bin/api serve QUILL_MAX_CONCURRENCY), $(setting_note ./bin/api serve QUILL_READ_TIMEOUT)"
 WORKER_NOTE="pid $WORKER_PID, $(setting_note ./bin/attachment-worker run QUILL_WORKER_DECODE_MEMORY), $(setting_note ./bin/attachment-worker run QUILL_MAX_PIXELS)"
+
+# The attackers run in a process of their own (tools/hostile starts it),
+# held to ATTACK_CORES: an attacker's requests cost its own machines, and
+# on one machine of two cores an uncapped one takes from the API the CPU it
+# spends making them.
+ATTACK_WRAP="" ATTACK_NOTE="a process of their own, uncapped (BENCH_HOSTILE_ATTACK_CORES=0)"
+if [[ $ATTACK_CORES != 0 && $ATTACK_CORES != 0.0 ]]; then
+	cap_init
+	cap_wrapper hostile-attack "$ATTACK_CORES" "$WORK/attack-cap.sh"
+	ATTACK_WRAP=$WORK/attack-cap.sh
+	ATTACK_NOTE="a process of their own held to $ATTACK_CORES cores ($CAP_METHOD CPU quota; BENCH_HOSTILE_ATTACK_CORES)"
+fi
 
 # --- the benchmark --------------------------------------------------------------------
 wait_quiet_start
@@ -163,9 +205,11 @@ share() { awk -v p="$1" 'BEGIN { printf "%.2f", p / 100 }'; }
 log "running tools/hostile: 2 × (${WARMUP}s + ${DURATION}s), then up to ${RECOVER}s of resends and ${DRAIN}s for attachments"
 rc=0
 ./bin/hostile --url "$API_URL" --database-url "$BENCH_URL" \
-	--token "$LEGIT_TOKEN" --flood-token "$FLOOD_TOKEN" --bomb-token "$BOMB_TOKEN" \
-	--legit-tenant legit --flood-tenant flood --bomb-tenant bomber \
+	--token "$LEGIT_TOKENS" --flood-token "$FLOOD_TOKEN" --bomb-token "$BOMB_TOKEN" \
+	--legit-tenant "$LEGIT_NAMES" --flood-tenant flood --bomb-tenant bomber \
 	--api-pid "$API_PID" --worker-pid "$WORKER_PID" \
+	--cpu-pid api="$API_PID" --cpu-pid relay="$RELAY_PID" --cpu-pid worker="$WORKER_PID" --cpu-pid nats="$NATS_PID" \
+	--attack-wrap "$ATTACK_WRAP" --attack-note "$ATTACK_NOTE" \
 	--duration "${DURATION}s" --warmup "${WARMUP}s" --timeout "${TIMEOUT}s" --recover "${RECOVER}s" --drain "${DRAIN}s" \
 	--legit-clients "$CLIENTS" --legit-think "${THINK_MS}ms" --resend-share "$(share "$RESEND_PERCENT")" --attach-share "$(share "$ATTACH_PERCENT")" \
 	--slowloris "$SLOWLORIS" --bad-token-rate "$BAD_TOKEN_RATE" --bomb-rate "$BOMB_RATE" \

@@ -210,6 +210,36 @@ cap_start() {
 	CAPPED_PID=$!
 }
 
+# cap_wrapper NAME CORES FILE: writes FILE, an executable that runs its
+# arguments (exec) inside a fresh group NAME held to CORES cores, for a
+# program that starts the capped process itself (tools/hostile
+# --attack-wrap). The group is removed on exit like cap_start's.
+cap_wrapper() {
+	local name=$1 cores=$2 file=$3 dir quota
+	quota=$(cap_quota_us "$cores")
+	((quota >= 1000)) || die "a CPU cap of $cores cores is below the kernel's 1 ms minimum quota"
+	case $CAP_METHOD in
+	cgroup1 | cgroup2)
+		dir=$(cap_dir "$name")
+		cap_remove "$dir"
+		mkdir "$dir" || die "mkdir $dir failed"
+		CAP_DIRS+=("$dir")
+		if [[ $CAP_METHOD == cgroup1 ]]; then
+			echo "$CAP_PERIOD_US" >"$dir/cpu.cfs_period_us" && echo "$quota" >"$dir/cpu.cfs_quota_us"
+		else
+			echo "$quota $CAP_PERIOD_US" >"$dir/cpu.max"
+		fi || die "cannot set the CPU quota of $dir"
+		printf '#!/usr/bin/env bash\necho $$ >%q/cgroup.procs && exec env -u GOMAXPROCS "$@"\n' "$dir" >"$file"
+		;;
+	systemd)
+		printf '#!/usr/bin/env bash\nexec env -u GOMAXPROCS systemd-run --scope --quiet --unit quill-bench-%s-$$ -p CPUQuota=%s%% -- "$@"\n' \
+			"$name" "$(awk -v c="$cores" 'BEGIN { printf "%d", c * 100 }')" >"$file"
+		;;
+	*) die "cap_wrapper before cap_init" ;;
+	esac
+	chmod +x "$file"
+}
+
 # cap_throttled NAME: "periods throttled throttled_s" of group NAME so far
 # (cgroup v1 cpu.stat or v2 cpu.stat); "- - -" under systemd.
 cap_throttled() {

@@ -57,7 +57,7 @@ type legit struct {
 	cfg      config
 	hc       *http.Client
 	endpoint string
-	auth     string
+	auths    []string // client w sends auths[w % len]
 	attach   string
 	filler   string
 	// ops[w] are client w's operations over all phases, so later phases
@@ -70,13 +70,22 @@ type legit struct {
 func newLegit(cfg config) *legit {
 	return &legit{
 		cfg: cfg, hc: newHTTPClient(cfg.legitClients, cfg.timeout),
-		endpoint: cfg.notesURL(), auth: "Bearer " + cfg.legitToken,
+		endpoint: cfg.notesURL(), auths: bearers(cfg.legitTokens),
 		attach: fmt.Sprintf(`,"attachment":{"filename":"legit.png","content_type":"image/png","data":"%s"}`,
 			base64.StdEncoding.EncodeToString(attachment.BenchFixturePNG64K())),
 		filler: "a note an agent writes, and perhaps writes again when it is unsure the first one landed",
 		ops:    make([][]*legitOp, cfg.legitClients),
 		acked:  make([][]*legitOp, cfg.legitClients),
 	}
+}
+
+// bearers is the Authorization values of toks.
+func bearers(toks []string) []string {
+	out := make([]string, len(toks))
+	for i, t := range toks {
+		out[i] = "Bearer " + t
+	}
+	return out
 }
 
 // newOp is client w's next create.
@@ -97,10 +106,11 @@ func (l *legit) body(op *legitOp) []byte {
 // send sends op until an attempt is answered 2xx, a 4xx that no retry
 // fixes, or the next attempt would start after until; it returns the last
 // answer and counts every attempt in reqs.
-func (l *legit) send(ctx context.Context, op *legitOp, until time.Time, reqs counts) answer {
+func (l *legit) send(ctx context.Context, w int, op *legitOp, until time.Time, reqs counts) answer {
 	body := l.body(op)
+	auth := l.auths[w%len(l.auths)]
 	for {
-		a := post(ctx, l.hc, l.endpoint, l.auth, op.key, body)
+		a := post(ctx, l.hc, l.endpoint, auth, op.key, body)
 		reqs[a.kind()]++
 		if a.kind() == "2xx" || !a.retryable() || ctx.Err() != nil {
 			return a
@@ -138,7 +148,7 @@ func (l *legit) run(ctx context.Context, phase string) legitPhase {
 					op = l.newOp(phase, w, seq, rng.Float64() < l.cfg.attachShare)
 					l.ops[w] = append(l.ops[w], op)
 				}
-				a := l.send(ctx, op, end, st.Requests)
+				a := l.send(ctx, w, op, end, st.Requests)
 				d := time.Since(t0)
 				ok := a.kind() == "2xx"
 				switch {
@@ -199,7 +209,7 @@ func (l *legit) run(ctx context.Context, phase string) legitPhase {
 // many were answered now and how many still are not.
 func (l *legit) recover(ctx context.Context, until time.Time) (recovered, unresolved int) {
 	reqs := counts{}
-	for _, ops := range l.ops {
+	for w, ops := range l.ops {
 		for _, op := range ops {
 			if op.acked {
 				continue
@@ -210,7 +220,7 @@ func (l *legit) recover(ctx context.Context, until time.Time) (recovered, unreso
 				unresolved++
 				continue
 			}
-			if a := l.send(ctx, op, until, reqs); a.kind() == "2xx" {
+			if a := l.send(ctx, w, op, until, reqs); a.kind() == "2xx" {
 				op.acked, op.noteID = true, a.noteID
 				recovered++
 			} else {

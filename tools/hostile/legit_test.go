@@ -12,7 +12,7 @@ import (
 // the integrity check looks for, and only the ops that say so carry the PNG.
 func TestLegitBody(t *testing.T) {
 	t.Parallel()
-	l := newLegit(config{legitClients: 1, runID: "h-test", legitToken: "t", url: defaultURL})
+	l := newLegit(config{legitClients: 1, runID: "h-test", legitTokens: []string{"t"}, url: defaultURL})
 	for _, attach := range []bool{false, true} {
 		op := l.newOp("q", 0, 7, attach)
 		require.Equal(t, "h-test-q-0-7", op.key)

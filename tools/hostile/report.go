@@ -27,12 +27,8 @@ const (
 // report is everything one run measured.
 type report struct {
 	cfg            config
-	bombBytes      int
 	quiet, hostile phaseResult
-	loris          *lorisStats
-	badTokens      *rateStats
-	flood          *floodStats
-	bombs          *rateStats
+	attack         attackReport
 	recovered      int
 	quietDrain     drained
 	hostileDrain   drained
@@ -115,6 +111,55 @@ func peakCell(p peak) string {
 	return fmtMiB(p.KiB)
 }
 
+// tenantsPhrase is "tenant a" or "3 tenants (a, b, c)".
+func tenantsPhrase(ts []string) string {
+	if len(ts) == 1 {
+		return "tenant " + ts[0]
+	}
+	return fmt.Sprintf("%d tenants (%s)", len(ts), strings.Join(ts, ", "))
+}
+
+// cpuOrder is the order of the CPU table's rows; other names follow.
+var cpuOrder = []string{"api", postgresComm, "nats", "relay", "worker", "tool (legitimate clients)", "attackers"}
+
+// writeCPU prints the cores each process used over each phase's measured
+// window: where the machine's CPU went, and what the attack took of it.
+func (r *report) writeCPU(w io.Writer) {
+	q, h := r.quiet.cpu, r.hostile.cpu
+	if len(q) == 0 && len(h) == 0 {
+		return
+	}
+	names := slices.Clone(cpuOrder)
+	for _, u := range []cpuUse{q, h} {
+		for n := range u {
+			if !slices.Contains(names, n) && n != machineRow {
+				names = append(names, n)
+			}
+		}
+	}
+	slices.Sort(names[len(cpuOrder):])
+	cell := func(u cpuUse, n string) string {
+		v, ok := u[n]
+		if !ok {
+			return "-"
+		}
+		return strconv.FormatFloat(v, 'f', 2, 64)
+	}
+	fmt.Fprintln(w, "CPU, cores used over the measured window (utime+stime from /proc; postgres: all its processes):")
+	for _, n := range append(names, machineRow) {
+		if _, qok := q[n]; !qok {
+			if _, hok := h[n]; !hok {
+				continue
+			}
+		}
+		label := n
+		if n == machineRow {
+			label = "machine (all processes, /proc/stat)"
+		}
+		fmt.Fprintf(w, "  %-36s quiet %5s   hostile %5s\n", label, cell(q, n), cell(h, n))
+	}
+}
+
 func pct(a, b int) string {
 	if b == 0 {
 		return "n/a"
@@ -132,8 +177,8 @@ func (r *report) write(w io.Writer) int {
 	if c.legitThink > 0 {
 		think = c.legitThink.String() + " of think time after each answer"
 	}
-	fmt.Fprintf(w, "Legitimate workload: %d clients, one request at a time each, %s; %.0f %% of operations resend an earlier create (same key, same body), %.0f %% of creates carry a 64 KiB PNG; per phase %s warmup + %s measured\n",
-		c.legitClients, think, 100*c.resendShare, 100*c.attachShare, c.warmup, c.duration)
+	fmt.Fprintf(w, "Legitimate workload: %d clients in %s, one request at a time each, %s; %.0f %% of operations resend an earlier create (same key, same body), %.0f %% of creates carry a 64 KiB PNG; per phase %s warmup + %s measured\n",
+		c.legitClients, tenantsPhrase(c.legitTenants), think, 100*c.resendShare, 100*c.attachShare, c.warmup, c.duration)
 	var adds []string
 	if c.slowloris > 0 {
 		adds = append(adds, fmt.Sprintf("%d slowloris connections (Content-Length: %d, no token, no body)", c.slowloris, slowlorisLength))
@@ -147,7 +192,7 @@ func (r *report) write(w io.Writer) int {
 	}
 	if c.bombRate > 0 {
 		adds = append(adds, fmt.Sprintf("image bombs at %g/s from tenant %s (%d×%d 16-bit RGBA PNG of %d bytes, decoding to %.0f MiB)",
-			c.bombRate, c.bombTenant, bombSide, bombSide, r.bombBytes, float64(decodedBytes(bombSide, bombSide))/mib))
+			c.bombRate, c.bombTenant, bombSide, bombSide, r.attack.BombBytes, float64(decodedBytes(bombSide, bombSide))/mib))
 	}
 	if len(adds) == 0 {
 		adds = []string{"nothing (every attacker is off)"}
@@ -158,6 +203,9 @@ func (r *report) write(w io.Writer) int {
 	}
 	if c.noteWorker != "" {
 		fmt.Fprintf(w, "Worker: %s\n", c.noteWorker)
+	}
+	if c.noteAttack != "" {
+		fmt.Fprintf(w, "Attackers: %s\n", c.noteAttack)
 	}
 	fmt.Fprintln(w)
 
@@ -196,6 +244,7 @@ func (r *report) write(w io.Writer) int {
 			v.judge(r.hostile.worker.KiB > 0 && !r.hostile.worker.Exited && r.hostile.worker.KiB*1024 < workerMax)))
 	fmt.Fprintf(w, "legit requests by answer: quiet %s; hostile %s\n", formatCounts(ql.Requests), formatCounts(hl.Requests))
 	fmt.Fprintln(w, "peak RSS: the highest VmHWM over the phase and the drain after it (the kernel's mark, reset at the phase's start)")
+	r.writeCPU(w)
 	unreset := func(p peak) bool { return p.KiB > 0 && !p.Reset }
 	if unreset(r.quiet.api) || unreset(r.hostile.api) || unreset(r.quiet.worker) || unreset(r.hostile.worker) {
 		fmt.Fprintln(w, "* the kernel's peak mark could not be reset (clear_refs): the peak since the process started")
@@ -224,7 +273,7 @@ func (r *report) write(w io.Writer) int {
 		ql.NotReplayed+hl.NotReplayed, ql.OtherNote+hl.OtherNote, v.judge(bad == 0))
 	fmt.Fprintf(w, "  rejected (a 4xx no retry fixes): %d — target 0: %s\n", ql.Rejected+hl.Rejected, v.judge(ql.Rejected+hl.Rejected == 0))
 	if in.Strays > 0 {
-		fmt.Fprintf(w, "  notes of tenant %s that no key of this run made: %d\n", c.legitTenant, in.Strays)
+		fmt.Fprintf(w, "  notes of %s that no key of this run made: %d\n", tenantsPhrase(c.legitTenants), in.Strays)
 	}
 	fmt.Fprintf(w, "  legitimate attachments at the end: %s\n", formatCounts(r.attach.byStatus))
 	if len(r.attach.reasons) > 0 {
@@ -233,20 +282,20 @@ func (r *report) write(w io.Writer) int {
 	fmt.Fprintln(w)
 
 	fmt.Fprintln(w, "Attackers (hostile phase):")
-	if l := r.loris; l != nil {
+	if l := r.attack.Loris; l != nil {
 		p50, mx := lifetimeSummary(l.Lifetimes)
 		fmt.Fprintf(w, "  slowloris: %d connections opened for %d places; %d closed by the server (lifetime median %gs, max %gs; answers %s); %d still open at the end; %d dials failed\n",
 			l.Conns, c.slowloris, l.Closed, p50, mx, formatCounts(l.Answers), l.OpenAtEnd, l.DialErrs)
 	}
-	if b := r.badTokens; b != nil {
+	if b := r.attack.BadTokens; b != nil {
 		fmt.Fprintf(w, "  bad tokens: %d sent (%g/s asked), %d slots skipped (all %d in flight); answers %s\n",
 			b.Sent, c.badTokenRate, b.Skipped, badTokenInFlight, formatCounts(b.Answers))
 	}
-	if f := r.flood; f != nil {
+	if f := r.attack.Flood; f != nil {
 		fmt.Fprintf(w, "  flood (tenant %s, %d concurrent): %d requests, answered 429: %s; answers %s\n",
 			c.floodTenant, c.floodFactor*c.tenantConcurrency, f.Requests, pct(f.Answers["http_429"], f.Requests), formatCounts(f.Answers))
 	}
-	if b := r.bombs; b != nil {
+	if b := r.attack.Bombs; b != nil {
 		fmt.Fprintf(w, "  bombs: %d sent (%g/s asked), %d slots skipped; answers %s\n", b.Sent, c.bombRate, b.Skipped, formatCounts(b.Answers))
 		fmt.Fprintf(w, "    the bombs' attachments at the end: %s", formatCounts(r.bombOutcome.byStatus))
 		if len(r.bombOutcome.reasons) > 0 {

@@ -157,18 +157,19 @@ func TestCheck(t *testing.T) {
 func goodReport() *report {
 	c := config{legitClients: 16, resendShare: 0.2, attachShare: 0.5, warmup: time.Second, duration: 10 * time.Second,
 		slowloris: 200, badTokenRate: 500, tenantConcurrency: 32, floodFactor: 10, bombRate: 1,
-		decodeBudget: defaultDecodeBudget, legitTenant: "legit", floodTenant: "flood", bombTenant: "bomber", drain: time.Second}
+		decodeBudget: defaultDecodeBudget, legitTenants: []string{"legit"}, floodTenant: "flood", bombTenant: "bomber", drain: time.Second}
 	quiet := legitPhase{Lat: ms(10, 10, 10, 10, 20), Done: 5, Creates: 4, Resends: 1, WindowS: 1, Requests: counts{"2xx": 5}}
 	hostile := legitPhase{Lat: ms(12, 12, 12, 12, 40), Done: 4, Creates: 3, Resends: 1, WindowS: 1, Requests: counts{"2xx": 4}}
 	okPeak := func(kib int64) peak { return peak{KiB: kib, Reset: true} }
 	return &report{
-		cfg: c, bombBytes: 327781,
-		quiet:     phaseResult{legit: quiet, api: okPeak(40 << 10), worker: okPeak(80 << 10)},
-		hostile:   phaseResult{legit: hostile, api: okPeak(200 << 10), worker: okPeak(300 << 10)},
-		loris:     &lorisStats{Conns: 250, Closed: 50, OpenAtEnd: 200, Lifetimes: ms(1000, 30000), Answers: counts{"http_408": 50}},
-		badTokens: &rateStats{Sent: 5000, Answers: counts{"http_401": 4000, "http_429": 1000}},
-		flood:     &floodStats{Requests: 1000, Answers: counts{"2xx": 100, "http_429": 900}},
-		bombs:     &rateStats{Sent: 10, Answers: counts{"2xx": 10}},
+		cfg:     c,
+		quiet:   phaseResult{legit: quiet, api: okPeak(40 << 10), worker: okPeak(80 << 10)},
+		hostile: phaseResult{legit: hostile, api: okPeak(200 << 10), worker: okPeak(300 << 10)},
+		attack: attackReport{BombBytes: 327781,
+			Loris:     &lorisStats{Conns: 250, Closed: 50, OpenAtEnd: 200, Lifetimes: ms(1000, 30000), Answers: counts{"http_408": 50}},
+			BadTokens: &rateStats{Sent: 5000, Answers: counts{"http_401": 4000, "http_429": 1000}},
+			Flood:     &floodStats{Requests: 1000, Answers: counts{"2xx": 100, "http_429": 900}},
+			Bombs:     &rateStats{Sent: 10, Answers: counts{"2xx": 10}}},
 		integrity: integrity{Keys: 7, Acked: 7},
 		attach:    states{byStatus: counts{"processed": 3}},
 		bombOutcome: states{byStatus: counts{"failed": 10},
@@ -205,7 +206,7 @@ func TestReportTargets(t *testing.T) {
 		{"a resend not replayed", func(r *report) { r.hostile.legit.NotReplayed = 1 }, 1, []string{"Idempotent-Replayed: true 1, naming another note 0 — target 0: MISSED"}},
 		{"no attackers", func(r *report) {
 			r.cfg.slowloris, r.cfg.badTokenRate, r.cfg.floodFactor, r.cfg.bombRate = 0, 0, 0, 0
-			r.loris, r.badTokens, r.flood, r.bombs = nil, nil, nil, nil
+			r.attack = attackReport{}
 		}, 0, []string{"Hostile phase adds: nothing (every attacker is off)"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -9,9 +9,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"net/url"
+	"os"
+	"slices"
+	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -54,24 +57,31 @@ const (
 
 // config is one run's settings.
 type config struct {
-	url, databaseURL                  string
-	legitToken, floodToken, bombToken string
-	legitTenant, bombTenant           string
-	floodTenant                       string
-	apiPID, workerPID                 int
-	duration, warmup, timeout         time.Duration
-	recover, drain                    time.Duration
-	floodPause                        time.Duration
-	legitClients                      int
-	legitThink                        time.Duration
-	resendShare, attachShare          float64
-	slowloris                         int
-	badTokenRate, bombRate            float64
-	tenantConcurrency, floodFactor    int
-	decodeBudget                      int64
-	runID                             string
-	seed                              uint64
-	noteAPI, noteWorker               string
+	url, databaseURL                string
+	legitTokens                     []string // client w uses legitTokens[w % len]
+	legitTenants                    []string // the tenants of legitTokens, in order
+	floodToken, bombToken           string
+	bombTenant                      string
+	floodTenant                     string
+	apiPID, workerPID               int
+	cpuPIDs                         map[string]int // processes whose CPU is reported
+	duration, warmup, timeout       time.Duration
+	recover, drain                  time.Duration
+	floodPause                      time.Duration
+	legitClients                    int
+	legitThink                      time.Duration
+	resendShare, attachShare        float64
+	slowloris                       int
+	badTokenRate, bombRate          float64
+	tenantConcurrency, floodFactor  int
+	decodeBudget                    int64
+	runID                           string
+	seed                            uint64
+	noteAPI, noteWorker, noteAttack string
+	// attackChild: this process is the attackers' (attackers.go);
+	// attackWrap: the command the parent starts it behind (a CPU cap).
+	attackChild bool
+	attackWrap  string
 }
 
 func (c config) notesURL() string { return strings.TrimRight(c.url, "/") + notesPath }
@@ -90,10 +100,11 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	envOr := cli.EnvOr(getenv)
 	fs.StringVar(&c.url, "url", envOr("QUILL_URL", defaultURL), "API base URL (env QUILL_URL)")
 	fs.StringVar(&c.databaseURL, "database-url", envOr("DATABASE_URL", defaultDatabaseURL), "the API's database, where the legitimate notes are checked (env DATABASE_URL)")
-	fs.StringVar(&c.legitToken, "token", getenv("QUILL_TOKEN"), "the legitimate tenant's token (env QUILL_TOKEN)")
+	var legitTokens, legitTenants string
+	fs.StringVar(&legitTokens, "token", getenv("QUILL_TOKEN"), "the legitimate tenants' tokens, comma-separated: client w uses the (w mod n)th (env QUILL_TOKEN)")
 	fs.StringVar(&c.floodToken, "flood-token", "", "the flooding tenant's token")
 	fs.StringVar(&c.bombToken, "bomb-token", "", "the token the image bombs are sent with")
-	fs.StringVar(&c.legitTenant, "legit-tenant", defaultLegitTenant, "the tenant of --token")
+	fs.StringVar(&legitTenants, "legit-tenant", defaultLegitTenant, "the tenants of --token's tokens, comma-separated, in the same order")
 	fs.StringVar(&c.bombTenant, "bomb-tenant", defaultBombTenant, "the tenant of --bomb-token")
 	fs.StringVar(&c.floodTenant, "flood-tenant", defaultFloodTenant, "the tenant of --flood-token (for the report)")
 	fs.IntVar(&c.apiPID, "api-pid", 0, "the API's pid: its peak RSS (VmHWM) per phase (0: not measured)")
@@ -116,6 +127,11 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.Int64Var(&c.decodeBudget, "decode-budget", defaultDecodeBudget, "the worker's QUILL_WORKER_DECODE_MEMORY in bytes: its RSS target is this + 128 MiB")
 	fs.StringVar(&c.noteAPI, "api-note", "", "a line about the API's settings, printed in the report")
 	fs.StringVar(&c.noteWorker, "worker-note", "", "a line about the worker's settings, printed in the report")
+	fs.StringVar(&c.noteAttack, "attack-note", "", "a line about the attackers' process (its CPU cap), printed in the report")
+	fs.StringVar(&c.attackWrap, "attack-wrap", "", "a command (split at spaces) the attackers' process is started behind, such as a script that puts it under a CPU cap and execs its arguments")
+	fs.Var(pidValue{&c.cpuPIDs}, "cpu-pid", "NAME=PID of a process whose CPU use per phase is reported (repeatable; PostgreSQL's processes, the tool and the attackers are always reported)")
+	fs.BoolVar(&c.attackChild, "attack-child", false, "internal: be the attackers' process (started by the tool itself)")
+	fs.StringVar(&c.runID, "run-id", "", "internal: the run id the attackers' process shares with the tool")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return c, err
@@ -125,6 +141,10 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	if fs.NArg() > 0 {
 		return c, cli.UsageError{Msg: fmt.Sprintf("unexpected arguments %q", fs.Args())}
 	}
+	c.legitTokens, c.legitTenants = splitList(legitTokens), splitList(legitTenants)
+	if c.cpuPIDs == nil {
+		c.cpuPIDs = map[string]int{}
+	}
 	if err := c.validate(); err != nil {
 		return c, cli.UsageError{Msg: err.Error()}
 	}
@@ -132,7 +152,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	if _, err := rand.Read(b[:]); err != nil {
 		return c, fmt.Errorf("random run id: %w", err)
 	}
-	c.runID = "h-" + hex.EncodeToString(b[:6])
+	if c.runID == "" {
+		c.runID = "h-" + hex.EncodeToString(b[:6])
+	}
 	c.seed = binary.LittleEndian.Uint64(b[6:])
 	return c, nil
 }
@@ -145,8 +167,12 @@ func (c config) validate() error {
 	switch {
 	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
 		return fmt.Errorf("--url %q is not an http(s) URL such as %s", c.url, defaultURL)
-	case c.legitToken == "" || c.floodToken == "" || c.bombToken == "":
+	case len(c.legitTokens) == 0 || c.floodToken == "" || c.bombToken == "":
 		return errors.New("--token (or QUILL_TOKEN), --flood-token and --bomb-token are required; create them with: api token create --tenant T")
+	case len(c.legitTenants) != len(c.legitTokens):
+		return fmt.Errorf("--legit-tenant names %d tenants for the %d tokens of --token: name each token's tenant, in order", len(c.legitTenants), len(c.legitTokens))
+	case len(c.legitTokens) > c.legitClients:
+		return fmt.Errorf("--token has %d tokens for %d --legit-clients: each legitimate tenant needs at least one client", len(c.legitTokens), c.legitClients)
 	case c.duration <= 0 || c.warmup < 0 || c.timeout <= 0 || c.recover < 0 || c.drain < 0 || c.floodPause < 0 || c.legitThink < 0:
 		return errors.New("--duration and --timeout must be positive; --warmup, --recover, --drain, --flood-pause and --legit-think not negative")
 	case c.legitClients < 1:
@@ -175,6 +201,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
+	if c.attackChild {
+		return runAttackChild(ctx, c, os.Stdin, stdout)
+	}
 	db, err := pgx.Connect(ctx, c.databaseURL)
 	if err != nil {
 		return fmt.Errorf("connect to the database: %w", err)
@@ -182,19 +211,28 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	defer db.Close(context.WithoutCancel(ctx))
 
 	logf := func(format string, a ...any) { fmt.Fprintf(stderr, "hostile: "+format+"\n", a...) }
-	var bomb []byte
-	if c.bombRate > 0 {
-		t0 := time.Now()
-		if bomb, err = makeBomb(bombSide, bombSide); err != nil {
-			return err
-		}
-		logf("bomb: %d×%d 16-bit RGBA PNG, %d bytes, decodes to %d bytes (made in %.1fs)",
-			bombSide, bombSide, len(bomb), decodedBytes(bombSide, bombSide), time.Since(t0).Seconds())
+	if err := checkTokens(ctx, c); err != nil {
+		return err
 	}
+	// The attackers' process starts now, so that making the bomb (~1.5 s)
+	// is not in a phase and a child that cannot start stops the run early.
+	atk, err := startAttackChild(ctx, c, args, stderr)
+	if err != nil {
+		return err
+	}
+	c.cpuPIDs["attackers"] = atk.pid()
+	c.cpuPIDs["tool (legitimate clients)"] = os.Getpid()
+	attackStarted := false
+	defer func() {
+		if !attackStarted {
+			_ = atk.stdin.Close()
+			_ = atk.cmd.Wait()
+		}
+	}()
 	l := newLegit(c)
-	rep := report{cfg: c, bombBytes: len(bomb)}
+	rep := report{cfg: c}
 
-	logf("quiet phase: %d legitimate clients, %s warmup + %s", c.legitClients, c.warmup, c.duration)
+	logf("quiet phase: %d legitimate clients in %d tenants, %s warmup + %s", c.legitClients, len(c.legitTenants), c.warmup, c.duration)
 	var drainErr error
 	rep.quiet = phase(ctx, c, func(ctx context.Context) legitPhase { return l.run(ctx, "q") }, func() {
 		logf("waiting up to %s for the quiet phase's attachments", c.drain)
@@ -206,27 +244,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 	logf("hostile phase: the same beside %d slowloris connections, %g bad tokens/s, %d flooding creates, %g bombs/s",
 		c.slowloris, c.badTokenRate, c.tenantConcurrency*c.floodFactor, c.bombRate)
-	attackCtx, stopAttack := context.WithCancel(ctx)
-	defer stopAttack()
-	var wg sync.WaitGroup
-	if c.slowloris > 0 {
-		u, _ := url.Parse(c.url)
-		wg.Go(func() { r := slowloris(attackCtx, u.Host, c.slowloris); rep.loris = &r })
+	if err := atk.start(); err != nil {
+		return fmt.Errorf("start the attack: %w", err)
 	}
-	if c.badTokenRate > 0 {
-		wg.Go(func() { r := badTokens(attackCtx, c); rep.badTokens = &r })
-	}
-	if c.floodFactor > 0 {
-		wg.Go(func() { r := flood(attackCtx, c, c.tenantConcurrency*c.floodFactor); rep.flood = &r })
-	}
-	if c.bombRate > 0 {
-		wg.Go(func() { r := bombs(attackCtx, c, bomb); rep.bombs = &r })
-	}
+	attackStarted = true
+	var atkErr error
 	// The peaks cover the drain too: the bombs sent during the phase are
 	// decoded when the worker reaches them, often after it.
 	rep.hostile = phase(ctx, c, func(ctx context.Context) legitPhase { return l.run(ctx, "h") }, func() {
-		stopAttack()
-		wg.Wait()
+		rep.attack, atkErr = atk.stop()
 		logf("resending the creates left without a 2xx (up to %s)", c.recover)
 		rep.recovered, _ = l.recover(ctx, time.Now().Add(c.recover))
 		logf("waiting up to %s for every attachment, the bombs' too", c.drain)
@@ -235,19 +261,22 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if ctx.Err() != nil {
 		return fmt.Errorf("interrupted: %w", ctx.Err())
 	}
+	if atkErr != nil {
+		return atkErr
+	}
 	if drainErr != nil {
 		return drainErr
 	}
-	if rep.attach, err = attachmentStates(ctx, db, c.legitTenant); err != nil {
+	if rep.attach, err = attachmentStates(ctx, db, c.legitTenants); err != nil {
 		return err
 	}
-	found, strays, err := legitNotes(ctx, db, c.legitTenant)
+	found, strays, err := legitNotes(ctx, db, c.legitTenants)
 	if err != nil {
 		return err
 	}
 	rep.integrity = check(l.ops, found, strays)
 	if c.bombRate > 0 {
-		if rep.bombOutcome, err = attachmentStates(ctx, db, c.bombTenant); err != nil {
+		if rep.bombOutcome, err = attachmentStates(ctx, db, []string{c.bombTenant}); err != nil {
 			return err
 		}
 	}
@@ -255,10 +284,65 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	return nil
 }
 
+// checkTokens lists one note with every token the run uses, so that a bad
+// token stops the run before it starts, and so that the API has seen each
+// valid once: under the bad-token attack every request comes from the
+// same address as theirs, and a token first seen then would wait for that
+// address's budget of failed lookups (decision 0042), which is the
+// attack's, not the tenant's, doing.
+func checkTokens(ctx context.Context, c config) error {
+	hc := newHTTPClient(1, c.timeout)
+	defer hc.CloseIdleConnections()
+	toks := append(slices.Clone(c.legitTokens), c.floodToken, c.bombToken)
+	names := append(slices.Clone(c.legitTenants), c.floodTenant, c.bombTenant)
+	for i, tok := range toks {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.notesURL()+"?limit=1", nil)
+		if err != nil {
+			return fmt.Errorf("check the tokens: %w", err)
+		}
+		req.Header.Set("Authorization", "Bearer "+tok)
+		if a := do(hc, req); a.kind() != "2xx" {
+			return fmt.Errorf("the token of tenant %s was answered %s by GET %s: create tokens with: api token create --tenant T", names[i], a.kind(), notesPath)
+		}
+	}
+	return nil
+}
+
+// splitList splits a comma-separated flag value, dropping empty items.
+func splitList(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// pidValue is a repeatable NAME=PID flag.
+type pidValue struct{ m *map[string]int }
+
+func (p pidValue) String() string { return "" }
+
+func (p pidValue) Set(v string) error {
+	name, pid, ok := strings.Cut(v, "=")
+	n, err := strconv.Atoi(pid)
+	if !ok || name == "" || err != nil || n < 1 {
+		return fmt.Errorf("%q is not NAME=PID with a positive PID", v)
+	}
+	if *p.m == nil {
+		*p.m = map[string]int{}
+	}
+	(*p.m)[name] = n
+	return nil
+}
+
 // phaseResult is one phase: the legitimate figures and the peaks.
 type phaseResult struct {
 	legit       legitPhase
 	api, worker peak
+	// cpu is the cores each process used over the measured window.
+	cpu cpuUse
 }
 
 // phase runs the legitimate workload once and then after, while watching
@@ -266,7 +350,17 @@ type phaseResult struct {
 func phase(ctx context.Context, c config, legit func(context.Context) legitPhase, after func()) phaseResult {
 	wctx, stop := context.WithCancel(ctx)
 	apiPeak, workerPeak := watchRSS(wctx, c.apiPID), watchRSS(wctx, c.workerPID)
+	// The CPU window is the legitimate clients' measured one: from the
+	// warmup's end to the end of legit.
+	from := make(chan cpuTimes, 1)
+	t := time.AfterFunc(c.warmup, func() { from <- readCPU(c.cpuPIDs) })
 	r := phaseResult{legit: legit(ctx)}
+	to := readCPU(c.cpuPIDs)
+	if t.Stop() {
+		close(from) // the phase ended within its warmup: no window
+	} else {
+		r.cpu = to.since(<-from)
+	}
 	after()
 	stop()
 	r.api, r.worker = apiPeak(), workerPeak()
@@ -275,8 +369,8 @@ func phase(ctx context.Context, c config, legit func(context.Context) legitPhase
 
 // legitNotes returns the legitimate tenant's live notes by the key in
 // their title, and how many notes it has without such a title.
-func legitNotes(ctx context.Context, db *pgx.Conn, tenant string) (keyNotes, int, error) {
-	rows, err := db.Query(ctx, `SELECT title, id::text FROM notes WHERE tenant = $1 AND deleted_at IS NULL`, tenant)
+func legitNotes(ctx context.Context, db *pgx.Conn, tenants []string) (keyNotes, int, error) {
+	rows, err := db.Query(ctx, `SELECT title, id::text FROM notes WHERE tenant = ANY($1) AND deleted_at IS NULL`, tenants)
 	if err != nil {
 		return nil, 0, fmt.Errorf("read the legitimate notes: %w", err)
 	}
@@ -306,11 +400,12 @@ type states struct {
 	reasons  counts
 }
 
-// attachmentStates counts a tenant's attachments by status, and the
+// attachmentStates counts the tenants' attachments by status, and the
 // failed ones by reason.
-func attachmentStates(ctx context.Context, db *pgx.Conn, tenant string) (states, error) {
+func attachmentStates(ctx context.Context, db *pgx.Conn, tenants []string) (states, error) {
+	tenant := strings.Join(tenants, ", ")
 	s := states{byStatus: counts{}, reasons: counts{}}
-	rows, err := db.Query(ctx, `SELECT status, coalesce(reason, ''), count(*) FROM attachments WHERE tenant = $1 GROUP BY 1, 2`, tenant)
+	rows, err := db.Query(ctx, `SELECT status, coalesce(reason, ''), count(*) FROM attachments WHERE tenant = ANY($1) GROUP BY 1, 2`, tenants)
 	if err != nil {
 		return s, fmt.Errorf("count the attachments of %s: %w", tenant, err)
 	}
