@@ -183,37 +183,18 @@ cap_dir() {
 # cores; sets CAPPED_PID (CMD's pid: the shell that joins the group execs
 # it, so the process is in the group from its first instruction).
 cap_start() {
-	local name=$1 cores=$2 logf=$3 dir quota
+	local name=$1 cores=$2 logf=$3
 	shift 3
-	quota=$(cap_quota_us "$cores")
-	((quota >= 1000)) || die "a CPU cap of $cores cores is below the kernel's 1 ms minimum quota"
-	case $CAP_METHOD in
-	cgroup1 | cgroup2)
-		dir=$(cap_dir "$name")
-		cap_remove "$dir" # a leftover of a killed run
-		mkdir "$dir" || die "mkdir $dir failed"
-		CAP_DIRS+=("$dir")
-		if [[ $CAP_METHOD == cgroup1 ]]; then
-			echo "$CAP_PERIOD_US" >"$dir/cpu.cfs_period_us" && echo "$quota" >"$dir/cpu.cfs_quota_us"
-		else
-			echo "$quota $CAP_PERIOD_US" >"$dir/cpu.max"
-		fi || die "cannot set the CPU quota of $dir"
-		# shellcheck disable=SC2016 # expanded by the inner bash
-		env -u GOMAXPROCS bash -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' "$dir" "$@" >"$logf.out" 2>"$logf" &
-		;;
-	systemd)
-		env -u GOMAXPROCS systemd-run --scope --quiet --unit "quill-bench-$name-$$" \
-			-p CPUQuota="$(awk -v c="$cores" 'BEGIN { printf "%d", c * 100 }')%" -- "$@" >"$logf.out" 2>"$logf" &
-		;;
-	*) die "cap_start before cap_init" ;;
-	esac
+	cap_wrapper "$name" "$cores" "${WORK:?cap_start needs WORK}/cap-$name.sh"
+	"$WORK/cap-$name.sh" "$@" >"$logf.out" 2>"$logf" &
 	CAPPED_PID=$!
 }
 
 # cap_wrapper NAME CORES FILE: writes FILE, an executable that runs its
-# arguments (exec) inside a fresh group NAME held to CORES cores, for a
-# program that starts the capped process itself (tools/hostile
-# --attack-wrap). The group is removed on exit like cap_start's.
+# arguments (exec, GOMAXPROCS unset) inside a fresh group NAME held to
+# CORES cores: for cap_start, and for a program that starts the capped
+# process itself (tools/hostile --attack-wrap). The group is removed on
+# exit (lib_cleanup).
 cap_wrapper() {
 	local name=$1 cores=$2 file=$3 dir quota
 	quota=$(cap_quota_us "$cores")
