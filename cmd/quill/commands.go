@@ -7,13 +7,16 @@ import (
 	"fmt"
 	"io"
 	"mime"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 	"unicode/utf8"
 
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/rs/zerolog"
 
 	"github.com/quillhq/quill/client"
 	"github.com/quillhq/quill/internal/cli"
@@ -395,11 +398,30 @@ func (e *env) opsPrune(ctx context.Context, args []string) error {
 const version = "1"
 
 func (e *env) mcp(ctx context.Context, args []string) error {
-	cl, _, err := e.journalled("quill mcp", "quill mcp — an MCP server on stdin/stdout with the tools create_note, delete_note, get_note and get_operation", args)
+	var (
+		c    common
+		addr string
+	)
+	s := e.set("quill mcp", "quill mcp [--http ADDR] — an MCP server on stdin/stdout (with --http, over MCP's streamable HTTP at http://ADDR/mcp) "+
+		"with the tools create_note, delete_note, get_note, get_operation and list_operations")
+	e.define(s, &c, true)
+	s.FlagSet().StringVar(&addr, "http", "", "serve over MCP's streamable HTTP on ADDR (host:port), path /mcp, instead of stdio; "+
+		"each caller's Authorization header is its token, and each token has its own journal under --journal")
+	if err := parseNone(s, args); err != nil {
+		return err
+	}
+	// Logs go to stderr: on stdio, stdout is the protocol.
+	log := zerolog.New(e.stderr).With().Timestamp().Str("cmd", "quill mcp").Logger()
+	httpGiven := false
+	s.FlagSet().Visit(func(f *flag.Flag) { httpGiven = httpGiven || f.Name == "http" })
+	if httpGiven {
+		return e.mcpHTTP(ctx, c, addr, log)
+	}
+	cl, err := e.newClient(c, true)
 	if err != nil {
 		return err
 	}
-	srv := mcpserver.New(cl, version)
+	srv := mcpserver.New(cl, mcpserver.Config{Version: version, Log: log})
 	t := &mcpsdk.IOTransport{Reader: io.NopCloser(e.stdin), Writer: nopWriteCloser{e.stdout}}
 	if err := srv.Run(ctx, t); err != nil && ctx.Err() == nil && !errors.Is(err, io.EOF) {
 		return fmt.Errorf("mcp: %w", err)
@@ -410,3 +432,31 @@ func (e *env) mcp(ctx context.Context, args []string) error {
 type nopWriteCloser struct{ io.Writer }
 
 func (nopWriteCloser) Close() error { return nil }
+
+// mcpHTTP serves quill mcp --http ADDR until ctx ends (SIGTERM, SIGINT).
+// No token of its own is used: each caller brings its own (decision 0049).
+func (e *env) mcpHTTP(ctx context.Context, c common, addr string, log zerolog.Logger) error {
+	given := map[string]bool{}
+	c.flags.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if given["token"] || given["token-file"] {
+		return cli.UsageError{Msg: "--http takes no --token or --token-file: each caller's Authorization header is its token"}
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if n, perr := strconv.Atoi(port); err != nil || perr != nil || n < 0 || n > 65535 {
+		return cli.UsageError{Msg: fmt.Sprintf("--http %q: want host:port, such as 127.0.0.1:8090", addr)}
+	}
+	tmpl := client.Config{BaseURL: c.url, Attempts: c.attempts, Deadline: c.deadline}
+	probe := tmpl
+	probe.Token = "x"
+	if _, err := client.New(probe); err != nil {
+		return cli.UsageError{Msg: err.Error()}
+	}
+	if c.token != "" || c.tokenFile != "" {
+		fmt.Fprintln(e.stderr, "quill mcp: QUILL_TOKEN and QUILL_TOKEN_FILE are ignored with --http: each caller's Authorization header is its token")
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, port))
+	if err != nil {
+		return fmt.Errorf("mcp --http: %w", err)
+	}
+	return mcpserver.ServeHTTP(ctx, ln, mcpserver.HTTPConfig{Client: tmpl, JournalDir: c.journal, Version: version, Log: log})
+}

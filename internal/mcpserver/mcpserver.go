@@ -1,21 +1,36 @@
 // Package mcpserver exposes Quill to AI agents as an MCP server: the tools
-// create_note, delete_note, get_note and get_operation (SPEC §10), each
-// backed by the Go client, so that every write keeps one operation key
-// across retries, is journalled when the client has a journal, and reports
-// an unknown outcome as a state to look up rather than a failure to retry.
+// create_note, delete_note, get_note, get_operation and list_operations
+// (SPEC §10), each backed by the Go client, so that every write keeps one
+// operation key across retries, is journalled when the client has a
+// journal, and reports an unknown outcome as a state to look up rather than
+// a failure to retry.
+//
+// The key of a write lives in the model's context only once the model has
+// seen a result; a call the host cancels or times out, or a restart of the
+// server, loses it. So the journal is the server's memory too: at start-up
+// the unsettled operations are resumed (Server.Resume), and a create_note
+// without a key whose parameters equal those of an unsettled journalled
+// operation, or of one the start-up resume finished, answers that
+// operation instead of writing again, unless it passes new_intent (decision
+// 0049). ServeHTTP serves the same tools over MCP's streamable HTTP
+// transport, one client and journal per caller's token.
 package mcpserver
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/rs/zerolog"
 
 	"github.com/quillhq/quill/client"
+	"github.com/quillhq/quill/internal/opkey"
 )
 
 // Write states, as the CLI prints them.
@@ -31,6 +46,7 @@ type CreateNoteInput struct {
 	Body         string           `json:"body,omitempty" jsonschema:"the note's body, up to 65536 characters"`
 	Attachment   *AttachmentInput `json:"attachment,omitempty" jsonschema:"an optional file attached to the note"`
 	OperationKey string           `json:"operation_key,omitempty" jsonschema:"the operation key of this user request. Omit it on the first call (one is made and returned); pass the returned key again only to retry or finish the SAME request; a new request from the user needs no key or a new one"`
+	NewIntent    bool             `json:"new_intent,omitempty" jsonschema:"true only when the user asks for another note identical to one whose create_note has not finished: without it such a call finishes and answers the earlier operation instead of writing"`
 }
 
 // AttachmentInput is an attachment of create_note.
@@ -61,24 +77,51 @@ type WriteOutput struct {
 	OperationKey string `json:"operation_key" jsonschema:"the operation key of this request"`
 	State        string `json:"state" jsonschema:"completed, refused or unknown"`
 	Replayed     bool   `json:"replayed,omitempty" jsonschema:"true when an earlier delivery of this same request had executed it"`
+	Resumed      bool   `json:"resumed,omitempty" jsonschema:"true when this call did not write but answered an earlier, unfinished create_note with the same parameters (its operation_key)"`
 	Note         any    `json:"note,omitempty" jsonschema:"the note (create_note) or the deletion (delete_note), when completed"`
 	Error        any    `json:"error,omitempty" jsonschema:"the problem, when refused or unknown"`
 }
 
-// New returns the MCP server over c.
-func New(c *client.Client, version string) *mcp.Server {
-	s := mcp.NewServer(&mcp.Implementation{Name: "quill", Version: version}, &mcp.ServerOptions{
+// Config configures a Server.
+type Config struct {
+	// Version is the implementation version announced to MCP clients.
+	// Default "dev".
+	Version string
+	// Log receives the start-up resume's lines (never stdout, which
+	// carries the stdio protocol). Default: no logging.
+	Log zerolog.Logger
+}
+
+// Server is the MCP server of one client (one token, one journal).
+type Server struct {
+	mcp *mcp.Server
+	h   *handlers
+}
+
+// New returns the MCP server over c. The journal-backed behaviour
+// (list_operations, the start-up resume, answering an unsettled operation
+// instead of writing it again) needs c to have a Journal; without one
+// list_operations answers an error result and every create_note writes.
+func New(c *client.Client, cfg Config) *Server {
+	if cfg.Version == "" {
+		cfg.Version = "dev"
+	}
+	s := mcp.NewServer(&mcp.Implementation{Name: "quill", Version: cfg.Version}, &mcp.ServerOptions{
 		Instructions: "Quill stores notes. Every write (create_note, delete_note) is one operation with an operation_key. " +
-			"If a write's state is \"unknown\", it may have happened: call get_operation with its operation_key instead of writing again.",
+			"If a write's state is \"unknown\", it may have happened: call get_operation with its operation_key instead of writing again. " +
+			"If a call of yours was cancelled or timed out before you saw its result, call list_operations (or simply call create_note again " +
+			"with the same arguments and no operation_key: it answers the unfinished operation instead of creating a second note).",
 	})
-	h := &handlers{c: c}
+	h := &handlers{c: c, log: cfg.Log, recovered: map[string]client.JournalEntry{}}
 	notDestructive, destructive, idempotent := false, true, true
 	mcp.AddTool(s, &mcp.Tool{
 		Name: "create_note",
 		Description: "Create a note. Returns operation_key and state. state \"completed\": done. \"refused\": the server's answer is final; " +
 			"fix the request, or, for idempotency_key_reused, send the original parameters or use a new key for a new request. " +
 			"\"unknown\": the note may or may not exist — do not call create_note again for this request; call get_operation with the operation_key. " +
-			"An error with error.code \"rate_limited\": the server is overloaded; wait retry_after_seconds, then call create_note again with the SAME operation_key.",
+			"An error with error.code \"rate_limited\": the server is overloaded; wait retry_after_seconds, then call create_note again with the SAME operation_key. " +
+			"Without operation_key, a call whose title, body and attachment equal those of an unfinished earlier create_note (one whose result was lost) " +
+			"does not write: it finishes and answers that earlier operation (resumed: true). Pass new_intent: true only when the user really asks for another, identical note.",
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: &notDestructive, IdempotentHint: true},
 	}, h.createNote)
 	mcp.AddTool(s, &mcp.Tool{
@@ -98,10 +141,47 @@ func New(c *client.Client, version string) *mcp.Server {
 			"\"in_progress\" (ask again shortly), or \"not_found\" (it never executed: retry the write with the SAME operation_key).",
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true},
 	}, h.getOperation)
-	return s
+	mcp.AddTool(s, &mcp.Tool{
+		Name: "list_operations",
+		Description: "List the writes begun and not yet finished (their result was lost, or they are still running): operation_key, action, " +
+			"parameters and age of each. To finish one, call the same tool again with its operation_key and the same parameters, or get_operation.",
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true},
+	}, h.listOperations)
+	return &Server{mcp: s, h: h}
 }
 
-type handlers struct{ c *client.Client }
+// MCP returns the server's protocol side, to connect to a transport.
+func (s *Server) MCP() *mcp.Server { return s.mcp }
+
+// Run resumes the journal's unsettled operations in the background (the
+// handshake does not wait for them) and serves the tools over t until the
+// client disconnects or ctx ends; it returns the session's error, after the
+// resume has stopped.
+func (s *Server) Run(ctx context.Context, t mcp.Transport) error {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.Resume(ctx)
+	}()
+	err := s.mcp.Run(ctx, t)
+	cancel()
+	<-done
+	return err
+}
+
+type handlers struct {
+	c   *client.Client
+	log zerolog.Logger
+	// mu makes finding an unsettled create_note with equal parameters and
+	// journalling a new one a single step, so that two identical calls at
+	// once do not both miss each other and write twice.
+	mu sync.Mutex
+	// recovered are the create_note operations the start-up resume
+	// settled: no model has seen their outcome, so an identical call
+	// without a key is answered with them (once) instead of writing again.
+	recovered map[string]client.JournalEntry
+}
 
 func text(s string, isError bool) *mcp.CallToolResult {
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: s}}, IsError: isError}
@@ -159,6 +239,11 @@ func writeOutcome(tool, key string, w *client.Write, resource any, err error) (*
 		return text(fmt.Sprintf("The outcome of %s is UNKNOWN: it may or may not have happened (operation_key %q). "+
 			"Do NOT call %s again as a new request. Call get_operation with operation_key %q to learn the outcome; "+
 			"if it answers not_found, call %s again with the SAME operation_key %q.", tool, key, tool, key, tool, key), false), out, nil
+	case errors.Is(err, client.ErrKeyTooOld):
+		out.State = StateUnknown
+		out.Error = map[string]string{"code": "key_too_old", "detail": err.Error(), "retry": client.RetryNo}
+		return text(fmt.Sprintf("%s was not sent: operation_key %q is older than the server's key retention, which may have forgotten it, "+
+			"so sending it again could execute it twice. Call get_operation with operation_key %q to learn its outcome.", tool, key, key), true), out, nil
 	default:
 		out.State = StateUnknown
 		out.Error = map[string]string{"code": "failure", "detail": err.Error()}
@@ -177,34 +262,178 @@ func rateLimited(u *client.UnknownOutcomeError) *client.Problem {
 	return nil
 }
 
-func (h *handlers) key(k string) (string, error) {
-	if k == "" {
-		return h.c.NewKey(), nil
-	}
-	return k, nil
+// badKey is the result of a write whose operation_key is not a key:
+// refused before anything was journalled or sent.
+func badKey(tool, key string, err error) (*mcp.CallToolResult, WriteOutput, error) {
+	out := WriteOutput{OperationKey: key, State: StateRefused,
+		Error: map[string]string{"code": "validation_failed", "detail": "operation_key: " + err.Error(), "retry": client.RetryAfterFixing}}
+	return text(fmt.Sprintf("%s refused: operation_key %q is not a valid key (%v); nothing was sent. "+
+		"Omit operation_key for a new request.", tool, key, err), true), out, nil
 }
 
 func (h *handlers) createNote(ctx context.Context, _ *mcp.CallToolRequest, in CreateNoteInput) (*mcp.CallToolResult, WriteOutput, error) {
-	key, _ := h.key(in.OperationKey)
+	key := in.OperationKey
+	if key != "" {
+		k, err := opkey.Parse(key)
+		if err != nil {
+			return badKey("create_note", key, err)
+		}
+		key = k
+	}
 	n := client.NewNote{Title: in.Title, Body: in.Body}
 	if a := in.Attachment; a != nil {
 		data, err := base64.StdEncoding.DecodeString(a.Data)
 		if err != nil {
+			if key == "" {
+				key = h.c.NewKey() // never sent: the model may keep it or not
+			}
 			out := WriteOutput{OperationKey: key, State: StateRefused,
-				Error: map[string]string{"code": "validation_failed", "detail": "attachment.data is not standard base64"}}
-			return text("create_note refused: attachment.data is not standard base64; nothing was sent.", true), out, nil
+				Error: map[string]string{"code": "validation_failed", "detail": "attachment.data is not standard base64", "retry": client.RetryAfterFixing}}
+			return text(fmt.Sprintf("create_note refused (operation_key %q): attachment.data is not standard base64; nothing was sent.", key), true), out, nil
 		}
 		n.Attachment = &client.NewAttachment{Filename: a.Filename, ContentType: a.ContentType, Data: data}
 	}
+	if key == "" {
+		e, earlier, err := h.claim(ctx, n, in.NewIntent)
+		if err != nil {
+			out := WriteOutput{OperationKey: e.Key, State: StateUnknown, Error: map[string]string{"code": "failure", "detail": err.Error()}}
+			return text(fmt.Sprintf("create_note was not sent (operation_key %q): %v. Nothing was written; call create_note again.", e.Key, err), true), out, nil
+		}
+		if earlier {
+			return h.finishEarlier(ctx, e)
+		}
+		key = e.Key
+	}
 	res, err := h.c.CreateNote(ctx, n, client.WithKey(key))
+	h.unseen(ctx, key)
 	if err != nil {
 		return writeOutcome("create_note", key, nil, nil, err)
 	}
 	return writeOutcome("create_note", key, &res.Write, res.Note, nil)
 }
 
+// unseen remembers key's settled create_note when its call was cancelled:
+// the write may have finished as the host gave up, and then no model saw
+// its result, so an identical call without a key answers it rather than
+// writing again. (Unsettled, claim finds it in the journal anyway.)
+func (h *handlers) unseen(ctx context.Context, key string) {
+	j := h.c.Config().Journal
+	if ctx.Err() == nil || j == nil {
+		return
+	}
+	e, err := j.Get(context.WithoutCancel(ctx), key)
+	if err != nil || e.Settled == nil {
+		return
+	}
+	h.mu.Lock()
+	h.recovered[key] = e
+	h.mu.Unlock()
+}
+
+// claim picks the operation of a create_note without a key: an earlier
+// one with equal parameters that no model has seen finish — unsettled in
+// the journal, or settled by the start-up resume — (earlier is true), or
+// else a new key, journalled here so that an identical call arriving
+// meanwhile finds it. With newIntent, or without a journal, it is always a
+// new key. The returned entry's Key is set even with an error.
+func (h *handlers) claim(ctx context.Context, n client.NewNote, newIntent bool) (e client.JournalEntry, earlier bool, err error) {
+	e = client.JournalEntry{Key: h.c.NewKey(), Action: client.ActionCreateNote}
+	j := h.c.Config().Journal
+	if j == nil {
+		return e, false, nil
+	}
+	params, err := json.Marshal(n)
+	if err != nil {
+		return e, false, fmt.Errorf("encode note: %w", err)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !newIntent {
+		for k, r := range h.recovered {
+			if sameParams(r.Params, params) {
+				delete(h.recovered, k)
+				return r, true, nil
+			}
+		}
+		// Records that cannot be read are skipped: they cannot be matched
+		// (and Resume reports them).
+		unsettled, _ := j.Unsettled(ctx)
+		for _, u := range unsettled {
+			if u.Action == client.ActionCreateNote && sameParams(u.Params, params) {
+				return u, true, nil
+			}
+		}
+	}
+	e.Params, e.CreatedAt = params, h.c.Config().Now().UTC()
+	if _, err := j.Begin(ctx, e); err != nil {
+		return e, false, fmt.Errorf("journal operation %q before sending: %w", e.Key, err)
+	}
+	return e, false, nil
+}
+
+// sameParams tells whether two create-note parameter documents are equal.
+// Both are the client's encoding of a NewNote, so equal notes are equal
+// bytes; compacting only guards against a record written with other
+// spacing.
+func sameParams(a, b json.RawMessage) bool {
+	var ca, cb bytes.Buffer
+	if json.Compact(&ca, a) != nil || json.Compact(&cb, b) != nil {
+		return false
+	}
+	return bytes.Equal(ca.Bytes(), cb.Bytes())
+}
+
+// finishEarlier answers a create_note with the earlier operation e: its
+// recorded outcome when settled, else the outcome of sending it again
+// under its own key and first-sent time (a resume of that one entry).
+func (h *handlers) finishEarlier(ctx context.Context, e client.JournalEntry) (*mcp.CallToolResult, WriteOutput, error) {
+	if cur, err := h.c.Config().Journal.Get(ctx, e.Key); err == nil {
+		e = cur
+	}
+	var (
+		res *mcp.CallToolResult
+		out WriteOutput
+	)
+	switch s := e.Settled; {
+	case s != nil && s.State == client.StateCompleted:
+		res, out, _ = writeOutcome("create_note", e.Key, &client.Write{Key: e.Key, Replayed: true}, json.RawMessage(s.Body), nil)
+	case s != nil:
+		p := &client.Problem{Status: s.Status, Retry: client.RetryNo}
+		_ = json.Unmarshal(s.Body, p)
+		res, out, _ = writeOutcome("create_note", e.Key, nil, nil, &client.RefusedError{Key: e.Key, Replayed: true, Problem: p})
+	default:
+		var n client.NewNote
+		if err := json.Unmarshal(e.Params, &n); err != nil {
+			res, out, _ = writeOutcome("create_note", e.Key, nil, nil, fmt.Errorf("journalled parameters of %q: %w", e.Key, err))
+			break
+		}
+		created, err := h.c.CreateNote(ctx, n, client.WithKey(e.Key), client.WithFirstSent(e.CreatedAt))
+		h.unseen(ctx, e.Key)
+		if err != nil {
+			res, out, _ = writeOutcome("create_note", e.Key, nil, nil, err)
+			break
+		}
+		res, out, _ = writeOutcome("create_note", e.Key, &created.Write, created.Note, nil)
+	}
+	out.Resumed = true
+	prefix := fmt.Sprintf("This call did not create a note: an earlier create_note with the same parameters, begun at %s, had not reported its result "+
+		"(operation_key %q); this is that operation's outcome. If the user really asked for another, identical note, call create_note again with new_intent: true. ",
+		e.CreatedAt.UTC().Format(time.RFC3339), e.Key)
+	if t, ok := res.Content[0].(*mcp.TextContent); ok {
+		t.Text = prefix + t.Text
+	}
+	return res, out, nil
+}
+
 func (h *handlers) deleteNote(ctx context.Context, _ *mcp.CallToolRequest, in DeleteNoteInput) (*mcp.CallToolResult, WriteOutput, error) {
-	key, _ := h.key(in.OperationKey)
+	key := in.OperationKey
+	if key == "" {
+		key = h.c.NewKey()
+	} else if k, err := opkey.Parse(key); err != nil {
+		return badKey("delete_note", key, err)
+	} else {
+		key = k
+	}
 	res, err := h.c.DeleteNote(ctx, in.ID, client.WithKey(key))
 	if err != nil {
 		return writeOutcome("delete_note", key, nil, nil, err)
@@ -238,11 +467,13 @@ func (h *handlers) getOperation(ctx context.Context, _ *mcp.CallToolRequest, in 
 	case errors.As(err, &p) && p.Code == "operation_not_found":
 		return text(fmt.Sprintf("Nothing with operation_key %q is recorded or executing: the write never executed. "+
 				"Send the same request again with the SAME operation_key.", in.OperationKey), false),
-			map[string]any{"state": "not_found"}, nil
+			map[string]any{"operation_key": in.OperationKey, "state": "not_found"}, nil
 	case errors.As(err, &p):
-		return text("get_operation: "+p.Error(), true), map[string]any{"error": toMap(p)}, nil
+		return text(fmt.Sprintf("get_operation (operation_key %q): %s", in.OperationKey, p.Error()), true),
+			map[string]any{"operation_key": in.OperationKey, "error": toMap(p)}, nil
 	case err != nil:
-		return nil, nil, err
+		return text(fmt.Sprintf("get_operation (operation_key %q) got no answer: %v. Call get_operation again shortly.", in.OperationKey, err), true),
+			map[string]any{"operation_key": in.OperationKey, "error": map[string]string{"code": "failure", "detail": err.Error()}}, nil
 	}
 	var m map[string]any
 	if err := json.Unmarshal(op.Raw, &m); err != nil {

@@ -23,6 +23,9 @@ type testBundle struct {
 	t       *testing.T
 	api     *apitest.API
 	proxy   *faultproxy.Proxy
+	front   string
+	journal string
+	server  *mcpserver.Server
 	session *mcp.ClientSession
 }
 
@@ -30,24 +33,33 @@ type testBundle struct {
 // response-dropping proxy, and connects an in-memory MCP client to it.
 func setup(t *testing.T) *testBundle {
 	t.Helper()
-	b := &testBundle{t: t, api: apitest.Start(t)}
-	var front string
-	b.proxy, front = b.api.Proxy(t, faultproxy.Config{})
-	j, err := client.OpenFileJournal(t.TempDir())
+	b := &testBundle{t: t, api: apitest.Start(t), journal: t.TempDir()}
+	b.proxy, b.front = b.api.Proxy(t, faultproxy.Config{})
+	b.connect()
+	return b
+}
+
+// connect starts an MCP server (a new process, as far as the journal
+// goes) over the bundle's journal directory, without its start-up resume,
+// and connects a new MCP client to it.
+func (b *testBundle) connect() {
+	t := b.t
+	t.Helper()
+	j, err := client.OpenFileJournal(b.journal)
 	require.NoError(t, err)
-	c, err := client.New(client.Config{BaseURL: front, Token: b.api.Token, Journal: j, Attempts: 2,
+	c, err := client.New(client.Config{BaseURL: b.front, Token: b.api.Token, Journal: j, Attempts: 2,
 		Deadline: 3 * time.Second, BaseDelay: 5 * time.Millisecond})
 	require.NoError(t, err)
 
 	ctx := t.Context()
 	st, ct := mcp.NewInMemoryTransports()
-	ss, err := mcpserver.New(c, "test").Connect(ctx, st, nil)
+	b.server = mcpserver.New(c, mcpserver.Config{Version: "test"})
+	ss, err := b.server.MCP().Connect(ctx, st, nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = ss.Close() })
 	b.session, err = mcp.NewClient(&mcp.Implementation{Name: "test-agent", Version: "1"}, nil).Connect(ctx, ct, nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = b.session.Close() })
-	return b
 }
 
 func (b *testBundle) call(name string, args map[string]any) (*mcp.CallToolResult, map[string]any) {
@@ -80,7 +92,7 @@ func TestToolsAreListed(t *testing.T) {
 	for _, tool := range res.Tools {
 		names = append(names, tool.Name)
 	}
-	require.ElementsMatch(t, []string{"create_note", "delete_note", "get_note", "get_operation"}, names)
+	require.ElementsMatch(t, []string{"create_note", "delete_note", "get_note", "get_operation", "list_operations"}, names)
 }
 
 func TestCreateGetDeleteLookup(t *testing.T) {
@@ -106,7 +118,7 @@ func TestCreateGetDeleteLookup(t *testing.T) {
 
 	res, out = b.call("get_operation", map[string]any{"operation_key": "never-used"})
 	require.False(t, res.IsError)
-	require.Equal(t, map[string]any{"state": "not_found"}, out)
+	require.Equal(t, map[string]any{"operation_key": "never-used", "state": "not_found"}, out)
 
 	res, out = b.call("delete_note", map[string]any{"id": id, "operation_key": "del-1"})
 	require.False(t, res.IsError, textOf(res))

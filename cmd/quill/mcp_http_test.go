@@ -1,0 +1,176 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stretchr/testify/require"
+)
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+type bearer struct{ token string }
+
+func (bt bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+bt.token)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+var listening = regexp.MustCompile(`"addr":"([^"]+)"`)
+
+// quill mcp --http serves the tools over streamable HTTP with each
+// caller's token, never QUILL_TOKEN, and stops on SIGTERM (ctx).
+func TestMCPOverHTTP(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var stderr syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"mcp", "--http", "127.0.0.1:0"}, func(k string) string { return b.env[k] }, strings.NewReader(""), io.Discard, &stderr)
+	}()
+	var addr string
+	require.Eventually(t, func() bool {
+		m := listening.FindStringSubmatch(stderr.String())
+		if m != nil {
+			addr = m[1]
+		}
+		return m != nil
+	}, 10*time.Second, 10*time.Millisecond, "stderr: %s", stderr.String())
+	require.Contains(t, stderr.String(), "QUILL_TOKEN and QUILL_TOKEN_FILE are ignored with --http")
+	endpoint := "http://" + addr + "/mcp"
+
+	_, err := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil).
+		Connect(ctx, &mcp.StreamableClientTransport{Endpoint: endpoint, MaxRetries: -1}, nil)
+	require.Error(t, err, "QUILL_TOKEN is not lent to a caller without Authorization")
+
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil).
+		Connect(ctx, &mcp.StreamableClientTransport{Endpoint: endpoint, HTTPClient: &http.Client{Transport: bearer{b.api.Token}}, MaxRetries: -1}, nil)
+	require.NoError(t, err)
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "create_note", Arguments: map[string]any{"title": "over http"}})
+	require.NoError(t, err)
+	require.False(t, res.IsError)
+	require.Equal(t, 1, b.api.Notes(t, "over http"))
+
+	cancel() // what SIGTERM does in main
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(15 * time.Second):
+		t.Fatal("quill mcp --http did not stop")
+	}
+	_ = cs.Close()
+}
+
+func TestMCPHTTPBadFlagsAreUsageErrors(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, args := range [][]string{
+		{"mcp", "--http", ""},
+		{"mcp", "--http", "nonsense"},
+		{"mcp", "--http", "127.0.0.1:99999"},
+		{"mcp", "--http", "127.0.0.1:0", "--token", "qt_x"},
+		{"mcp", "--http", "127.0.0.1:0", "--url", "ftp://x"},
+		{"mcp", "extra"},
+	} {
+		_, errOut, code := b.quill(args...)
+		require.Equal(t, exitUsage, code, "%v: %s", args, errOut)
+		require.Equal(t, 1, strings.Count(strings.TrimSpace(errOut), "\n")+1, "%v: one line: %q", args, errOut)
+	}
+	// A flag without its value prints the usage too, as for every command.
+	_, errOut, code := b.quill("mcp", "--http")
+	require.Equal(t, exitUsage, code, errOut)
+}
+
+// A call the host cancels mid-flight, then a restart of quill mcp, then the
+// same request again without a key: one note.
+func TestMCPCancelledCallAndRestartMakeOneNote(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	arrived, release := make(chan struct{}), make(chan struct{})
+	var first atomic.Bool
+	b.api.Wrap(func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodPost && r.URL.Path == "/v1/notes" && first.CompareAndSwap(false, true) {
+				close(arrived)
+				<-release
+				r = r.WithContext(context.WithoutCancel(r.Context()))
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+	args := map[string]any{"title": "cancelled, restarted"}
+
+	cs, stop := b.startStdio(t)
+	callCtx, cancelCall := context.WithCancel(t.Context())
+	called := make(chan error, 1)
+	go func() {
+		_, err := cs.CallTool(callCtx, &mcp.CallToolParams{Name: "create_note", Arguments: args})
+		called <- err
+	}()
+	<-arrived
+	cancelCall()
+	require.Error(t, <-called)
+	close(release)
+	require.Eventually(t, func() bool { return b.api.Notes(t, "cancelled, restarted") == 1 }, 10*time.Second, 10*time.Millisecond)
+	stop()
+
+	cs, stop = b.startStdio(t)
+	defer stop()
+	res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "create_note", Arguments: args})
+	require.NoError(t, err)
+	require.False(t, res.IsError)
+	raw, _ := json.Marshal(res.StructuredContent)
+	require.Contains(t, string(raw), `"resumed":true`)
+	require.Equal(t, 1, b.api.Notes(t, "cancelled, restarted"))
+}
+
+// startStdio runs quill mcp on pipes and connects an MCP client; stop ends
+// both and waits for the program to return.
+func (b *testBundle) startStdio(t *testing.T) (*mcp.ClientSession, func()) {
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"mcp"}, func(k string) string { return b.env[k] }, inR, outW, io.Discard)
+		_ = outW.Close()
+	}()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil).
+		Connect(ctx, &mcp.IOTransport{Reader: outR, Writer: inW}, nil)
+	require.NoError(t, err)
+	return cs, func() {
+		_ = cs.Close()
+		_ = inW.Close()
+		cancel()
+		require.NoError(t, <-done)
+	}
+}

@@ -1,0 +1,266 @@
+package mcpserver
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/rs/zerolog"
+
+	"github.com/quillhq/quill/client"
+	"github.com/quillhq/quill/internal/wait"
+)
+
+// Defaults of HTTPConfig.
+const (
+	// DefaultHTTPPath is where the MCP endpoint is served.
+	DefaultHTTPPath = "/mcp"
+	// DefaultShutdownGrace bounds the wait for the tool calls in flight
+	// when the server stops.
+	DefaultShutdownGrace = 10 * time.Second
+	// readHeaderTimeout bounds a request's headers (slowloris).
+	readHeaderTimeout = 10 * time.Second
+	// tokenCheckKey is the operation key whose lookup checks a new
+	// caller's token: any answer after authentication (404 or 200) means
+	// the API knows the token.
+	tokenCheckKey = "quill-mcp-token-check"
+)
+
+// HTTPConfig configures ServeHTTP.
+type HTTPConfig struct {
+	// Client is the template of every caller's client: its Token is the
+	// caller's bearer token and its Journal the caller's journal; any
+	// Token or Journal set here is ignored (a server-side token would
+	// lend one tenant's rights to every caller). BaseURL is required.
+	Client client.Config
+	// JournalDir holds one journal per caller's token, in the directory
+	// JournalDir/TokenDigest(token). Required.
+	JournalDir string
+	// Version is the implementation version announced. Default "dev".
+	Version string
+	// Log receives the server's and the resumes' lines. Default: none.
+	Log zerolog.Logger
+	// Path is the MCP endpoint's path. Default DefaultHTTPPath.
+	Path string
+	// ShutdownGrace bounds the wait for calls in flight once ctx ends.
+	// Default DefaultShutdownGrace.
+	ShutdownGrace time.Duration
+}
+
+// TokenDigest names a token's journal directory: the first 128 bits of
+// its SHA-256, in hex. The server never learns the tenant without a call,
+// and a digest keeps the token itself off the disk and out of paths.
+func TokenDigest(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:16])
+}
+
+// ServeHTTP serves the tools over MCP's streamable HTTP transport on ln
+// until ctx ends, then shuts down gracefully: it stops taking requests,
+// waits up to ShutdownGrace for tool calls in flight, closes the sessions
+// and stops the start-up resumes (what they did not finish stays unsettled
+// in the journals, for the next start). Each session's bearer token is its
+// caller's Authorization header; a request without one is answered 401, a
+// new session with a token the API refuses 401, and a request of a session
+// with another token 403. It returns an error for a bad configuration or
+// when serving fails; nil after a shutdown.
+func ServeHTTP(ctx context.Context, ln net.Listener, cfg HTTPConfig) error {
+	if cfg.JournalDir == "" {
+		return errors.New("mcp http: JournalDir is required")
+	}
+	cfg.Client.Token, cfg.Client.Journal = "", nil
+	probe := cfg.Client
+	probe.Token = "x" // the template is checked as a caller's client would be
+	if _, err := client.New(probe); err != nil {
+		return fmt.Errorf("mcp http: %w", err)
+	}
+	if cfg.Path == "" {
+		cfg.Path = DefaultHTTPPath
+	}
+	if cfg.ShutdownGrace <= 0 {
+		cfg.ShutdownGrace = DefaultShutdownGrace
+	}
+	resumeCtx, stopResumes := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopResumes()
+	rs := &remote{cfg: cfg, resumeCtx: resumeCtx, tenants: map[string]*Server{}}
+
+	sdk := mcp.NewStreamableHTTPHandler(rs.server, &mcp.StreamableHTTPOptions{})
+	verify := func(_ context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
+		// The session is bound to the token's digest: the SDK answers
+		// 403 to a request of the session under another token.
+		return &auth.TokenInfo{UserID: TokenDigest(token)}, nil
+	}
+	authed := auth.RequireBearerToken(verify, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})
+	mux := http.NewServeMux()
+	mux.Handle(cfg.Path, rs.count(authed(rs.admit(sdk))))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: readHeaderTimeout,
+		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) }}
+
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	cfg.Log.Info().Str("addr", ln.Addr().String()).Str("path", cfg.Path).Msg("serving MCP over streamable HTTP")
+	var serveErr error
+	select {
+	case serveErr = <-served:
+	case <-ctx.Done():
+	}
+
+	// Stop taking connections, let the calls in flight finish (their
+	// results reach the callers), then end the sessions, which ends
+	// their open event streams, so that Shutdown does not wait for them.
+	shut := make(chan error, 1)
+	go func() {
+		sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace+time.Second)
+		defer cancel()
+		shut <- srv.Shutdown(sctx)
+	}()
+	deadline := time.Now().Add(cfg.ShutdownGrace)
+	for rs.calls.Load() > 0 && time.Now().Before(deadline) {
+		wait.For(context.Background(), 10*time.Millisecond)
+	}
+	rs.closeSessions()
+	if err := <-shut; err != nil {
+		_ = srv.Close()
+	}
+	stopResumes()
+	rs.resumes.Wait()
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		return fmt.Errorf("mcp http: %w", serveErr)
+	}
+	cfg.Log.Info().Msg("MCP over HTTP stopped")
+	return nil
+}
+
+// remote is the state of ServeHTTP: one Server (client, journal) per
+// token.
+type remote struct {
+	cfg       HTTPConfig
+	resumeCtx context.Context
+	resumes   sync.WaitGroup
+	calls     atomic.Int64 // requests other than event streams (GET) in flight
+
+	mu      sync.Mutex
+	tenants map[string]*Server // by TokenDigest
+}
+
+// count tracks the requests that carry calls, for the shutdown's wait.
+func (rs *remote) count(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet {
+			rs.calls.Add(1)
+			defer rs.calls.Add(-1)
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// admit makes sure that a request opening a session (one without
+// Mcp-Session-Id) comes with a token the API accepts, and sets up that
+// token's Server the first time: its client, its journal and its resume.
+// A refused token gets no journal directory.
+func (rs *remote) admit(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" {
+			token := bearer(r)
+			if _, err := rs.tenant(r.Context(), token); err != nil {
+				var p *client.Problem
+				if errors.As(err, &p) && p.Status == http.StatusUnauthorized {
+					w.Header().Set("WWW-Authenticate", "Bearer")
+					http.Error(w, "the Quill API does not accept this bearer token", http.StatusUnauthorized)
+					return
+				}
+				rs.cfg.Log.Warn().Err(err).Msg("cannot open a session")
+				w.Header().Set("Retry-After", "5")
+				http.Error(w, "cannot open a session: "+err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// bearer returns the request's bearer token (RequireBearerToken has
+// checked that there is one).
+func bearer(r *http.Request) string {
+	var scheme, token string
+	_, _ = fmt.Sscan(r.Header.Get("Authorization"), &scheme, &token)
+	return token
+}
+
+// server is the SDK's getServer: the Server of the request's token, set up
+// by admit.
+func (rs *remote) server(r *http.Request) *mcp.Server {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if s := rs.tenants[TokenDigest(bearer(r))]; s != nil {
+		return s.MCP()
+	}
+	return nil // answered 400 by the SDK; admit makes it unreachable
+}
+
+// tenant returns token's Server, creating it after checking the token
+// with the API: one client, one journal and one resume per token and
+// process.
+func (rs *remote) tenant(ctx context.Context, token string) (*Server, error) {
+	digest := TokenDigest(token)
+	rs.mu.Lock()
+	s := rs.tenants[digest]
+	rs.mu.Unlock()
+	if s != nil {
+		return s, nil
+	}
+	cfg := rs.cfg.Client
+	cfg.Token = token
+	c, err := client.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	_, err = c.GetOperation(ctx, tokenCheckKey)
+	var p *client.Problem
+	if err != nil && !(errors.As(err, &p) && p.Code == "operation_not_found") {
+		return nil, fmt.Errorf("check the token with the API: %w", err)
+	}
+	j, err := client.OpenFileJournal(filepath.Join(rs.cfg.JournalDir, digest))
+	if err != nil {
+		return nil, fmt.Errorf("journal: %w", err)
+	}
+	cfg.Journal = j
+	if c, err = client.New(cfg); err != nil {
+		return nil, err
+	}
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if s := rs.tenants[digest]; s != nil { // set up meanwhile by another request
+		return s, nil
+	}
+	log := rs.cfg.Log.With().Str("journal", j.Dir()).Logger()
+	s = New(c, Config{Version: rs.cfg.Version, Log: log})
+	rs.tenants[digest] = s
+	rs.resumes.Go(func() { s.Resume(rs.resumeCtx) })
+	return s, nil
+}
+
+// closeSessions ends every session of every token.
+func (rs *remote) closeSessions() {
+	rs.mu.Lock()
+	servers := make([]*Server, 0, len(rs.tenants))
+	for _, s := range rs.tenants {
+		servers = append(servers, s)
+	}
+	rs.mu.Unlock()
+	for _, s := range servers {
+		for ss := range s.MCP().Sessions() {
+			_ = ss.Close()
+		}
+	}
+}

@@ -1,0 +1,162 @@
+package mcpserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/quillhq/quill/client"
+)
+
+// ListOperationsInput is list_operations' arguments (none).
+type ListOperationsInput struct{}
+
+// ListOperationsOutput is list_operations' structured content.
+type ListOperationsOutput struct {
+	Operations []Operation `json:"operations" jsonschema:"the unfinished writes, oldest first"`
+	// Warning names journal records that could not be read.
+	Warning string `json:"warning,omitempty" jsonschema:"journal records that could not be read, if any"`
+}
+
+// Operation is one unsettled journalled write.
+type Operation struct {
+	OperationKey string         `json:"operation_key" jsonschema:"the operation's key"`
+	Action       string         `json:"action" jsonschema:"create-note or delete-note"`
+	Params       map[string]any `json:"params" jsonschema:"the write's parameters: title, body and attachment (its filename, content_type and size_bytes; not its data) for create-note, id for delete-note"`
+	FirstSentAt  time.Time      `json:"first_sent_at" jsonschema:"when it was first journalled, just before its first send"`
+	AgeSeconds   int64          `json:"age_seconds" jsonschema:"seconds since first_sent_at"`
+}
+
+// summary is the parameters of e as list_operations shows them: an
+// attachment's bytes are left out (up to 1 MiB of base64 has no place in a
+// model's context; the journal keeps them for the resume).
+func summary(e client.JournalEntry) map[string]any {
+	m := map[string]any{}
+	if e.Action == client.ActionCreateNote {
+		var n client.NewNote
+		if json.Unmarshal(e.Params, &n) == nil {
+			m["title"] = n.Title
+			if n.Body != "" {
+				m["body"] = n.Body
+			}
+			if a := n.Attachment; a != nil {
+				m["attachment"] = map[string]any{"filename": a.Filename, "content_type": a.ContentType, "size_bytes": len(a.Data)}
+			}
+			return m
+		}
+	}
+	_ = json.Unmarshal(e.Params, &m)
+	return m
+}
+
+func (h *handlers) listOperations(ctx context.Context, _ *mcp.CallToolRequest, _ ListOperationsInput) (*mcp.CallToolResult, ListOperationsOutput, error) {
+	out := ListOperationsOutput{Operations: []Operation{}}
+	j := h.c.Config().Journal
+	if j == nil {
+		return text("list_operations: this server has no journal, so it keeps no record of unfinished writes.", true), out, nil
+	}
+	entries, err := j.Unsettled(ctx)
+	if err != nil && !errors.Is(err, client.ErrCorruptRecord) {
+		return text("list_operations: the journal cannot be read: "+err.Error(), true), out, nil
+	}
+	if err != nil {
+		out.Warning = err.Error()
+	}
+	now := h.c.Config().Now()
+	var sb strings.Builder
+	for _, e := range entries {
+		out.Operations = append(out.Operations, Operation{OperationKey: e.Key, Action: e.Action, Params: summary(e),
+			FirstSentAt: e.CreatedAt.UTC(), AgeSeconds: int64(now.Sub(e.CreatedAt) / time.Second)})
+		fmt.Fprintf(&sb, "\n- operation_key %q: %s, first sent %s ago", e.Key, e.Action, now.Sub(e.CreatedAt).Round(time.Second))
+	}
+	msg := "No unfinished writes: every journalled operation has a known outcome."
+	if len(entries) > 0 {
+		msg = fmt.Sprintf("%d unfinished write(s); each may or may not have happened. Finish one by calling the same tool with its operation_key "+
+			"and the same parameters (or learn its outcome with get_operation); never by a new write without the key:%s", len(entries), sb.String())
+	}
+	if out.Warning != "" {
+		msg += "\nSome journal records could not be read: " + out.Warning
+	}
+	return text(msg, false), out, nil
+}
+
+// Resume sends again every operation unsettled in the journal when it is
+// called, one at a time, oldest first, under its original key and
+// parameters (as client.Resume does), and logs each outcome. The
+// create_note operations among them are remembered as unseen by any model:
+// a later create_note without a key and with equal parameters is answered
+// with that operation instead of writing a second note. It returns when
+// all are done or ctx ends; a client without a journal has nothing to
+// resume.
+func (s *Server) Resume(ctx context.Context) {
+	h := s.h
+	j := h.c.Config().Journal
+	if j == nil {
+		return
+	}
+	h.mu.Lock()
+	entries, err := j.Unsettled(ctx)
+	for _, e := range entries {
+		if e.Action == client.ActionCreateNote {
+			h.recovered[e.Key] = e
+		}
+	}
+	h.mu.Unlock()
+	if err != nil {
+		h.log.Warn().Err(err).Msg("journal: some records cannot be read")
+		if !errors.Is(err, client.ErrCorruptRecord) {
+			return
+		}
+	}
+	if len(entries) > 0 {
+		h.log.Info().Int("operations", len(entries)).Msg("resuming unsettled journalled operations")
+	}
+	for _, e := range entries {
+		if ctx.Err() != nil {
+			return
+		}
+		state, detail := h.resumeOne(ctx, e)
+		ev := h.log.Info()
+		if state != StateCompleted {
+			ev = h.log.Warn()
+		}
+		ev.Str("operation_key", e.Key).Str("action", e.Action).Str("state", state).Str("detail", detail).Msg("resumed journalled operation")
+	}
+}
+
+// resumeOne sends e again and says how it ended.
+func (h *handlers) resumeOne(ctx context.Context, e client.JournalEntry) (state, detail string) {
+	opts := []client.WriteOption{client.WithKey(e.Key), client.WithFirstSent(e.CreatedAt)}
+	var err error
+	switch e.Action {
+	case client.ActionCreateNote:
+		var n client.NewNote
+		if err = json.Unmarshal(e.Params, &n); err == nil {
+			var c *client.Created
+			if c, err = h.c.CreateNote(ctx, n, opts...); err == nil {
+				return StateCompleted, "note " + c.Note.ID
+			}
+		}
+	case client.ActionDeleteNote:
+		var p struct {
+			ID string `json:"id"`
+		}
+		if err = json.Unmarshal(e.Params, &p); err == nil {
+			if _, err = h.c.DeleteNote(ctx, p.ID, opts...); err == nil {
+				return StateCompleted, "deleted note " + p.ID
+			}
+		}
+	default:
+		err = fmt.Errorf("unknown action %q", e.Action)
+	}
+	var refused *client.RefusedError
+	if errors.As(err, &refused) {
+		return StateRefused, err.Error()
+	}
+	return StateUnknown, err.Error()
+}
