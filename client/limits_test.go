@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/quillhq/quill/client"
@@ -153,6 +155,19 @@ func TestLimitsAreTheServersAndReadOnce(t *testing.T) {
 			TenantConcurrency: httpapi.DefaultTenantConcurrency}, l)
 	}
 	require.EqualValues(t, 1, api.limitsReads.Load())
+
+	// Concurrent first needs share one request.
+	c = api.client(t, nil, 0)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			l, err := c.Limits(t.Context())
+			assert.NoError(t, err)
+			assert.Equal(t, 2*time.Hour, l.KeyRetention)
+		})
+	}
+	wg.Wait()
+	require.EqualValues(t, 2, api.limitsReads.Load())
 
 	// A bad token: the server's 401, not a guess.
 	bad, err := client.New(client.Config{BaseURL: api.url, Token: "qt_00000000_nope", Attempts: 1})
