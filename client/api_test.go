@@ -303,7 +303,9 @@ func TestKeyOlderThanRetentionIsNeverResent(t *testing.T) {
 	var requests atomic.Int64
 	api.Wrap(func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			requests.Add(1)
+			if r.URL.Path != "/v1/limits" { // the server's key retention is read
+				requests.Add(1)
+			}
 			next.ServeHTTP(w, r)
 		})
 	})

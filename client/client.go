@@ -55,6 +55,8 @@ const (
 	// DefaultMaxRetryAfter caps the wait a server's Retry-After asks for.
 	DefaultMaxRetryAfter = 10 * time.Second
 	// DefaultKeyRetention is the server's default QUILL_KEY_RETENTION.
+	// The client does not assume it (a server may run with less): it
+	// reads the server's (Config.KeyRetention).
 	DefaultKeyRetention = 720 * time.Hour
 )
 
@@ -91,7 +93,11 @@ type Config struct {
 	MaxRetryAfter time.Duration
 	// KeyRetention is the server's QUILL_KEY_RETENTION: a key first sent
 	// longer ago is never sent again (ErrKeyTooOld), as the server may
-	// have forgotten it. Default 720h.
+	// have forgotten it. Set, it wins over the server's. Default: the
+	// server's key_retention, read from GET /v1/limits the first time a
+	// key sent before is to be sent again (see Limits); while that cannot
+	// be read, keys older than FallbackKeyRetention are not resent. A key
+	// never sent before needs no retention and never waits for it.
 	KeyRetention time.Duration
 	// Journal, when set, records each write before its first send and
 	// its final outcome after. Default none.
@@ -121,7 +127,6 @@ func (c Config) WithDefaults() Config {
 	c.BaseDelay = cmp.Or(c.BaseDelay, DefaultBaseDelay)
 	c.MaxDelay = cmp.Or(c.MaxDelay, DefaultMaxDelay)
 	c.MaxRetryAfter = cmp.Or(c.MaxRetryAfter, DefaultMaxRetryAfter)
-	c.KeyRetention = cmp.Or(c.KeyRetention, DefaultKeyRetention)
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -151,8 +156,9 @@ func (c Config) validate() error {
 
 // Client calls the Quill API. It is safe for concurrent use.
 type Client struct {
-	cfg  Config
-	base string
+	cfg    Config
+	base   string
+	limits limitsCache
 }
 
 // New returns a client for cfg. It returns an error naming the field when
@@ -182,8 +188,8 @@ type writeOpts struct {
 func WithKey(key string) WriteOption { return func(o *writeOpts) { o.key = key } }
 
 // WithFirstSent says when key was first sent, when the caller keeps it
-// without a Journal: a key older than Config.KeyRetention is refused with
-// ErrKeyTooOld.
+// without a Journal: a key older than the key retention (Config.KeyRetention,
+// else the server's) is refused with ErrKeyTooOld.
 func WithFirstSent(t time.Time) WriteOption { return func(o *writeOpts) { o.firstSent = t } }
 
 // NewKey returns a fresh operation key, for a caller that wants to hold the
@@ -283,6 +289,10 @@ func (c *Client) GetOperation(ctx context.Context, key string) (*Operation, erro
 }
 
 func operationPath(key string) string { return "/v1/operations/" + url.PathEscape(key) }
+
+// errUndecodable marks a success answer whose body is not what was asked
+// for.
+var errUndecodable = errors.New("the answer is not the expected JSON")
 
 // answer is one HTTP exchange's result.
 type answer struct {
@@ -416,7 +426,7 @@ func (c *Client) read(parent context.Context, path string, out any) (json.RawMes
 	switch v {
 	case verdictDone:
 		if err := json.Unmarshal(a.body, out); err != nil {
-			return nil, fmt.Errorf("decode %s: %w", path, err)
+			return nil, fmt.Errorf("decode %s: %w: %w", path, errUndecodable, err)
 		}
 		return a.body, nil
 	case verdictRefused:
@@ -449,19 +459,24 @@ func (c *Client) write(ctx context.Context, action, method, path string, params 
 		return Write{Key: o.key}, fmt.Errorf("operation key: %w", err)
 	}
 	w := Write{Key: key}
+	// firstSent is when the key was sent before, if it was: zero for a
+	// key this write sends for the first time, which no retention can
+	// have expired and which must not wait for the server's limits.
 	firstSent := o.firstSent
 	if c.cfg.Journal != nil {
-		e, err := c.cfg.Journal.Begin(ctx, JournalEntry{Key: key, Action: action, Params: params, CreatedAt: c.cfg.Now().UTC()})
+		now := c.cfg.Now().UTC()
+		e, err := c.cfg.Journal.Begin(ctx, JournalEntry{Key: key, Action: action, Params: params, CreatedAt: now})
 		if err != nil {
 			return w, fmt.Errorf("journal operation %q before sending: %w", key, err)
 		}
-		if firstSent.IsZero() || e.CreatedAt.Before(firstSent) {
-			firstSent = e.CreatedAt
+		if e.CreatedAt.Before(now) && (firstSent.IsZero() || e.CreatedAt.Before(firstSent)) {
+			firstSent = e.CreatedAt // journalled by an earlier write
 		}
 	}
-	if !firstSent.IsZero() && c.cfg.Now().Sub(firstSent) >= c.cfg.KeyRetention {
-		return w, fmt.Errorf("%w: key %q was first sent at %s, the retention is %s; look it up instead of resending",
-			ErrKeyTooOld, key, firstSent.Format(time.RFC3339), c.cfg.KeyRetention)
+	if !firstSent.IsZero() {
+		if err := c.checkKeyAge(ctx, key, firstSent); err != nil {
+			return w, err
+		}
 	}
 	body := params
 	if action == ActionDeleteNote {

@@ -25,7 +25,10 @@ var ErrNoJournal = errors.New("the client has no journal")
 
 // Resume sends every unsettled journalled operation again, under its
 // original key and with its original parameters, and settles it in the
-// journal when its outcome is known. Operations are resumed one at a time,
+// journal when its outcome is known. A key first sent longer ago than the
+// key retention (Config.KeyRetention, else the server's, read once before
+// the first entry) is not sent: its Resumed.Err is ErrKeyTooOld, naming the
+// key, and it stays unsettled. Operations are resumed one at a time,
 // oldest first. The error reports a journal that cannot be read (records
 // that cannot be parsed are reported too, while the others are resumed).
 func (c *Client) Resume(ctx context.Context) ([]Resumed, error) {
@@ -35,6 +38,13 @@ func (c *Client) Resume(ctx context.Context) ([]Resumed, error) {
 	entries, jerr := c.cfg.Journal.Unsettled(ctx)
 	if jerr != nil && !errors.Is(jerr, ErrCorruptRecord) {
 		return nil, jerr
+	}
+	if len(entries) > 0 && c.cfg.KeyRetention == 0 {
+		// Every entry's key was sent before: its age is checked against
+		// the server's key retention, read here once for all of them. A
+		// failure is not the resume's: each entry then meets the
+		// fallback (see Config.KeyRetention).
+		_, _ = c.keyRetention(ctx)
 	}
 	out := make([]Resumed, 0, len(entries))
 	for _, e := range entries {

@@ -139,6 +139,6 @@ func TestConfigValidation(t *testing.T) {
 	}
 	c, err := New(Config{BaseURL: "http://x/", Token: "x"})
 	require.NoError(t, err)
-	require.Equal(t, DefaultKeyRetention, c.Config().KeyRetention)
+	require.Zero(t, c.Config().KeyRetention, "unset: the server's is read")
 	require.Equal(t, 5, c.Config().Attempts)
 }

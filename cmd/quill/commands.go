@@ -344,20 +344,29 @@ func (e *env) opsResume(ctx context.Context, args []string) error {
 // opsPrune removes settled journal records older than --older-than and
 // reports unsettled operations past the key retention, removing them only
 // with --abandon. Exit 4 while such operations are kept: their outcome may
-// never be known.
+// never be known. The key retention is --key-retention (QUILL_KEY_RETENTION)
+// when given, else the server's (GET /v1/limits) when a token is set and
+// the server answers, else client.DefaultKeyRetention — the longer horizon,
+// which reports fewer operations as past it and so removes none that could
+// still be resumed.
 func (e *env) opsPrune(ctx context.Context, args []string) error {
 	var (
 		dir              string
 		olderThan, keyTT time.Duration
 		abandon, asJSON  bool
+		c                common
 	)
-	s := e.set("quill ops prune", "quill ops prune [--older-than D] [--key-retention D] [--abandon] [--journal DIR] [--json]")
+	s := e.set("quill ops prune", "quill ops prune [--older-than D] [--key-retention D] [--abandon] [--journal DIR] [--json] [--url U] [--token-file F]")
 	s.String(&dir, "journal", "QUILL_JOURNAL", defaultJournal(e.getenv), "directory of the operation journal")
 	s.DurationOrZero(&olderThan, "older-than", "", client.DefaultKeyRetention,
 		"remove the records of operations settled longer ago than this")
 	s.Duration(&keyTT, "key-retention", "QUILL_KEY_RETENTION", client.DefaultKeyRetention,
-		"the server's key retention: an unsettled operation first sent longer ago can no longer be resumed")
+		"the server's key retention: an unsettled operation first sent longer ago can no longer be resumed (default: the server's, read with --url and the token when one is set, else 720h)")
 	fs := s.FlagSet()
+	c.flags = fs
+	s.String(&c.url, "url", "QUILL_URL", defaultURL, "the Quill API's base URL, asked for its key retention")
+	s.String(&c.token, "token", "QUILL_TOKEN", "", "bearer token, to ask the server for its key retention (optional)")
+	s.String(&c.tokenFile, "token-file", "QUILL_TOKEN_FILE", "", "file holding the bearer token; instead of --token")
 	fs.BoolVar(&abandon, "abandon", false, "also remove unsettled operations past the key retention (their outcome stays unknown)")
 	fs.BoolVar(&asJSON, "json", false, "print one JSON object")
 	if err := parseNone(s, args); err != nil {
@@ -365,6 +374,19 @@ func (e *env) opsPrune(ctx context.Context, args []string) error {
 	}
 	if olderThan <= 0 || keyTT <= 0 {
 		return cli.UsageError{Msg: "--older-than and --key-retention must be positive"}
+	}
+	given := e.getenv("QUILL_KEY_RETENTION") != ""
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "key-retention" })
+	if !given {
+		server, note, err := e.serverKeyRetention(ctx, c)
+		if err != nil {
+			return err
+		}
+		if server > 0 {
+			keyTT = server
+		} else {
+			fmt.Fprintf(e.stderr, "quill: %s; taking the key retention as %s (--key-retention sets it)\n", note, keyTT)
+		}
 	}
 	j, err := client.OpenFileJournal(dir)
 	if err != nil {
@@ -377,11 +399,11 @@ func (e *env) opsPrune(ctx context.Context, args []string) error {
 	} else {
 		fmt.Fprintf(e.stdout, "removed %d settled operations (settled more than %s ago)\n", len(res.Removed), olderThan)
 		for _, k := range res.Abandoned {
-			fmt.Fprintf(e.stdout, "abandoned %s: unsettled, past the key retention; its outcome stays unknown\n", k)
+			fmt.Fprintf(e.stdout, "abandoned %s: unsettled, past the key retention (%s); its outcome stays unknown\n", k, keyTT)
 		}
 		for _, x := range res.Expired {
-			fmt.Fprintf(e.stdout, "kept %s %s: unsettled and first sent %s, past the key retention — \"quill ops get %s\" may still answer; --abandon removes it\n",
-				x.Key, x.Action, x.CreatedAt.UTC().Format(time.RFC3339), x.Key)
+			fmt.Fprintf(e.stdout, "kept %s %s: unsettled and first sent %s, past the key retention (%s) — \"quill ops get %s\" may still answer; --abandon removes it\n",
+				x.Key, x.Action, x.CreatedAt.UTC().Format(time.RFC3339), keyTT, x.Key)
 		}
 	}
 	if perr != nil {
@@ -393,6 +415,32 @@ func (e *env) opsPrune(ctx context.Context, args []string) error {
 	}
 	return nil
 }
+
+// serverKeyRetention asks the server for its key retention, for prune. No
+// token is not an error (prune works on the journal alone): it returns 0
+// and why, as it does when the server cannot be asked; a token file that
+// cannot be read is a usage error.
+func (e *env) serverKeyRetention(ctx context.Context, c common) (time.Duration, string, error) {
+	if err := e.resolveToken(&c); err != nil {
+		return 0, "", err
+	}
+	if c.token == "" {
+		return 0, "no token is set, so the server's key retention was not read", nil
+	}
+	cl, err := client.New(client.Config{BaseURL: c.url, Token: c.token, Attempts: 2, Deadline: pruneLimitsDeadline})
+	if err != nil {
+		return 0, "", cli.UsageError{Msg: err.Error()}
+	}
+	l, err := cl.Limits(ctx)
+	if err != nil {
+		return 0, fmt.Sprintf("the server's key retention could not be read: %v", err), nil
+	}
+	return l.KeyRetention, "", nil
+}
+
+// pruneLimitsDeadline bounds prune's question to the server: an unreachable
+// server delays a local command by no more.
+const pruneLimitsDeadline = 5 * time.Second
 
 // version is the MCP server's implementation version.
 const version = "1"

@@ -1,0 +1,59 @@
+package httpapi
+
+import (
+	"net/http"
+	"strings"
+	"time"
+)
+
+// limitsPattern is the route of the server's horizons and limits (SPEC §10).
+const limitsPattern = "/v1/limits"
+
+// Limits is the body of GET /v1/limits: the horizons a client must respect
+// (a key older than KeyRetention may have been forgotten and would execute
+// again) and the limits its requests meet.
+type Limits struct {
+	// ResponseRetention is QUILL_IDEMPOTENCY_RETENTION as a Go duration
+	// ("72h").
+	ResponseRetention string `json:"response_retention"`
+	// KeyRetention is QUILL_KEY_RETENTION as a Go duration ("720h").
+	KeyRetention string `json:"key_retention"`
+	// MaxBodyBytes is QUILL_MAX_BODY_BYTES.
+	MaxBodyBytes int64 `json:"max_body_bytes"`
+	// MaxAttachmentBytes is QUILL_MAX_ATTACHMENT_BYTES.
+	MaxAttachmentBytes int `json:"max_attachment_bytes"`
+	// TenantConcurrency is QUILL_TENANT_CONCURRENCY.
+	TenantConcurrency int `json:"tenant_concurrency"`
+}
+
+// limits returns the answer of GET /v1/limits for c (defaults applied).
+func (c Config) limits() Limits {
+	return Limits{
+		ResponseRetention:  FormatDuration(c.ResponseRetention),
+		KeyRetention:       FormatDuration(c.KeyRetention),
+		MaxBodyBytes:       c.MaxBodyBytes,
+		MaxAttachmentBytes: c.MaxAttachmentBytes,
+		TenantConcurrency:  c.TenantConcurrency,
+	}
+}
+
+// getLimits answers the server's horizons and limits. They are the
+// settings the API runs with, so a client takes its key retention from the
+// server it talks to rather than from a constant of its own (decision 0047).
+func (s *server) getLimits(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, s.Config.limits())
+}
+
+// FormatDuration writes d as a Go duration without the zero minutes and
+// seconds that time.Duration.String appends: 720h, 90m → 1h30m, 1h0m30s,
+// 1.5s. time.ParseDuration reads the result back to d.
+func FormatDuration(d time.Duration) string {
+	s := d.String()
+	if t, ok := strings.CutSuffix(s, "m0s"); ok {
+		s = t + "m"
+	}
+	if t, ok := strings.CutSuffix(s, "h0m"); ok {
+		s = t + "h"
+	}
+	return s
+}
