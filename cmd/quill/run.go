@@ -49,14 +49,16 @@ Usage:
   quill notes list [--limit N] [--cursor C]
   quill ops get KEY
   quill ops resume
-  quill ops prune [--older-than D] [--abandon]
-  quill mcp
+  quill ops prune [--older-than D] [--key-retention D] [--abandon]
+  quill mcp [--http ADDR]
   quill version
 
 Every command takes --url (QUILL_URL), --token-file (QUILL_TOKEN_FILE) or
 --token (QUILL_TOKEN; as a flag it shows in the process list), --attempts,
 --deadline and --json; writes and "ops resume" also --journal (QUILL_JOURNAL).
-"ops prune" works on the journal alone (--journal, --json, no token).
+"ops prune" works on the journal (--journal, --json); a token is optional:
+with one it takes the key retention from the server (GET /v1/limits).
+"mcp --http ADDR" serves remote MCP; each caller's Authorization is its token.
 Each write is journalled before its first send. Run "quill <command> --help".
 
 Exit status: 0 done; 2 usage; 3 refused (the server's answer is final);
