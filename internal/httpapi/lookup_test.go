@@ -42,9 +42,16 @@ func TestLookupCompletedOperation(t *testing.T) {
 	require.Equal(t, "event", ev["kind"])
 	require.Equal(t, "quill.note.created.v1", ev["type"])
 	require.Equal(t, "pending", ev["state"])
+	// SPEC §4.6: present, and null, while pending.
+	requireNullMember(t, ev, "published_at")
+	requireNullMember(t, ev, "stream_seq")
+	require.NotContains(t, ev, "processed_at", "an attachment's member")
 	att := effects[1].(map[string]any)
 	require.Equal(t, "attachment", att["kind"])
 	require.Equal(t, "pending", att["state"])
+	requireNullMember(t, att, "processed_at")
+	require.NotContains(t, att, "published_at", "an event's member")
+	require.NotContains(t, att, "stream_seq", "an event's member")
 
 	// The event is the one in the outbox, for this note, as CloudEvents.
 	var payload []byte
@@ -65,6 +72,15 @@ func TestLookupCompletedOperation(t *testing.T) {
 	require.Equal(t, "published", ev["state"])
 	require.Equal(t, 42.0, ev["stream_seq"])
 	require.NotEmpty(t, ev["published_at"])
+
+}
+
+// requireNullMember checks that object m has member name, with the value null.
+func requireNullMember(t *testing.T, m map[string]any, name string) {
+	t.Helper()
+	v, ok := m[name]
+	require.True(t, ok, "member %q is present", name)
+	require.Nil(t, v, "member %q is null", name)
 }
 
 func TestLookupWhileExecutingIsInProgressNeverNotFound(t *testing.T) {

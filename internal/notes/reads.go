@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -265,18 +266,67 @@ type Response struct {
 	Body   jsontext.Value `json:"body"`
 }
 
-// Effect is one downstream effect of an operation and its own state.
+// Effect is one downstream effect of an operation and its own state. It is
+// marshaled as SPEC §4.6 shows its kind: an event always has published_at
+// and stream_seq, an attachment always has processed_at — null while the
+// effect is pending, so that a client typed from the SPEC finds every
+// member it expects.
 type Effect struct {
-	Kind        string  `json:"kind"`
-	ID          string  `json:"id"`
-	Type        string  `json:"type,omitempty"`
-	State       string  `json:"state"`
-	PublishedAt *string `json:"published_at,omitempty"`
-	StreamSeq   *int64  `json:"stream_seq,omitempty"`
-	ProcessedAt *string `json:"processed_at,omitempty"`
+	Kind        string
+	ID          string
+	Type        string // events only
+	State       string
+	PublishedAt *string // events only; nil while pending
+	StreamSeq   *int64  // events only; nil while pending
+	ProcessedAt *string // attachments only; nil while pending
 	// Reason says why an attachment failed, or why one stays pending for
 	// good (its note was deleted before processing).
-	Reason string `json:"reason,omitempty"`
+	Reason string
+}
+
+// Effect kinds.
+const (
+	EffectEvent      = "event"
+	EffectAttachment = "attachment"
+)
+
+// Event effect states.
+const (
+	EventPending   = "pending"
+	EventPublished = "published"
+)
+
+// eventEffect and attachmentEffect are the JSON of each kind of Effect.
+type eventEffect struct {
+	Kind        string  `json:"kind"`
+	ID          string  `json:"id"`
+	Type        string  `json:"type"`
+	State       string  `json:"state"`
+	PublishedAt *string `json:"published_at"`
+	StreamSeq   *int64  `json:"stream_seq"`
+}
+
+type attachmentEffect struct {
+	Kind        string  `json:"kind"`
+	ID          string  `json:"id"`
+	State       string  `json:"state"`
+	ProcessedAt *string `json:"processed_at"`
+	Reason      string  `json:"reason,omitempty"`
+}
+
+// MarshalJSON writes e with the members of its kind. It returns the
+// encoder's error, or one naming an unknown kind.
+func (e Effect) MarshalJSON() ([]byte, error) {
+	switch e.Kind {
+	case EffectEvent:
+		return json.Marshal(eventEffect{Kind: e.Kind, ID: e.ID, Type: e.Type, State: e.State,
+			PublishedAt: e.PublishedAt, StreamSeq: e.StreamSeq})
+	case EffectAttachment:
+		return json.Marshal(attachmentEffect{Kind: e.Kind, ID: e.ID, State: e.State,
+			ProcessedAt: e.ProcessedAt, Reason: e.Reason})
+	default:
+		return nil, fmt.Errorf("marshal effect: unknown kind %q", e.Kind)
+	}
 }
 
 // Operation states.
@@ -371,10 +421,11 @@ func (s *Service) describe(ctx context.Context, tx pgx.Tx, rec *idempotency.Reco
 			rows.Close()
 			return nil, err
 		}
-		e := Effect{Kind: "event", ID: id.String(), Type: outbox.CloudEventType(typ), State: "pending", StreamSeq: seq}
+		e := Effect{Kind: EffectEvent, ID: id.String(), Type: outbox.CloudEventType(typ), State: EventPending}
 		if published != nil {
-			e.State = "published"
+			e.State = EventPublished
 			e.PublishedAt = str(*published)
+			e.StreamSeq = seq
 		}
 		op.Effects = append(op.Effects, e)
 	}
@@ -400,7 +451,7 @@ func (s *Service) describe(ctx context.Context, tx pgx.Tx, rec *idempotency.Reco
 		case err != nil:
 			return nil, err
 		default:
-			e := Effect{Kind: "attachment", ID: id.String(), State: state, Reason: reason}
+			e := Effect{Kind: EffectAttachment, ID: id.String(), State: state, Reason: reason}
 			if processed != nil {
 				e.ProcessedAt = str(*processed)
 			}
