@@ -100,9 +100,12 @@ type OperationResponse struct {
 // every event and processed_at with every attachment, null while the
 // effect is pending (SPEC §4.6): the pointers are nil then. An event stays
 // listed, as published, after the outbox cleanup deleted it, for as long
-// as the key is remembered.
+// as the key is remembered; one whose row was lost otherwise has State
+// "forgotten", an empty ID and nil PublishedAt and StreamSeq.
 type Effect struct {
-	Kind  string `json:"kind"`
+	Kind string `json:"kind"`
+	// ID is the event's (its CloudEvents id) or the attachment's; empty
+	// for a forgotten event.
 	ID    string `json:"id"`
 	Type  string `json:"type,omitempty"`
 	State string `json:"state"`

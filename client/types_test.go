@@ -20,11 +20,12 @@ func TestOperationDecodesNullMembersOfPendingEffects(t *testing.T) {
 		"effects": [
 			{"kind": "event", "id": "e1", "type": "quill.note.created.v1", "state": "pending", "published_at": null, "stream_seq": null},
 			{"kind": "event", "id": "e2", "type": "quill.note.deleted.v1", "state": "published", "published_at": "2026-12-01T00:00:01.000000Z", "stream_seq": 9},
-			{"kind": "attachment", "id": "a", "state": "pending", "processed_at": null}
+			{"kind": "attachment", "id": "a", "state": "pending", "processed_at": null},
+			{"kind": "event", "id": null, "type": "quill.note.created.v1", "state": "forgotten", "published_at": null, "stream_seq": null}
 		]}`
 	var op client.Operation
 	require.NoError(t, json.Unmarshal([]byte(body), &op))
-	require.Len(t, op.Effects, 3)
+	require.Len(t, op.Effects, 4)
 	pending, published, att := op.Effects[0], op.Effects[1], op.Effects[2]
 	require.Equal(t, "pending", pending.State)
 	require.Nil(t, pending.PublishedAt)
@@ -33,4 +34,8 @@ func TestOperationDecodesNullMembersOfPendingEffects(t *testing.T) {
 	require.EqualValues(t, 9, *published.StreamSeq)
 	require.Equal(t, "attachment", att.Kind)
 	require.Nil(t, att.ProcessedAt)
+	forgotten := op.Effects[3]
+	require.Equal(t, "forgotten", forgotten.State)
+	require.Empty(t, forgotten.ID)
+	require.Nil(t, forgotten.PublishedAt)
 }

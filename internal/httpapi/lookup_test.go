@@ -10,6 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quillhq/quill/internal/idempotency"
+	"github.com/quillhq/quill/internal/outbox"
+	"github.com/quillhq/quill/internal/retention"
 )
 
 func TestLookupCompletedOperation(t *testing.T) {
@@ -73,6 +75,39 @@ func TestLookupCompletedOperation(t *testing.T) {
 	require.Equal(t, 42.0, ev["stream_seq"])
 	require.NotEmpty(t, ev["published_at"])
 
+	// Past the outbox retention the cleanup deletes the published event;
+	// the key is still remembered, and the lookup still names the event
+	// as it was published — not "effects": [] nor the attachment alone.
+	before := b.lookup(b.tokenA, "op-1").json(t)["effects"]
+	b.clock.advance(retention.DefaultOutboxRetention + time.Hour)
+	_, err = outbox.DeletePublished(t.Context(), b.pool, b.clock.now(), retention.DefaultOutboxRetention, 100)
+	require.NoError(t, err)
+	require.Zero(t, b.count(`SELECT count(*) FROM outbox_events`))
+	require.Equal(t, before, b.lookup(b.tokenA, "op-1").json(t)["effects"])
+}
+
+// An event whose row is gone although the record kept nothing of it (here:
+// deleted with the keeping trigger disabled, as before migration 00008) is
+// answered as forgotten, its id and publication unknown — not left out.
+func TestLookupNamesAForgottenEvent(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	require.Equal(t, http.StatusCreated, b.create(b.tokenA, "op-lost", note("lost")).status)
+	_, err := b.pool.Exec(t.Context(), `ALTER TABLE outbox_events DISABLE TRIGGER operations_keep_cleaned_events`)
+	require.NoError(t, err)
+	_, err = b.pool.Exec(t.Context(), `DELETE FROM outbox_events`)
+	require.NoError(t, err)
+	l := b.lookup(b.tokenA, "op-lost")
+	require.Equal(t, http.StatusOK, l.status, "%s", l.body)
+	effects := l.json(t)["effects"].([]any)
+	require.Len(t, effects, 1)
+	ev := effects[0].(map[string]any)
+	require.Equal(t, "event", ev["kind"])
+	require.Equal(t, "quill.note.created.v1", ev["type"])
+	require.Equal(t, "forgotten", ev["state"])
+	requireNullMember(t, ev, "id")
+	requireNullMember(t, ev, "published_at")
+	requireNullMember(t, ev, "stream_seq")
 }
 
 // requireNullMember checks that object m has member name, with the value null.
