@@ -51,10 +51,14 @@ $$;
 
 -- Pinned to the migration's schema, as the outbox_pending functions are
 -- (00007): a session with another search_path must still find operations.
+-- And, as theirs, its join must probe the operations' primary key: a plan
+-- made while the table was small (plpgsql keeps it for the session) would
+-- scan every operation of 30 days on each cleanup batch.
 -- +goose StatementBegin
 DO $$
 BEGIN
     EXECUTE format('ALTER FUNCTION operations_keep_cleaned_events() SET search_path = %I', current_schema());
+    ALTER FUNCTION operations_keep_cleaned_events() SET enable_seqscan = off;
 END
 $$;
 -- +goose StatementEnd
