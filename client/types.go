@@ -96,14 +96,23 @@ type OperationResponse struct {
 }
 
 // Effect is one downstream effect of an operation: an outbox event or an
-// attachment's processing.
+// attachment's processing. The API sends published_at and stream_seq with
+// every event and processed_at with every attachment, null while the
+// effect is pending (SPEC §4.6): the pointers are nil then. An event stays
+// listed, as published, after the outbox cleanup deleted it, for as long
+// as the key is remembered; one whose row was lost otherwise has State
+// "forgotten", an empty ID and nil PublishedAt and StreamSeq.
 type Effect struct {
-	Kind        string     `json:"kind"`
-	ID          string     `json:"id"`
-	Type        string     `json:"type,omitempty"`
-	State       string     `json:"state"`
+	Kind string `json:"kind"`
+	// ID is the event's (its CloudEvents id) or the attachment's; empty
+	// for a forgotten event.
+	ID    string `json:"id"`
+	Type  string `json:"type,omitempty"`
+	State string `json:"state"`
+	// PublishedAt and StreamSeq: an event's; nil while it is pending.
 	PublishedAt *time.Time `json:"published_at,omitempty"`
 	StreamSeq   *int64     `json:"stream_seq,omitempty"`
+	// ProcessedAt: an attachment's; nil while it is pending.
 	ProcessedAt *time.Time `json:"processed_at,omitempty"`
 	// Reason says why an attachment failed, or why one stays pending for
 	// good (its note was deleted before it was processed).

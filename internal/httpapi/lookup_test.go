@@ -10,6 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quillhq/quill/internal/idempotency"
+	"github.com/quillhq/quill/internal/outbox"
+	"github.com/quillhq/quill/internal/retention"
 )
 
 func TestLookupCompletedOperation(t *testing.T) {
@@ -42,9 +44,16 @@ func TestLookupCompletedOperation(t *testing.T) {
 	require.Equal(t, "event", ev["kind"])
 	require.Equal(t, "quill.note.created.v1", ev["type"])
 	require.Equal(t, "pending", ev["state"])
+	// SPEC §4.6: present, and null, while pending.
+	requireNullMember(t, ev, "published_at")
+	requireNullMember(t, ev, "stream_seq")
+	require.NotContains(t, ev, "processed_at", "an attachment's member")
 	att := effects[1].(map[string]any)
 	require.Equal(t, "attachment", att["kind"])
 	require.Equal(t, "pending", att["state"])
+	requireNullMember(t, att, "processed_at")
+	require.NotContains(t, att, "published_at", "an event's member")
+	require.NotContains(t, att, "stream_seq", "an event's member")
 
 	// The event is the one in the outbox, for this note, as CloudEvents.
 	var payload []byte
@@ -65,6 +74,48 @@ func TestLookupCompletedOperation(t *testing.T) {
 	require.Equal(t, "published", ev["state"])
 	require.Equal(t, 42.0, ev["stream_seq"])
 	require.NotEmpty(t, ev["published_at"])
+
+	// Past the outbox retention the cleanup deletes the published event;
+	// the key is still remembered, and the lookup still names the event
+	// as it was published — not "effects": [] nor the attachment alone.
+	before := b.lookup(b.tokenA, "op-1").json(t)["effects"]
+	b.clock.advance(retention.DefaultOutboxRetention + time.Hour)
+	_, err = outbox.DeletePublished(t.Context(), b.pool, b.clock.now(), retention.DefaultOutboxRetention, 100)
+	require.NoError(t, err)
+	require.Zero(t, b.count(`SELECT count(*) FROM outbox_events`))
+	require.Equal(t, before, b.lookup(b.tokenA, "op-1").json(t)["effects"])
+}
+
+// An event whose row is gone although the record kept nothing of it (here:
+// deleted with the keeping trigger disabled, as before migration 00008) is
+// answered as forgotten, its id and publication unknown — not left out.
+func TestLookupNamesAForgottenEvent(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	require.Equal(t, http.StatusCreated, b.create(b.tokenA, "op-lost", note("lost")).status)
+	_, err := b.pool.Exec(t.Context(), `ALTER TABLE outbox_events DISABLE TRIGGER operations_keep_cleaned_events`)
+	require.NoError(t, err)
+	_, err = b.pool.Exec(t.Context(), `DELETE FROM outbox_events`)
+	require.NoError(t, err)
+	l := b.lookup(b.tokenA, "op-lost")
+	require.Equal(t, http.StatusOK, l.status, "%s", l.body)
+	effects := l.json(t)["effects"].([]any)
+	require.Len(t, effects, 1)
+	ev := effects[0].(map[string]any)
+	require.Equal(t, "event", ev["kind"])
+	require.Equal(t, "quill.note.created.v1", ev["type"])
+	require.Equal(t, "forgotten", ev["state"])
+	requireNullMember(t, ev, "id")
+	requireNullMember(t, ev, "published_at")
+	requireNullMember(t, ev, "stream_seq")
+}
+
+// requireNullMember checks that object m has member name, with the value null.
+func requireNullMember(t *testing.T, m map[string]any, name string) {
+	t.Helper()
+	v, ok := m[name]
+	require.True(t, ok, "member %q is present", name)
+	require.Nil(t, v, "member %q is null", name)
 }
 
 func TestLookupWhileExecutingIsInProgressNeverNotFound(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -265,18 +266,74 @@ type Response struct {
 	Body   jsontext.Value `json:"body"`
 }
 
-// Effect is one downstream effect of an operation and its own state.
+// Effect is one downstream effect of an operation and its own state. It is
+// marshaled as SPEC §4.6 shows its kind: an event always has published_at
+// and stream_seq, an attachment always has processed_at — null while the
+// effect is pending, so that a client typed from the SPEC finds every
+// member it expects.
 type Effect struct {
-	Kind        string  `json:"kind"`
-	ID          string  `json:"id"`
-	Type        string  `json:"type,omitempty"`
-	State       string  `json:"state"`
-	PublishedAt *string `json:"published_at,omitempty"`
-	StreamSeq   *int64  `json:"stream_seq,omitempty"`
-	ProcessedAt *string `json:"processed_at,omitempty"`
+	Kind        string
+	ID          string
+	Type        string // events only
+	State       string
+	PublishedAt *string // events only; nil while pending
+	StreamSeq   *int64  // events only; nil while pending
+	ProcessedAt *string // attachments only; nil while pending
 	// Reason says why an attachment failed, or why one stays pending for
 	// good (its note was deleted before processing).
-	Reason string `json:"reason,omitempty"`
+	Reason string
+}
+
+// Effect kinds.
+const (
+	EffectEvent      = "event"
+	EffectAttachment = "attachment"
+)
+
+// Event effect states. EventForgotten is an addition to SPEC §4.6: the
+// operation wrote an event whose outbox row is gone although its record
+// kept nothing of it (deleted before migration 00008, or by hand); its id,
+// publication time and stream sequence are not known any more (null).
+const (
+	EventPending   = "pending"
+	EventPublished = "published"
+	EventForgotten = "forgotten"
+)
+
+// eventEffect and attachmentEffect are the JSON of each kind of Effect.
+type eventEffect struct {
+	Kind        string  `json:"kind"`
+	ID          *string `json:"id"` // null when forgotten
+	Type        string  `json:"type"`
+	State       string  `json:"state"`
+	PublishedAt *string `json:"published_at"`
+	StreamSeq   *int64  `json:"stream_seq"`
+}
+
+type attachmentEffect struct {
+	Kind        string  `json:"kind"`
+	ID          string  `json:"id"`
+	State       string  `json:"state"`
+	ProcessedAt *string `json:"processed_at"`
+	Reason      string  `json:"reason,omitempty"`
+}
+
+// MarshalJSON writes e with the members of its kind. It returns the
+// encoder's error, or one naming an unknown kind.
+func (e Effect) MarshalJSON() ([]byte, error) {
+	switch e.Kind {
+	case EffectEvent:
+		ev := eventEffect{Kind: e.Kind, Type: e.Type, State: e.State, PublishedAt: e.PublishedAt, StreamSeq: e.StreamSeq}
+		if e.ID != "" {
+			ev.ID = &e.ID
+		}
+		return json.Marshal(ev)
+	case EffectAttachment:
+		return json.Marshal(attachmentEffect{Kind: e.Kind, ID: e.ID, State: e.State,
+			ProcessedAt: e.ProcessedAt, Reason: e.Reason})
+	default:
+		return nil, fmt.Errorf("marshal effect: unknown kind %q", e.Kind)
+	}
 }
 
 // Operation states.
@@ -286,10 +343,23 @@ const (
 )
 
 const (
-	// created_at bound: a key executed again after it was forgotten lists
-	// only the events of its current operation.
-	sqlOperationEvents = `SELECT id, type, published_at, stream_seq FROM outbox_events
-	WHERE tenant = $1 AND operation_key = $2 AND created_at >= $3 ORDER BY seq`
+	// The operation's events: those still in the outbox, and those the
+	// cleanup deleted, which the record keeps (cleaned_events, migration
+	// 00008), in outbox order. The created_at bounds: a key executed
+	// again after it was forgotten lists only the events of its current
+	// operation. One statement, so one snapshot: an event moving from the
+	// outbox to the record meanwhile is seen exactly once.
+	sqlOperationEvents = `SELECT id, type, published_at, stream_seq FROM (
+		SELECT seq, id, type, published_at, stream_seq FROM outbox_events
+		WHERE tenant = $1 AND operation_key = $2 AND created_at >= $3
+		UNION ALL
+		SELECT (k->>'seq')::bigint, (k->>'id')::uuid, k->>'type', (k->>'published_at')::timestamptz, (k->>'stream_seq')::bigint
+		FROM operations o CROSS JOIN LATERAL jsonb_array_elements(o.cleaned_events) AS k
+		WHERE o.tenant = $1 AND o.key = $2 AND o.created_at = $3
+	) ev ORDER BY seq`
+
+	// The delete of rec: the note it deleted carries its time.
+	sqlOperationDeleted = `SELECT EXISTS (SELECT 1 FROM notes WHERE tenant = $1 AND id = $2 AND deleted_at = $3)`
 
 	sqlOperationAttachment = `SELECT id, status, processed_at, coalesce(reason, '') FROM attachments
 	WHERE tenant = $1 AND note_id = $2`
@@ -371,16 +441,26 @@ func (s *Service) describe(ctx context.Context, tx pgx.Tx, rec *idempotency.Reco
 			rows.Close()
 			return nil, err
 		}
-		e := Effect{Kind: "event", ID: id.String(), Type: outbox.CloudEventType(typ), State: "pending", StreamSeq: seq}
+		e := Effect{Kind: EffectEvent, ID: id.String(), Type: outbox.CloudEventType(typ), State: EventPending}
 		if published != nil {
-			e.State = "published"
+			e.State = EventPublished
 			e.PublishedAt = str(*published)
+			e.StreamSeq = seq
 		}
 		op.Effects = append(op.Effects, e)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return nil, err
+	}
+	if len(op.Effects) == 0 {
+		typ, err := forgottenEvent(ctx, tx, rec)
+		if err != nil {
+			return nil, err
+		}
+		if typ != "" {
+			op.Effects = append(op.Effects, Effect{Kind: EffectEvent, Type: outbox.CloudEventType(typ), State: EventForgotten})
+		}
 	}
 	// Every recorded create created its note: a create that fails is not
 	// recorded.
@@ -400,7 +480,7 @@ func (s *Service) describe(ctx context.Context, tx pgx.Tx, rec *idempotency.Reco
 		case err != nil:
 			return nil, err
 		default:
-			e := Effect{Kind: "attachment", ID: id.String(), State: state, Reason: reason}
+			e := Effect{Kind: EffectAttachment, ID: id.String(), State: state, Reason: reason}
 			if processed != nil {
 				e.ProcessedAt = str(*processed)
 			}
@@ -408,4 +488,36 @@ func (s *Service) describe(ctx context.Context, tx pgx.Tx, rec *idempotency.Reco
 		}
 	}
 	return op, nil
+}
+
+// forgottenEvent returns the type of the event that rec's operation wrote
+// when neither the outbox nor the record has it any more, or "" when the
+// operation wrote none. Migration 00008 makes the record keep every event
+// the cleanup deletes; this covers those deleted before it (and by hand),
+// so that the lookup never answers an empty list for an operation that had
+// an effect. A create always wrote one note.created; a delete wrote one
+// note.deleted when it deleted the note, which then carries the
+// operation's time (a delete that found nothing wrote none).
+func forgottenEvent(ctx context.Context, tx pgx.Tx, rec *idempotency.Record) (string, error) {
+	rest, ok := strings.CutPrefix(rec.Resource, notePathPrefix)
+	if !ok {
+		return "", nil
+	}
+	noteID, err := uuid.Parse(rest)
+	if err != nil {
+		return "", nil
+	}
+	switch rec.Action {
+	case ActionCreate:
+		return outbox.TypeNoteCreated, nil
+	case ActionDelete:
+		var deleted bool
+		if err := tx.QueryRow(ctx, sqlOperationDeleted, rec.Tenant, pgUUID(noteID), rec.CreatedAt).Scan(&deleted); err != nil {
+			return "", err
+		}
+		if deleted {
+			return outbox.TypeNoteDeleted, nil
+		}
+	}
+	return "", nil
 }
