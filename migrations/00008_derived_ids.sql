@@ -15,9 +15,11 @@ INSERT INTO id_secret (secret)
 VALUES (decode(replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''), 'hex'));
 
 -- Derived ids are not time-ordered: a tenant's list is ordered by creation
--- time, the id breaking ties.
+-- time, the id breaking ties. The index it replaces served only the list.
 CREATE INDEX notes_tenant_live_created_idx ON notes (tenant, created_at DESC, id DESC) WHERE deleted_at IS NULL;
+DROP INDEX notes_tenant_live_idx;
 
 -- +goose Down
+CREATE INDEX notes_tenant_live_idx ON notes (tenant, id DESC) WHERE deleted_at IS NULL;
 DROP INDEX notes_tenant_live_created_idx;
 DROP TABLE id_secret;

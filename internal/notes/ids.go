@@ -7,6 +7,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash"
+	"strconv"
 	"sync"
 
 	"github.com/google/uuid"
@@ -55,7 +57,7 @@ const (
 // key "bc" and tenant "ab", key "c" hash different bytes.
 func NoteID(secret []byte, tenant, key string, generation int) uuid.UUID {
 	m := hmac.New(sha256.New, secret)
-	writeParts(m, labelNote, tenant, key, fmt.Sprint(generation))
+	writeParts(m, labelNote, tenant, key, strconv.Itoa(generation))
 	return v8(m.Sum(nil))
 }
 
@@ -86,12 +88,14 @@ func hashed(parts ...string) uuid.UUID {
 	return v8(h.Sum(nil))
 }
 
-func writeParts(w interface{ Write([]byte) (int, error) }, parts ...string) {
+// writeParts writes each part after its length, so that no two lists of
+// parts write the same bytes. A hash.Hash never fails a write.
+func writeParts(h hash.Hash, parts ...string) {
 	var n [4]byte
 	for _, p := range parts {
 		binary.BigEndian.PutUint32(n[:], uint32(len(p)))
-		w.Write(n[:])
-		w.Write([]byte(p))
+		h.Write(n[:])
+		h.Write([]byte(p))
 	}
 }
 
