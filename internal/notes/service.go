@@ -257,9 +257,11 @@ func (s *Service) clock() time.Time { return s.now().UTC().Truncate(time.Microse
 // errNoRender: a write request came without its Render.
 var errNoRender = errors.New("notes: the write request has no Render")
 
-// Create creates a note as the operation (r.Tenant, r.Key). Errors:
-// *KeyReusedError, *ExpiredError, ErrInProgress, *UnavailableError, and
-// others for unexpected failures (nothing committed).
+// Create creates a note as the operation (r.Tenant, r.Key); the note's id
+// is derived from the operation (ids.go). Errors: *KeyReusedError,
+// *ExpiredError, ErrInProgress, *UnavailableError, ErrKeyGenerations (the
+// key made maxGenerations notes already), and others for unexpected
+// failures (nothing committed).
 func (s *Service) Create(ctx context.Context, r Request, p CreateParams) (Outcome, error) {
 	if r.Render == nil {
 		return Outcome{}, errNoRender
