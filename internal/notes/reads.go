@@ -29,8 +29,9 @@ const (
 
 	sqlNoteList = `SELECT ` + noteColumns + `
 	FROM notes n LEFT JOIN attachments a ON a.note_id = n.id
-	WHERE n.tenant = $1 AND n.deleted_at IS NULL AND ($2::uuid IS NULL OR n.id < $2)
-	ORDER BY n.id DESC LIMIT $3`
+	WHERE n.tenant = $1 AND n.deleted_at IS NULL
+	AND ($2::uuid IS NULL OR (n.created_at, n.id) < (SELECT c.created_at, c.id FROM notes c WHERE c.tenant = $1 AND c.id = $2))
+	ORDER BY n.created_at DESC, n.id DESC LIMIT $3`
 
 	sqlAttachmentContent = `SELECT a.content_type, a.filename, a.data
 	FROM attachments a JOIN notes n ON n.id = a.note_id

@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
@@ -153,6 +155,8 @@ type Service struct {
 	// are contended (db.Fair): a tenant flooding within its concurrency
 	// limit does not hold the pool against the others.
 	fair *db.Fair
+	// ids holds the database's id secret once read (ids.go).
+	ids idSecret
 }
 
 // Option configures a Service.
@@ -253,9 +257,11 @@ func (s *Service) clock() time.Time { return s.now().UTC().Truncate(time.Microse
 // errNoRender: a write request came without its Render.
 var errNoRender = errors.New("notes: the write request has no Render")
 
-// Create creates a note as the operation (r.Tenant, r.Key). Errors:
-// *KeyReusedError, *ExpiredError, ErrInProgress, *UnavailableError, and
-// others for unexpected failures (nothing committed).
+// Create creates a note as the operation (r.Tenant, r.Key); the note's id
+// is derived from the operation (ids.go). Errors: *KeyReusedError,
+// *ExpiredError, ErrInProgress, *UnavailableError, ErrKeyGenerations (the
+// key made maxGenerations notes already), and others for unexpected
+// failures (nothing committed).
 func (s *Service) Create(ctx context.Context, r Request, p CreateParams) (Outcome, error) {
 	if r.Render == nil {
 		return Outcome{}, errNoRender
@@ -269,7 +275,29 @@ func (s *Service) Create(ctx context.Context, r Request, p CreateParams) (Outcom
 	if err != nil {
 		return Outcome{}, err
 	}
-	return s.run(ctx, r, fp, func(now time.Time) (*plan, error) { return s.planCreate(r, p, now) })
+	secret, err := s.ids.get(ctx, s.pool)
+	if err != nil {
+		return Outcome{}, s.unavailable(err, false)
+	}
+	// The note id is derived from the operation (ids.go); a key used for a
+	// new intent after it was forgotten finds its earlier notes' ids taken,
+	// and each refusal (nothing committed) moves it to the next generation.
+	for gen := 0; ; gen++ {
+		out, err := s.run(ctx, r, fp, func(now time.Time) (*plan, error) { return s.planCreate(r, p, secret, gen, now) })
+		if !noteIDTaken(err) {
+			return out, err
+		}
+		if gen+1 >= maxGenerations {
+			return Outcome{}, fmt.Errorf("create note: %w", ErrKeyGenerations)
+		}
+	}
+}
+
+// noteIDTaken reports whether err is the notes primary key refusing a
+// derived id: a note of an earlier generation of the key has it.
+func noteIDTaken(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UniqueViolation && pgErr.ConstraintName == "notes_pkey"
 }
 
 // Delete deletes note id as the operation (r.Tenant, r.Key). Deleting a note
@@ -544,7 +572,7 @@ func (s *Service) attempt(reqCtx context.Context, r Request, fp idempotency.Fing
 		// The COMMIT may or may not have happened: find out on another
 		// connection (Commit gave this one back, closed).
 		return s.recheck(reqCtx, r, fp, record, eff, lost)
-	case errors.Is(err, db.ErrDuplicate):
+	case errors.Is(err, db.ErrDuplicate) && !noteIDTaken(err):
 		return Outcome{}, errBusy // a concurrent writer recorded the key first
 	default:
 		return Outcome{}, fmt.Errorf("write %s: %w", fp.Action, err)
@@ -630,17 +658,12 @@ const (
 	sqlNoteDelete = `UPDATE notes SET deleted_at = $3 WHERE tenant = $1 AND id = $2 AND deleted_at IS NULL`
 )
 
-func (s *Service) planCreate(r Request, p CreateParams, now time.Time) (*plan, error) {
-	id, err := uuid.NewV7()
-	if err != nil {
-		return nil, fmt.Errorf("new note id: %w", err)
-	}
+func (s *Service) planCreate(r Request, p CreateParams, secret []byte, generation int, now time.Time) (*plan, error) {
+	id := NoteID(secret, r.Tenant, r.Key, generation)
 	n := Note{ID: id, Tenant: r.Tenant, Title: p.Title, Body: p.Body, CreatedAt: now}
 	var aid uuid.UUID
 	if a := p.Attachment; a != nil {
-		if aid, err = uuid.NewV7(); err != nil {
-			return nil, fmt.Errorf("new attachment id: %w", err)
-		}
+		aid = AttachmentID(id)
 		n.Attachment = &Attachment{ID: aid, NoteID: id, Filename: a.Filename, ContentType: a.ContentType,
 			Size: len(a.Data), SHA256: a.SHA256, Status: AttachmentPending}
 	}
@@ -707,10 +730,6 @@ func (s *Service) planDelete(r Request, id uuid.UUID, now time.Time) *plan {
 func pgUUID(u uuid.UUID) pgtype.UUID { return pgtype.UUID{Bytes: u, Valid: true} }
 
 func (s *Service) queueEvent(b *pgx.Batch, r Request, typ string, noteID uuid.UUID, now time.Time, data any) error {
-	eid, err := uuid.NewV7()
-	if err != nil {
-		return fmt.Errorf("new event id: %w", err)
-	}
-	return outbox.QueueGuarded(b, outbox.Event{ID: eid, Tenant: r.Tenant, OperationKey: r.Key, AggregateID: noteID,
+	return outbox.QueueGuarded(b, outbox.Event{ID: EventID(noteID, typ), Tenant: r.Tenant, OperationKey: r.Key, AggregateID: noteID,
 		Type: typ, Time: now, Data: data, Traceparent: r.Traceparent}, idempotency.Claimed)
 }

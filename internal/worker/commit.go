@@ -595,12 +595,10 @@ func (c *committer) transact(ctx context.Context, batch []*job) ([]outcome, erro
 		p := e.j.proc
 		results = append(results, notes.AttachmentResult{ID: e.attID, Status: p.ev.State, Result: p.result,
 			Reason: p.ev.Reason, Thumbnail: p.thumb})
-		eid, err := uuid.NewV7()
-		if err != nil {
-			tx.Rollback(ctx)
-			return nil, fmt.Errorf("new event id: %w", err)
-		}
-		if err := outbox.Queue(b, outbox.Event{ID: eid, Tenant: e.j.p.tenant, AggregateID: e.j.p.noteID,
+		// Derived from the note.created event's id (decision 0050): processing
+		// it again, after a restore or beyond the inbox's memory, writes the
+		// event every consumer has seen already.
+		if err := outbox.Queue(b, outbox.Event{ID: notes.ProcessedEventID(e.j.p.id), Tenant: e.j.p.tenant, AggregateID: e.j.p.noteID,
 			Type: outbox.TypeAttachmentProcessed, Time: now, Data: p.ev, Traceparent: e.j.trace}); err != nil {
 			tx.Rollback(ctx)
 			return nil, fmt.Errorf("outbox event: %w", err)

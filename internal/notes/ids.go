@@ -1,0 +1,137 @@
+package notes
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash"
+	"strconv"
+	"sync"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Ids are derived from the operation, not drawn at random (decision 0050):
+// an operation executed again after the database was restored from an older
+// backup must produce the note, attachment and events it produced before,
+// so that JetStream's duplicate window and every consumer's inbox recognise
+// its events by id and no second, different note.created exists for one
+// intent.
+//
+// The note id is keyed: an HMAC-SHA256, under the database's own secret, of
+// the tenant, the operation key and a generation. Without the key anyone
+// who saw a note id could test guesses of the operation key behind it
+// (keys are chosen by tenants and often guessable), and a tenant could
+// predict another's ids. Everything else is derived from the note id, which
+// is already unguessable, with plain SHA-256: the worker can derive the
+// attachment.processed id without the secret.
+
+// idSecretLen is the secret's length in bytes (migration 00009).
+const idSecretLen = 32
+
+// maxGenerations bounds how many times one key may have been used for a new
+// intent, each after the previous use was forgotten (QUILL_KEY_RETENTION):
+// the generation is the number of earlier notes of (tenant, key), found by
+// the primary key refusing each earlier id in turn.
+const maxGenerations = 16
+
+// ErrKeyGenerations is returned by a create whose key already has
+// maxGenerations notes, one per earlier intent that used it.
+var ErrKeyGenerations = errors.New("the operation key was used for too many intents, each after it was forgotten")
+
+// Domain-separation labels: no two derivations hash the same bytes.
+const (
+	labelNote       = "quill/note-id/v1"
+	labelAttachment = "quill/attachment-id/v1"
+	labelEvent      = "quill/event-id/v1"
+	labelProcessed  = "quill/attachment-processed-id/v1"
+)
+
+// NoteID returns the id of the note that the create-note operation (tenant,
+// key) creates in its generation-th use of the key (0 for the first), under
+// the database's id secret. Each part is length-prefixed, so tenant "a",
+// key "bc" and tenant "ab", key "c" hash different bytes.
+func NoteID(secret []byte, tenant, key string, generation int) uuid.UUID {
+	m := hmac.New(sha256.New, secret)
+	writeParts(m, labelNote, tenant, key, strconv.Itoa(generation))
+	return v8(m.Sum(nil))
+}
+
+// AttachmentID returns the id of note's attachment (a note has at most one).
+func AttachmentID(note uuid.UUID) uuid.UUID {
+	return hashed(labelAttachment, note.String())
+}
+
+// EventID returns the id of the event of type typ (an outbox type such as
+// note.created) about note. A note has at most one event of each type the
+// API writes: one note.created, and one note.deleted since only a live note
+// is deleted.
+func EventID(note uuid.UUID, typ string) uuid.UUID {
+	return hashed(labelEvent, note.String(), typ)
+}
+
+// ProcessedEventID returns the id of the attachment.processed event that
+// the worker writes for the note.created event noteCreated: a worker that
+// processes a note.created again (its inbox restored from an older backup,
+// say) writes an event that every consumer recognises as the one before.
+func ProcessedEventID(noteCreated uuid.UUID) uuid.UUID {
+	return hashed(labelProcessed, noteCreated.String())
+}
+
+func hashed(parts ...string) uuid.UUID {
+	h := sha256.New()
+	writeParts(h, parts...)
+	return v8(h.Sum(nil))
+}
+
+// writeParts writes each part after its length, so that no two lists of
+// parts write the same bytes. A hash.Hash never fails a write.
+func writeParts(h hash.Hash, parts ...string) {
+	var n [4]byte
+	for _, p := range parts {
+		binary.BigEndian.PutUint32(n[:], uint32(len(p)))
+		h.Write(n[:])
+		h.Write([]byte(p))
+	}
+}
+
+// v8 makes an RFC 9562 version-8 (custom) UUID of the first 16 bytes of
+// sum: 122 bits of the hash, the version and the variant.
+func v8(sum []byte) uuid.UUID {
+	var u uuid.UUID
+	copy(u[:], sum[:16])
+	u[6] = u[6]&0x0f | 0x80
+	u[8] = u[8]&0x3f | 0x80
+	return u
+}
+
+// idSecret is the database's id secret, read once per service.
+type idSecret struct {
+	mu  sync.Mutex
+	key []byte
+}
+
+const sqlIDSecretGet = `SELECT secret FROM id_secret`
+
+// get returns the secret, reading it from the database the first time. A
+// failed read is not remembered: the next write reads again.
+func (s *idSecret) get(ctx context.Context, pool *pgxpool.Pool) ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.key != nil {
+		return s.key, nil
+	}
+	var key []byte
+	if err := pool.QueryRow(ctx, sqlIDSecretGet).Scan(&key); err != nil {
+		return nil, fmt.Errorf("read id secret: %w", err)
+	}
+	if len(key) != idSecretLen {
+		return nil, fmt.Errorf("read id secret: %d bytes, want %d", len(key), idSecretLen)
+	}
+	s.key = key
+	return key, nil
+}
