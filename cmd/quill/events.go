@@ -150,7 +150,7 @@ func (e *env) eventsTail(ctx context.Context, args []string) error {
 		tenant = v
 		return nil
 	})
-	s.Func("type", "", "", "only events of this type: "+strings.Join(eventTypes, ", ")+" (default: every type)", func(v string) error {
+	s.Func("type", "", "", "only events of this type: "+strings.Join(eventTypes, ", ")+"; unset: every type", func(v string) error {
 		if v == "" {
 			return nil
 		}
@@ -158,7 +158,7 @@ func (e *env) eventsTail(ctx context.Context, args []string) error {
 		typ = t
 		return err
 	})
-	s.Func("from-seq", "", "", "start at this stream sequence (default: only new events)", func(v string) error {
+	s.Func("from-seq", "", "", "start at this stream sequence; unset (and no --since): only new events", func(v string) error {
 		if v == "" {
 			return nil
 		}
@@ -166,7 +166,7 @@ func (e *env) eventsTail(ctx context.Context, args []string) error {
 		start.seq, fromSeqSet = n, true
 		return err
 	})
-	s.Func("since", "", "", "start at this time: RFC 3339, or a duration back from now such as 10m (default: only new events)", func(v string) error {
+	s.Func("since", "", "", "start at this time: RFC 3339, or a duration back from now such as 10m", func(v string) error {
 		if v == "" {
 			return nil
 		}
@@ -174,7 +174,7 @@ func (e *env) eventsTail(ctx context.Context, args []string) error {
 		start.since, sinceOK = t, true
 		return err
 	})
-	s.Func("count", "", "", "stop after this many messages (default: follow until interrupted)", func(v string) error {
+	s.Func("count", "", "", "stop after this many messages; unset: follow until interrupted", func(v string) error {
 		if v == "" {
 			return nil
 		}

@@ -26,6 +26,7 @@ const tailTimeout = 20 * time.Second
 // the relay provisions it, and the settings of quill events tail for it.
 type tailBundle struct {
 	t   *testing.T
+	srv *natstest.Server
 	js  jetstream.JetStream
 	cfg stream.Config
 	env map[string]string
@@ -38,7 +39,7 @@ func setupTail(t *testing.T) *tailBundle {
 	cfg := stream.Config{Name: "TAIL_EVENTS", SubjectPrefix: "qtail"}.WithDefaults()
 	_, err := stream.Provision(t.Context(), js, cfg)
 	require.NoError(t, err)
-	return &tailBundle{t: t, js: js, cfg: cfg, env: map[string]string{
+	return &tailBundle{t: t, srv: srv, js: js, cfg: cfg, env: map[string]string{
 		"NATS_URL": srv.URL(), "QUILL_STREAM": cfg.Name, "QUILL_SUBJECT_PREFIX": cfg.SubjectPrefix,
 	}}
 }
@@ -255,6 +256,27 @@ func TestTailStopsCleanlyWhenInterrupted(t *testing.T) {
 	require.Equal(t, 0, r.wait(t))
 	require.Empty(t, r.stderr.String())
 	require.Equal(t, 0, b.consumers(), "the ordered consumer is deleted at exit")
+}
+
+func TestTailResumesAfterAnOutage(t *testing.T) {
+	t.Parallel()
+	b := setupTail(t)
+	r := b.start("--tenant", "acme", "--count", "3", "--json")
+	first := b.publish("acme", outbox.TypeNoteCreated, noteCreated("before", ""))
+	require.Eventually(t, func() bool { return r.stdout.String() == string(first.body)+"\n" },
+		10*time.Second, 10*time.Millisecond)
+	b.srv.Stop()
+	require.Eventually(t, func() bool { return strings.Contains(r.stderr.String(), "quill: NATS connection lost") },
+		10*time.Second, 10*time.Millisecond)
+	b.srv.Restart(t)
+	// Published while the tail is still reconnecting, and after.
+	during := b.publish("acme", outbox.TypeNoteCreated, noteCreated("during", ""))
+	require.Eventually(t, func() bool { return strings.Contains(r.stderr.String(), "quill: NATS connection restored") },
+		10*time.Second, 10*time.Millisecond)
+	after := b.publish("acme", outbox.TypeNoteCreated, noteCreated("after", ""))
+	require.Equal(t, 0, r.wait(t), r.stderr.String())
+	require.Equal(t, string(first.body)+"\n"+string(during.body)+"\n"+string(after.body)+"\n", r.stdout.String(),
+		"each event once, none skipped")
 }
 
 func TestTailShowsWhatIsNotAnEvent(t *testing.T) {
