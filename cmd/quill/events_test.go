@@ -310,8 +310,10 @@ func TestTailBadSettingsExit2(t *testing.T) {
 	future := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
 	tests := []struct {
 		name string
-		args []string
+		args []string // after --tenant acme, unless ownTenant
 		want string
+		// ownTenant: args carry the tenant, or leave it out.
+		ownTenant bool
 	}{
 		{name: "negative sequence", args: []string{"--from-seq", "-1"}, want: `invalid --from-seq "-1": not a stream sequence`},
 		{name: "sequence zero", args: []string{"--from-seq", "0"}, want: "not a stream sequence"},
@@ -322,9 +324,9 @@ func TestTailBadSettingsExit2(t *testing.T) {
 		{name: "negative duration", args: []string{"--since", "-5m"}, want: "must not be negative"},
 		{name: "time in the future", args: []string{"--since", future}, want: "is in the future"},
 		{name: "two start points", args: []string{"--from-seq", "1", "--since", "10m"}, want: "--from-seq and --since are two start points"},
-		{name: "no tenant", args: []string{}, want: "--tenant is required"},
-		{name: "bad tenant", args: []string{"--tenant", "Acme"}, want: `invalid --tenant "Acme": tenant names`},
-		{name: "wildcard tenant", args: []string{"--tenant", "*"}, want: `invalid --tenant "*"`},
+		{name: "no tenant", args: []string{}, want: "--tenant is required", ownTenant: true},
+		{name: "bad tenant", args: []string{"--tenant", "Acme"}, want: `invalid --tenant "Acme": tenant names`, ownTenant: true},
+		{name: "wildcard tenant", args: []string{"--tenant", "*"}, want: `invalid --tenant "*"`, ownTenant: true},
 		{name: "unknown type", args: []string{"--type", "note.create"}, want: `invalid --type "note.create": not an event type; one of note.created, note.deleted, attachment.processed`},
 		{name: "count zero", args: []string{"--count", "0"}, want: `invalid --count "0": not a positive integer`},
 		{name: "positional argument", args: []string{"acme"}, want: `unexpected argument "acme"`},
@@ -333,7 +335,7 @@ func TestTailBadSettingsExit2(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			args := tt.args
-			if tt.name != "no tenant" && tt.name != "bad tenant" && tt.name != "wildcard tenant" {
+			if !tt.ownTenant {
 				args = append([]string{"--tenant", "acme"}, args...)
 			}
 			out, errOut, code := runTail(t.Context(), env, args...)
