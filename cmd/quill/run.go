@@ -51,6 +51,7 @@ Usage:
   quill ops resume
   quill ops prune [--older-than D] [--key-retention D] [--abandon]
   quill mcp [--http ADDR]
+  quill events tail --tenant T [--type TYPE] [--from-seq N | --since T] [--count N] [--json]
   quill version
 
 Every command takes --url (QUILL_URL), --token-file (QUILL_TOKEN_FILE) or
@@ -59,6 +60,10 @@ Every command takes --url (QUILL_URL), --token-file (QUILL_TOKEN_FILE) or
 "ops prune" works on the journal (--journal, --json); a token is optional:
 with one it takes the key retention from the server (GET /v1/limits).
 "mcp --http ADDR" serves remote MCP; each caller's Authorization is its token.
+"events tail" follows a tenant's events on the stream, not the API: it takes
+NATS_URL, QUILL_NATS_*, QUILL_STREAM and QUILL_SUBJECT_PREFIX instead (and
+--json: each event's CloudEvent as published); it starts with new events,
+or at --from-seq or --since (RFC 3339, or a duration back from now).
 Each write is journalled before its first send. Run "quill <command> --help".
 
 Exit status: 0 done; 2 usage; 3 refused (the server's answer is final);
@@ -116,6 +121,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 			}, args, getenv, stdout, stderr)
 		},
 		"mcp": e.wrap(e.mcp),
+		"events": func(ctx context.Context, args []string, _ func(string) string, _, _ io.Writer) error {
+			return cli.Dispatch(ctx, "quill events", overview, "", map[string]cli.RunFunc{
+				"tail": e.wrap(e.eventsTail),
+			}, args, getenv, stdout, stderr)
+		},
 	}, args, getenv, stdout, stderr)
 }
 
