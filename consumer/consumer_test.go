@@ -3,6 +3,7 @@ package consumer_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -420,4 +421,46 @@ func TestOrderBySubjectRunsOneNotesEventsOneAtATime(t *testing.T) {
 		require.Len(t, seqs, 8)
 		require.IsIncreasing(t, seqs)
 	}
+}
+
+// A handler that runs longer than the ack wait keeps its message: the
+// consumer reports it in progress, so the server does not redeliver it.
+func TestLongHandlerIsReportedInProgress(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cfg := b.config()
+	cfg.AckWait = time.Second
+	var calls atomic.Int32
+	b.start(cfg, func(ctx context.Context, tx pgx.Tx, ev consumer.Event) error {
+		if calls.Add(1) == 1 {
+			time.Sleep(2500 * time.Millisecond) // two and a half ack waits of work
+		}
+		return record(ctx, tx, ev)
+	})
+	id := b.created("")
+	waitMetric(t, cfg.Registerer, consumer.ResultProcessed, 1)
+	b.settled(cfg.Durable)
+	require.Equal(t, int32(1), calls.Load(), "redelivered while its handler ran")
+	require.Equal(t, 1, b.count(`SELECT count(*) FROM quill_consumer_inbox WHERE event_id = $1 AND deliveries = 1`, id))
+	require.Zero(t, metric(t, cfg.Registerer, consumer.ResultDuplicate))
+}
+
+// Started before the stream exists, the consumer waits for it and says why
+// it is not ready.
+func TestConsumerWaitsForTheStream(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cfg := b.config()
+	cfg.Stream, cfg.FilterSubjects = "LATER", []string{"later.>"}
+	c, _ := b.start(cfg, record)
+	require.Eventually(t, func() bool {
+		err := c.Ready(t.Context())
+		return err != nil && strings.Contains(err.Error(), "stream LATER not found")
+	}, waitLong, tick)
+	_, err := b.js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "LATER", Subjects: []string{"later.>"}})
+	require.NoError(t, err)
+	id := uuid.NewString()
+	b.publish("later."+b.tenant+".note.created", id, b.event(id, uuid.NewString(), "quill.note.created.v1"))
+	waitMetric(t, cfg.Registerer, consumer.ResultProcessed, 1)
+	require.NoError(t, c.Ready(t.Context()))
 }
