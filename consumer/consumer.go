@@ -236,7 +236,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 	// acknowledgements of the messages in flight; Run closes it after the
 	// pool is drained.
 	done := make(chan error, 1)
-	go func() { done <- router.Run(context.WithoutCancel(ctx)) }()
+	go func() {
+		err := router.Run(context.WithoutCancel(ctx))
+		close(p.routerGone)
+		done <- err
+	}()
 	select {
 	case <-router.Running():
 	case err := <-done:

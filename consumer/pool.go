@@ -61,15 +61,15 @@ type pool struct {
 	cons  jetstream.Consumer
 	slots chan struct{} // one token per message held
 
-	handlers      context.Context // parent of every handler's context
-	stopHandlers  context.CancelFunc
-	isStopping    atomic.Bool
-	held          sync.WaitGroup // deliveries not yet acked or Nak'ed
-	mu            sync.Mutex
-	closed        bool                   // out is closed
-	out           chan *message.Message  // to the router
-	queues        map[string][]*delivery // OrderBySubject: per busy key, the deliveries waiting behind the running one
-	subscribeOnce sync.Once
+	handlers     context.Context // parent of every handler's context
+	stopHandlers context.CancelFunc
+	isStopping   atomic.Bool
+	held         sync.WaitGroup // deliveries not yet acked or Nak'ed
+	mu           sync.Mutex
+	closed       bool                   // out is closed
+	out          chan *message.Message  // to the router
+	routerGone   chan struct{}          // closed when the router stopped
+	queues       map[string][]*delivery // OrderBySubject: per busy key, the deliveries waiting behind the running one
 }
 
 var _ message.Subscriber = (*pool)(nil)
@@ -79,7 +79,7 @@ func newPool(c *Consumer, cons jetstream.Consumer) *pool {
 	return &pool{
 		c: c, cons: cons, slots: make(chan struct{}, c.cfg.Concurrency),
 		handlers: ctx, stopHandlers: cancel,
-		out: make(chan *message.Message), queues: map[string][]*delivery{},
+		out: make(chan *message.Message), routerGone: make(chan struct{}), queues: map[string][]*delivery{},
 	}
 }
 
@@ -212,8 +212,13 @@ func (p *pool) emit(d *delivery) {
 	d.emitted, d.started, d.cancel = true, time.Now(), cancel
 	d.wm.SetContext(context.WithValue(ctx, deliveryKey{}, d))
 	// The router's loop receives at once (it starts a goroutine per
-	// message), so holding p.mu here is brief.
-	p.out <- d.wm
+	// message), so holding p.mu here is brief; a router that stopped on
+	// its own receives nothing, and the message goes back.
+	select {
+	case p.out <- d.wm:
+	case <-p.routerGone:
+		d.wm.Nack()
+	}
 }
 
 // track follows d from its dispatch to its end: it reports the message in
