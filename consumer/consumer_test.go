@@ -32,6 +32,18 @@ func TestEventsAreProcessedOnceAndAcknowledged(t *testing.T) {
 	}
 	require.Zero(t, metric(t, cfg.Registerer, consumer.ResultDuplicate))
 	require.Zero(t, metric(t, cfg.Registerer, consumer.ResultFailed))
+	mfs, err := cfg.Registerer.(prometheus.Gatherer).Gather()
+	require.NoError(t, err)
+	seen := map[string]bool{}
+	for _, mf := range mfs {
+		seen[mf.GetName()] = true
+		require.Equal(t, "projection", mf.GetMetric()[0].GetLabel()[0].GetValue(), "%s: consumer label", mf.GetName())
+		if mf.GetName() == "quill_consumer_handler_duration_seconds" {
+			require.Equal(t, uint64(3), mf.GetMetric()[0].GetHistogram().GetSampleCount())
+		}
+	}
+	require.Equal(t, map[string]bool{"quill_consumer_messages_total": true, "quill_consumer_handler_duration_seconds": true,
+		"quill_consumer_handlers_running": true}, seen)
 }
 
 // A republish beyond the duplicate window (another Nats-Msg-Id, the same
@@ -463,4 +475,18 @@ func TestConsumerWaitsForTheStream(t *testing.T) {
 	b.publish("later."+b.tenant+".note.created", id, b.event(id, uuid.NewString(), "quill.note.created.v1"))
 	waitMetric(t, cfg.Registerer, consumer.ResultProcessed, 1)
 	require.NoError(t, c.Ready(t.Context()))
+}
+
+func TestNewRefusesWhatCannotWork(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cfg := b.config()
+	_, err := consumer.New(b.pool, b.js, cfg, record)
+	require.NoError(t, err)
+	_, err = consumer.New(b.pool, b.js, cfg, record)
+	require.ErrorContains(t, err, `metrics of consumer "projection" are registered already`)
+	_, err = consumer.New(b.pool, b.js, consumer.Config{Durable: "x"}, nil)
+	require.ErrorContains(t, err, "no handler")
+	_, err = consumer.New(b.pool, b.js, consumer.Config{}, record)
+	require.ErrorContains(t, err, "Config.Durable is required")
 }
