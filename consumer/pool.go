@@ -14,8 +14,9 @@ import (
 )
 
 // fetchWait is how long one pull request waits for messages. A request
-// lost with a consumer leader that went away costs at most this; the
-// shutdown cancels a waiting request at once.
+// lost with a consumer leader that went away costs at most this. The
+// shutdown cancels a waiting request at once; a message the server sent
+// in that instant is redelivered after its ack wait.
 const fetchWait = 5 * time.Second
 
 // ackTimeout bounds the wait for the server's reply to an acknowledgement.
