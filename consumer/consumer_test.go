@@ -490,3 +490,26 @@ func TestNewRefusesWhatCannotWork(t *testing.T) {
 	_, err = consumer.New(b.pool, b.js, consumer.Config{}, record)
 	require.ErrorContains(t, err, "Config.Durable is required")
 }
+
+// Two processes share the durable consumer, and every event arrives twice
+// (republished beyond the duplicate window), often to both at once: the
+// inbox row's lock makes one of each pair wait for the other and find it.
+func TestTwoProcessesApplyEachEventOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cfg1, cfg2 := b.config(), b.config()
+	b.start(cfg1, record)
+	b.start(cfg2, record)
+	for range 20 {
+		note := uuid.NewString()
+		id := b.created(note)
+		b.publish("quill."+b.tenant+".note.created", id+":again", b.event(id, note, "quill.note.created.v1"))
+	}
+	require.Eventually(t, func() bool {
+		return metric(t, cfg1.Registerer, consumer.ResultProcessed)+metric(t, cfg2.Registerer, consumer.ResultProcessed) == 20 &&
+			metric(t, cfg1.Registerer, consumer.ResultDuplicate)+metric(t, cfg2.Registerer, consumer.ResultDuplicate) == 20
+	}, waitLong, tick)
+	b.settled(cfg1.Durable)
+	require.Equal(t, 20, b.count(`SELECT count(*) FROM effects`))
+	require.Equal(t, 20, b.count(`SELECT count(DISTINCT event_id) FROM effects`))
+}
