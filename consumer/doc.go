@@ -1,0 +1,40 @@
+// Package consumer is for services that consume Quill's events (SPEC §5)
+// and must apply each event's effect once although JetStream delivers it at
+// least once.
+//
+// A Consumer reads one durable JetStream pull consumer and runs a Handler
+// for each event, at most Config.Concurrency at once, inside the service's
+// own PostgreSQL transaction. That transaction first inserts the event id
+// into an inbox table (INSERT … ON CONFLICT DO NOTHING): an event already
+// there — redelivered after a lost acknowledgement, or republished beyond
+// the stream's duplicate window — commits nothing else and is
+// acknowledged. The message is acknowledged only after the commit, so a
+// crash at any point leads to a redelivery, never to a lost or doubled
+// effect.
+//
+// Failures: a handler's error rolls the transaction back; the delivery is
+// retried in process (Config.Retries), then Nak'ed with a delay that grows
+// with the delivery count. On the Config.MaxDeliver-th delivery a failing
+// event becomes a dead letter (a row with the reason, the message and its
+// delivery count) and is acknowledged; so does a message delivered more
+// often than that before it is handled again (its handler crashed the
+// process each time), a message that is not a CloudEvent of Quill's form,
+// one that Config.Validate refuses, and one whose handler returned a
+// Permanent error. The tables ship with the package: run Migrate at
+// start-up.
+//
+// Order: Quill publishes the events of one note in commit order, and the
+// stream delivers them in that order, but with Concurrency > 1 two events of
+// one note may be handled at once and commit in either order. With
+// Config.OrderBySubject the events of one subject (one note) run one at a
+// time in the order the process received them. That holds within one
+// process while nothing fails: a Nak'ed or timed-out event is redelivered
+// after its successors, and two processes sharing the durable consumer may
+// each hold an event of one note. Handlers should therefore still tolerate
+// an event arriving late — for instance keep the note's latest event time
+// and skip what is older, or treat a deletion as final.
+//
+// Watermill carries the handling: the package's own Subscriber feeds a
+// watermill Router, whose middleware writes the dead letters (poison
+// queue), retries in process and recovers panics.
+package consumer

@@ -1,0 +1,183 @@
+package consumer
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+)
+
+// Event is one of Quill's events as a handler receives it: the CloudEvent's
+// attributes (SPEC §5), checked to be of Quill's form, and where the
+// message came from.
+type Event struct {
+	// ID is the stable event id, a UUID in its canonical lower-case form:
+	// the key of the inbox.
+	ID string
+	// Type is the CloudEvents type, e.g. quill.note.created.v1.
+	Type string
+	// Source is /tenants/<tenant>.
+	Source string
+	// Tenant is the tenant named by Source.
+	Tenant string
+	// Subject is the CloudEvents subject: the note id.
+	Subject string
+	// Time is the CloudEvents time: the writer's clock when it planned the
+	// transaction that wrote the event.
+	Time time.Time
+	// DataContentType is the CloudEvents datacontenttype
+	// (application/json).
+	DataContentType string
+	// DataSchema is the CloudEvents dataschema, "" when the event names
+	// none.
+	DataSchema string
+	// Data is the CloudEvents data member, raw JSON: unmarshal it into the
+	// type's payload.
+	Data []byte
+	// Delivery says how the message reached the consumer.
+	Delivery Delivery
+}
+
+// Delivery is the JetStream side of a message.
+type Delivery struct {
+	// Subject is the NATS subject, <prefix>.<tenant>.<aggregate>.<event>.
+	Subject string
+	// StreamSeq is the message's stream sequence.
+	StreamSeq uint64
+	// Deliveries is how often it has been delivered, this delivery
+	// included (NumDelivered).
+	Deliveries int
+	// Timestamp is when the stream stored it.
+	Timestamp time.Time
+	// Header is the message's NATS headers (Nats-Msg-Id, traceparent, …).
+	Header nats.Header
+}
+
+// cloudEvent is the structured JSON of a CloudEvent as Quill writes it.
+type cloudEvent struct {
+	SpecVersion     string         `json:"specversion"`
+	ID              string         `json:"id"`
+	Source          string         `json:"source"`
+	Type            string         `json:"type"`
+	Subject         string         `json:"subject"`
+	Time            string         `json:"time"`
+	DataContentType string         `json:"datacontenttype"`
+	DataSchema      string         `json:"dataschema"`
+	Data            jsontext.Value `json:"data"`
+}
+
+// tenantRE is SPEC §5's tenant name.
+var tenantRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+
+// typeRE is a Quill CloudEvents type: quill.<aggregate>.<event>.v<N>.
+var typeRE = regexp.MustCompile(`^quill\.([a-z][a-z_]*)\.([a-z][a-z_]*)\.v[1-9][0-9]*$`)
+
+// InvalidEventError is why a message is not an event of Quill's form (or
+// why the configured validator refused it). The message becomes a dead
+// letter at once with Reason: no redelivery can cure it.
+type InvalidEventError struct {
+	Reason string
+}
+
+func (e *InvalidEventError) Error() string { return e.Reason }
+
+// ParseEvent parses payload, a message delivered on the NATS subject
+// natsSubject, as a CloudEvents 1.0 structured JSON event of Quill's form:
+// specversion 1.0; a UUID id; a source /tenants/<tenant> naming a valid
+// tenant; a type quill.<aggregate>.<event>.v<N>; a subject; an RFC 3339
+// time; a JSON data member. When natsSubject is not empty it must be
+// <prefix>.<tenant>.<aggregate>.<event> of the same tenant, aggregate and
+// event, so that no tenant's event is handled under another's name. The
+// returned Event has no Delivery. The error is an *InvalidEventError.
+func ParseEvent(payload []byte, natsSubject string) (Event, error) {
+	var ce cloudEvent
+	if err := json.Unmarshal(payload, &ce, json.RejectUnknownMembers(false)); err != nil {
+		return Event{}, invalid("unparseable event: %v", err)
+	}
+	var ev Event
+	switch {
+	case ce.SpecVersion != "1.0":
+		return ev, invalid("event specversion %q is not 1.0", ce.SpecVersion)
+	case ce.ID == "":
+		return ev, invalid("event has no id")
+	case ce.Source == "":
+		return ev, invalid("event has no source")
+	case ce.Type == "":
+		return ev, invalid("event has no type")
+	case ce.Subject == "":
+		return ev, invalid("event has no subject")
+	case ce.Time == "":
+		return ev, invalid("event has no time")
+	case len(ce.Data) == 0:
+		return ev, invalid("event has no data")
+	}
+	id, err := uuid.Parse(ce.ID)
+	if err != nil || len(ce.ID) != 36 {
+		return ev, invalid("event id %q is not a UUID", ce.ID)
+	}
+	tenant, ok := strings.CutPrefix(ce.Source, "/tenants/")
+	if !ok || !tenantRE.MatchString(tenant) {
+		return ev, invalid("event source %q is not /tenants/<tenant>", ce.Source)
+	}
+	m := typeRE.FindStringSubmatch(ce.Type)
+	if m == nil {
+		return ev, invalid("event type %q is not quill.<aggregate>.<event>.v<N>", ce.Type)
+	}
+	t, err := time.Parse(time.RFC3339Nano, ce.Time)
+	if err != nil {
+		return ev, invalid("event time %q is not RFC 3339", ce.Time)
+	}
+	if natsSubject != "" {
+		tok := strings.Split(natsSubject, ".")
+		if len(tok) != 4 || tok[1] != tenant || tok[2] != m[1] || tok[3] != m[2] {
+			return ev, invalid("event of tenant %q and type %q delivered on subject %q, which is not <prefix>.%s.%s.%s",
+				tenant, ce.Type, natsSubject, tenant, m[1], m[2])
+		}
+	}
+	return Event{
+		ID:              id.String(),
+		Type:            ce.Type,
+		Source:          ce.Source,
+		Tenant:          tenant,
+		Subject:         ce.Subject,
+		Time:            t,
+		DataContentType: ce.DataContentType,
+		DataSchema:      ce.DataSchema,
+		Data:            []byte(ce.Data),
+	}, nil
+}
+
+func invalid(format string, args ...any) error {
+	return &InvalidEventError{Reason: fmt.Sprintf(format, args...)}
+}
+
+// permanentError marks a handler's error that no redelivery can cure.
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+// Permanent wraps err so that the consumer records the message as a dead
+// letter at once, instead of redelivering it: for an event the handler can
+// never apply (its data refers to what cannot exist). The transaction is
+// rolled back all the same. Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err}
+}
+
+// IsPermanent reports whether err is, or wraps, an error made by Permanent
+// or an *InvalidEventError.
+func IsPermanent(err error) bool {
+	var p *permanentError
+	var inv *InvalidEventError
+	return errors.As(err, &p) || errors.As(err, &inv)
+}

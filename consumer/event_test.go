@@ -1,0 +1,93 @@
+package consumer_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quillhq/quill/consumer"
+	"github.com/quillhq/quill/internal/outbox"
+	"github.com/quillhq/quill/internal/stream"
+)
+
+func TestParseEvent(t *testing.T) {
+	t.Parallel()
+	const id = "01a229cf-df18-7352-9441-e88e7d76d895"
+	const note = "01a229cf-df18-7236-a349-3735bd4a95ce"
+	good := `{"specversion":"1.0","id":"` + id + `","source":"/tenants/acme","type":"quill.note.created.v1","subject":"` + note +
+		`","time":"2026-11-30T00:16:58.648139Z","datacontenttype":"application/json","data":{"id":"` + note + `"},"extension":"kept"}`
+	ev, err := consumer.ParseEvent([]byte(good), "quill.acme.note.created")
+	require.NoError(t, err)
+	require.Equal(t, consumer.Event{ID: id, Type: "quill.note.created.v1", Source: "/tenants/acme", Tenant: "acme", Subject: note,
+		Time: time.Date(2026, 11, 30, 0, 16, 58, 648139000, time.UTC), DataContentType: "application/json",
+		Data: []byte(`{"id":"` + note + `"}`)}, ev)
+
+	for _, tc := range []struct {
+		name, payload, subject, reason string
+	}{
+		{"not JSON", `not json`, "", "unparseable event: "},
+		{"not an object", `[1]`, "", "unparseable event: "},
+		{"duplicate member", `{"id":"a","id":"b"}`, "", "unparseable event: "},
+		{"no specversion", `{"id":"` + id + `"}`, "", `event specversion "" is not 1.0`},
+		{"no id", `{"specversion":"1.0"}`, "", "event has no id"},
+		{"no source", `{"specversion":"1.0","id":"` + id + `"}`, "", "event has no source"},
+		{"no type", `{"specversion":"1.0","id":"` + id + `","source":"/tenants/acme"}`, "", "event has no type"},
+		{"no subject", `{"specversion":"1.0","id":"` + id + `","source":"/tenants/acme","type":"quill.note.created.v1"}`, "", "event has no subject"},
+		{"no time", `{"specversion":"1.0","id":"` + id + `","source":"/tenants/acme","type":"quill.note.created.v1","subject":"n"}`, "", "event has no time"},
+		{"no data", `{"specversion":"1.0","id":"` + id + `","source":"/tenants/acme","type":"quill.note.created.v1","subject":"n","time":"2026-11-30T00:16:58Z"}`, "", "event has no data"},
+		{"id not a UUID", `{"specversion":"1.0","id":"42","source":"/tenants/acme","type":"quill.note.created.v1","subject":"n","time":"2026-11-30T00:16:58Z","data":{}}`, "", `event id "42" is not a UUID`},
+		{"id in braces", `{"specversion":"1.0","id":"{` + id + `}","source":"/tenants/acme","type":"quill.note.created.v1","subject":"n","time":"2026-11-30T00:16:58Z","data":{}}`, "", "is not a UUID"},
+		{"source no tenant", `{"specversion":"1.0","id":"` + id + `","source":"/acme","type":"quill.note.created.v1","subject":"n","time":"2026-11-30T00:16:58Z","data":{}}`, "", `event source "/acme" is not /tenants/<tenant>`},
+		{"bad tenant", `{"specversion":"1.0","id":"` + id + `","source":"/tenants/Acme","type":"quill.note.created.v1","subject":"n","time":"2026-11-30T00:16:58Z","data":{}}`, "", "is not /tenants/<tenant>"},
+		{"foreign type", `{"specversion":"1.0","id":"` + id + `","source":"/tenants/acme","type":"com.example.thing","subject":"n","time":"2026-11-30T00:16:58Z","data":{}}`, "", `event type "com.example.thing" is not quill.<aggregate>.<event>.v<N>`},
+		{"bad time", `{"specversion":"1.0","id":"` + id + `","source":"/tenants/acme","type":"quill.note.created.v1","subject":"n","time":"yesterday","data":{}}`, "", `event time "yesterday" is not RFC 3339`},
+		{"other tenant's subject", good, "quill.other.note.created", `event of tenant "acme" and type "quill.note.created.v1" delivered on subject "quill.other.note.created"`},
+		{"other type's subject", good, "quill.acme.note.deleted", `delivered on subject "quill.acme.note.deleted"`},
+		{"subject of another form", good, "quill.acme.note", `delivered on subject "quill.acme.note"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := consumer.ParseEvent([]byte(tc.payload), tc.subject)
+			var inv *consumer.InvalidEventError
+			require.True(t, errors.As(err, &inv), "%v", err)
+			require.Contains(t, inv.Reason, tc.reason)
+			require.True(t, consumer.IsPermanent(err))
+		})
+	}
+}
+
+func TestPermanent(t *testing.T) {
+	t.Parallel()
+	require.NoError(t, consumer.Permanent(nil))
+	base := errors.New("x")
+	err := consumer.Permanent(base)
+	require.ErrorIs(t, err, base)
+	require.True(t, consumer.IsPermanent(err))
+	require.True(t, consumer.IsPermanent(errors.Join(errors.New("y"), err)))
+	require.False(t, consumer.IsPermanent(base))
+}
+
+// What Quill's outbox writes, on the subject the relay publishes it to,
+// parses: the package and the writer agree on the form.
+func TestParseEventReadsWhatTheOutboxWrites(t *testing.T) {
+	t.Parallel()
+	note := uuid.New()
+	at := time.Date(2026, 12, 1, 10, 0, 0, 123456000, time.UTC)
+	for _, typ := range []string{outbox.TypeNoteCreated, outbox.TypeNoteDeleted, outbox.TypeAttachmentProcessed} {
+		id := uuid.New()
+		payload, err := outbox.Envelope(outbox.Event{ID: id, Tenant: "acme-1", AggregateID: note, Type: typ, Time: at,
+			Data: map[string]string{"id": note.String()}})
+		require.NoError(t, err)
+		ev, err := consumer.ParseEvent(payload, stream.Subject("quill", "acme-1", typ))
+		require.NoError(t, err, typ)
+		require.Equal(t, id.String(), ev.ID)
+		require.Equal(t, outbox.CloudEventType(typ), ev.Type)
+		require.Equal(t, "acme-1", ev.Tenant)
+		require.Equal(t, note.String(), ev.Subject)
+		require.Equal(t, at, ev.Time)
+		require.JSONEq(t, `{"id":"`+note.String()+`"}`, string(ev.Data))
+	}
+}

@@ -1,0 +1,88 @@
+package consumer
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Results of quill_consumer_messages_total.
+const (
+	// ResultProcessed: the handler's transaction, with the inbox row,
+	// committed.
+	ResultProcessed = "processed"
+	// ResultDuplicate: the inbox already held the event; nothing else was
+	// committed and the message was acknowledged.
+	ResultDuplicate = "duplicate"
+	// ResultDeadLettered: a dead letter was written and the message
+	// acknowledged.
+	ResultDeadLettered = "dead_lettered"
+	// ResultFailed: the delivery failed and the message was Nak'ed for
+	// redelivery.
+	ResultFailed = "failed"
+)
+
+// metrics are one consumer's collectors. A nil *metrics counts nothing.
+type metrics struct {
+	messages *prometheus.CounterVec
+	duration prometheus.Histogram
+	running  prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer, durable string) (*metrics, error) {
+	if reg == nil {
+		return nil, nil
+	}
+	labels := prometheus.Labels{"consumer": durable}
+	m := &metrics{
+		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name:        "quill_consumer_messages_total",
+			Help:        "Messages handled by the consumer, by result: processed, duplicate, dead_lettered, failed.",
+			ConstLabels: labels,
+		}, []string{"result"}),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:        "quill_consumer_handler_duration_seconds",
+			Help:        "Time of one delivery's handling: its transaction with the handler, in-process retries included.",
+			ConstLabels: labels,
+			Buckets:     prometheus.ExponentialBuckets(0.001, 4, 10),
+		}),
+		running: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name:        "quill_consumer_handlers_running",
+			Help:        "Handlers running now.",
+			ConstLabels: labels,
+		}),
+	}
+	// Every result is exported from the start, at 0.
+	for _, r := range []string{ResultProcessed, ResultDuplicate, ResultDeadLettered, ResultFailed} {
+		m.messages.WithLabelValues(r)
+	}
+	for _, c := range []prometheus.Collector{m.messages, m.duration, m.running} {
+		if err := reg.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if errors.As(err, &are) {
+				return nil, fmt.Errorf("consumer: metrics of consumer %q are registered already: %w", durable, err)
+			}
+			return nil, fmt.Errorf("consumer: register metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+func (m *metrics) count(result string) {
+	if m != nil {
+		m.messages.WithLabelValues(result).Inc()
+	}
+}
+
+func (m *metrics) observe(seconds float64) {
+	if m != nil {
+		m.duration.Observe(seconds)
+	}
+}
+
+func (m *metrics) runningAdd(d float64) {
+	if m != nil {
+		m.running.Add(d)
+	}
+}
