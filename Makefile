@@ -37,10 +37,11 @@ soak: ## the fault suites' long profiles (50,000 operations each, single server 
 	@bash scripts/ensure-postgres.sh
 	QUILL_E2E_PROFILE=soak $(GO) test -count=1 -run '^(TestFaults|TestClusterFaults)$$' -v -timeout 90m ./e2e/
 
-lint: ## gofmt, go vet and staticcheck (the version go.mod pins as a tool)
+lint: ## gofmt, go vet, staticcheck (the version go.mod pins as a tool), and api/asyncapi.yaml through the AsyncAPI parser (needs node and npm)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) tool staticcheck ./...
+	bash scripts/validate-asyncapi.sh
 
 fuzz: ## run every fuzz target for FUZZTIME each
 	@for pkg in $$($(GO) list ./...); do \

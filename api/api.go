@@ -1,6 +1,7 @@
 // Package api holds the OpenAPI 3.1 document of Quill's HTTP API
-// (api/openapi.yaml), embedded so that the API serves, and its tests check
-// the handlers against, exactly the reviewed file.
+// (api/openapi.yaml) and the JSON Schema of each event's data
+// (api/schemas), embedded so that the API serves, and its tests check the
+// handlers and the events against, exactly the reviewed files.
 package api
 
 import (

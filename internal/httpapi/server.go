@@ -196,6 +196,8 @@ func (s *server) routes() []route {
 		{pattern: operationsPattern, methods: methods{http.MethodGet: s.getOperation}},
 		{pattern: limitsPattern, methods: methods{http.MethodGet: s.getLimits}},
 		{pattern: "/openapi.yaml", methods: methods{http.MethodGet: getOpenAPI}, public: true},
+		{pattern: schemasPattern, methods: methods{http.MethodGet: getSchema}, public: true},
+		{pattern: "/asyncapi.yaml", methods: methods{http.MethodGet: getAsyncAPI}, public: true},
 	}
 }
 

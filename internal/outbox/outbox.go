@@ -50,17 +50,31 @@ type Event struct {
 // quill.note.created.v1.
 func CloudEventType(typ string) string { return "quill." + typ + ".v1" }
 
+// DataSchemaPrefix starts the CloudEvents dataschema of every event: the $id
+// of the JSON Schema of its data (api/schemas/<type>.json, served by the API
+// at /schemas/<type>.json). A URN, not a URL: the envelope is fixed when the
+// event is written, and no address of a deployment belongs in bytes that
+// outlive it (decision 0051).
+const DataSchemaPrefix = "urn:quill:schema:"
+
+// DataSchema returns the CloudEvents dataschema of an event type, e.g.
+// urn:quill:schema:quill.note.created.v1.
+func DataSchema(typ string) string { return DataSchemaPrefix + CloudEventType(typ) }
+
 // CloudEvent is an event as the relay publishes it: CloudEvents 1.0
 // structured JSON. Consumers parse Data as the data of the event's type.
 type CloudEvent struct {
-	SpecVersion     string         `json:"specversion"`
-	ID              string         `json:"id"`
-	Source          string         `json:"source"`
-	Type            string         `json:"type"`
-	Subject         string         `json:"subject"`
-	Time            string         `json:"time"`
-	DataContentType string         `json:"datacontenttype"`
-	Data            jsontext.Value `json:"data"`
+	SpecVersion     string `json:"specversion"`
+	ID              string `json:"id"`
+	Source          string `json:"source"`
+	Type            string `json:"type"`
+	Subject         string `json:"subject"`
+	Time            string `json:"time"`
+	DataContentType string `json:"datacontenttype"`
+	// DataSchema names the JSON Schema of Data (see DataSchema). Events
+	// written before Quill set it have none.
+	DataSchema string         `json:"dataschema,omitempty"`
+	Data       jsontext.Value `json:"data"`
 }
 
 // TimeFormat is how Quill writes times: RFC 3339, UTC, microseconds (the
@@ -81,6 +95,7 @@ func Envelope(e Event) ([]byte, error) {
 		Subject:         e.AggregateID.String(),
 		Time:            e.Time.UTC().Format(TimeFormat),
 		DataContentType: "application/json",
+		DataSchema:      DataSchema(e.Type),
 		Data:            data,
 	}, json.Deterministic(true))
 }

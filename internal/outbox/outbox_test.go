@@ -7,6 +7,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/quillhq/quill/internal/eventschema"
 	"github.com/quillhq/quill/internal/outbox"
 	"github.com/quillhq/quill/internal/testkit"
 )
@@ -19,10 +20,13 @@ func TestEnvelopeIsCloudEventsStructuredJSON(t *testing.T) {
 		AggregateID: uuid.MustParse("01a229cf-df18-7236-a349-3735bd4a95ce"),
 		Type:        outbox.TypeNoteCreated,
 		Time:        time.Date(2026, 11, 30, 0, 16, 58, 648139000, time.UTC),
-		Data:        map[string]any{"id": "01a229cf-df18-7236-a349-3735bd4a95ce", "title": "Example <note> & \"quotes\""},
+		Data: map[string]any{"id": "01a229cf-df18-7236-a349-3735bd4a95ce", "title": "Example <note> & \"quotes\"",
+			"body": "", "created_at": "2026-11-30T00:16:58.648139Z", "attachment": nil},
 	}
 	got, err := outbox.Envelope(e)
 	require.NoError(t, err)
 	testkit.Golden(t, "note_created.json", got)
+	require.NoError(t, eventschema.Validate(got))
+	require.Equal(t, "urn:quill:schema:quill.note.created.v1", outbox.DataSchema(outbox.TypeNoteCreated))
 	require.Equal(t, "quill.attachment.processed.v1", outbox.CloudEventType(outbox.TypeAttachmentProcessed))
 }
