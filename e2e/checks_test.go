@@ -19,6 +19,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/quillhq/quill/internal/eventschema"
 )
 
 // verdict collects failed invariants by check, with a few examples each.
@@ -78,6 +80,9 @@ type eventRow struct {
 	Published, Parked                  bool
 	StreamSeq                          int64
 	AttachmentID, State                string // attachment.processed data
+	// SchemaErr is why the payload does not match its type's schema
+	// (internal/eventschema); empty when it does.
+	SchemaErr string
 }
 
 type opRow struct {
@@ -90,6 +95,9 @@ type streamMsg struct {
 	Subject, MsgID           string
 	ID, Type, Source, NoteID string
 	AttachmentID, State      string
+	// SchemaErr is why the message does not match its type's schema
+	// (internal/eventschema); empty when it does.
+	SchemaErr string
 }
 
 // finalState is everything the checks read after the drain.
@@ -157,6 +165,9 @@ func loadState(ctx context.Context, dbURL, consumer string) (*finalState, error)
 		}
 		_ = json.Unmarshal(payload, &ce)
 		e.AttachmentID, e.State = ce.Data.AttachmentID, ce.Data.State
+		if err := eventschema.Validate(payload); err != nil {
+			e.SchemaErr = err.Error()
+		}
 		st.events = append(st.events, e)
 		return nil
 	}); err != nil {
@@ -264,8 +275,12 @@ func readStreamOnce(ctx context.Context, natsURL, stream string) ([]streamMsg, e
 				} `json:"data"`
 			}
 			_ = json.Unmarshal(m.Data(), &ce)
-			out = append(out, streamMsg{Seq: meta.Sequence.Stream, Subject: m.Subject(), MsgID: m.Headers().Get(jetstream.MsgIDHeader),
-				ID: ce.ID, Type: ce.Type, Source: ce.Source, NoteID: ce.Subject, AttachmentID: ce.Data.AttachmentID, State: ce.Data.State})
+			sm := streamMsg{Seq: meta.Sequence.Stream, Subject: m.Subject(), MsgID: m.Headers().Get(jetstream.MsgIDHeader),
+				ID: ce.ID, Type: ce.Type, Source: ce.Source, NoteID: ce.Subject, AttachmentID: ce.Data.AttachmentID, State: ce.Data.State}
+			if err := eventschema.Validate(m.Data()); err != nil {
+				sm.SchemaErr = err.Error()
+			}
+			out = append(out, sm)
 			if meta.Sequence.Stream >= last {
 				return out, nil
 			}
@@ -539,6 +554,9 @@ func checkAll(v *verdict, ops []*op, st *finalState, consumer, prefix string) (m
 	createdEvent := map[string]eventRow{} // note id → its note.created
 	for _, e := range st.events {
 		eventByID[e.ID] = e
+		if e.SchemaErr != "" {
+			v.fail("every event matches its schema", "outbox: %s", e.SchemaErr)
+		}
 		if !e.Published {
 			v.fail("every event published", "%s %s (note %s) unpublished, parked %t", e.Type, e.ID, e.Aggregate, e.Parked)
 		}
@@ -663,6 +681,9 @@ func checkAll(v *verdict, ops []*op, st *finalState, consumer, prefix string) (m
 	for _, m := range st.stream {
 		seen[m.ID]++
 		streamSeq[m.ID] = m.Seq
+		if m.SchemaErr != "" {
+			v.fail("every event matches its schema", "stream seq %d: %s", m.Seq, m.SchemaErr)
+		}
 		if m.MsgID != m.ID {
 			v.fail("Nats-Msg-Id is the event id", "stream seq %d: header %q, id %q", m.Seq, m.MsgID, m.ID)
 		}

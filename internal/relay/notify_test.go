@@ -119,8 +119,9 @@ func TestNotifyWakesAnIdleRelay(t *testing.T) {
 	}
 
 	// The control: committed, not notified.
-	silent := outbox.Event{ID: uuid.Must(uuid.NewV7()), Tenant: tenant, AggregateID: uuid.New(),
-		Type: outbox.TypeNoteCreated, Time: time.Now(), Data: map[string]any{"n": 1}}
+	silentNote := uuid.New()
+	silent := outbox.Event{ID: uuid.Must(uuid.NewV7()), Tenant: tenant, AggregateID: silentNote,
+		Type: outbox.TypeNoteCreated, Time: time.Now(), Data: eventData(silentNote, outbox.TypeNoteCreated)}
 	require.NoError(t, db.WithTx(ctx, writer, func(tx pgx.Tx) error { return outbox.Insert(ctx, tx, silent) }))
 	// Not a wait: for a second, the event must stay unpublished.
 	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
@@ -158,7 +159,7 @@ func TestNotifyWakesAnIdleRelay(t *testing.T) {
 	testkit.WaitFor(t, 15*time.Second, func() bool { return publishedAt(created) && publishedAt(silent.ID) },
 		"the notified event, and the one committed before it, published long before the hour-long poll")
 	inStream := map[string]string{}
-	for _, m := range natstest.StreamMessages(t, js, cfg.Stream.Name, "") {
+	for _, m := range streamMessages(t, js, cfg.Stream.Name) {
 		inStream[m.Header.Get(jetstream.MsgIDHeader)] = m.Subject
 	}
 	subject := stream.Subject(cfg.Stream.SubjectPrefix, tenant, outbox.TypeNoteCreated)

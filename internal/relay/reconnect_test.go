@@ -13,7 +13,6 @@ import (
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/dbtest"
 	"github.com/quillhq/quill/internal/metrics"
-	"github.com/quillhq/quill/internal/natstest"
 	"github.com/quillhq/quill/internal/outbox"
 	"github.com/quillhq/quill/internal/relay"
 	"github.com/quillhq/quill/internal/stream"
@@ -80,7 +79,7 @@ func TestNoPublishBufferedAcrossAReconnect(t *testing.T) {
 	require.NoError(t, ncA.Flush(), "whatever A's client held is at the server now")
 
 	var ids []string
-	for _, m := range natstest.StreamMessages(t, h.js, h.stream, "") {
+	for _, m := range streamMessages(t, h.js, h.stream) {
 		ids = append(ids, m.Header.Get(jetstream.MsgIDHeader))
 	}
 	require.Equal(t, []string{e1.String(), e2.String()}, ids, "e1, e2 once each and in order (e1=%s e2=%s)", e1, e2)

@@ -24,6 +24,7 @@ import (
 	"github.com/quillhq/quill/internal/clitest"
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/dbtest"
+	"github.com/quillhq/quill/internal/eventschema"
 	"github.com/quillhq/quill/internal/httpapi"
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/natstest"
@@ -32,6 +33,7 @@ import (
 	"github.com/quillhq/quill/internal/relay"
 	"github.com/quillhq/quill/internal/stream"
 	"github.com/quillhq/quill/internal/testkit"
+	"github.com/quillhq/quill/internal/worker"
 )
 
 // waitLong bounds every wait for the relay to catch up; the polls end as
@@ -136,10 +138,47 @@ func (h *harness) ctx() context.Context {
 
 func (h *harness) event(tenant string, note uuid.UUID, typ string, data any) outbox.Event {
 	if data == nil {
-		data = map[string]any{"note_id": note.String()}
+		data = eventData(note, typ)
 	}
 	return outbox.Event{ID: uuid.Must(uuid.NewV7()), Tenant: tenant, AggregateID: note, Type: typ,
 		Time: time.Now(), Data: data}
+}
+
+// eventData returns data of type typ about note, of the types the API and
+// the worker write, so that what the relay publishes is held to its
+// schema (streamMessages).
+func eventData(note uuid.UUID, typ string) any {
+	now := notes.FormatTime(time.Now())
+	switch typ {
+	case outbox.TypeNoteCreated:
+		return notes.NoteView{ID: note.String(), Title: "note", CreatedAt: now}
+	case outbox.TypeNoteDeleted:
+		return notes.DeleteResult{ID: note.String(), DeletedAt: now}
+	default:
+		return processedData(note, "")
+	}
+}
+
+// processedData is an attachment.processed event's data about note that
+// gave up for reason (any, when empty).
+func processedData(note uuid.UUID, reason string) worker.ProcessedData {
+	if reason == "" {
+		reason = "corrupt: png: invalid format"
+	}
+	return worker.ProcessedData{NoteID: note.String(), AttachmentID: uuid.NewSHA1(note, []byte("attachment")).String(),
+		State: worker.StateFailed, Reason: reason}
+}
+
+// streamMessages returns the messages of stream, in stream order, each
+// checked against its event type's schema and SPEC §5's envelope: a
+// payload that drifts from its published schema fails the relay's tests.
+func streamMessages(t *testing.T, js jetstream.JetStream, stream string) []*jetstream.RawStreamMsg {
+	t.Helper()
+	msgs := natstest.StreamMessages(t, js, stream, "")
+	for _, m := range msgs {
+		require.NoError(t, eventschema.Validate(m.Data), "message %d", m.Sequence)
+	}
+	return msgs
 }
 
 // write commits one event in its own transaction and, like the API after a
@@ -236,7 +275,7 @@ func (h *harness) requireExactlyOnce(want int) []*jetstream.RawStreamMsg {
 	t.Helper()
 	rows := h.rows()
 	require.Len(t, rows, want, "events in the outbox")
-	msgs := natstest.StreamMessages(t, h.js, h.stream, "")
+	msgs := streamMessages(t, h.js, h.stream)
 	seqOf := make(map[string]uint64, len(msgs))
 	for _, m := range msgs {
 		id := m.Header.Get(jetstream.MsgIDHeader)
@@ -573,7 +612,7 @@ func TestTwoRelaysPublishEveryEventOnceInCommitOrderPerNote(t *testing.T) {
 			return fmt.Errorf("create %d: location %q: %w", n, out.Location, err)
 		}
 		for step := range extraPerNote {
-			e := h.event(h.tenant, id, outbox.TypeAttachmentProcessed, map[string]any{"note_id": id.String(), "step": step})
+			e := h.event(h.tenant, id, outbox.TypeAttachmentProcessed, processedData(id, fmt.Sprintf("step %d", step)))
 			if err := db.WithTx(ctx, h.pool, func(tx pgx.Tx) error { return outbox.Insert(ctx, tx, e) }); err != nil {
 				return err
 			}
@@ -680,7 +719,7 @@ func TestParkedEventDoesNotBlockOthers(t *testing.T) {
 	noteA, noteB, noteC := uuid.New(), uuid.New(), uuid.New()
 	before := h.write(h.tenant, noteB, outbox.TypeNoteCreated)
 	big := h.writeEvent(h.event(h.tenant, noteA, outbox.TypeNoteCreated,
-		map[string]any{"note_id": noteA.String(), "body": strings.Repeat("x", 8192)}))
+		notes.NoteView{ID: noteA.String(), Title: "big", Body: strings.Repeat("x", 8192), CreatedAt: notes.FormatTime(time.Now())}))
 	behind := h.write(h.tenant, noteA, outbox.TypeNoteDeleted)
 	after := h.write(h.tenant, noteC, outbox.TypeNoteCreated)
 	start(t, r)
@@ -720,7 +759,7 @@ func TestParkedEventDoesNotBlockOthers(t *testing.T) {
 	last := h.write(h.tenant, uuid.New(), outbox.TypeNoteCreated)
 	testkit.WaitFor(t, waitLong, func() bool { return h.row(last).Published }, "a new event to be published")
 	require.Equal(t, 4, h.published())
-	require.Len(t, natstest.StreamMessages(t, h.js, h.stream, ""), 4)
+	require.Len(t, streamMessages(t, h.js, h.stream), 4)
 }
 
 // TestPostgresConnectionLossRecovers terminates the relay's PostgreSQL
@@ -857,7 +896,7 @@ func TestHeldBackEventsFollowWithoutWaitingForThePoll(t *testing.T) {
 	const events = 5
 	for range events {
 		e := outbox.Event{ID: uuid.Must(uuid.NewV7()), Tenant: "acme-" + suffix, AggregateID: note,
-			Type: outbox.TypeAttachmentProcessed, Time: time.Now(), Data: map[string]any{"n": 1}}
+			Type: outbox.TypeAttachmentProcessed, Time: time.Now(), Data: processedData(note, "")}
 		require.NoError(t, db.WithTx(ctx, pool, func(tx pgx.Tx) error { return outbox.Insert(ctx, tx, e) }))
 	}
 	r, err := relay.New(pool, nc, cfg, testkit.Logger(t), metrics.NewRelay(prometheus.NewRegistry()))
@@ -872,5 +911,5 @@ func TestHeldBackEventsFollowWithoutWaitingForThePoll(t *testing.T) {
 		_ = pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE published_at IS NOT NULL`).Scan(&n)
 		return n == events
 	}, "all of the note's events published before the next poll")
-	require.Len(t, natstest.StreamMessages(t, js, cfg.Stream.Name, ""), events)
+	require.Len(t, streamMessages(t, js, cfg.Stream.Name), events)
 }

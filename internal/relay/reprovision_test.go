@@ -8,7 +8,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/quillhq/quill/internal/natstest"
 	"github.com/quillhq/quill/internal/outbox"
 	"github.com/quillhq/quill/internal/testkit"
 )
@@ -56,7 +55,7 @@ func TestStreamDeletedWhileRunning(t *testing.T) {
 	st, err := h.js.Stream(h.ctx(), h.stream)
 	require.NoError(t, err, "the stream was provisioned again")
 	require.Equal(t, []string{h.prefix + ".>"}, st.CachedInfo().Config.Subjects)
-	msgs := natstest.StreamMessages(t, h.js, h.stream, "")
+	msgs := streamMessages(t, h.js, h.stream)
 	seen := map[string]bool{}
 	perNote := map[string][]string{}
 	for _, m := range msgs {

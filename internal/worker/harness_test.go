@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-json-experiment/json"
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/dbtest"
+	"github.com/quillhq/quill/internal/eventschema"
 	"github.com/quillhq/quill/internal/httpapi"
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/natstest"
@@ -64,8 +66,52 @@ func newHarness(t testing.TB) *harness {
 	require.NoError(t, err)
 	h := &harness{t: t, url: u, pool: pool, srv: srv, js: js, svc: svc, suffix: suffix,
 		stream: "W_" + strings.ToUpper(suffix), prefix: "q" + suffix, tenant: "acme-" + suffix}
+	h.validateEventsAtCleanup()
 	h.startRelay()
 	return h
+}
+
+// validateEventsAtCleanup checks, when the test ends (after its relay and
+// workers stopped: cleanups run last registered first), every event of the
+// test against its type's schema and SPEC §5's envelope: each outbox row —
+// the note.created events the API wrote and the attachment.processed events
+// the worker wrote — and each stream message the relay published (its
+// Nats-Msg-Id names an outbox row; the messages tests forge on purpose do
+// not). A payload that drifts from its published schema fails the worker's
+// tests.
+func (h *harness) validateEventsAtCleanup() {
+	t := h.t
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitLong)
+		defer cancel()
+		type event struct {
+			ID      string
+			Payload []byte
+		}
+		// Collected before any check: a failed check ends the cleanup,
+		// and open rows would hold a connection that the pool's own
+		// cleanup then waits for.
+		rows, err := h.pool.Query(ctx, `SELECT id::text, payload FROM outbox_events ORDER BY seq`)
+		require.NoError(t, err)
+		events, err := pgx.CollectRows(rows, pgx.RowToStructByPos[event])
+		require.NoError(t, err)
+		written := map[string]bool{}
+		for _, e := range events {
+			written[e.ID] = true
+			require.NoError(t, eventschema.Validate(e.Payload), "outbox event %s", e.ID)
+		}
+		if _, err := h.js.Stream(ctx, h.stream); err != nil {
+			// A test that took the stream or the server away; the
+			// outbox rows above are the bytes the relay would publish.
+			t.Logf("events not read back from the stream: %v", err)
+			return
+		}
+		for _, m := range natstest.StreamMessages(t, h.js, h.stream, "") {
+			if id := m.Header.Get(nats.MsgIdHdr); written[id] {
+				require.NoError(t, eventschema.Validate(m.Data), "stream message %d (event %s)", m.Sequence, id)
+			}
+		}
+	})
 }
 
 func (h *harness) relayConfig() relay.Config {

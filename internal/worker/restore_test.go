@@ -68,6 +68,7 @@ func newRestoreWorld(t *testing.T, window time.Duration) *restoreWorld {
 	suffix := strings.ReplaceAll(uuid.NewString(), "-", "")[:10]
 	h := &harness{t: t, url: u, pool: pool, srv: srv, js: js, suffix: suffix,
 		stream: "R_" + strings.ToUpper(suffix), prefix: "q" + suffix, tenant: "acme-" + suffix}
+	h.validateEventsAtCleanup()
 	w := &restoreWorld{harness: h, window: window}
 	w.startAPI()
 	w.api = httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
