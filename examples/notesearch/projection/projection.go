@@ -103,6 +103,9 @@ func Apply(ctx context.Context, tx pgx.Tx, ev consumer.Event) error {
 		if err := decode(ev, &d, &d.ID); err != nil {
 			return err
 		}
+		if d.CreatedAt.IsZero() {
+			return consumer.Permanent(fmt.Errorf("%s %s: data has no created_at", ev.Type, ev.ID))
+		}
 		if _, err := tx.Exec(ctx, sqlNoteCreate, ev.Tenant, ev.Subject, d.Title, utf8.RuneCountInString(d.Body), d.CreatedAt); err != nil {
 			return fmt.Errorf("apply note.created %s: %w", ev.ID, err)
 		}
@@ -110,6 +113,9 @@ func Apply(ctx context.Context, tx pgx.Tx, ev consumer.Event) error {
 		var d noteDeleted
 		if err := decode(ev, &d, &d.ID); err != nil {
 			return err
+		}
+		if d.DeletedAt.IsZero() {
+			return consumer.Permanent(fmt.Errorf("%s %s: data has no deleted_at", ev.Type, ev.ID))
 		}
 		if _, err := tx.Exec(ctx, sqlNoteDelete, ev.Tenant, ev.Subject, d.DeletedAt); err != nil {
 			return fmt.Errorf("apply note.deleted %s: %w", ev.ID, err)
