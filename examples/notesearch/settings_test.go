@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/quillhq/quill/internal/dbtest"
 )
 
 func TestParse(t *testing.T) {
@@ -72,4 +74,14 @@ func TestRunFailsAtStartWithoutPostgreSQL(t *testing.T) {
 	var u usageError
 	assert.False(t, errors.As(err, &u))
 	assert.True(t, strings.HasPrefix(err.Error(), "PostgreSQL"), err.Error())
+}
+
+// TestRunFailsAtStartWithoutNATS: NATS unreachable at start is one error
+// after the tables are in place, and run returns.
+func TestRunFailsAtStartWithoutNATS(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"DATABASE_URL": dbtest.EmptySchema(t), "NATS_URL": "nats://127.0.0.1:1"}
+	err := run(t.Context(), nil, func(k string) string { return env[k] }, io.Discard, io.Discard)
+	require.Error(t, err)
+	assert.True(t, strings.HasPrefix(err.Error(), "NATS at nats://127.0.0.1:1"), err.Error())
 }
