@@ -182,9 +182,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return fmt.Errorf("JetStream: %w", err)
 	}
 
+	validate, err := consumer.SchemaValidator()
+	if err != nil {
+		return fmt.Errorf("event schemas: %w", err)
+	}
 	c, err := consumer.New(pool, js, consumer.Config{
-		Durable: s.durable,
-		Stream:  s.stream,
+		Validate: validate,
+		Durable:  s.durable,
+		Stream:   s.stream,
 		FilterSubjects: []string{
 			s.prefix + ".*.note.created",
 			s.prefix + ".*.note.deleted",
