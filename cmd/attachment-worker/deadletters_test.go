@@ -13,6 +13,7 @@ import (
 	"github.com/go-json-experiment/json"
 	"github.com/stretchr/testify/require"
 
+	"github.com/quillhq/quill/internal/cli"
 	"github.com/quillhq/quill/internal/dbtest"
 	"github.com/quillhq/quill/internal/deadletter"
 )
@@ -30,8 +31,8 @@ func TestPrintable(t *testing.T) {
 		{"bidi \u202e override, zero\u200bwidth", `bidi \u202e override, zero\u200bwidth`},
 		{"del \x7f nul \x00", `del \x7f nul \x00`},
 	} {
-		if got := printable(tc.in); got != tc.want {
-			t.Errorf("printable(%q) = %q, want %q", tc.in, got, tc.want)
+		if got := cli.Printable(tc.in); got != tc.want {
+			t.Errorf("cli.Printable(%q) = %q, want %q", tc.in, got, tc.want)
 		}
 	}
 }

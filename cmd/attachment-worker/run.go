@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -192,31 +190,7 @@ func deadLetters(ctx context.Context, args []string, getenv func(string) string,
 		// Every field that came from the message or its processing is
 		// escaped: a hostile event must not write control characters or
 		// terminal escape sequences to an operator's terminal.
-		return fmt.Sprintf("%d  event %s  %s  stream seq %d  deliveries %d  created %s%s  error: %s", l.ID, printable(l.EventID),
-			printable(l.Subject), l.StreamSeq, l.Deliveries, l.CreatedAt.UTC().Format(time.RFC3339), retried, printable(l.Error))
+		return fmt.Sprintf("%d  event %s  %s  stream seq %d  deliveries %d  created %s%s  error: %s", l.ID, cli.Printable(l.EventID),
+			cli.Printable(l.Subject), l.StreamSeq, l.Deliveries, l.CreatedAt.UTC().Format(time.RFC3339), retried, cli.Printable(l.Error))
 	})
-}
-
-// printable returns s with every byte sequence that is not printable
-// Unicode (control characters, ESC and so terminal escape sequences,
-// invalid UTF-8) and every backslash escaped as strconv.Quote would, and
-// the rest as it is, so that an ordinary message reads as written.
-func printable(s string) string {
-	var b strings.Builder
-	for len(s) > 0 {
-		r, n := utf8.DecodeRuneInString(s)
-		switch {
-		case r == utf8.RuneError && n == 1:
-			fmt.Fprintf(&b, `\x%02x`, s[0])
-		case r == '\\':
-			b.WriteString(`\\`)
-		case strconv.IsPrint(r):
-			b.WriteString(s[:n])
-		default:
-			q := strconv.QuoteRune(r)
-			b.WriteString(q[1 : len(q)-1])
-		}
-		s = s[n:]
-	}
-	return b.String()
 }

@@ -319,7 +319,7 @@ func (t *tail) print(msg jetstream.Msg) error {
 func (t *tail) printJSON(seq, subject string, body []byte) error {
 	if !json.Valid(body) {
 		t.errOut.println(fmt.Sprintf("quill: seq %s on %s: not JSON (%d bytes), not printed: %s",
-			seq, printable(subject), len(body), excerpt(body)))
+			seq, cli.Printable(subject), len(body), excerpt(body)))
 		return nil
 	}
 	if bytes.ContainsAny(body, "\r\n") {
@@ -355,20 +355,20 @@ func humanLine(seq, arrived, subject string, body []byte) string {
 		if json.Valid(body) {
 			what = "not a CloudEvent"
 		}
-		return fmt.Sprintf("%s  seq %s  %s (%d bytes on %s): %s", arrived, seq, what, len(body), printable(subject), excerpt(body))
+		return fmt.Sprintf("%s  seq %s  %s (%d bytes on %s): %s", arrived, seq, what, len(body), cli.Printable(subject), excerpt(body))
 	}
 	if ev.ID == "" || ev.Type == "" {
-		return fmt.Sprintf("%s  seq %s  not a CloudEvent (no id or type; %d bytes on %s): %s", arrived, seq, len(body), printable(subject), excerpt(body))
+		return fmt.Sprintf("%s  seq %s  not a CloudEvent (no id or type; %d bytes on %s): %s", arrived, seq, len(body), cli.Printable(subject), excerpt(body))
 	}
-	return fmt.Sprintf("%s  seq %s  %s  note %s  event %s  %s", printable(ev.Time), seq, printable(ev.Type),
-		printable(ev.Subject), printable(ev.ID), summary(ev.Type, ev.Data))
+	return fmt.Sprintf("%s  seq %s  %s  note %s  event %s  %s", cli.Printable(ev.Time), seq, cli.Printable(ev.Type),
+		cli.Printable(ev.Subject), cli.Printable(ev.ID), summary(ev.Type, ev.Data))
 }
 
 // summary describes an event's data in a few words. A title is shown
 // (quoted, cut to tailTitleRunes) because a tail is output for the person
 // who runs it, not a log (decision 0054); a body never is, only its length.
 func summary(typ string, data json.RawMessage) string {
-	unreadable := "data does not have the shape of " + printable(typ)
+	unreadable := "data does not have the shape of " + cli.Printable(typ)
 	switch typ {
 	case "quill.note.created.v1":
 		var d struct {
@@ -385,7 +385,7 @@ func summary(typ string, data json.RawMessage) string {
 		}
 		s := fmt.Sprintf("title %s  body %d chars", strconv.Quote(cut(d.Title, tailTitleRunes)), utf8.RuneCountInString(d.Body))
 		if a := d.Attachment; a != nil {
-			s += fmt.Sprintf("  attachment %s %d bytes %s", printable(a.ContentType), a.Size, printable(a.Status))
+			s += fmt.Sprintf("  attachment %s %d bytes %s", cli.Printable(a.ContentType), a.Size, cli.Printable(a.Status))
 		}
 		return s
 	case "quill.note.deleted.v1":
@@ -395,7 +395,7 @@ func summary(typ string, data json.RawMessage) string {
 		if json.Unmarshal(data, &d) != nil {
 			return unreadable
 		}
-		return "deleted at " + printable(d.DeletedAt)
+		return "deleted at " + cli.Printable(d.DeletedAt)
 	case "quill.attachment.processed.v1":
 		var d struct {
 			State        string `json:"state"`
@@ -405,12 +405,12 @@ func summary(typ string, data json.RawMessage) string {
 		if json.Unmarshal(data, &d) != nil {
 			return unreadable
 		}
-		s := "attachment " + printable(d.State)
+		s := "attachment " + cli.Printable(d.State)
 		if d.DetectedType != "" {
-			s += " as " + printable(d.DetectedType)
+			s += " as " + cli.Printable(d.DetectedType)
 		}
 		if d.Reason != "" {
-			s += ": " + printable(d.Reason)
+			s += ": " + cli.Printable(d.Reason)
 		}
 		return s
 	}
@@ -432,30 +432,6 @@ func excerpt(b []byte) string {
 		return strconv.Quote(string(b[:tailExcerptBytes])) + "…"
 	}
 	return strconv.Quote(string(b))
-}
-
-// printable returns s with every byte sequence that is not printable
-// Unicode (control characters, ESC and so terminal escape sequences,
-// invalid UTF-8) and every backslash escaped as strconv.Quote would, and
-// the rest as it is, so that an ordinary value reads as written.
-func printable(s string) string {
-	var b strings.Builder
-	for len(s) > 0 {
-		r, n := utf8.DecodeRuneInString(s)
-		switch {
-		case r == utf8.RuneError && n == 1:
-			fmt.Fprintf(&b, `\x%02x`, s[0])
-		case r == '\\':
-			b.WriteString(`\\`)
-		case strconv.IsPrint(r):
-			b.WriteString(s[:n])
-		default:
-			q := strconv.QuoteRune(r)
-			b.WriteString(q[1 : len(q)-1])
-		}
-		s = s[n:]
-	}
-	return b.String()
 }
 
 // lockedWriter serialises lines written from several goroutines.
