@@ -197,7 +197,14 @@ func TestDatabaseOutageRetried(t *testing.T) {
 		h.waitStatus(id, worker.StateProcessed)
 		require.Equal(t, 1, h.processedEvents(id))
 	}
-	testkit.RequireMetric(t, waitLong, m.Messages(metrics.WorkerProcessed), 6.0)
+	// Each attachment was processed once (above, from PostgreSQL). The
+	// counters may put one of them under "duplicate" rather than
+	// "processed": a commit whose answer the outage swallowed is not
+	// counted, and its redelivery finds the inbox row (seen under CI load).
+	// Every event ends counted once either way, none failed for good.
+	require.Eventually(t, func() bool {
+		return testkit.Value(m.Messages(metrics.WorkerProcessed))+testkit.Value(m.Messages(metrics.WorkerDuplicate)) == 6
+	}, waitLong, 50*time.Millisecond, "every event counted processed or duplicate")
 	require.Equal(t, 0.0, testkit.Value(m.Messages(metrics.WorkerDeadLettered)))
 }
 
