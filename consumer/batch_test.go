@@ -296,8 +296,9 @@ func TestBatchRedeliveryAfterCommitIsADuplicate(t *testing.T) {
 		require.Equal(t, 1, b.count(`SELECT count(*) FROM effects WHERE event_id = $1`, id))
 		require.Equal(t, 1, b.count(`SELECT count(*) FROM quill_consumer_inbox WHERE event_id = $1 AND deliveries = 1`, id))
 	}
-	count, _ := batches(t, cfg.Registerer, "committed")
+	count, sum := batches(t, cfg.Registerer, "committed")
 	require.Less(t, count, uint64(len(ids)), "the burst was not batched")
+	require.Equal(t, float64(len(ids)), sum, "first deliveries in batches")
 }
 
 // A shutdown that outlasts ShutdownTimeout while a batch runs rolls it
