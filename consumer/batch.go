@@ -3,7 +3,6 @@ package consumer
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -242,16 +241,18 @@ func (c *Consumer) inboxInsertBatch(ctx context.Context, tx pgx.Tx, members []*d
 	if err != nil {
 		return nil, fmt.Errorf("inbox insert: %w", err)
 	}
-	inserted, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
+	inserted := make(map[string]bool, n)
+	var id string
+	if _, err := pgx.ForEachRow(rows, []any{&id}, func() error {
+		inserted[id] = true
+		return nil
+	}); err != nil {
 		return nil, fmt.Errorf("inbox insert: %w", err)
 	}
 	fresh := make([]bool, n)
 	for i, id := range ids {
-		if j := slices.Index(inserted, id); j >= 0 {
-			fresh[i] = true
-			inserted[j] = "" // a second copy of id is a duplicate
-		}
+		fresh[i] = inserted[id]
+		delete(inserted, id) // a second copy of id is a duplicate
 	}
 	return fresh, nil
 }

@@ -204,6 +204,10 @@ func TestBatchFailingEventDoesNotFailItsNeighbours(t *testing.T) {
 	cfg := b.batchConfig()
 	cfg.MaxDeliver, cfg.Retries = 2, -1
 	bad := uuid.NewString()
+	// Waiting on the stream before the consumer starts: fetched together.
+	good := b.burst(4)
+	b.publish("quill."+b.tenant+".note.created", bad, b.event(bad, uuid.NewString(), "quill.note.created.v1"))
+	good = append(good, b.burst(4)...)
 	var s seen
 	b.startBatch(cfg, func(ctx context.Context, tx pgx.Tx, events []consumer.Event) error {
 		s.add(events)
@@ -218,10 +222,6 @@ func TestBatchFailingEventDoesNotFailItsNeighbours(t *testing.T) {
 		}
 		return nil
 	})
-	good := b.burst(4)
-	note := uuid.NewString()
-	b.publish("quill."+b.tenant+".note.created", bad, b.event(bad, note, "quill.note.created.v1"))
-	good = append(good, b.burst(4)...)
 	waitMetric(t, cfg.Registerer, consumer.ResultDeadLettered, 1)
 	waitMetric(t, cfg.Registerer, consumer.ResultProcessed, float64(len(good)))
 	b.settled(cfg.Durable)
@@ -346,20 +346,25 @@ func TestBatchHandlerPanicFallsBack(t *testing.T) {
 	cfg := b.batchConfig()
 	cfg.MaxDeliver = 1
 	bad := uuid.NewString()
+	good := b.burst(3)
+	b.publish("quill."+b.tenant+".note.created", bad, b.event(bad, uuid.NewString(), "quill.note.created.v1"))
+	good = append(good, b.burst(3)...)
 	b.startBatch(cfg, func(ctx context.Context, tx pgx.Tx, events []consumer.Event) error {
 		if slices.ContainsFunc(events, func(ev consumer.Event) bool { return ev.ID == bad }) {
 			panic("nil map")
 		}
 		return recordAll(ctx, tx, events)
 	})
-	good := b.burst(3)
-	b.publish("quill."+b.tenant+".note.created", bad, b.event(bad, uuid.NewString(), "quill.note.created.v1"))
-	good = append(good, b.burst(3)...)
 	waitMetric(t, cfg.Registerer, consumer.ResultDeadLettered, 1)
 	waitMetric(t, cfg.Registerer, consumer.ResultProcessed, float64(len(good)))
 	b.settled(cfg.Durable)
 	require.Equal(t, "delivery 1 of at most 1: handler panicked: nil map", b.deadLetters()[0].Reason)
 	require.Equal(t, len(good), b.count(`SELECT count(*) FROM effects`))
+	for _, id := range good {
+		require.Equal(t, 1, b.count(`SELECT count(*) FROM quill_consumer_inbox WHERE event_id = $1 AND deliveries = 1`, id))
+	}
+	fellBack, _ := batches(t, cfg.Registerer, "fell_back")
+	require.Positive(t, fellBack)
 }
 
 func TestNewBatchRefusesWhatCannotWork(t *testing.T) {
