@@ -339,7 +339,8 @@ func TestBatchShutdownMidBatchLosesNothing(t *testing.T) {
 }
 
 // A handler panic in a batch is the batch's failure: the neighbours commit
-// alone, and no member waits for ever.
+// alone, no member waits for ever, and the panicking event's in-process
+// retries run alone.
 func TestBatchHandlerPanicFallsBack(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -349,8 +350,10 @@ func TestBatchHandlerPanicFallsBack(t *testing.T) {
 	good := b.burst(3)
 	b.publish("quill."+b.tenant+".note.created", bad, b.event(bad, uuid.NewString(), "quill.note.created.v1"))
 	good = append(good, b.burst(3)...)
+	var calls atomic.Int32
 	b.startBatch(cfg, func(ctx context.Context, tx pgx.Tx, events []consumer.Event) error {
 		if slices.ContainsFunc(events, func(ev consumer.Event) bool { return ev.ID == bad }) {
+			calls.Add(1)
 			panic("nil map")
 		}
 		return recordAll(ctx, tx, events)
@@ -365,6 +368,9 @@ func TestBatchHandlerPanicFallsBack(t *testing.T) {
 	}
 	fellBack, _ := batches(t, cfg.Registerer, "fell_back")
 	require.Positive(t, fellBack)
+	// Once in its batch, then alone: the first attempt and the two
+	// in-process retries, which do not join a batch again.
+	require.Equal(t, int32(1+1+cfg.WithDefaults().Retries), calls.Load())
 }
 
 func TestNewBatchRefusesWhatCannotWork(t *testing.T) {
