@@ -43,6 +43,12 @@ const (
 	// DefaultShutdownTimeout is how long Run lets running handlers finish
 	// after its context ended before it cancels theirs.
 	DefaultShutdownTimeout = 10 * time.Second
+	// DefaultMaxBatch is the most events NewBatch's consumer commits in
+	// one transaction.
+	DefaultMaxBatch = 32
+	// DefaultMaxBatchWait is how long a batch waits for more deliveries
+	// after its first: short, since every event of the batch waits with it.
+	DefaultMaxBatchWait = 2 * time.Millisecond
 )
 
 // Config configures a Consumer. Every zero field takes its default.
@@ -109,6 +115,21 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
+
+	// MaxBatch is the most events a consumer made by NewBatch commits in
+	// one transaction (group commit). Default 32; 1 turns batching off.
+	// A batch never holds more than Concurrency events, so raise
+	// Concurrency with it. New's consumer ignores it.
+	MaxBatch int
+	// MaxBatchWait is how long a batch waits, after its first delivery,
+	// for more to join it before its transaction begins. Default 2ms.
+	// New's consumer ignores it.
+	MaxBatchWait time.Duration
+	// BatchTimeout bounds one batch's transaction: past it the batch rolls
+	// back and its events are handled one by one, each within what is
+	// left of HandlerTimeout. Default a quarter of HandlerTimeout; it must
+	// be below HandlerTimeout. New's consumer ignores it.
+	BatchTimeout time.Duration
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -128,6 +149,9 @@ func (c Config) WithDefaults() Config {
 	c.HandlerTimeout = cmp.Or(c.HandlerTimeout, 4*c.AckWait)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, DefaultShutdownTimeout)
 	c.TablePrefix = cmp.Or(c.TablePrefix, DefaultTablePrefix)
+	c.MaxBatch = cmp.Or(c.MaxBatch, DefaultMaxBatch)
+	c.MaxBatchWait = cmp.Or(c.MaxBatchWait, DefaultMaxBatchWait)
+	c.BatchTimeout = cmp.Or(c.BatchTimeout, c.HandlerTimeout/4)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -160,6 +184,12 @@ func (c Config) validate() error {
 		return fmt.Errorf("consumer: Config.HandlerTimeout %s must be at least a third of Config.AckWait %s", c.HandlerTimeout, c.AckWait)
 	case c.ShutdownTimeout < 0:
 		return fmt.Errorf("consumer: Config.ShutdownTimeout %s must not be negative", c.ShutdownTimeout)
+	case c.MaxBatch < 1:
+		return fmt.Errorf("consumer: Config.MaxBatch %d must be at least 1", c.MaxBatch)
+	case c.MaxBatchWait < 0:
+		return fmt.Errorf("consumer: Config.MaxBatchWait %s must not be negative", c.MaxBatchWait)
+	case c.BatchTimeout <= 0 || c.BatchTimeout >= c.HandlerTimeout:
+		return fmt.Errorf("consumer: Config.BatchTimeout %s must be positive and below Config.HandlerTimeout %s", c.BatchTimeout, c.HandlerTimeout)
 	}
 	for _, s := range c.FilterSubjects {
 		if s == "" || strings.ContainsAny(s, " \t\r\n") || strings.Contains(s, "..") {

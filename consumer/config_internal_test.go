@@ -34,6 +34,9 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 		{"handler timeout", Config{Durable: "d", HandlerTimeout: time.Millisecond}, "Config.HandlerTimeout"},
 		{"filter", Config{Durable: "d", FilterSubjects: []string{"quill..x"}}, "Config.FilterSubjects"},
 		{"prefix", Config{Durable: "d", TablePrefix: "Bad-"}, "Config.TablePrefix"},
+		{"max batch", Config{Durable: "d", MaxBatch: -1}, "Config.MaxBatch"},
+		{"max batch wait", Config{Durable: "d", MaxBatchWait: -time.Millisecond}, "Config.MaxBatchWait"},
+		{"batch timeout", Config{Durable: "d", BatchTimeout: 2 * time.Minute}, "Config.BatchTimeout"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -44,6 +44,9 @@ type Consumer struct {
 	mu      sync.Mutex
 	waiting error // why the consumer cannot consume; nil when it can
 
+	// batch gathers deliveries into group commits; nil for New's consumer.
+	batch *batcher
+
 	// afterCommit, set by tests, runs after a commit and before the
 	// acknowledgement; an error stands for a crash in between.
 	afterCommit func(Event) error
@@ -55,6 +58,11 @@ type Consumer struct {
 // cannot work, or when the metrics cannot be registered on
 // cfg.Registerer (a second consumer of the same Durable on one registry).
 func New(pool *pgxpool.Pool, js jetstream.JetStream, cfg Config, h Handler) (*Consumer, error) {
+	return newConsumer(pool, js, cfg, h, false)
+}
+
+// newConsumer is New, with the batch-size metrics when batched.
+func newConsumer(pool *pgxpool.Pool, js jetstream.JetStream, cfg Config, h Handler, batched bool) (*Consumer, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -68,7 +76,7 @@ func New(pool *pgxpool.Pool, js jetstream.JetStream, cfg Config, h Handler) (*Co
 		return nil, errors.New("consumer: no handler")
 	}
 	t, _ := tablesOf(cfg.TablePrefix) // validated above
-	m, err := newMetrics(cfg.Registerer, cfg.Durable)
+	m, err := newMetrics(cfg.Registerer, cfg.Durable, batched)
 	if err != nil {
 		return nil, err
 	}
@@ -339,6 +347,9 @@ func (c *Consumer) handle(msg *message.Message) error {
 		c.m.runningAdd(-1)
 		c.m.observe(time.Since(start).Seconds())
 	}()
+	if c.batch != nil {
+		return c.batch.handle(msg.Context(), d)
+	}
 	return c.transact(msg.Context(), d)
 }
 

@@ -34,6 +34,13 @@
 // an event arriving late — for instance keep the note's latest event time
 // and skip what is older, or treat a deletion as final.
 //
+// Group commit: NewBatch's consumer takes a BatchHandler and commits the
+// deliveries that arrive together (up to Config.MaxBatch) in one
+// transaction, their inbox rows inserted in one statement and the
+// duplicates left out. A batch that fails is rolled back and each of its
+// events handled again alone, under every rule above, so one bad event
+// does not fail its neighbours.
+//
 // Watermill carries the handling: the package's own Subscriber feeds a
 // watermill Router, whose middleware writes the dead letters (poison
 // queue), retries in process and recovers panics.

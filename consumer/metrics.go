@@ -28,9 +28,18 @@ type metrics struct {
 	messages *prometheus.CounterVec
 	duration prometheus.Histogram
 	running  prometheus.Gauge
+
+	// Group commit (NewBatch) only.
+	batchSize *prometheus.HistogramVec
 }
 
-func newMetrics(reg prometheus.Registerer, durable string) (*metrics, error) {
+// Outcomes of quill_consumer_batch_size.
+const (
+	batchCommitted = "committed"
+	batchFellBack  = "fell_back"
+)
+
+func newMetrics(reg prometheus.Registerer, durable string, batched bool) (*metrics, error) {
 	if reg == nil {
 		return nil, nil
 	}
@@ -57,7 +66,20 @@ func newMetrics(reg prometheus.Registerer, durable string) (*metrics, error) {
 	for _, r := range []string{ResultProcessed, ResultDuplicate, ResultDeadLettered, ResultFailed} {
 		m.messages.WithLabelValues(r)
 	}
-	for _, c := range []prometheus.Collector{m.messages, m.duration, m.running} {
+	cs := []prometheus.Collector{m.messages, m.duration, m.running}
+	if batched {
+		m.batchSize = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "quill_consumer_batch_size",
+			Help: "Deliveries per group-commit transaction, duplicates included, by outcome: committed, " +
+				"or fell_back (rolled back; its events were then handled one by one).",
+			ConstLabels: labels,
+			Buckets:     []float64{1, 2, 4, 8, 16, 32, 64, 128, 256},
+		}, []string{"outcome"})
+		m.batchSize.WithLabelValues(batchCommitted)
+		m.batchSize.WithLabelValues(batchFellBack)
+		cs = append(cs, m.batchSize)
+	}
+	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if errors.As(err, &are) {
@@ -84,5 +106,11 @@ func (m *metrics) observe(seconds float64) {
 func (m *metrics) runningAdd(d float64) {
 	if m != nil {
 		m.running.Add(d)
+	}
+}
+
+func (m *metrics) batch(outcome string, size int) {
+	if m != nil && m.batchSize != nil {
+		m.batchSize.WithLabelValues(outcome).Observe(float64(size))
 	}
 }

@@ -35,6 +35,10 @@ type delivery struct {
 	event    Event // Delivery always set; the rest when parseErr is nil
 	parseErr error
 	key      string // the ordering key, "" for none
+	// alone is set by the group commit once a batch holding d failed: its
+	// further attempts run in transactions of their own. Only d's router
+	// goroutine reads and writes it.
+	alone bool
 
 	// Set under pool.mu when the delivery is handed to the router.
 	emitted bool
