@@ -260,9 +260,19 @@ func (e *env) opsGet(ctx context.Context, args []string) error {
 		fmt.Fprintf(e.stdout, "response: %d %s\n", op.Response.Status, op.Response.Body)
 	}
 	for _, ef := range op.Effects {
-		fmt.Fprintf(e.stdout, "effect: %s %s %s %s\n", ef.Kind, ef.Type, ef.ID, ef.State)
+		// An attachment has no type and a forgotten event no id: "-"
+		// keeps the columns (kind type id state) in place.
+		fmt.Fprintf(e.stdout, "effect: %s %s %s %s\n", ef.Kind, orDash(ef.Type), orDash(ef.ID), ef.State)
 	}
 	return nil
+}
+
+// orDash is s, or "-" when it is empty.
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 // resumeLine is one --json line of ops resume.

@@ -107,6 +107,14 @@ func TestCreateGetListDelete(t *testing.T) {
 	require.Equal(t, "completed", op["state"])
 	require.Equal(t, "create-note", op["action"])
 
+	// The human form keeps its columns (kind type id state) with a "-"
+	// for what an effect has not: an attachment's type.
+	out, _, code = b.quill("ops", "get", key)
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "operation "+key+": create-note completed")
+	require.Regexp(t, `(?m)^effect: event quill\.note\.created\.v1 [0-9a-f-]{36} (pending|published)$`, out)
+	require.Regexp(t, `(?m)^effect: attachment - `+note["attachment"].(map[string]any)["id"].(string)+` (pending|processed|failed)$`, out)
+
 	out, _, code = b.quill("ops", "get", "never-used", "--json")
 	require.Equal(t, 0, code)
 	require.Equal(t, "not_found", decode(t, out)["state"])
