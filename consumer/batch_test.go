@@ -3,7 +3,6 @@ package consumer_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -28,28 +27,10 @@ func (b *bundle) batchConfig() consumer.Config {
 
 // startBatch is start for NewBatch.
 func (b *bundle) startBatch(cfg consumer.Config, h consumer.BatchHandler) (*consumer.Consumer, func() error) {
-	t := b.t
-	t.Helper()
+	b.t.Helper()
 	c, err := consumer.NewBatch(b.pool, b.js, cfg, h)
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	var once sync.Once
-	var runErr error
-	stop := func() error {
-		once.Do(func() {
-			cancel()
-			select {
-			case runErr = <-done:
-			case <-time.After(waitLong):
-				runErr = fmt.Errorf("Run did not return within %s", waitLong)
-			}
-		})
-		return runErr
-	}
-	t.Cleanup(func() { require.NoError(t, stop()) })
-	return c, stop
+	require.NoError(b.t, err)
+	return c, b.run(c)
 }
 
 // seen is a batch handler's log of the events it was given, by call.

@@ -72,10 +72,16 @@ func record(ctx context.Context, tx pgx.Tx, ev consumer.Event) error {
 // start runs a consumer until the test ends or the returned stop is called
 // (which returns Run's error).
 func (b *bundle) start(cfg consumer.Config, h consumer.Handler) (*consumer.Consumer, func() error) {
-	t := b.t
-	t.Helper()
+	b.t.Helper()
 	c, err := consumer.New(b.pool, b.js, cfg, h)
-	require.NoError(t, err)
+	require.NoError(b.t, err)
+	return c, b.run(c)
+}
+
+// run runs c until the test ends or the returned stop is called (which
+// returns Run's error).
+func (b *bundle) run(c *consumer.Consumer) func() error {
+	t := b.t
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
@@ -93,7 +99,7 @@ func (b *bundle) start(cfg consumer.Config, h consumer.Handler) (*consumer.Consu
 		return runErr
 	}
 	t.Cleanup(func() { require.NoError(t, stop()) })
-	return c, stop
+	return stop
 }
 
 // event is a CloudEvent of Quill's form about note.
