@@ -51,8 +51,7 @@ func startHorizonAPI(t *testing.T) *horizonAPI {
 	log := zerolog.New(io.Discard)
 	svc, err := notes.NewService(pool, notes.Config{ResponseRetention: shortResponseRetention, KeyRetention: shortKeyRetention, Wait: 2 * time.Second}, log)
 	require.NoError(t, err)
-	h := httpapi.NewServer(httpapi.Deps{Pool: pool, Notes: svc, Log: log,
-		Config: httpapi.Config{ResponseRetention: shortResponseRetention, KeyRetention: shortKeyRetention}})
+	h := httpapi.NewServer(httpapi.Deps{Pool: pool, Notes: svc, Log: log})
 	a := &horizonAPI{pool: pool}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/v1/limits" {

@@ -152,8 +152,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		Notes: svc, Log: log, Metrics: m,
 		Config: httpapi.Config{MaxBodyBytes: int64(c.maxBody), MaxAttachmentBytes: c.maxAttachment,
 			MaxConcurrency: c.maxConcurrency, TenantConcurrency: c.tenantConcurrency,
-			TenantRate: c.tenantRate, TenantBurst: c.tenantBurst,
-			ResponseRetention: c.responseRetention, KeyRetention: c.keyRetention}})
+			TenantRate: c.tenantRate, TenantBurst: c.tenantBurst}})
 	admin := metrics.AdminHandler(log, reg, map[string]metrics.ReadyFunc{"postgres": metrics.PingReady(pool)})
 
 	g, gctx := errgroup.WithContext(ctx)

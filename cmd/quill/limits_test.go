@@ -45,8 +45,7 @@ func setupHorizons(t *testing.T) *horizons {
 	log := zerolog.New(io.Discard)
 	svc, err := notes.NewService(pool, notes.Config{ResponseRetention: responseRetention, KeyRetention: keyRetention, Wait: 2 * time.Second}, log)
 	require.NoError(t, err)
-	api := httpapi.NewServer(httpapi.Deps{Pool: pool, Notes: svc, Log: log,
-		Config: httpapi.Config{ResponseRetention: responseRetention, KeyRetention: keyRetention}})
+	api := httpapi.NewServer(httpapi.Deps{Pool: pool, Notes: svc, Log: log})
 	h := &horizons{t: t, pool: pool}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet {

@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/quillhq/quill/internal/notes"
 )
 
 // limitsPattern is the route of the server's horizons and limits (SPEC §10).
@@ -26,11 +28,14 @@ type Limits struct {
 	TenantConcurrency int `json:"tenant_concurrency"`
 }
 
-// limits returns the answer of GET /v1/limits for c (defaults applied).
-func (c Config) limits() Limits {
+// limits returns the answer of GET /v1/limits: c's limits (defaults
+// applied) and the retentions the notes service runs with, read from it so
+// that what the API reports cannot differ from what it does.
+func (c Config) limits(svc *notes.Service) Limits {
+	response, key := svc.Retentions()
 	return Limits{
-		ResponseRetention:  FormatDuration(c.ResponseRetention),
-		KeyRetention:       FormatDuration(c.KeyRetention),
+		ResponseRetention:  FormatDuration(response),
+		KeyRetention:       FormatDuration(key),
 		MaxBodyBytes:       c.MaxBodyBytes,
 		MaxAttachmentBytes: c.MaxAttachmentBytes,
 		TenantConcurrency:  c.TenantConcurrency,
@@ -41,7 +46,7 @@ func (c Config) limits() Limits {
 // settings the API runs with, so a client takes its key retention from the
 // server it talks to rather than from a constant of its own (decision 0047).
 func (s *server) getLimits(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, s.Config.limits())
+	writeJSON(w, http.StatusOK, s.Config.limits(s.Notes))
 }
 
 // FormatDuration writes d as a Go duration without the zero minutes and

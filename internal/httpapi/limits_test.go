@@ -15,10 +15,8 @@ import (
 // when none were.
 func TestLimitsAnswerTheConfiguredSettings(t *testing.T) {
 	t.Parallel()
-	opts := setupOpts{maxConns: 8, wait: 2 * time.Second, api: httpapi.Config{
-		ResponseRetention: time.Hour, KeyRetention: 2 * time.Hour,
-		MaxBodyBytes: 4096, MaxAttachmentBytes: 1000, TenantConcurrency: 7,
-	}}
+	opts := setupOpts{maxConns: 8, wait: 2 * time.Second, responseRetention: time.Hour, keyRetention: 2 * time.Hour,
+		api: httpapi.Config{MaxBodyBytes: 4096, MaxAttachmentBytes: 1000, TenantConcurrency: 7}}
 	b := setup(t, opts)
 	r := b.mustDo(req{method: http.MethodGet, path: "/v1/limits", token: b.tokenA})
 	require.Equal(t, http.StatusOK, r.status, "%s", r.body)

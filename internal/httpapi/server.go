@@ -31,10 +31,6 @@ const (
 	DefaultMaxBodyBytes       = 2 << 20
 	DefaultMaxAttachmentBytes = 1 << 20
 	DefaultMaxListBytes       = 1 << 20
-	// DefaultResponseRetention and DefaultKeyRetention are the notes
-	// service's, which the API reports in GET /v1/limits.
-	DefaultResponseRetention = notes.DefaultResponseRetention
-	DefaultKeyRetention      = notes.DefaultKeyRetention
 )
 
 // Config holds the API's request limits.
@@ -62,11 +58,6 @@ type Config struct {
 	// early, with a next_cursor, before the item that would pass it (a
 	// page holds at least one item). Default 1 MiB.
 	MaxListBytes int
-	// ResponseRetention and KeyRetention are the notes service's
-	// (QUILL_IDEMPOTENCY_RETENTION, QUILL_KEY_RETENTION), reported by GET
-	// /v1/limits: pass the values the service runs with. Defaults 72h
-	// and 720h, the service's defaults.
-	ResponseRetention, KeyRetention time.Duration
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -85,12 +76,6 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.MaxListBytes <= 0 {
 		c.MaxListBytes = DefaultMaxListBytes
-	}
-	if c.ResponseRetention <= 0 {
-		c.ResponseRetention = DefaultResponseRetention
-	}
-	if c.KeyRetention <= 0 {
-		c.KeyRetention = DefaultKeyRetention
 	}
 	return c
 }

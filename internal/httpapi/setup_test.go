@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/base64"
 	"io"
@@ -71,6 +72,9 @@ type setupOpts struct {
 	lockTimeout, acquireTimeout time.Duration
 	// tokenTTL caches tokens (zero: every request queries the database).
 	tokenTTL time.Duration
+	// responseRetention and keyRetention are the notes service's (zero:
+	// the package's responseRetention and keyRetention).
+	responseRetention, keyRetention time.Duration
 }
 
 // hooked is the default setup with hooks.
@@ -139,7 +143,7 @@ func setup(t *testing.T, opts ...setupOpts) *testBundle {
 	if o.noCache {
 		cacheBytes = -1
 	}
-	svc, err := notes.NewService(apiPool, notes.Config{ResponseRetention: responseRetention, KeyRetention: keyRetention, Wait: o.wait, ReplayCacheBytes: cacheBytes,
+	svc, err := notes.NewService(apiPool, notes.Config{ResponseRetention: cmp.Or(o.responseRetention, responseRetention), KeyRetention: cmp.Or(o.keyRetention, keyRetention), Wait: o.wait, ReplayCacheBytes: cacheBytes,
 		LockTimeout: o.lockTimeout, AcquireTimeout: o.acquireTimeout},
 		log, notes.WithObserver(m), notes.WithClock(b.clock.now), notes.WithHooks(hooks))
 	require.NoError(t, err)

@@ -174,6 +174,12 @@ func WithNotifier(n *outbox.Notifier) Option { return func(s *Service) { s.notif
 // WithHooks installs test hooks.
 func WithHooks(h Hooks) Option { return func(s *Service) { s.hooks = h } }
 
+// Retentions returns the response and key retentions the service runs
+// with (QUILL_IDEMPOTENCY_RETENTION, QUILL_KEY_RETENTION), defaults applied.
+func (s *Service) Retentions() (response, key time.Duration) {
+	return s.cfg.ResponseRetention, s.cfg.KeyRetention
+}
+
 // NewService returns a service over pool. It returns an error when cfg,
 // after defaults, is invalid.
 func NewService(pool *pgxpool.Pool, cfg Config, log zerolog.Logger, opts ...Option) (*Service, error) {
