@@ -3,21 +3,13 @@
 package main
 
 import (
-	"context"
 	"io"
-	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/quillhq/quill/internal/cli"
+	"github.com/quillhq/quill/internal/daemon"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
-	stop()
-	os.Exit(exitCode(err, os.Stderr))
-}
+func main() { daemon.Main("api", run, exitCode) }
 
 // exitCode is cli.ExitCode for this program, plus api audit's own statuses
 // (1 anomalies, 3 incomplete).

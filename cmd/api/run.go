@@ -153,7 +153,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		Config: httpapi.Config{MaxBodyBytes: int64(c.maxBody), MaxAttachmentBytes: c.maxAttachment,
 			MaxConcurrency: c.maxConcurrency, TenantConcurrency: c.tenantConcurrency,
 			TenantRate: c.tenantRate, TenantBurst: c.tenantBurst}})
-	admin := metrics.AdminHandler(log, reg, map[string]metrics.ReadyFunc{"postgres": metrics.PingReady(pool)})
+	ready := map[string]metrics.ReadyFunc{"postgres": metrics.PingReady(pool)}
+	admin := metrics.AdminHandler(log, reg, ready)
 
 	g, gctx := errgroup.WithContext(ctx)
 	// The notifier and the replay counter outlive the HTTP servers so that
@@ -167,6 +168,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return serveHTTP(gctx, log, c.http, map[string]server{
 			"api":   {addr: c.httpAddr, handler: api},
 			"admin": {addr: c.adminAddr, handler: admin},
+		}, func(ctx context.Context) error {
+			return daemon.NotifyReady(ctx, log, getenv(daemon.NotifySocketEnv), ready)
 		})
 	})
 	return g.Wait()
@@ -179,10 +182,13 @@ type server struct {
 
 // serveHTTP runs the servers until ctx ends, then shuts them down: new
 // connections are refused, in-flight requests finish (writes run detached
-// from their clients, so a commit under way completes).
+// from their clients, so a commit under way completes). Once every server
+// listens it runs notify (systemd's readiness) beside them; a SIGHUP
+// meanwhile is logged and ignored.
 //
 // Every server has hs's timeouts, header limit and connection cap.
-func serveHTTP(ctx context.Context, log zerolog.Logger, hs daemon.HTTPSettings, servers map[string]server) error {
+func serveHTTP(ctx context.Context, log zerolog.Logger, hs daemon.HTTPSettings, servers map[string]server, notify func(context.Context) error) error {
+	defer daemon.LogHangups(log)()
 	g, gctx := errgroup.WithContext(ctx)
 	for name, s := range servers {
 		ln, err := hs.Listen(s.addr)
@@ -194,6 +200,7 @@ func serveHTTP(ctx context.Context, log zerolog.Logger, hs daemon.HTTPSettings, 
 		log.Info().Str("listener", name).Str("addr", ln.Addr().String()).Msg("listening")
 		g.Go(func() error { return daemon.Serve(gctx, name, srv, ln) })
 	}
+	g.Go(func() error { return notify(gctx) })
 	err := g.Wait()
 	log.Info().Msg("stopped")
 	return err

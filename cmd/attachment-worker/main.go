@@ -7,9 +7,10 @@ import (
 	"io"
 
 	"github.com/quillhq/quill/internal/cli"
+	"github.com/quillhq/quill/internal/daemon"
 )
 
-func main() { cli.Main("attachment-worker", run) }
+func main() { daemon.Main("attachment-worker", run, exitCode) }
 
 // exitCode is cli.ExitCode for this program.
 func exitCode(err error, stderr io.Writer) int { return cli.ExitCode("attachment-worker", err, stderr) }

@@ -109,7 +109,7 @@ func (c *settings) start(ctx context.Context, ds daemon.Settings, stderr io.Writ
 
 func deadLetters(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	const usage = "usage: attachment-worker dead-letters list [--all] [--json] | attachment-worker dead-letters retry ID"
-	sub, args, ok, err := cli.Subcommand(args, usage, stdout)
+	sub, args, ok, err := cli.Subcommand("attachment-worker", args, usage, stdout)
 	if !ok {
 		return err
 	}

@@ -127,7 +127,7 @@ func (c *settings) session(ctx context.Context, d *daemon.Daemon, databaseURL st
 
 func events(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	const usage = "usage: relay events list --parked [--json] | relay events retry ID | relay events retry --all"
-	sub, args, ok, err := cli.Subcommand(args, usage, stdout)
+	sub, args, ok, err := cli.Subcommand("relay", args, usage, stdout)
 	if !ok {
 		return err
 	}

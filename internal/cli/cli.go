@@ -120,15 +120,19 @@ func PrintVersion(prog string, w io.Writer) {
 // Subcommand splits the arguments of a command group (relay events,
 // attachment-worker dead-letters) into the subcommand and its arguments.
 // With no arguments it returns a UsageError with usage; for -h, -help,
-// --help or help it prints usage to stdout and returns ok false and a nil
-// error. The caller refuses a subcommand it does not know.
-func Subcommand(args []string, usage string, stdout io.Writer) (sub string, rest []string, ok bool, err error) {
+// --help or help it prints usage to stdout, and for --version or -version
+// the version line of prog (as Dispatch does), and returns ok false and a
+// nil error. The caller refuses a subcommand it does not know.
+func Subcommand(prog string, args []string, usage string, stdout io.Writer) (sub string, rest []string, ok bool, err error) {
 	if len(args) == 0 {
 		return "", nil, false, UsageError{Msg: usage}
 	}
 	switch args[0] {
 	case "-h", "-help", "--help", "help":
 		fmt.Fprintln(stdout, usage)
+		return "", nil, false, nil
+	case "--version", "-version":
+		PrintVersion(prog, stdout)
 		return "", nil, false, nil
 	}
 	return args[0], args[1:], true, nil

@@ -1,9 +1,13 @@
-// Package daemon is the start-up every Quill daemon shares (the relay, the
-// attachment worker): its command line (Program) and settings, the JSON
-// logger, the PostgreSQL pool, the NATS connection with its reconnect logs,
-// the admin server (/healthz, /readyz, /metrics) and the errgroup that runs
-// the daemon's services until SIGINT or SIGTERM, then shuts everything
-// down. A daemon's Program.Start builds its services between Start and Run.
+// Package daemon is the start-up every Quill daemon shares. Main is the
+// main of the api, the relay and the attachment worker: SIGINT and SIGTERM
+// stop gracefully, SIGHUP is ignored (LogHangups logs it). For the relay
+// and the worker it also holds their command line (Program) and settings,
+// the JSON logger, the PostgreSQL pool, the NATS connection with its
+// reconnect logs, the admin server (/healthz, /readyz, /metrics) and the
+// errgroup that runs the daemon's services until the context ends, then
+// shuts everything down; NotifyReady tells systemd when a daemon is ready
+// and when it is stopping. A daemon's Program.Start builds its services
+// between Start and Run.
 package daemon
 
 import (
@@ -52,6 +56,10 @@ type Settings struct {
 	// (QUILL_READ_TIMEOUT, QUILL_WRITE_TIMEOUT, QUILL_IDLE_TIMEOUT,
 	// QUILL_MAX_CONNECTIONS); zero fields take their defaults.
 	HTTP HTTPSettings
+	// NotifySocket is systemd's notification socket (NOTIFY_SOCKET), set
+	// when the daemon runs as a Type=notify service: Run tells it when the
+	// daemon is ready and when it is stopping. Empty otherwise.
+	NotifySocket string
 }
 
 // Define registers the shared settings on s (DATABASE_URL, NATS_URL,
@@ -133,8 +141,9 @@ type Daemon struct {
 	NATS     *nats.Conn           // reconnects forever
 	Registry *prometheus.Registry // served on /metrics by Run
 
-	adminAddr string
-	http      HTTPSettings
+	adminAddr    string
+	http         HTTPSettings
+	notifySocket string
 }
 
 // Start builds the logger on stderr and opens the pool and the NATS
@@ -177,7 +186,7 @@ func Start(ctx context.Context, s Settings, p Process, stderr io.Writer) (*Daemo
 		log.Error().Err(err).Str("error_category", "nats_unreachable").Msg("cannot start: NATS is not reachable at NATS_URL")
 		return nil, cli.LoggedError{Err: err}
 	}
-	return &Daemon{Log: log, Pool: pool, NATS: nc, Registry: metrics.NewRegistry(), adminAddr: s.AdminAddr, http: s.HTTP}, nil
+	return &Daemon{Log: log, Pool: pool, NATS: nc, Registry: metrics.NewRegistry(), adminAddr: s.AdminAddr, http: s.HTTP, notifySocket: s.NotifySocket}, nil
 }
 
 // Close closes the NATS connection and the pool.
@@ -201,9 +210,12 @@ func (d *Daemon) Provision(ctx context.Context, category, msg string, step func(
 
 // Run serves the admin address, with ready as /readyz's checks, and runs
 // services until ctx ends or one of them fails; then it shuts the admin
-// server down, waits for every service to return and logs "stopped". It
-// returns the first service's or server's error, or a cli.LoggedError when
-// the admin address cannot be listened on (then nothing ran).
+// server down, waits for every service to return and logs "stopped". Under
+// systemd (Settings.NotifySocket) it reports READY=1 once ready's checks
+// pass and STOPPING=1 when the shutdown begins (NotifyReady); a SIGHUP is
+// logged and ignored (LogHangups). It returns the first service's or
+// server's error, or a cli.LoggedError when the admin address cannot be
+// listened on (then nothing ran).
 func (d *Daemon) Run(ctx context.Context, ready map[string]metrics.ReadyFunc, services ...func(context.Context) error) error {
 	ln, err := d.http.Listen(d.adminAddr)
 	if err != nil {
@@ -212,9 +224,11 @@ func (d *Daemon) Run(ctx context.Context, ready map[string]metrics.ReadyFunc, se
 	}
 	admin := d.http.Server(metrics.AdminHandler(d.Log, d.Registry, ready))
 	d.Log.Info().Str("listener", "admin").Str("addr", ln.Addr().String()).Msg("listening")
+	defer LogHangups(d.Log)()
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return Serve(gctx, "admin", admin, ln) })
+	g.Go(func() error { return NotifyReady(gctx, d.Log, d.notifySocket, ready) })
 	for _, run := range services {
 		g.Go(func() error { return run(gctx) })
 	}

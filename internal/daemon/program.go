@@ -52,5 +52,6 @@ func (p Program) run(ctx context.Context, args []string, getenv func(string) str
 	if err := parse(s, args); err != nil {
 		return err
 	}
+	c.NotifySocket = getenv(NotifySocketEnv)
 	return p.Start(ctx, c, stderr)
 }
