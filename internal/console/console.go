@@ -191,7 +191,7 @@ func (c *Console) parse() error {
 	funcs := template.FuncMap{
 		"ago":   func(t *time.Time) string { return ago(c.cfg.Now(), t) },
 		"since": func(s *string) string { return since(c.cfg.Now(), s) },
-		"yes": func(p *bool) bool { return p != nil && *p },
+		"yes":   func(p *bool) bool { return p != nil && *p },
 		"deref": func(p *int64) int64 {
 			if p == nil {
 				return 0
