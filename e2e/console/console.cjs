@@ -63,7 +63,7 @@ async function shot(page, name) {
     await page.goto(`${base}/console/`);
     await page.waitForFunction(() => document.body.dataset.updated !== undefined);
     assert.equal(await page.textContent('[data-figure="parked"]'), "1");
-    await shot(page, "overview");
+    const firstOverview = Date.now();
 
     step = "the lookup shows every link of chain A";
     await page.goto(`${base}/console/lookup`);
@@ -142,6 +142,13 @@ async function shot(page, name) {
     await page.goto(`${base}/console/dead-letters`);
     await page.waitForSelector("table#dead-letters");
     await shot(page, "dead-letters");
+
+    step = "the overview again, with a second backlog sample (one per 10 s)";
+    await page.waitForTimeout(Math.max(0, 10500 - (Date.now() - firstOverview)));
+    await page.goto(`${base}/console/`);
+    await page.waitForFunction(() => document.body.dataset.updated !== undefined);
+    assert.equal(await page.textContent('[data-figure="parked"]'), "0");
+    await shot(page, "overview");
 
     step = "no script error and no CSP violation on the console's own pages";
     assert.deepEqual(pageErrors, []);
