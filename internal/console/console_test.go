@@ -18,6 +18,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
@@ -25,6 +26,9 @@ import (
 	"github.com/quillhq/quill/internal/audit"
 	"github.com/quillhq/quill/internal/auth"
 	"github.com/quillhq/quill/internal/console"
+	"github.com/quillhq/quill/internal/deadletter"
+	"github.com/quillhq/quill/internal/natstest"
+	"github.com/quillhq/quill/internal/outbox"
 )
 
 // harness is a real API (apitest) and a console over its database.
@@ -435,4 +439,111 @@ func TestLookupCostsNoMoreQueriesThanTheAudit(t *testing.T) {
 	page := tr.n.Load()
 	t.Logf("statements: api audit --key %d, console lookup %d", cli, page)
 	require.LessOrEqual(t, page, cli)
+}
+
+// TestDeadLetterRetry: an open dead letter is listed and republished
+// through deadletter.Redrive with its CSRF token, once; without NATS the
+// page says so and the action is refused with 503.
+func TestDeadLetterRetry(t *testing.T) {
+	t.Parallel()
+	api := apitest.Start(t)
+	ns := natstest.Start(t)
+	_, js := ns.Connect(t)
+	ctx := t.Context()
+	subj := "ct" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: strings.ToUpper(subj), Subjects: []string{subj + ".>"}})
+	require.NoError(t, err)
+	var id int64
+	event := uuid.NewString()
+	require.NoError(t, api.Pool.QueryRow(ctx, `INSERT INTO dead_letters (consumer, event_id, stream_seq, subject, payload, headers, error, deliveries, created_at)
+		VALUES ('attachment-worker', $1, 7, $2, '{"id":"x"}', '{}', 'handler failed: boom', 5, now()) RETURNING id`,
+		event, subj+".acme.note.created").Scan(&id))
+
+	var connected atomic.Bool
+	connected.Store(true)
+	con, err := console.New(console.Deps{Pool: api.Pool, Log: zerolog.Nop(), JetStream: func() jetstream.JetStream {
+		if connected.Load() {
+			return js
+		}
+		return nil
+	}})
+	require.NoError(t, err)
+	srv := httptest.NewServer(con)
+	t.Cleanup(srv.Close)
+	h := &harness{api: api, srv: srv}
+	h.opToken, err = auth.CreateOperator(ctx, api.Pool, "bob", time.Now())
+	require.NoError(t, err)
+	c := browser(t)
+	_, csrf := h.signIn(t, c, h.opToken)
+
+	code, body, _ := get(t, c, srv.URL+"/console/dead-letters")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, fmt.Sprintf(`data-dead-letter="%d"`, id))
+	require.Contains(t, body, "handler failed: boom")
+	code, body, _ = get(t, c, srv.URL+fmt.Sprintf("/console/dead-letters/retry?id=%d", id))
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, event)
+
+	connected.Store(false)
+	code, body, _ = get(t, c, srv.URL+"/console/dead-letters")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, "not connected to NATS")
+	code, _, _ = post(t, c, srv.URL+"/console/dead-letters/retry", url.Values{"id": {fmt.Sprint(id)}, "csrf": {csrf}})
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	connected.Store(true)
+
+	code, _, _ = post(t, c, srv.URL+"/console/dead-letters/retry", url.Values{"id": {fmt.Sprint(id)}})
+	require.Equal(t, http.StatusForbidden, code, "no CSRF token")
+	code, _, hdr := post(t, c, srv.URL+"/console/dead-letters/retry", url.Values{"id": {fmt.Sprint(id)}, "csrf": {csrf}})
+	require.Equal(t, http.StatusSeeOther, code)
+	_, body, _ = get(t, c, srv.URL+hdr.Get("Location"))
+	require.Contains(t, body, fmt.Sprintf("Dead letter %d is republished (stream sequence 1)", id))
+	var retried bool
+	require.NoError(t, api.Pool.QueryRow(ctx, `SELECT retried_at IS NOT NULL FROM dead_letters WHERE id = $1`, id).Scan(&retried))
+	require.True(t, retried)
+	s, err := js.Stream(ctx, strings.ToUpper(subj))
+	require.NoError(t, err)
+	msg, err := s.GetMsg(ctx, 1)
+	require.NoError(t, err)
+	require.Equal(t, event+":redrive:"+fmt.Sprint(id), msg.Header.Get("Nats-Msg-Id"))
+	code, _, _ = post(t, c, srv.URL+"/console/dead-letters/retry", url.Values{"id": {fmt.Sprint(id)}, "csrf": {csrf}})
+	require.Equal(t, http.StatusNotFound, code, "retried already: not published twice")
+}
+
+// TestListPagesCostNoMoreQueriesThanTheCLI: a page of parked events or dead
+// letters is one statement, as "relay events list --parked" and
+// "attachment-worker dead-letters list" are.
+func TestListPagesCostNoMoreQueriesThanTheCLI(t *testing.T) {
+	t.Parallel()
+	api := apitest.Start(t)
+	tr := &countingTracer{}
+	cfg := api.Pool.Config().Copy()
+	cfg.ConnConfig.Tracer = tr
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	con, err := console.New(console.Deps{Pool: pool, Log: zerolog.Nop()})
+	require.NoError(t, err)
+	srv := httptest.NewServer(con)
+	t.Cleanup(srv.Close)
+	h := &harness{api: api, srv: srv}
+	h.opToken, err = auth.CreateOperator(t.Context(), pool, "alice", time.Now())
+	require.NoError(t, err)
+	c := browser(t)
+	_, _ = h.signIn(t, c, h.opToken)
+
+	tr.n.Store(0)
+	_, err = outbox.ListParked(t.Context(), pool)
+	require.NoError(t, err)
+	_, err = deadletter.List(t.Context(), pool, "attachment-worker", false)
+	require.NoError(t, err)
+	cli := tr.n.Load()
+	tr.n.Store(0)
+	for _, p := range []string{"/console/parked", "/console/dead-letters"} {
+		code, _, _ := get(t, c, srv.URL+p)
+		require.Equal(t, http.StatusOK, code)
+	}
+	pages := tr.n.Load()
+	t.Logf("statements: the two CLI lists %d, the two pages %d", cli, pages)
+	require.LessOrEqual(t, pages, cli)
 }
