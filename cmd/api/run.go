@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/quillhq/quill/internal/audit"
 	"github.com/quillhq/quill/internal/auth"
 	"github.com/quillhq/quill/internal/cli"
 	"github.com/quillhq/quill/internal/config"
@@ -28,6 +29,8 @@ import (
 const overview = `usage: api [serve] [flags]     run the HTTP API (default)
        api migrate [flags]     create the database if missing and apply migrations
        api token create --tenant T    print a new bearer token for tenant T
+       api token create --operator --name NAME
+                                      print a new operator token (the console's sign-in)
        api token revoke TOKEN_PREFIX  revoke a token (its qt_xxxxxxxx prefix, or the token)
        api audit [--tenant T [--key K]] [--json]
                                reconcile operations, notes, events, stream and inbox;
@@ -79,6 +82,7 @@ type serveConfig struct {
 	tenantRate                            float64
 	tenantBurst                           int
 	lockTimeout, acquireTimeout           time.Duration
+	console                               consoleSettings
 }
 
 func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -108,6 +112,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	})
 	s.Int(&c.tenantBurst, "tenant-burst", "QUILL_TENANT_BURST", 0, 0, "requests one tenant may send at once past QUILL_TENANT_RATE's pace (0: one second's worth, at least 1)")
 	s.Duration(&c.lockTimeout, "lock-timeout", "QUILL_LOCK_TIMEOUT", notes.DefaultLockTimeout, "longest a write waits for a row lock another transaction holds (a worker's batch); then 503, retry with the same key")
+	c.console.define(s)
 	s.Duration(&c.acquireTimeout, "db-acquire-timeout", "QUILL_DB_ACQUIRE_TIMEOUT", notes.DefaultAcquireTimeout, "longest a request waits for a free PostgreSQL connection of the pool; then 503")
 	if err := cli.Parse(s, args); err != nil {
 		return err
@@ -117,6 +122,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	if c.responseRetention <= 0 {
 		return cli.UsageError{Msg: "QUILL_IDEMPOTENCY_RETENTION must be positive"}
+	}
+	if err := c.console.nats.Validate(); err != nil {
+		return cli.UsageError{Msg: err.Error()}
 	}
 	if c.keyRetention < c.responseRetention {
 		return cli.UsageError{Msg: fmt.Sprintf("QUILL_KEY_RETENTION (%s) must be at least QUILL_IDEMPOTENCY_RETENTION (%s): a key must be remembered for as long as its response", c.keyRetention, c.responseRetention)}
@@ -155,6 +163,16 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 			TenantRate: c.tenantRate, TenantBurst: c.tenantBurst}})
 	ready := map[string]metrics.ReadyFunc{"postgres": metrics.PingReady(pool)}
 	admin := metrics.AdminHandler(log, reg, ready)
+	con, closeConsole, err := newConsole(&c.console, pool, log, audit.Config{
+		ResponseRetention: c.responseRetention, KeyRetention: c.keyRetention})
+	if err != nil {
+		log.Error().Err(err).Str("error_category", "console_failed").Msg("cannot start the operator console")
+		return cli.LoggedError{Err: fmt.Errorf("start: %w", err)}
+	}
+	defer closeConsole()
+	if con != nil {
+		admin = con.Mount(admin)
+	}
 
 	g, gctx := errgroup.WithContext(ctx)
 	// The notifier and the replay counter outlive the HTTP servers so that
@@ -230,17 +248,20 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 }
 
 func token(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	const usage = "usage: api token create --tenant T | api token revoke TOKEN_PREFIX"
+	const usage = "usage: api token create --tenant T | api token create --operator --name NAME | api token revoke TOKEN_PREFIX"
 	if len(args) == 0 {
 		return cli.UsageError{Msg: usage}
 	}
 	sub, args := args[0], args[1:]
 	var c common
-	var tenant string
+	var tenant, name string
+	var operator bool
 	s := config.New("api token "+sub, usage, getenv, stdout)
 	c.define(s)
 	if sub == "create" {
 		s.FlagSet().StringVar(&tenant, "tenant", "", "tenant the token acts for (^[a-z0-9][a-z0-9-]{0,62}$)")
+		s.FlagSet().BoolVar(&operator, "operator", false, "make an operator token (qo_…) for the operator console instead of a tenant's")
+		s.FlagSet().StringVar(&name, "name", "", "with --operator: who holds the token, as the console's log lines name them")
 	}
 	if err := cli.Parse(s, args); err != nil {
 		return err
@@ -254,10 +275,19 @@ func token(ctx context.Context, args []string, getenv func(string) string, stdou
 		if len(s.Args()) > 0 {
 			return cli.UsageError{Msg: fmt.Sprintf("unexpected arguments %q; %s", s.Args(), usage)}
 		}
-		if tenant == "" {
+		switch {
+		case operator && tenant != "":
+			return cli.UsageError{Msg: "--operator and --tenant exclude each other: an operator token acts for no tenant; " + usage}
+		case operator && name == "":
+			return cli.UsageError{Msg: "--operator needs --name (who holds the token); " + usage}
+		case operator && !auth.ValidOperatorName(name):
+			return cli.UsageError{Msg: fmt.Sprintf("%v: %q", auth.ErrInvalidOperatorName, name)}
+		case !operator && name != "":
+			return cli.UsageError{Msg: "--name is for --operator tokens; " + usage}
+		case !operator && tenant == "":
 			return cli.UsageError{Msg: "--tenant is required; " + usage}
 		}
-		if !auth.ValidTenant(tenant) {
+		if !operator && !auth.ValidTenant(tenant) {
 			return cli.UsageError{Msg: fmt.Sprintf("%v: %q", auth.ErrInvalidTenant, tenant)}
 		}
 	case "revoke":
@@ -277,7 +307,12 @@ func token(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	defer pool.Close()
 	if sub == "create" {
-		tok, err := auth.Create(ctx, pool, tenant, time.Now())
+		var tok string
+		if operator {
+			tok, err = auth.CreateOperator(ctx, pool, name, time.Now())
+		} else {
+			tok, err = auth.Create(ctx, pool, tenant, time.Now())
+		}
 		if err != nil {
 			return err
 		}

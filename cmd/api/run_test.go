@@ -130,6 +130,50 @@ func TestTokenRevoke(t *testing.T) {
 	require.ErrorContains(t, err, "no token with this prefix")
 }
 
+// TestOperatorTokenAndConsole: "api token create --operator" makes a token
+// the console takes, the console answers on the admin address (and not on
+// the API's), QUILL_CONSOLE=false turns it off, and "api token revoke"
+// revokes an operator token too.
+func TestOperatorTokenAndConsole(t *testing.T) {
+	t.Parallel()
+	schema := dbtest.Schema(t)
+	vars := map[string]string{"DATABASE_URL": schema, "QUILL_HTTP_ADDR": freeAddr(t), "QUILL_ADMIN_ADDR": freeAddr(t),
+		"NATS_URL": "nats://127.0.0.1:1"} // no NATS: the console serves without it
+	getenv := env(vars)
+	tok, _, err := runOut(t, getenv, "token", "create", "--operator", "--name", "alice")
+	require.NoError(t, err)
+	tok = strings.TrimSpace(tok)
+	require.Regexp(t, `^qo_[0-9a-f]{8}_[A-Za-z0-9_-]{43}$`, tok)
+	start(t, getenv, "serve")
+	admin := "http://" + vars["QUILL_ADMIN_ADDR"]
+	waitReady(t, admin+"/readyz")
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	res, err := noRedirect.Get(admin + "/console/")
+	require.NoError(t, err)
+	res.Body.Close()
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+	require.Equal(t, "/console/signin?next=%2Fconsole%2F", res.Header.Get("Location"))
+	res, err = http.Get(admin + "/console/signin")
+	require.NoError(t, err)
+	res.Body.Close()
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Contains(t, res.Header.Get("Content-Security-Policy"), "script-src 'self'")
+	res, err = http.Get("http://" + vars["QUILL_HTTP_ADDR"] + "/console/")
+	require.NoError(t, err)
+	res.Body.Close()
+	require.Equal(t, http.StatusNotFound, res.StatusCode, "the console is on the admin address only")
+	_, _, err = runOut(t, getenv, "token", "revoke", tok[:11])
+	require.NoError(t, err)
+
+	off := map[string]string{"DATABASE_URL": schema, "QUILL_HTTP_ADDR": freeAddr(t), "QUILL_ADMIN_ADDR": freeAddr(t), "QUILL_CONSOLE": "false"}
+	start(t, env(off), "serve")
+	waitReady(t, "http://"+off["QUILL_ADMIN_ADDR"]+"/readyz")
+	res, err = http.Get("http://" + off["QUILL_ADMIN_ADDR"] + "/console/")
+	require.NoError(t, err)
+	res.Body.Close()
+	require.Equal(t, http.StatusNotFound, res.StatusCode)
+}
+
 func TestCommandLineErrors(t *testing.T) {
 	t.Parallel()
 	getenv := env(map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:1/none?sslmode=disable&connect_timeout=2"})
@@ -147,6 +191,12 @@ func TestCommandLineErrors(t *testing.T) {
 		{args: []string{"token", "create"}, want: "--tenant is required", code: 2},
 		{args: []string{"token", "create", "--tenant", "Bad_Name"}, want: "tenant names are", code: 2},
 		{args: []string{"token", "revoke", "nope"}, want: "neither a token nor a token prefix", code: 2},
+		{args: []string{"token", "create", "--operator"}, want: "--operator needs --name", code: 2},
+		{args: []string{"token", "create", "--operator", "--name", "a", "--tenant", "acme"}, want: "exclude each other", code: 2},
+		{args: []string{"token", "create", "--operator", "--name", "bad name"}, want: "operator names are", code: 2},
+		{args: []string{"token", "create", "--tenant", "acme", "--name", "alice"}, want: "--name is for --operator", code: 2},
+		{args: []string{"serve"}, env: map[string]string{"QUILL_CONSOLE": "maybe"}, want: `invalid QUILL_CONSOLE "maybe"`, code: 2},
+		{args: []string{"serve"}, env: map[string]string{"NATS_URL": "http://x"}, want: "NATS_URL", code: 2},
 		{args: []string{"serve", "--idempotency-wait", "soon"}, want: `invalid --idempotency-wait "soon"`, code: 2},
 		{args: []string{"serve"}, env: map[string]string{"QUILL_IDEMPOTENCY_RETENTION": "3"}, want: `invalid QUILL_IDEMPOTENCY_RETENTION "3"`, code: 2},
 		{args: []string{"serve"}, env: map[string]string{"QUILL_KEY_RETENTION": "1h"}, want: "QUILL_KEY_RETENTION (1h0m0s) must be at least QUILL_IDEMPOTENCY_RETENTION", code: 2},

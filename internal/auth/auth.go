@@ -53,16 +53,17 @@ var (
 	prefixRE = regexp.MustCompile(`^qt_[0-9a-f]{8}$`)
 )
 
-// PrefixOf returns the public prefix (qt_xxxxxxxx) of a token or of a prefix.
-// It returns ErrTokenNotFound when s is neither.
+// PrefixOf returns the public prefix (qt_xxxxxxxx, or qo_xxxxxxxx for an
+// operator token) of a token or of a prefix. It returns ErrTokenNotFound
+// when s is neither.
 func PrefixOf(s string) (string, error) {
-	if tokenRE.MatchString(s) {
+	if tokenRE.MatchString(s) || operatorTokenRE.MatchString(s) {
 		return s[:len(tokenScheme)+8], nil
 	}
-	if prefixRE.MatchString(s) {
+	if prefixRE.MatchString(s) || operatorPrefixRE.MatchString(s) {
 		return s, nil
 	}
-	return "", fmt.Errorf("%w: %q is neither a token nor a token prefix (qt_ and 8 hex digits)", ErrTokenNotFound, s)
+	return "", fmt.Errorf("%w: %q is neither a token nor a token prefix (qt_ or qo_ and 8 hex digits)", ErrTokenNotFound, s)
 }
 
 func hashToken(tok string) []byte {
@@ -101,12 +102,16 @@ func Create(ctx context.Context, q idempotency.Querier, tenant string, now time.
 	return "", errors.New("store token: prefix collisions, try again")
 }
 
-// Revoke revokes the token with prefix (or the token itself) from now on.
-// Revoking twice is not an error. Errors: ErrTokenNotFound, database errors.
+// Revoke revokes the token with prefix (or the token itself) from now on,
+// a tenant's or an operator's. Revoking twice is not an error. Errors:
+// ErrTokenNotFound, database errors.
 func Revoke(ctx context.Context, q idempotency.Querier, prefixOrToken string, now time.Time) error {
 	prefix, err := PrefixOf(prefixOrToken)
 	if err != nil {
 		return err
+	}
+	if strings.HasPrefix(prefix, operatorScheme) {
+		return revokeOperator(ctx, q, prefix, now)
 	}
 	tag, err := q.Exec(ctx, sqlTokenRevoke, prefix, now)
 	if err != nil {

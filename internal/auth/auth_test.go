@@ -69,6 +69,8 @@ func TestPrefixOf(t *testing.T) {
 		{name: "token with - and _ in secret", in: prefix + "_" + strings.Repeat("-_", 21) + "A", want: prefix},
 		{name: "prefix", in: prefix, want: prefix},
 		{name: "other prefix", in: "qt_ffffffff", want: "qt_ffffffff"},
+		{name: "operator token", in: "qo_0123abcd_" + secret + "e", want: "qo_0123abcd"},
+		{name: "operator prefix", in: "qo_0123abcd", want: "qo_0123abcd"},
 
 		{name: "empty", in: ""},
 		{name: "scheme only", in: "qt_"},

@@ -1,0 +1,288 @@
+// Package console is the operator console (SPEC §8): web pages, served by
+// the API process on its admin address under /console/, that answer an
+// operator's questions on one screen — what became of an operation (its
+// request, commit, events, stream and consumer), how the pipeline is doing,
+// and what is stuck — and retry what is stuck.
+//
+// The pages are rendered on the server with html/template; one small
+// script, served from the binary, draws the overview's charts. Nothing is
+// loaded from elsewhere and no inline script runs (the Content-Security-Policy
+// forbids it).
+//
+// Security: an operator signs in with an operator token (qo_…; a tenant
+// token is refused). The session is a signed cookie (HttpOnly, SameSite=Strict,
+// Secure over TLS) naming the token's prefix, trusted for Config.ValidityTTL
+// at a time before the token is checked again, so a revoked token's sessions
+// end within it. Every action is a POST carrying a CSRF token bound to the
+// session, and every action is logged with the operator's name.
+//
+// The data is the audit's (internal/audit): a lookup is a key audit, and the
+// chain it shows is the audit's chain, anomalies included — one source, not
+// a second implementation. Retries go through the code paths of the CLI
+// commands (outbox.Unpark for "relay events retry", deadletter.Redrive for
+// "attachment-worker dead-letters retry").
+package console
+
+import (
+	"cmp"
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/quillhq/quill/internal/audit"
+)
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed static
+var staticFS embed.FS
+
+// Defaults of Config.
+const (
+	DefaultSessionTTL  = 12 * time.Hour
+	DefaultValidityTTL = 30 * time.Second
+	DefaultPageSize    = 50
+	// MaxPageSize bounds ?limit= on the list pages.
+	MaxPageSize = 500
+	// queryTimeout bounds the database work of one page.
+	queryTimeout = 10 * time.Second
+)
+
+// Config is the console's settings; zero fields take their defaults.
+type Config struct {
+	// SessionTTL is how long a sign-in lasts. Default 12h.
+	SessionTTL time.Duration
+	// ValidityTTL is how long a session trusts that its operator token is
+	// not revoked before it asks the database again. Default 30s.
+	ValidityTTL time.Duration
+	// PageSize is the rows of a list page. Default 50.
+	PageSize int
+	// Audit holds the horizons, stream and consumer the lookups use (as
+	// "api audit" would be given them).
+	Audit audit.Config
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+func (c Config) withDefaults() Config {
+	c.SessionTTL = cmp.Or(c.SessionTTL, DefaultSessionTTL)
+	c.ValidityTTL = cmp.Or(c.ValidityTTL, DefaultValidityTTL)
+	c.PageSize = cmp.Or(c.PageSize, DefaultPageSize)
+	c.Audit = c.Audit.WithDefaults()
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	c.Audit.Now = c.Now
+	return c
+}
+
+// Deps is what the console needs.
+type Deps struct {
+	Pool *pgxpool.Pool
+	// JetStream returns the API's JetStream context, or nil while NATS is
+	// not connected: lookups then leave the stream unchecked, and dead
+	// letters cannot be retried. Nil: no NATS at all.
+	JetStream func() jetstream.JetStream
+	Log       zerolog.Logger
+	Config    Config
+}
+
+// Console serves the console's pages; see the package comment.
+type Console struct {
+	pool  *pgxpool.Pool
+	js    func() jetstream.JetStream
+	log   zerolog.Logger
+	cfg   Config
+	pages map[string]*template.Template
+	mux   *http.ServeMux
+
+	keyMu sync.Mutex
+	key   []byte // the session key, loaded on first use
+
+	validMu sync.Mutex
+	valid   map[string]time.Time // operator prefix → trusted until
+
+	samples *sampler
+}
+
+// Prefix is where the console is mounted.
+const Prefix = "/console/"
+
+// New returns the console. Errors: a template that does not parse (a
+// build defect).
+func New(d Deps) (*Console, error) {
+	c := &Console{pool: d.Pool, js: d.JetStream, log: d.Log, cfg: d.Config.withDefaults(),
+		valid: map[string]time.Time{}, samples: newSampler(360)}
+	if c.js == nil {
+		c.js = func() jetstream.JetStream { return nil }
+	}
+	if err := c.parse(); err != nil {
+		return nil, err
+	}
+	static, err := fs.Sub(staticFS, "static")
+	if err != nil {
+		return nil, fmt.Errorf("console static files: %w", err)
+	}
+	m := http.NewServeMux()
+	m.Handle("GET /console/static/", http.StripPrefix("/console/static/", http.FileServerFS(static)))
+	m.HandleFunc("GET /console/{$}", c.signedIn(c.overview))
+	m.HandleFunc("GET /console/signin", c.signinPage)
+	m.HandleFunc("POST /console/signin", c.signin)
+	m.HandleFunc("POST /console/signout", c.signedIn(c.action(c.signout)))
+	m.HandleFunc("GET /console/lookup", c.signedIn(c.lookup))
+	m.HandleFunc("GET /console/thumbnail", c.signedIn(c.thumbnail))
+	m.HandleFunc("GET /console/overview.json", c.signedIn(c.overviewJSON))
+	m.HandleFunc("GET /console/parked", c.signedIn(c.parkedList))
+	m.HandleFunc("GET /console/parked/retry", c.signedIn(c.parkedConfirm))
+	m.HandleFunc("POST /console/parked/retry", c.signedIn(c.action(c.parkedRetry)))
+	m.HandleFunc("GET /console/dead-letters", c.signedIn(c.deadList))
+	m.HandleFunc("GET /console/dead-letters/retry", c.signedIn(c.deadConfirm))
+	m.HandleFunc("POST /console/dead-letters/retry", c.signedIn(c.action(c.deadRetry)))
+	m.HandleFunc("/console/", func(w http.ResponseWriter, r *http.Request) {
+		c.fail(w, r, http.StatusNotFound, "There is no such page.")
+	})
+	c.mux = m
+	return c, nil
+}
+
+// ServeHTTP serves the console under Prefix, with its security headers on
+// every answer.
+func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Frame-Options", "DENY")
+	// Lookups carry tenants and keys in their URLs: no Referer leaks them.
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Cache-Control", "no-store")
+	c.mux.ServeHTTP(w, r)
+}
+
+// Mount returns a handler that serves the console under Prefix and
+// everything else with next (the admin endpoints).
+func (c *Console) Mount(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/console" {
+			http.Redirect(w, r, Prefix, http.StatusMovedPermanently)
+			return
+		}
+		if strings.HasPrefix(r.URL.Path, Prefix) {
+			c.ServeHTTP(w, r)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// parse parses every page with the layout.
+func (c *Console) parse() error {
+	funcs := template.FuncMap{
+		"ago":   func(t *time.Time) string { return ago(c.cfg.Now(), t) },
+		"since": func(s *string) string { return since(c.cfg.Now(), s) },
+		"yes":   func(p *bool) bool { return p != nil && *p },
+		"deref": func(p *int64) int64 {
+			if p == nil {
+				return 0
+			}
+			return *p
+		},
+	}
+	names, err := fs.Glob(templateFS, "templates/*.html")
+	if err != nil {
+		return fmt.Errorf("console templates: %w", err)
+	}
+	c.pages = map[string]*template.Template{}
+	for _, n := range names {
+		base := strings.TrimSuffix(strings.TrimPrefix(n, "templates/"), ".html")
+		if base == "layout" {
+			continue
+		}
+		t, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", n)
+		if err != nil {
+			return fmt.Errorf("console template %s: %w", n, err)
+		}
+		c.pages[base] = t
+	}
+	return nil
+}
+
+// page is what every page's template gets beside its own data.
+type page struct {
+	Title    string
+	Operator string
+	CSRF     string
+	Nav      string
+	Data     any
+	// Message is a line shown above the content (an action's outcome).
+	Message string
+}
+
+// render writes the page named name with status.
+func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, name string, p page) {
+	t, ok := c.pages[name]
+	if !ok {
+		c.log.Error().Str("page", name).Msg("console page missing")
+		http.Error(w, "internal error", http.StatusInternalServerError)
+		return
+	}
+	if s, ok := sessionOf(r); ok {
+		p.Operator, p.CSRF = s.Name, c.csrfToken(s)
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	if err := t.Execute(w, p); err != nil {
+		c.log.Warn().Err(err).Str("page", name).Msg("console page not written whole")
+	}
+}
+
+// fail answers a plain page with status and one line for the operator.
+func (c *Console) fail(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	c.render(w, r, status, "error", page{Title: http.StatusText(status), Data: msg})
+}
+
+// failErr answers a database or NATS failure: 503 when a dependency is
+// unreachable or slow, 500 otherwise; the error itself goes to the log.
+func (c *Console) failErr(w http.ResponseWriter, r *http.Request, what string, err error) {
+	status := http.StatusInternalServerError
+	msg := "Could not " + what + "; the error is in the API's log."
+	if errors.Is(err, context.DeadlineExceeded) || isUnavailable(err) {
+		status = http.StatusServiceUnavailable
+		msg = "Could not " + what + ": the database did not answer in time. Try again."
+	}
+	c.log.Error().Err(err).Str("console", what).Str("error_category", "console_failed").Msg("console request failed")
+	c.fail(w, r, status, msg)
+}
+
+func ago(now time.Time, t *time.Time) string {
+	if t == nil {
+		return "—"
+	}
+	d := now.Sub(*t).Round(time.Second)
+	if d < 0 {
+		d = 0
+	}
+	return d.String() + " ago"
+}
+
+func since(now time.Time, s *string) string {
+	if s == nil {
+		return "—"
+	}
+	t, err := time.Parse(audit.TimeFormat, *s)
+	if err != nil {
+		return *s
+	}
+	return ago(now, &t)
+}

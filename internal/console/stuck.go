@@ -1,0 +1,293 @@
+package console
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/quillhq/quill/internal/db"
+	"github.com/quillhq/quill/internal/deadletter"
+	"github.com/quillhq/quill/internal/outbox"
+)
+
+// The list pages walk their tables by primary key from a cursor (?after=),
+// one page and one probe row more: each page costs one index range scan
+// whatever the number of rows, 10,000 parked events or ten million.
+const (
+	// The relays' queue (outbox_pending, migration 00007) holds only the
+	// unpublished events and flags the parked ones: walking it, not the
+	// outbox, keeps a page from stepping over every published event.
+	sqlParkedPage = `SELECT e.seq, e.id, e.tenant, e.type, e.aggregate_id, e.created_at, e.parked_at, coalesce(e.parked_reason, ''), e.attempts
+	FROM outbox_pending q JOIN outbox_events e ON e.seq = q.seq
+	WHERE q.parked AND q.seq > $1 AND e.parked_at IS NOT NULL AND e.published_at IS NULL
+	ORDER BY q.seq LIMIT $2`
+	sqlParkedOne = `SELECT seq, id, tenant, type, aggregate_id, created_at, parked_at, coalesce(parked_reason, ''), attempts
+	FROM outbox_events WHERE parked_at IS NOT NULL AND published_at IS NULL AND id = $1`
+	sqlDeadPage = `SELECT id, consumer, event_id, stream_seq, subject, error, deliveries, created_at
+	FROM dead_letters WHERE consumer = $1 AND retried_at IS NULL AND id > $2
+	ORDER BY id LIMIT $3`
+	sqlDeadOne = `SELECT id, consumer, event_id, stream_seq, subject, error, deliveries, created_at
+	FROM dead_letters WHERE consumer = $1 AND retried_at IS NULL AND id = $2`
+)
+
+// parkedRow is a parked event as the pages show it.
+type parkedRow struct {
+	Seq                    int64
+	ID, Tenant, Type, Note string
+	CreatedAt, ParkedAt    time.Time
+	Reason                 string
+	Attempts               int
+}
+
+// deadRow is an open dead letter as the pages show it.
+type deadRow struct {
+	ID                         int64
+	Consumer, EventID, Subject string
+	StreamSeq                  int64
+	Error                      string
+	Deliveries                 int
+	CreatedAt                  time.Time
+}
+
+// listView is a list page's data.
+type listView[T any] struct {
+	Rows []T
+	// Next is the cursor of the next page, 0 when this is the last.
+	Next int64
+	// After is this page's cursor (0: the first page).
+	After int64
+	// Retriable is false when the retry needs what the API lacks (NATS).
+	Retriable bool
+}
+
+// cursor reads ?after= and ?limit=.
+func (c *Console) cursor(r *http.Request) (after int64, limit int, ok bool) {
+	q := r.URL.Query()
+	limit = c.cfg.PageSize
+	if v := q.Get("after"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return 0, 0, false
+		}
+		after = n
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxPageSize {
+			return 0, 0, false
+		}
+		limit = n
+	}
+	return after, limit, true
+}
+
+func scanParked(row pgx.Row) (parkedRow, error) {
+	var p parkedRow
+	var id, note uuid.UUID
+	err := row.Scan(&p.Seq, &id, &p.Tenant, &p.Type, &note, &p.CreatedAt, &p.ParkedAt, &p.Reason, &p.Attempts)
+	p.ID, p.Note = id.String(), note.String()
+	return p, err
+}
+
+func scanDead(row pgx.Row) (deadRow, error) {
+	var d deadRow
+	err := row.Scan(&d.ID, &d.Consumer, &d.EventID, &d.StreamSeq, &d.Subject, &d.Error, &d.Deliveries, &d.CreatedAt)
+	return d, err
+}
+
+// page runs a list query of limit+1 rows and returns one page of them.
+func listPage[T any](ctx context.Context, c *Console, scan func(pgx.Row) (T, error), key func(T) int64, sql string, args ...any) (listView[T], error) {
+	limit := args[len(args)-1].(int)
+	args[len(args)-1] = limit + 1
+	rows, err := c.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return listView[T]{}, db.Translate(err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (T, error) { return scan(row) })
+	if err != nil {
+		return listView[T]{}, db.Translate(err)
+	}
+	v := listView[T]{Rows: out}
+	if len(out) > limit {
+		v.Rows = out[:limit]
+		v.Next = key(out[limit-1])
+	}
+	return v, nil
+}
+
+func (c *Console) parkedList(w http.ResponseWriter, r *http.Request) {
+	after, limit, ok := c.cursor(r)
+	if !ok {
+		c.fail(w, r, http.StatusBadRequest, fmt.Sprintf("?after= is a non-negative number and ?limit= is from 1 to %d.", MaxPageSize))
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), queryTimeout)
+	defer cancel()
+	v, err := listPage(ctx, c, scanParked, func(p parkedRow) int64 { return p.Seq }, sqlParkedPage, after, limit)
+	if err != nil {
+		c.failErr(w, r, "list the parked events", err)
+		return
+	}
+	v.After, v.Retriable = after, true
+	c.render(w, r, http.StatusOK, "parked", page{Title: "Parked events", Nav: "parked", Data: v, Message: parkedDone(r)})
+}
+
+// confirmView is a confirmation page's data.
+type confirmView struct {
+	Kind   string // parked or dead
+	What   string
+	Action string
+	ID     string
+	Row    any
+	Back   string
+}
+
+func (c *Console) parkedConfirm(w http.ResponseWriter, r *http.Request) {
+	id, err := uuid.Parse(r.URL.Query().Get("id"))
+	if err != nil {
+		c.fail(w, r, http.StatusNotFound, "Not found: no parked event has this id.")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), queryTimeout)
+	defer cancel()
+	p, err := scanParked(c.pool.QueryRow(ctx, sqlParkedOne, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		c.fail(w, r, http.StatusNotFound, "Not found: no parked event has this id (it may have been retried already).")
+		return
+	}
+	if err != nil {
+		c.failErr(w, r, "read the parked event", err)
+		return
+	}
+	c.render(w, r, http.StatusOK, "confirm", page{Title: "Retry a parked event", Nav: "parked", Data: confirmView{Kind: "parked",
+		What:   "Return this event to the relays' queue? They publish it on their next pass; if the reason it was parked still holds, it is parked again.",
+		Action: Prefix + "parked/retry", ID: p.ID, Row: p, Back: Prefix + "parked"}})
+}
+
+func (c *Console) parkedRetry(w http.ResponseWriter, r *http.Request) {
+	s, _ := sessionOf(r)
+	id, err := uuid.Parse(r.PostFormValue("id"))
+	if err != nil {
+		c.fail(w, r, http.StatusNotFound, "Not found: no parked event has this id.")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), queryTimeout)
+	defer cancel()
+	err = outbox.Unpark(ctx, c.pool, id)
+	logged := c.log.Info().Str("operator", s.Name).Str("token_prefix", s.Prefix).Str("console_action", "retry_parked").Str("event_id", id.String())
+	if errors.Is(err, outbox.ErrNotParked) {
+		logged.Bool("found", false).Msg("console: retry of a parked event found none")
+		c.fail(w, r, http.StatusNotFound, "Not found: no parked event has this id (it may have been retried already).")
+		return
+	}
+	if err != nil {
+		c.failErr(w, r, "retry the parked event", err)
+		return
+	}
+	logged.Bool("found", true).Msg("console: parked event returned to the queue")
+	http.Redirect(w, r, Prefix+"parked?retried="+id.String(), http.StatusSeeOther)
+}
+
+func (c *Console) deadList(w http.ResponseWriter, r *http.Request) {
+	after, limit, ok := c.cursor(r)
+	if !ok {
+		c.fail(w, r, http.StatusBadRequest, fmt.Sprintf("?after= is a non-negative number and ?limit= is from 1 to %d.", MaxPageSize))
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), queryTimeout)
+	defer cancel()
+	v, err := listPage(ctx, c, scanDead, func(d deadRow) int64 { return d.ID }, sqlDeadPage, c.cfg.Audit.Consumer, after, limit)
+	if err != nil {
+		c.failErr(w, r, "list the dead letters", err)
+		return
+	}
+	v.After, v.Retriable = after, c.js() != nil
+	c.render(w, r, http.StatusOK, "deadletters", page{Title: "Dead letters", Nav: "dead", Data: v, Message: deadDone(r)})
+}
+
+func (c *Console) deadConfirm(w http.ResponseWriter, r *http.Request) {
+	id, err := strconv.ParseInt(r.URL.Query().Get("id"), 10, 64)
+	if err != nil {
+		c.fail(w, r, http.StatusNotFound, "Not found: no open dead letter has this id.")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), queryTimeout)
+	defer cancel()
+	d, err := scanDead(c.pool.QueryRow(ctx, sqlDeadOne, c.cfg.Audit.Consumer, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		c.fail(w, r, http.StatusNotFound, "Not found: no open dead letter has this id (it may have been retried already).")
+		return
+	}
+	if err != nil {
+		c.failErr(w, r, "read the dead letter", err)
+		return
+	}
+	c.render(w, r, http.StatusOK, "confirm", page{Title: "Retry a dead letter", Nav: "dead", Data: confirmView{Kind: "dead",
+		What:   "Republish this message to its subject? The worker handles it again; its inbox still recognises an event it has already applied.",
+		Action: Prefix + "dead-letters/retry", ID: strconv.FormatInt(d.ID, 10), Row: d, Back: Prefix + "dead-letters"}})
+}
+
+func (c *Console) deadRetry(w http.ResponseWriter, r *http.Request) {
+	s, _ := sessionOf(r)
+	id, err := strconv.ParseInt(r.PostFormValue("id"), 10, 64)
+	if err != nil {
+		c.fail(w, r, http.StatusNotFound, "Not found: no open dead letter has this id.")
+		return
+	}
+	js := c.js()
+	if js == nil {
+		c.fail(w, r, http.StatusServiceUnavailable, "A dead letter is retried by publishing it to NATS, and the API is not connected to NATS (NATS_URL). Try again, or use \"attachment-worker dead-letters retry\".")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), queryTimeout)
+	defer cancel()
+	// Only an open dead letter of this console's consumer is retried: the
+	// list shows those, and a retried one would be published again.
+	if _, err := scanDead(c.pool.QueryRow(ctx, sqlDeadOne, c.cfg.Audit.Consumer, id)); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			c.fail(w, r, http.StatusNotFound, "Not found: no open dead letter has this id (it may have been retried already).")
+			return
+		}
+		c.failErr(w, r, "read the dead letter", err)
+		return
+	}
+	_, ack, err := deadletter.Redrive(ctx, c.pool, js, id, c.cfg.Now())
+	logged := c.log.Info().Str("operator", s.Name).Str("token_prefix", s.Prefix).Str("console_action", "retry_dead_letter").Int64("dead_letter", id)
+	if errors.Is(err, deadletter.ErrNotFound) {
+		logged.Bool("found", false).Msg("console: retry of a dead letter found none")
+		c.fail(w, r, http.StatusNotFound, "Not found: no open dead letter has this id.")
+		return
+	}
+	if err != nil {
+		c.failErr(w, r, "retry the dead letter", err)
+		return
+	}
+	logged.Bool("found", true).Uint64("stream_seq", ack.Sequence).Bool("duplicate", ack.Duplicate).Msg("console: dead letter republished")
+	http.Redirect(w, r, fmt.Sprintf("%sdead-letters?retried=%d&seq=%d", Prefix, id, ack.Sequence), http.StatusSeeOther)
+}
+
+// parkedDone and deadDone are the line a retry's redirect asks for: made
+// here from ids, never a text taken from the URL, so that a crafted link
+// cannot make the console say something else.
+func parkedDone(r *http.Request) string {
+	id, err := uuid.Parse(r.URL.Query().Get("retried"))
+	if err != nil {
+		return ""
+	}
+	return "Event " + id.String() + " is queued again; the relays publish it on their next pass."
+}
+
+func deadDone(r *http.Request) string {
+	id, err := strconv.ParseInt(r.URL.Query().Get("retried"), 10, 64)
+	if err != nil {
+		return ""
+	}
+	seq, _ := strconv.ParseUint(r.URL.Query().Get("seq"), 10, 64)
+	return fmt.Sprintf("Dead letter %d is republished (stream sequence %d).", id, seq)
+}
