@@ -300,6 +300,24 @@ func (c *Consumer) Run(ctx context.Context) error {
 	return runErr
 }
 
+// TooManyDeliveriesError is the cause of a dead letter written before
+// the message was handled again: it was delivered more often than
+// Config.MaxDeliver (each time, its handling crashed the process, or its
+// dead letter could not be written).
+type TooManyDeliveriesError struct {
+	Deliveries, Limit int
+}
+
+func (e *TooManyDeliveriesError) Error() string {
+	return fmt.Sprintf("delivered %d times, the limit is %d (not handled again)", e.Deliveries, e.Limit)
+}
+
+// dead marks err as making d a dead letter, and keeps it for the writer.
+func (d *delivery) dead(err error) error {
+	d.deadErr = err
+	return &deadError{err}
+}
+
 // deadError marks an error that makes the message a dead letter.
 type deadError struct{ err error }
 
@@ -318,7 +336,7 @@ func (c *Consumer) lastDelivery(h message.HandlerFunc) message.HandlerFunc {
 		d := deliveryOf(msg.Context())
 		n := d.event.Delivery.Deliveries
 		if n > c.cfg.MaxDeliver {
-			return nil, &deadError{fmt.Errorf("delivered %d times, the limit is %d (not handled again)", n, c.cfg.MaxDeliver)}
+			return nil, d.dead(&TooManyDeliveriesError{Deliveries: n, Limit: c.cfg.MaxDeliver})
 		}
 		out, err := h(msg)
 		if err == nil {
@@ -334,11 +352,11 @@ func (c *Consumer) lastDelivery(h message.HandlerFunc) message.HandlerFunc {
 		var inv *InvalidEventError
 		switch {
 		case errors.As(err, &inv):
-			return out, &deadError{err}
+			return out, d.dead(err)
 		case IsPermanent(err):
-			return out, &deadError{fmt.Errorf("delivery %d: permanent: %w", n, err)}
+			return out, d.dead(fmt.Errorf("delivery %d: permanent: %w", n, err))
 		case n >= c.cfg.MaxDeliver:
-			return out, &deadError{fmt.Errorf("delivery %d of at most %d: %w", n, c.cfg.MaxDeliver, err)}
+			return out, d.dead(fmt.Errorf("delivery %d of at most %d: %w", n, c.cfg.MaxDeliver, err))
 		}
 		c.log.Warn("handling failed; the message will be redelivered", "event_id", d.event.ID,
 			"deliveries", n, "error", err)

@@ -104,6 +104,9 @@ type DeadLetter struct {
 	// Reason is why it is a dead letter: the last error, or the delivery
 	// count past the limit.
 	Reason string
+	// Err is that reason as an error: a *TooManyDeliveriesError, an
+	// *InvalidEventError, a Permanent error, the handler's last error.
+	Err error
 }
 
 // DeadLetterWriter stores dead letters where a service's operators look
@@ -155,7 +158,7 @@ func (dl deadLetters) Publish(_ string, msgs ...*message.Message) error {
 		// Not the message's context: a dead letter is written even when
 		// the handler's deadline has passed.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(m.Context()), deadLetterTimeout)
-		err := c.deadLetters.WriteDeadLetter(ctx, DeadLetter{Event: d.event, Payload: []byte(m.Payload), Reason: reason})
+		err := c.deadLetters.WriteDeadLetter(ctx, DeadLetter{Event: d.event, Payload: []byte(m.Payload), Reason: reason, Err: d.deadErr})
 		cancel()
 		if err != nil {
 			return err

@@ -20,12 +20,10 @@ import (
 )
 
 // batchConfig groups every event delivered within a second into one
-// transaction: each subscription holds one message at a time, so that the
-// first messages reach different handlers.
+// transaction.
 func (h *harness) batchConfig() worker.Config {
 	cfg := h.config()
 	cfg.Concurrency = 16
-	cfg.Prefetch = 1
 	cfg.BatchSize = 16
 	cfg.BatchWait = time.Second
 	return cfg
