@@ -32,7 +32,7 @@ func TestOnePullRequestAtATime(t *testing.T) {
 		require.NoError(t, err)
 		return info.NumWaiting
 	}
-	testkit.WaitFor(t, waitLong, func() bool { return waiting() == 1 }, "the worker's pull request waiting")
+	testkit.WaitFor(t, waitLong, func() bool { return waiting() >= 1 }, "the worker's pull request waiting")
 	const n = 40
 	ids := make([]uuid.UUID, n)
 	for i := range n {
