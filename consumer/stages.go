@@ -26,21 +26,22 @@ type Item struct {
 	Prepared any
 	// Later is Prepare's: the event's preparation is still running (a
 	// slow computation). The item leaves its batch, which commits without
-	// it, and is handled alone at once — Prepare is called again for it
+	// it, and is handled alone at once: Prepare is called again for it
 	// alone, and should then wait for the preparation already under way
-	// rather than start another. Ignored... never: an item alone that
-	// Prepare leaves Later fails, and is retried.
+	// rather than start another. An item alone that Prepare leaves Later
+	// fails, and is retried.
 	Later bool
 	// Skip is Prepare's: the event needs no effect. It is acknowledged
 	// without a transaction and without an inbox row, and counted under
 	// Result (default ResultSkipped).
 	Skip bool
 
-	// Err, set by Prepare or Apply, fails this event on its own: it is
-	// left out of the commit — its inbox row is forgotten in the same
-	// transaction — while the rest commits, and it is then handled under
-	// Handler's error rules (retried alone in process, Nak'ed with
-	// backoff, a dead letter at MaxDeliver, or at once when Permanent).
+	// Err, set by Prepare or Apply, fails this event on its own: its
+	// inbox row is forgotten in the same transaction — Apply must leave
+	// its effect unwritten — while the rest commits, and it is then
+	// handled under Handler's error rules (retried alone in process,
+	// Nak'ed with backoff, a dead letter at MaxDeliver, or at once when
+	// Permanent).
 	// Set by Committed, it stands for a crash between the commit and the
 	// acknowledgement: the message is not acknowledged.
 	Err error
