@@ -136,11 +136,10 @@ func (w *Worker) prepare(ctx context.Context, items []*consumer.Item) {
 		}
 		j := &job{p: p}
 		it.Prepared = j
-		w.mu.Lock()
-		proc, putOff := w.running[it.Event.ID]
-		w.mu.Unlock()
-		if putOff {
-			// Put off by its batch: its processing is under way.
+		if proc := w.keptProcessing(it.Event.ID); proc != nil {
+			// An earlier attempt's: put off by its batch, or its batch
+			// failed as a whole. Processing is deterministic and states
+			// only move forward, so its result still holds.
 			j.proc, j.state = proc, proc.state
 			continue
 		}
@@ -199,10 +198,43 @@ func (w *Worker) start(ctx context.Context, jobs []*job) error {
 	return nil
 }
 
-// await waits for the processing of items. A batch waits until half of
-// its deadline and puts off the items still processing then; an item
-// alone waits as long as its context allows, and when that ends first,
-// its processing is kept for its next attempt.
+// keptProcessing returns the processing an earlier attempt of event id
+// started, or nil; one that failed is not kept (a retry processes again).
+// It also forgets the processing finished long ago, of events that
+// another worker took over.
+func (w *Worker) keptProcessing(id string) *processing {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for k, p := range w.kept {
+		if p.finished(time.Now().Add(-keepProcessing)) {
+			delete(w.kept, k)
+		}
+	}
+	p := w.kept[id]
+	if p != nil && p.finished(time.Now()) && p.err != nil {
+		delete(w.kept, id)
+		return nil
+	}
+	return p
+}
+
+// keepProcessing is how long a finished processing is kept for a later
+// attempt of its event: past the longest handling of a message.
+const keepProcessing = time.Minute
+
+// forget drops the kept processing of events whose effect committed.
+func (w *Worker) forget(items []*consumer.Item) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, it := range items {
+		delete(w.kept, it.Event.ID)
+	}
+}
+
+// await waits for the processing of items, and keeps each for the
+// event's later attempts until its effect commits. A batch waits until
+// half of its deadline and puts off the items still processing then; an
+// item alone waits as long as its context allows.
 func (w *Worker) await(ctx context.Context, items []*consumer.Item, alone bool) {
 	var until <-chan time.Time
 	if deadline, ok := ctx.Deadline(); ok && !alone {
@@ -225,17 +257,14 @@ func (w *Worker) await(ctx context.Context, items []*consumer.Item, alone bool) 
 				expired = true
 			}
 		}
+		w.mu.Lock()
+		w.kept[it.Event.ID] = j.proc
+		w.mu.Unlock()
 		select {
 		case <-j.proc.done:
-			w.mu.Lock()
-			delete(w.running, it.Event.ID)
-			w.mu.Unlock()
 			continue
 		default:
 		}
-		w.mu.Lock()
-		w.running[it.Event.ID] = j.proc
-		w.mu.Unlock()
 		if alone {
 			it.Err = fmt.Errorf("attachment still processing: %w", context.Cause(ctx))
 		} else {
@@ -255,7 +284,10 @@ func (w *Worker) countBatch(n int) {
 // process runs p for job j's attachment data under the decode budget and a
 // CPU slot.
 func (w *Worker) process(p *processing, j *job, data []byte) {
-	defer close(p.done)
+	defer func() {
+		p.doneAt = time.Now()
+		close(p.done)
+	}()
 	// An image heavier than the whole budget is refused by
 	// attachment.Process without decoding: it waits for nothing.
 	weight := min(attachment.DecodeMemory(data), w.cfg.DecodeMemory)
@@ -298,12 +330,24 @@ type processing struct {
 	attID uuid.UUID
 	state attState // as read before processing
 	done  chan struct{}
-	ev    ProcessedData
+	// doneAt is when it finished.
+	doneAt time.Time
+	ev     ProcessedData
 	// result is the metrics result (processed, failed) when err is nil.
 	result string
 	err    error
 	json   []byte
 	thumb  []byte
+}
+
+// finished reports whether p finished by t.
+func (p *processing) finished(t time.Time) bool {
+	select {
+	case <-p.done:
+		return !p.doneAt.After(t)
+	default:
+		return false
+	}
 }
 
 // run processes j's attachment data, recovering a panic as the
@@ -438,6 +482,7 @@ func (w *Worker) apply(ctx context.Context, tx pgx.Tx, items []*consumer.Item) e
 // committed is the consumer's Committed: count each event, wake the
 // relays, observe the latency, and run the tests' hook.
 func (w *Worker) committed(items []*consumer.Item) {
+	w.forget(items)
 	at := w.now()
 	for _, it := range items {
 		if it.Result == metrics.WorkerProcessed || it.Result == metrics.WorkerFailed {

@@ -273,11 +273,11 @@ type Worker struct {
 	mem      *semaphore.Weighted
 	memInUse prometheus.Gauge
 
-	// running holds, by event id, the processing of the events Prepare
-	// put off: their attempt alone waits for it instead of starting
-	// another.
-	mu      sync.Mutex
-	running map[string]*processing
+	// kept holds, by event id, the processing of the events whose effect
+	// has not committed yet: a later attempt — put off by its batch, the
+	// fallback alone, a retry — takes it rather than processing again.
+	mu   sync.Mutex
+	kept map[string]*processing
 	// processes are the processing goroutines, which Run waits for.
 	processes sync.WaitGroup
 
@@ -317,7 +317,7 @@ func New(pool *pgxpool.Pool, nc *nats.Conn, cfg Config, log zerolog.Logger, m *m
 	}
 	w := &Worker{pool: pool, nc: nc, js: js, cfg: cfg, log: log, m: m, now: time.Now,
 		cpu: make(chan struct{}, runtime.GOMAXPROCS(0)), mem: semaphore.NewWeighted(cfg.DecodeMemory),
-		running: map[string]*processing{}}
+		kept: map[string]*processing{}}
 	for _, o := range opts {
 		o(w)
 	}
