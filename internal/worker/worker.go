@@ -257,7 +257,6 @@ type Hooks struct {
 type Worker struct {
 	pool     *pgxpool.Pool
 	nc       *nats.Conn
-	js       jetstream.JetStream
 	cfg      Config
 	log      zerolog.Logger
 	m        *metrics.Worker
@@ -315,14 +314,15 @@ func New(pool *pgxpool.Pool, nc *nats.Conn, cfg Config, log zerolog.Logger, m *m
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	w := &Worker{pool: pool, nc: nc, js: js, cfg: cfg, log: log, m: m, now: time.Now,
+	w := &Worker{pool: pool, nc: nc, cfg: cfg, log: log, m: m, now: time.Now,
 		cpu: make(chan struct{}, runtime.GOMAXPROCS(0)), mem: semaphore.NewWeighted(cfg.DecodeMemory),
 		kept: map[string]*processing{}}
 	for _, o := range opts {
 		o(w)
 	}
 	if w.memInUse == nil {
-		w.memInUse = prometheus.NewGauge(prometheus.GaugeOpts{Name: "unexported"})
+		// Counted all the same, on a gauge no registry exports.
+		w.memInUse = prometheus.NewGauge(prometheus.GaugeOpts{Name: "quill_worker_decode_memory_bytes"})
 	}
 	ccfg := cfg.consumerConfig(slog.New(zerolog.NewSlogHandler(log)))
 	ccfg.Now = w.now
