@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -39,44 +40,60 @@ type BatchHandler func(ctx context.Context, tx pgx.Tx, events []Event) error
 // metrics (with quill_consumer_batch_size besides), shutdown. It returns
 // New's errors.
 func NewBatch(pool *pgxpool.Pool, js jetstream.JetStream, cfg Config, h BatchHandler) (*Consumer, error) {
-	var one Handler
-	if h != nil {
-		one = func(ctx context.Context, tx pgx.Tx, ev Event) error { return h(ctx, tx, []Event{ev}) }
+	if h == nil {
+		return nil, errors.New("consumer: no handler")
 	}
-	c, err := newConsumer(pool, js, cfg, one, true)
-	if err != nil {
-		return nil, err
-	}
-	c.batch = &batcher{c: c, h: h, size: min(c.cfg.MaxBatch, c.cfg.Concurrency)}
-	return c, nil
+	return NewStaged(pool, js, cfg, Stages{Apply: func(ctx context.Context, tx pgx.Tx, items []*Item) error {
+		events := make([]Event, len(items))
+		for i, it := range items {
+			events[i] = it.Event
+		}
+		return h(ctx, tx, events)
+	}})
 }
 
 // batcher forms the batches. It runs no goroutine of its own: the first
 // delivery to find no batch open opens one and leads it — waits for the
-// others to join, runs the transaction in its own router goroutine and
-// tells the members the outcome — while later deliveries join it and
-// wait. Several batches may commit at once, each on its own connection.
+// others to join and for a commit slot, runs Prepare and the transaction
+// in its own router goroutine and tells the members the outcome — while
+// later deliveries join it and wait. Several batches may commit at once
+// (up to MaxConcurrentBatches), each on its own connection.
 type batcher struct {
-	c    *Consumer
-	h    BatchHandler
-	size int // the most deliveries in one batch
+	c     *Consumer
+	size  int           // the most deliveries in one batch
+	slots chan struct{} // one token per batch committing; nil for no bound
 
 	mu   sync.Mutex
 	open *batch // the batch still taking members, nil for none
 }
 
+func newBatcher(c *Consumer) *batcher {
+	b := &batcher{c: c, size: min(c.cfg.MaxBatch, c.cfg.Concurrency)}
+	if n := c.cfg.MaxConcurrentBatches; n > 0 {
+		b.slots = make(chan struct{}, n)
+	}
+	return b
+}
+
 // batch is one group commit.
 type batch struct {
 	members []*delivery
+	weight  int64
 	full    chan struct{} // closed when the batch stops taking members because it is full
-	done    chan struct{} // closed when failed and errs are set
+	done    chan struct{} // closed when outcomes are set
 
-	// failed is the transaction's error: no member's effect committed,
-	// and each is handled again alone.
-	failed error
-	// errs are, once the batch committed, each member's own outcome:
-	// nil, or the test hook's simulated crash before the ack.
-	errs []error
+	// outcomes are each member's, by index.
+	outcomes []outcome
+}
+
+// outcome is what a member of a batch learns from its leader.
+type outcome struct {
+	// err is the member's own failure (Prepare's, Apply's, Committed's).
+	err error
+	// alone, with cause, sends the member to a transaction of its own:
+	// its batch failed as a whole (cause), or Prepare put it off.
+	alone bool
+	cause error
 }
 
 // handle is one attempt at d: in a batch when it can be, else alone.
@@ -86,8 +103,7 @@ func (b *batcher) handle(ctx context.Context, d *delivery) error {
 	}
 	bt, i, leader := b.join(d)
 	if leader {
-		b.gather(bt)
-		b.commit(bt, d.pool.handlers)
+		b.lead(bt, d.pool.handlers)
 		close(bt.done)
 	} else {
 		// Not ctx: the leader's transaction holds this event, and only
@@ -95,14 +111,19 @@ func (b *batcher) handle(ctx context.Context, d *delivery) error {
 		// bounded by BatchTimeout.
 		<-bt.done
 	}
-	if bt.failed == nil {
-		return bt.errs[i]
+	o := bt.outcomes[i]
+	if o.err != nil || o.alone {
+		// Its further attempts run alone: an event that failed once
+		// does not make its neighbours pay for it again.
+		d.alone = true
 	}
-	d.alone = true
-	if err := ctx.Err(); err != nil {
+	if !o.alone {
+		return o.err
+	}
+	if err := ctx.Err(); err != nil && o.cause != nil {
 		// Cut short (the shutdown gave up, the handler timeout): no
 		// time to handle it alone; it is redelivered.
-		return fmt.Errorf("group commit: %v; not handled alone: %w", bt.failed, err)
+		return fmt.Errorf("group commit: %v; not handled alone: %w", o.cause, err)
 	}
 	return b.c.transact(ctx, d)
 }
@@ -110,6 +131,10 @@ func (b *batcher) handle(ctx context.Context, d *delivery) error {
 // join adds d to the open batch, opening one when there is none, and
 // returns the batch, d's index in it and whether d leads it.
 func (b *batcher) join(d *delivery) (*batch, int, bool) {
+	var w int64
+	if f := b.c.cfg.Weight; f != nil {
+		w = max(0, f(d.event))
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	leader := b.open == nil
@@ -119,100 +144,126 @@ func (b *batcher) join(d *delivery) (*batch, int, bool) {
 	bt := b.open
 	i := len(bt.members)
 	bt.members = append(bt.members, d)
-	if len(bt.members) == b.size {
+	bt.weight += w
+	if len(bt.members) == b.size || (b.c.cfg.MaxBatchWeight > 0 && bt.weight >= b.c.cfg.MaxBatchWeight) {
 		b.open = nil
 		close(bt.full)
 	}
 	return bt, i, leader
 }
 
-// gather waits until bt is full or MaxBatchWait passed, then closes it to
-// new members.
-func (b *batcher) gather(bt *batch) {
+// gather waits until bt is full or MaxBatchWait passed, then for a commit
+// slot — the batch still taking members meanwhile — and closes it to new
+// members. It returns the slot's release.
+func (b *batcher) gather(bt *batch, parent context.Context) (release func()) {
 	t := time.NewTimer(b.c.cfg.MaxBatchWait)
 	select {
 	case <-bt.full:
 	case <-t.C:
 	}
 	t.Stop()
+	release = func() {}
+	if b.slots != nil {
+		select {
+		case b.slots <- struct{}{}:
+			release = func() { <-b.slots }
+		case <-parent.Done():
+			// The shutdown gave up: the transaction fails at once.
+		}
+	}
 	b.mu.Lock()
 	if b.open == bt {
 		b.open = nil
 	}
 	b.mu.Unlock()
+	return release
 }
 
-// commit runs bt's transaction, bounded by BatchTimeout and ended early
-// when the shutdown gives up on the handlers (parent), and sets its
-// outcome.
-func (b *batcher) commit(bt *batch, parent context.Context) {
+// lead gathers bt, runs Prepare, commits what is ready in one transaction,
+// bounded by BatchTimeout and ended early when the shutdown gives up on
+// the handlers (parent), and sets every member's outcome.
+func (b *batcher) lead(bt *batch, parent context.Context) {
 	c := b.c
+	release := b.gather(bt, parent)
+	defer release()
 	ctx, cancel := context.WithTimeout(parent, c.cfg.BatchTimeout)
 	defer cancel()
-	fresh, err := b.transact(ctx, bt.members)
-	if err != nil {
-		bt.failed = err
-		c.m.batch(batchFellBack, len(bt.members))
-		c.log.Warn("group commit failed; handling its events one by one", "events", len(bt.members), "error", err)
-		return
-	}
-	c.m.batch(batchCommitted, len(bt.members))
-	bt.errs = make([]error, len(bt.members))
+	n := len(bt.members)
+	bt.outcomes = make([]outcome, n)
+	items := make([]*Item, n)
 	for i, d := range bt.members {
-		if !fresh[i] {
-			c.m.count(ResultDuplicate)
-			c.log.Debug("duplicate event", "event_id", d.event.ID, "deliveries", d.event.Delivery.Deliveries)
+		items[i] = &Item{Event: d.event}
+	}
+	fail := func(idx []int, err error) {
+		for _, i := range idx {
+			bt.outcomes[i] = outcome{alone: true, cause: err}
+		}
+	}
+	all := make([]int, n)
+	for i := range all {
+		all[i] = i
+	}
+	if c.st.Prepare != nil {
+		if err := recovered(func() { c.st.Prepare(ctx, items) }); err != nil {
+			c.m.batch(batchFellBack, n)
+			c.log.Warn("group commit failed; handling its events one by one", "events", n, "error", err)
+			fail(all, err)
+			return
+		}
+	}
+	var ready, doneIdx []int
+	var txItems, doneItems []*Item
+	for i, it := range items {
+		switch {
+		case it.Err != nil:
+			bt.outcomes[i].err = fmt.Errorf("prepare: %w", it.Err)
+		case it.Later:
+			bt.outcomes[i].alone = true
+		case it.Skip:
+			doneIdx, doneItems = append(doneIdx, i), append(doneItems, it)
+		default:
+			ready, txItems = append(ready, i), append(txItems, it)
+		}
+	}
+	if len(txItems) > 0 {
+		var err error
+		if perr := recovered(func() { err = c.apply(ctx, txItems) }); perr != nil {
+			err = perr
+		}
+		if err != nil {
+			c.m.batch(batchFellBack, len(txItems))
+			c.log.Warn("group commit failed; handling its events one by one", "events", len(txItems), "error", err)
+			fail(ready, err)
+			txItems, ready = nil, nil
+		} else {
+			c.m.batch(batchCommitted, len(txItems))
+		}
+	}
+	for k, it := range txItems {
+		if it.Err != nil {
+			bt.outcomes[ready[k]].err = fmt.Errorf("handler: %w", it.Err)
 			continue
 		}
-		c.m.count(ResultProcessed)
-		if c.afterCommit != nil {
-			bt.errs[i] = c.afterCommit(d.event)
+		doneIdx, doneItems = append(doneIdx, ready[k]), append(doneItems, it)
+	}
+	if len(doneItems) > 0 {
+		c.done(doneItems)
+		for k, it := range doneItems {
+			bt.outcomes[doneIdx[k]].err = it.Err
 		}
 	}
 }
 
-// transact is the batch's transaction: the inbox rows of every member,
-// the handler with the fresh events, the commit. It reports which members
-// were fresh. A panic of the handler is its error: the members waiting
-// for the outcome must get one.
-func (b *batcher) transact(ctx context.Context, members []*delivery) (fresh []bool, err error) {
-	c := b.c
+// recovered runs f and returns its panic as an error: the members waiting
+// for a batch's outcome must get one.
+func recovered(f func()) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			fresh, err = nil, fmt.Errorf("handler panicked: %v", r)
+			err = fmt.Errorf("handler panicked: %v", r)
 		}
 	}()
-	tx, err := c.pool.BeginTx(ctx, pgx.TxOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("begin transaction: %w", err)
-	}
-	defer func() {
-		// As in Consumer.transact: a rollback that survives ctx.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
-		_ = tx.Rollback(rctx)
-		cancel()
-	}()
-	fresh, err = c.inboxInsertBatch(ctx, tx, members)
-	if err != nil {
-		return nil, err
-	}
-	events := make([]Event, 0, len(members))
-	for i, d := range members {
-		if fresh[i] {
-			events = append(events, d.event)
-		}
-	}
-	if len(events) > 0 {
-		if err := b.h(ctx, tx, events); err != nil {
-			return nil, fmt.Errorf("handler: %w", err)
-		}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		// Perhaps committed after all: the events handled alone then
-		// find their inbox rows and are duplicates.
-		return nil, fmt.Errorf("commit: %w", err)
-	}
-	return fresh, nil
+	f()
+	return nil
 }
 
 // sqlInboxInsertBatch inserts the inbox rows of a batch in one statement,
@@ -226,16 +277,16 @@ const sqlInboxInsertBatch = `INSERT INTO %s (consumer, event_id, event_type, str
 	ON CONFLICT (consumer, event_id) DO NOTHING
 	RETURNING event_id::text`
 
-// inboxInsertBatch records members' events in the inbox within tx and
+// inboxInsertBatch records events in the inbox within tx and
 // reports, for each, whether it is new: false for an event the inbox held
 // already and for a second copy of one event within the batch.
-func (c *Consumer) inboxInsertBatch(ctx context.Context, tx pgx.Tx, members []*delivery) ([]bool, error) {
-	n := len(members)
+func (c *Consumer) inboxInsertBatch(ctx context.Context, tx pgx.Tx, events []Event) ([]bool, error) {
+	n := len(events)
 	ids, types := make([]string, n), make([]string, n)
 	seqs, deliveries := make([]int64, n), make([]int32, n)
-	for i, d := range members {
-		ids[i], types[i] = d.event.ID, d.event.Type
-		seqs[i], deliveries[i] = int64(d.event.Delivery.StreamSeq), int32(d.event.Delivery.Deliveries)
+	for i, ev := range events {
+		ids[i], types[i] = ev.ID, ev.Type
+		seqs[i], deliveries[i] = int64(ev.Delivery.StreamSeq), int32(ev.Delivery.Deliveries)
 	}
 	rows, err := tx.Query(ctx, fmt.Sprintf(sqlInboxInsertBatch, c.t.inbox), c.cfg.Durable, ids, types, seqs, deliveries, c.cfg.Now().UTC())
 	if err != nil {

@@ -128,8 +128,31 @@ type Config struct {
 	// BatchTimeout bounds one batch's transaction: past it the batch rolls
 	// back and its events are handled one by one, each within what is
 	// left of HandlerTimeout. Default a quarter of HandlerTimeout; it must
-	// be below HandlerTimeout. New's consumer ignores it.
+	// be below HandlerTimeout. It also bounds Stages.Prepare of a batch.
+	// New's consumer ignores it.
 	BatchTimeout time.Duration
+	// MaxConcurrentBatches bounds the group-commit transactions in flight
+	// at once (each holds a connection). A batch ready to commit while
+	// that many are in flight waits for one to end, and meanwhile keeps
+	// taking deliveries, up to MaxBatch: under load batches grow instead
+	// of queueing. Default 0: no bound. New's consumer ignores it.
+	MaxConcurrentBatches int
+	// Weight, when set, weighs each event (for instance the bytes its
+	// effect keeps in memory until the commit); a batch stops taking
+	// deliveries once their weights reach MaxBatchWeight. New's consumer
+	// ignores it.
+	Weight func(Event) int64
+	// MaxBatchWeight is the weight at which a batch is full. Default 0:
+	// no bound.
+	MaxBatchWeight int64
+
+	// Inbox, when set, replaces the package's inbox table: for a service
+	// that already keeps one of its own. Default: the table of Migrate.
+	Inbox Inbox
+	// DeadLetters, when set, replaces the package's dead-letter table: for
+	// a service whose operators already list and re-drive dead letters
+	// from a table of its own. Default: the table of Migrate.
+	DeadLetters DeadLetterWriter
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -190,6 +213,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("consumer: Config.MaxBatchWait %s must not be negative", c.MaxBatchWait)
 	case c.BatchTimeout <= 0 || c.BatchTimeout >= c.HandlerTimeout:
 		return fmt.Errorf("consumer: Config.BatchTimeout %s must be positive and below Config.HandlerTimeout %s", c.BatchTimeout, c.HandlerTimeout)
+	case c.MaxConcurrentBatches < 0:
+		return fmt.Errorf("consumer: Config.MaxConcurrentBatches %d must not be negative", c.MaxConcurrentBatches)
+	case c.MaxBatchWeight < 0:
+		return fmt.Errorf("consumer: Config.MaxBatchWeight %d must not be negative", c.MaxBatchWeight)
 	}
 	for _, s := range c.FilterSubjects {
 		if s == "" || strings.ContainsAny(s, " \t\r\n") || strings.Contains(s, "..") {

@@ -36,13 +36,18 @@ type Consumer struct {
 	js      jetstream.JetStream
 	cfg     Config
 	t       tables
-	handler Handler
+	st      Stages
+	inbox   Inbox
 	log     *slog.Logger
 	m       *metrics
 	running atomic.Bool
 
 	mu      sync.Mutex
 	waiting error // why the consumer cannot consume; nil when it can
+
+	// deadLetters writes the dead letters: Config.DeadLetters or the
+	// package's table.
+	deadLetters DeadLetterWriter
 
 	// batch gathers deliveries into group commits; nil for New's consumer.
 	batch *batcher
@@ -58,11 +63,17 @@ type Consumer struct {
 // cannot work, or when the metrics cannot be registered on
 // cfg.Registerer (a second consumer of the same Durable on one registry).
 func New(pool *pgxpool.Pool, js jetstream.JetStream, cfg Config, h Handler) (*Consumer, error) {
-	return newConsumer(pool, js, cfg, h, false)
+	if h == nil {
+		return nil, errors.New("consumer: no handler")
+	}
+	return newConsumer(pool, js, cfg, Stages{Apply: func(ctx context.Context, tx pgx.Tx, items []*Item) error {
+		return h(ctx, tx, items[0].Event) // alone: New's consumer has no batches
+	}}, false)
 }
 
-// newConsumer is New, with the batch-size metrics when batched.
-func newConsumer(pool *pgxpool.Pool, js jetstream.JetStream, cfg Config, h Handler, batched bool) (*Consumer, error) {
+// newConsumer is New for any Stages, with the batch-size metrics when
+// batched.
+func newConsumer(pool *pgxpool.Pool, js jetstream.JetStream, cfg Config, st Stages, batched bool) (*Consumer, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -72,7 +83,7 @@ func newConsumer(pool *pgxpool.Pool, js jetstream.JetStream, cfg Config, h Handl
 		return nil, errors.New("consumer: no PostgreSQL pool")
 	case js == nil:
 		return nil, errors.New("consumer: no JetStream")
-	case h == nil:
+	case st.Apply == nil:
 		return nil, errors.New("consumer: no handler")
 	}
 	t, _ := tablesOf(cfg.TablePrefix) // validated above
@@ -80,7 +91,15 @@ func newConsumer(pool *pgxpool.Pool, js jetstream.JetStream, cfg Config, h Handl
 	if err != nil {
 		return nil, err
 	}
-	return &Consumer{pool: pool, js: js, cfg: cfg, t: t, handler: h, log: cfg.Logger.With("consumer", cfg.Durable), m: m}, nil
+	c := &Consumer{pool: pool, js: js, cfg: cfg, t: t, st: st, inbox: cfg.Inbox, deadLetters: cfg.DeadLetters,
+		log: cfg.Logger.With("consumer", cfg.Durable), m: m}
+	if c.inbox == nil {
+		c.inbox = tableInbox{c}
+	}
+	if c.deadLetters == nil {
+		c.deadLetters = tableDeadLetters{c}
+	}
+	return c, nil
 }
 
 // Config returns the consumer's configuration, defaults applied.
@@ -281,6 +300,24 @@ func (c *Consumer) Run(ctx context.Context) error {
 	return runErr
 }
 
+// TooManyDeliveriesError is the cause of a dead letter written before
+// the message was handled again: it was delivered more often than
+// Config.MaxDeliver (each time, its handling crashed the process, or its
+// dead letter could not be written).
+type TooManyDeliveriesError struct {
+	Deliveries, Limit int
+}
+
+func (e *TooManyDeliveriesError) Error() string {
+	return fmt.Sprintf("delivered %d times, the limit is %d (not handled again)", e.Deliveries, e.Limit)
+}
+
+// dead marks err as making d a dead letter, and keeps it for the writer.
+func (d *delivery) dead(err error) error {
+	d.deadErr = err
+	return &deadError{err}
+}
+
 // deadError marks an error that makes the message a dead letter.
 type deadError struct{ err error }
 
@@ -299,7 +336,7 @@ func (c *Consumer) lastDelivery(h message.HandlerFunc) message.HandlerFunc {
 		d := deliveryOf(msg.Context())
 		n := d.event.Delivery.Deliveries
 		if n > c.cfg.MaxDeliver {
-			return nil, &deadError{fmt.Errorf("delivered %d times, the limit is %d (not handled again)", n, c.cfg.MaxDeliver)}
+			return nil, d.dead(&TooManyDeliveriesError{Deliveries: n, Limit: c.cfg.MaxDeliver})
 		}
 		out, err := h(msg)
 		if err == nil {
@@ -315,11 +352,11 @@ func (c *Consumer) lastDelivery(h message.HandlerFunc) message.HandlerFunc {
 		var inv *InvalidEventError
 		switch {
 		case errors.As(err, &inv):
-			return out, &deadError{err}
+			return out, d.dead(err)
 		case IsPermanent(err):
-			return out, &deadError{fmt.Errorf("delivery %d: permanent: %w", n, err)}
+			return out, d.dead(fmt.Errorf("delivery %d: permanent: %w", n, err))
 		case n >= c.cfg.MaxDeliver:
-			return out, &deadError{fmt.Errorf("delivery %d of at most %d: %w", n, c.cfg.MaxDeliver, err)}
+			return out, d.dead(fmt.Errorf("delivery %d of at most %d: %w", n, c.cfg.MaxDeliver, err))
 		}
 		c.log.Warn("handling failed; the message will be redelivered", "event_id", d.event.ID,
 			"deliveries", n, "error", err)
@@ -351,47 +388,4 @@ func (c *Consumer) handle(msg *message.Message) error {
 		return c.batch.handle(msg.Context(), d)
 	}
 	return c.transact(msg.Context(), d)
-}
-
-// transact runs the handler in a transaction with the event's inbox row,
-// and commits.
-func (c *Consumer) transact(ctx context.Context, d *delivery) error {
-	tx, err := c.pool.BeginTx(ctx, pgx.TxOptions{})
-	if err != nil {
-		return fmt.Errorf("begin transaction: %w", err)
-	}
-	defer func() {
-		// After a commit this does nothing; otherwise it must run even
-		// when ctx was cancelled, or the connection goes back to the
-		// pool in a transaction.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
-		_ = tx.Rollback(rctx)
-		cancel()
-	}()
-	ev := d.event
-	fresh, err := c.inboxInsert(ctx, tx, ev)
-	if err != nil {
-		return err
-	}
-	if !fresh {
-		// The effect committed with an earlier delivery (a redelivery
-		// after a lost ack, a republish beyond the duplicate window):
-		// acknowledge, and commit nothing.
-		c.m.count(ResultDuplicate)
-		c.log.Debug("duplicate event", "event_id", ev.ID, "deliveries", ev.Delivery.Deliveries)
-		return nil
-	}
-	if err := c.handler(ctx, tx, ev); err != nil {
-		return fmt.Errorf("handler: %w", err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("commit: %w", err)
-	}
-	c.m.count(ResultProcessed)
-	if c.afterCommit != nil {
-		if err := c.afterCommit(ev); err != nil {
-			return err
-		}
-	}
-	return nil
 }

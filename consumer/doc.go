@@ -35,11 +35,20 @@
 // and skip what is older, or treat a deletion as final.
 //
 // Group commit: NewBatch's consumer takes a BatchHandler and commits the
-// deliveries that arrive together (up to Config.MaxBatch) in one
-// transaction, their inbox rows inserted in one statement and the
-// duplicates left out. A batch that fails is rolled back and each of its
-// events handled again alone, under every rule above, so one bad event
-// does not fail its neighbours.
+// deliveries that arrive together (up to Config.MaxBatch, and
+// Config.MaxBatchWeight of their Config.Weight) in one transaction, their
+// inbox rows inserted in one statement and the duplicates left out, at
+// most Config.MaxConcurrentBatches transactions at once. A batch that
+// fails is rolled back and each of its events handled again alone, under
+// every rule above, so one bad event does not fail its neighbours.
+//
+// NewStaged's consumer runs Stages: Prepare before the transaction and
+// outside it (it may put off a slow event, which leaves its batch and is
+// handled alone, or skip one that needs no effect), Apply in the
+// transaction with an outcome per event (an event that fails on its own is
+// left out, its inbox row forgotten, while the rest commits), Committed
+// after the commit. Config.Inbox and Config.DeadLetters let a service keep
+// an inbox and dead letters of its own instead of the package's tables.
 //
 // Watermill carries the handling: the package's own Subscriber feeds a
 // watermill Router, whose middleware writes the dead letters (poison

@@ -122,8 +122,11 @@ func ParseEvent(payload []byte, natsSubject string) (Event, error) {
 		return ev, invalid("event id %q is not a UUID", ce.ID)
 	}
 	tenant, ok := strings.CutPrefix(ce.Source, "/tenants/")
-	if !ok || !tenantRE.MatchString(tenant) {
+	switch {
+	case !ok || tenant == "":
 		return ev, invalid("event source %q is not /tenants/<tenant>", ce.Source)
+	case !tenantRE.MatchString(tenant):
+		return ev, invalid("event source %q is not /tenants/<tenant>: it names tenant %q, which is not a valid tenant name", ce.Source, truncate(tenant, 80))
 	}
 	m := typeRE.FindStringSubmatch(ce.Type)
 	if m == nil {
@@ -135,7 +138,13 @@ func ParseEvent(payload []byte, natsSubject string) (Event, error) {
 	}
 	if natsSubject != "" {
 		tok := strings.Split(natsSubject, ".")
-		if len(tok) != 4 || tok[1] != tenant || tok[2] != m[1] || tok[3] != m[2] {
+		if len(tok) == 4 && tok[1] != tenant {
+			// The subject is what the stream's per-tenant limits and
+			// filters saw: the event must be that tenant's.
+			return ev, invalid("event of tenant %q and type %q delivered on subject %q, whose tenant is %q",
+				tenant, ce.Type, truncate(natsSubject, 200), tok[1])
+		}
+		if len(tok) != 4 || tok[2] != m[1] || tok[3] != m[2] {
 			return ev, invalid("event of tenant %q and type %q delivered on subject %q, which is not <prefix>.%s.%s.%s",
 				tenant, ce.Type, natsSubject, tenant, m[1], m[2])
 		}
@@ -151,6 +160,14 @@ func ParseEvent(payload []byte, natsSubject string) (Event, error) {
 		DataSchema:      ce.DataSchema,
 		Data:            []byte(ce.Data),
 	}, nil
+}
+
+// truncate cuts s to at most n bytes, for quoting a hostile value.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
 }
 
 func invalid(format string, args ...any) error {

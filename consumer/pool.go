@@ -39,6 +39,8 @@ type delivery struct {
 	// further attempts run in transactions of their own. Only d's router
 	// goroutine reads and writes it.
 	alone bool
+	// deadErr is why d is a dead letter, once lastDelivery decided it.
+	deadErr error
 
 	// Set under pool.mu when the delivery is handed to the router.
 	emitted bool

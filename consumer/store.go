@@ -27,15 +27,56 @@ const (
 	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
 )
 
-// inboxInsert records ev in the inbox within tx and reports whether it is
-// new (false: a duplicate).
-func (c *Consumer) inboxInsert(ctx context.Context, tx pgx.Tx, ev Event) (bool, error) {
-	tag, err := tx.Exec(ctx, fmt.Sprintf(sqlInboxInsert, c.t.inbox), c.cfg.Durable, ev.ID, ev.Type,
-		int64(ev.Delivery.StreamSeq), ev.Delivery.Deliveries, c.cfg.Now().UTC())
-	if err != nil {
-		return false, fmt.Errorf("inbox insert: %w", err)
+// Inbox records which events a consumer has applied, in the consumer's own
+// transaction. The package's table (Migrate) is the default; a service
+// that already keeps an inbox of its own — with columns of its own, read
+// by its own tools — implements Inbox over it (Config.Inbox).
+type Inbox interface {
+	// Record inserts the inbox rows of events within tx and reports, for
+	// each, whether it is new: false for an event the inbox held already
+	// (a duplicate, whose effect must not be applied again) and for a
+	// second copy of one event among events. A concurrent transaction
+	// recording the same event must make Record wait for its outcome —
+	// a unique key does — and, so that two transactions recording the
+	// same events cannot deadlock, rows are best inserted in event id
+	// order.
+	Record(ctx context.Context, tx pgx.Tx, events []Event) (fresh []bool, err error)
+	// Forget deletes, within tx, the rows Record inserted earlier in tx
+	// for events that failed on their own: they stay unapplied and are
+	// handled again.
+	Forget(ctx context.Context, tx pgx.Tx, events []Event) error
+}
+
+// tableInbox is the package's own inbox table.
+type tableInbox struct{ c *Consumer }
+
+var _ Inbox = tableInbox{}
+
+func (t tableInbox) Record(ctx context.Context, tx pgx.Tx, events []Event) ([]bool, error) {
+	c := t.c
+	if len(events) == 1 {
+		ev := events[0]
+		tag, err := tx.Exec(ctx, fmt.Sprintf(sqlInboxInsert, c.t.inbox), c.cfg.Durable, ev.ID, ev.Type,
+			int64(ev.Delivery.StreamSeq), ev.Delivery.Deliveries, c.cfg.Now().UTC())
+		if err != nil {
+			return nil, fmt.Errorf("inbox insert: %w", err)
+		}
+		return []bool{tag.RowsAffected() == 1}, nil
 	}
-	return tag.RowsAffected() == 1, nil
+	return c.inboxInsertBatch(ctx, tx, events)
+}
+
+const sqlInboxForget = `DELETE FROM %s WHERE consumer = $1 AND event_id = ANY($2::uuid[])`
+
+func (t tableInbox) Forget(ctx context.Context, tx pgx.Tx, events []Event) error {
+	ids := make([]string, len(events))
+	for i, ev := range events {
+		ids[i] = ev.ID
+	}
+	if _, err := tx.Exec(ctx, fmt.Sprintf(sqlInboxForget, t.c.t.inbox), t.c.cfg.Durable, ids); err != nil {
+		return fmt.Errorf("inbox forget: %w", err)
+	}
+	return nil
 }
 
 // DeleteInboxBefore deletes up to limit of this consumer's inbox rows
@@ -52,9 +93,53 @@ func (c *Consumer) DeleteInboxBefore(ctx context.Context, cutoff time.Time, limi
 	return tag.RowsAffected(), nil
 }
 
+// DeadLetter is a message the consumer gave up on.
+type DeadLetter struct {
+	// Event is the message as parsed: its Delivery is always set, the
+	// CloudEvents attributes only when the message parsed (ID is "" for
+	// one that is not an event; its Nats-Msg-Id is in Delivery.Header).
+	Event Event
+	// Payload is the message's data, as delivered.
+	Payload []byte
+	// Reason is why it is a dead letter: the last error, or the delivery
+	// count past the limit.
+	Reason string
+	// Err is that reason as an error: a *TooManyDeliveriesError, an
+	// *InvalidEventError, a Permanent error, the handler's last error.
+	Err error
+}
+
+// DeadLetterWriter stores dead letters where a service's operators look
+// for them (Config.DeadLetters). The message is acknowledged only after
+// WriteDeadLetter returned nil; an error leaves it to be redelivered, and
+// the dead letter to be written on a later delivery.
+type DeadLetterWriter interface {
+	WriteDeadLetter(ctx context.Context, dl DeadLetter) error
+}
+
+// tableDeadLetters is the package's own dead-letter table.
+type tableDeadLetters struct{ c *Consumer }
+
+func (t tableDeadLetters) WriteDeadLetter(ctx context.Context, dl DeadLetter) error {
+	c := t.c
+	ev := dl.Event
+	headers, err := json.Marshal(map[string][]string(ev.Delivery.Header))
+	if err != nil || ev.Delivery.Header == nil {
+		headers = []byte("{}")
+	}
+	_, err = c.pool.Exec(ctx, fmt.Sprintf(sqlDeadLetterInsert, c.t.deadLetters), c.cfg.Durable, ev.ID, ev.Type,
+		ev.Delivery.Subject, int64(ev.Delivery.StreamSeq), ev.Delivery.Deliveries, dl.Reason, headers,
+		dl.Payload, c.cfg.Now().UTC())
+	if err != nil {
+		return fmt.Errorf("insert dead letter: %w", err)
+	}
+	return nil
+}
+
 // deadLetters is the router's poison queue: publishing a message to it
-// writes its dead letter, so that the message is acknowledged only after
-// the row committed. The topic is ignored: the table is the queue.
+// writes its dead letter (Config.DeadLetters, or the package's table), so
+// that the message is acknowledged only after the row committed. The
+// topic is ignored: the table is the queue.
 type deadLetters struct{ c *Consumer }
 
 var _ message.Publisher = deadLetters{}
@@ -70,19 +155,13 @@ func (dl deadLetters) Publish(_ string, msgs ...*message.Message) error {
 	for _, m := range msgs {
 		d := deliveryOf(m.Context())
 		reason := m.Metadata.Get(middleware.ReasonForPoisonedKey)
-		headers, err := json.Marshal(map[string][]string(d.event.Delivery.Header))
-		if err != nil || d.event.Delivery.Header == nil {
-			headers = []byte("{}")
-		}
 		// Not the message's context: a dead letter is written even when
 		// the handler's deadline has passed.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(m.Context()), deadLetterTimeout)
-		_, err = c.pool.Exec(ctx, fmt.Sprintf(sqlDeadLetterInsert, c.t.deadLetters), c.cfg.Durable, d.event.ID, d.event.Type,
-			d.event.Delivery.Subject, int64(d.event.Delivery.StreamSeq), d.event.Delivery.Deliveries, reason, headers,
-			[]byte(m.Payload), c.cfg.Now().UTC())
+		err := c.deadLetters.WriteDeadLetter(ctx, DeadLetter{Event: d.event, Payload: []byte(m.Payload), Reason: reason, Err: d.deadErr})
 		cancel()
 		if err != nil {
-			return fmt.Errorf("insert dead letter: %w", err)
+			return err
 		}
 		c.m.count(ResultDeadLettered)
 		c.log.Warn("dead letter recorded", "event_id", d.event.ID, "subject", d.event.Delivery.Subject,

@@ -7,9 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
-	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/go-json-experiment/json"
 	"github.com/stretchr/testify/require"
 
@@ -44,7 +41,8 @@ func TestDeadLettersListEscapes(t *testing.T) {
 	t.Parallel()
 	pool, dbURL := dbtest.Pool(t, 2)
 	hostile := "unparseable event: \x1b[2J\x1b]0;owned\x07\nfake line\r"
-	require.NoError(t, deadletter.New(pool, "w-esc", time.Now).Publish("", deadLetterMessage("ev\x1b[31m", "q.t.note.created\x1b[0m", hostile)))
+	require.NoError(t, deadletter.New(pool, "w-esc", time.Now).Write(t.Context(), deadletter.Record{EventID: "ev\x1b[31m",
+		Subject: "q.t.note.created\x1b[0m", Payload: []byte("payload"), Reason: hostile, Deliveries: 1}))
 
 	var out bytes.Buffer
 	cli := map[string]string{"DATABASE_URL": dbURL, "QUILL_CONSUMER": "w-esc"}
@@ -62,15 +60,4 @@ func TestDeadLettersListEscapes(t *testing.T) {
 	require.NoError(t, json.Unmarshal(bytes.TrimSpace(out.Bytes()), &l))
 	require.Equal(t, hostile, l.Error)
 	require.Equal(t, "ev\x1b[31m", l.EventID)
-}
-
-// deadLetterMessage is a message as the worker's poison queue hands it to
-// the dead letters.
-func deadLetterMessage(eventID, subject, reason string) *message.Message {
-	m := message.NewMessage(watermill.NewUUID(), []byte("payload"))
-	m.Metadata.Set(deadletter.MetaEventID, eventID)
-	m.Metadata.Set(deadletter.MetaSubject, subject)
-	m.Metadata.Set(deadletter.MetaDeliveries, "1")
-	m.Metadata.Set(middleware.ReasonForPoisonedKey, reason)
-	return m
 }

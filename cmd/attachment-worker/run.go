@@ -81,8 +81,10 @@ func (c *settings) start(ctx context.Context, ds daemon.Settings, stderr io.Writ
 	if err := cfg.Validate(); err != nil {
 		return cli.UsageError{Msg: err.Error()}
 	}
-	// A connection per committer, and some for dead letters, the
-	// notifier and the readiness check; handlers do not hold one.
+	// A connection per committer (a batch's transaction), and some for
+	// the reads before processing, the events handled alone (a
+	// redelivery, a retry), dead letters, the notifier and the readiness
+	// check; beyond them an event waits for a connection.
 	d, err := daemon.Start(ctx, ds, daemon.Process{Name: "attachment-worker", PoolSize: int32(cfg.Committers + 4),
 		Disconnected: "NATS connection lost; reconnecting"}, stderr)
 	if err != nil {
@@ -91,7 +93,8 @@ func (c *settings) start(ctx context.Context, ds daemon.Settings, stderr io.Writ
 	defer d.Close()
 	log := d.Log
 	notifier := outbox.NewNotifier(d.Pool, func(err error) { log.Warn().Err(err).Msg("notify relays") })
-	w, err := worker.New(d.Pool, d.NATS, cfg, log, metrics.NewWorker(d.Registry), append(c.opts, worker.WithNotifier(notifier))...)
+	w, err := worker.New(d.Pool, d.NATS, cfg, log, metrics.NewWorker(d.Registry),
+		append(c.opts, worker.WithNotifier(notifier), worker.WithDecodeMemoryGauge(metrics.NewDecodeMemory(d.Registry)))...)
 	if err != nil {
 		return cli.UsageError{Msg: err.Error()}
 	}

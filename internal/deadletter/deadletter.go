@@ -3,9 +3,10 @@
 // — in the dead_letters table, lists them, and re-drives one to its subject
 // once an operator has fixed the cause.
 //
-// DeadLetters is a watermill message.Publisher: the attachment worker uses it
-// as the poison queue of its router, so a message is acknowledged only after
-// its dead letter committed.
+// DeadLetters writes them: the attachment worker's consumer
+// (consumer.DeadLetterWriter) writes each before it acknowledges the
+// message, so a message is acknowledged only after its dead letter
+// committed.
 package deadletter
 
 import (
@@ -15,8 +16,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/go-json-experiment/json"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -24,25 +23,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/quillhq/quill/internal/db"
-)
-
-// Metadata keys a consumer sets on a watermill message so that its dead
-// letter says where it came from.
-const (
-	// MetaSubject is the NATS subject the message was delivered on.
-	MetaSubject = "nats_subject"
-	// MetaStreamSeq is its stream sequence.
-	MetaStreamSeq = "nats_stream_seq"
-	// MetaDeliveries is how often it was delivered (NumDelivered).
-	MetaDeliveries = "nats_num_delivered"
-	// MetaTimestamp is when the stream stored it (RFC 3339).
-	MetaTimestamp = "nats_timestamp"
-	// MetaMsgID is its Nats-Msg-Id header.
-	MetaMsgID = "nats_msg_id"
-	// MetaHeaders is every NATS header as a JSON object of string arrays.
-	MetaHeaders = "nats_headers"
-	// MetaEventID is the CloudEvents id when the payload parsed far enough.
-	MetaEventID = "event_id"
 )
 
 // ErrNotFound is returned for a dead letter id that does not exist.
@@ -60,17 +40,11 @@ type Querier interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
-var _ message.Publisher = (*DeadLetters)(nil)
-
-// DeadLetters writes the messages published to it as dead letters of one
-// consumer. Topic is ignored: the table is the queue.
+// DeadLetters writes the dead letters of one consumer.
 type DeadLetters struct {
 	db       Execer
 	consumer string
 	now      func() time.Time
-	// OnWritten, when set, runs after each committed dead letter (the
-	// worker counts dead_lettered with it).
-	OnWritten func()
 }
 
 // New returns a publisher writing consumer's dead letters through db.
@@ -85,43 +59,44 @@ const sqlDeadLetterInsert = `INSERT INTO dead_letters
 	(consumer, event_id, stream_seq, subject, payload, headers, error, deliveries, created_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`
 
-// Publish records msgs as dead letters, each with its error (watermill's
-// poison metadata reason_poisoned) and the delivery metadata (Meta* keys).
-// It returns an error when a row could not be written; the message must then
-// not be acknowledged.
-func (d *DeadLetters) Publish(_ string, msgs ...*message.Message) error {
-	for _, m := range msgs {
-		md := m.Metadata
-		seq, _ := strconv.ParseInt(md.Get(MetaStreamSeq), 10, 64)
-		deliveries, _ := strconv.Atoi(md.Get(MetaDeliveries))
-		headers := md.Get(MetaHeaders)
-		if headers == "" {
-			headers = "{}"
+// Record is a dead letter to write.
+type Record struct {
+	// EventID is the CloudEvents id, or the Nats-Msg-Id of a message that
+	// is not an event.
+	EventID string
+	// StreamSeq and Subject say where the message was in the stream.
+	StreamSeq int64
+	Subject   string
+	// Payload is the message's data; Headers its NATS headers.
+	Payload []byte
+	Headers map[string][]string
+	// Reason is why the consumer gave up on it.
+	Reason string
+	// Deliveries is how often it was delivered (NumDelivered).
+	Deliveries int
+}
+
+// Write records r as a dead letter at the clock's now. It returns the
+// database's error, translated; the message must then not be
+// acknowledged.
+func (d *DeadLetters) Write(ctx context.Context, r Record) error {
+	headers := []byte("{}")
+	if len(r.Headers) > 0 {
+		if b, err := json.Marshal(r.Headers); err == nil {
+			headers = b
 		}
-		eventID := md.Get(MetaEventID)
-		if eventID == "" {
-			eventID = md.Get(MetaMsgID)
-		}
-		reason := md.Get(middleware.ReasonForPoisonedKey)
-		if reason == "" {
-			reason = "unknown"
-		}
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(m.Context()), 10*time.Second)
-		_, err := d.db.Exec(ctx, sqlDeadLetterInsert, d.consumer, eventID, seq, md.Get(MetaSubject), []byte(m.Payload),
-			headers, reason, deliveries, d.now().UTC())
-		cancel()
-		if err != nil {
-			return fmt.Errorf("insert dead letter: %w", db.Translate(err))
-		}
-		if d.OnWritten != nil {
-			d.OnWritten()
-		}
+	}
+	reason := r.Reason
+	if reason == "" {
+		reason = "unknown"
+	}
+	_, err := d.db.Exec(ctx, sqlDeadLetterInsert, d.consumer, r.EventID, r.StreamSeq, r.Subject, r.Payload,
+		string(headers), reason, r.Deliveries, d.now().UTC())
+	if err != nil {
+		return fmt.Errorf("insert dead letter: %w", db.Translate(err))
 	}
 	return nil
 }
-
-// Close implements message.Publisher; there is nothing to close.
-func (d *DeadLetters) Close() error { return nil }
 
 // Letter is one stored dead letter.
 type Letter struct {

@@ -1,6 +1,7 @@
 package worker_test
 
 import (
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,12 +21,10 @@ import (
 )
 
 // batchConfig groups every event delivered within a second into one
-// transaction: each subscription holds one message at a time, so that the
-// first messages reach different handlers.
+// transaction.
 func (h *harness) batchConfig() worker.Config {
 	cfg := h.config()
 	cfg.Concurrency = 16
-	cfg.Prefetch = 1
 	cfg.BatchSize = 16
 	cfg.BatchWait = time.Second
 	return cfg
@@ -235,4 +234,45 @@ func (h *harness) createdPayload(note uuid.UUID) []byte {
 	require.NoError(h.t, h.pool.QueryRow(h.t.Context(),
 		`SELECT payload FROM outbox_events WHERE type = 'note.created' AND aggregate_id = $1`, note).Scan(&p))
 	return p
+}
+
+// A batch whose transaction fails is redone event by event with the
+// results already computed: each attachment is processed once, however
+// often its event's transaction is tried.
+func TestBatchFallbackKeepsTheProcessing(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	cfg := h.batchConfig()
+	cfg.MaxDeliver = 2
+	cfg.Retries = -1
+	_, err := h.pool.Exec(t.Context(), `
+CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF NEW.filename = 'poison.txt' AND NEW.status <> 'pending' THEN
+		RAISE EXCEPTION 'poisoned attachment';
+	END IF;
+	RETURN NEW;
+END $$;
+CREATE TRIGGER refuse_poison BEFORE UPDATE ON attachments FOR EACH ROW EXECUTE FUNCTION refuse_poison();`)
+	require.NoError(t, err)
+	for i := range 3 {
+		h.create(title(i), "text/plain", []byte("neighbour"))
+	}
+	h.create("poison.txt", "text/plain", []byte("poison"))
+	h.publishedEvents(4)
+	var mu sync.Mutex
+	processed := map[string]int{}
+	m, _ := h.startWorker(cfg, "", worker.WithHooks(worker.Hooks{Processing: func(id string) {
+		mu.Lock()
+		processed[id]++
+		mu.Unlock()
+	}}))
+	testkit.WaitFor(t, waitLong, func() bool { return testkit.Value(m.Messages(metrics.WorkerDeadLettered)) == 1 }, "the poisoned event dead-lettered")
+	testkit.RequireMetric(t, waitLong, m.Messages(metrics.WorkerProcessed), 3.0)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, processed, 4)
+	for id, n := range processed {
+		require.Equal(t, 1, n, "event %s processed", id)
+	}
 }

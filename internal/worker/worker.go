@@ -9,20 +9,15 @@
 // redelivery, and the inbox makes a redelivered event a counted duplicate
 // with no second effect.
 //
-// Transactions are group commits: the router's handlers submit their events
-// to a committer, which handles the events waiting at that moment (up to
-// BatchSize) in one transaction, each event's failure its own (see
-// commit.go); each handler returns only once its event's transaction
-// committed, so every message is still acknowledged after its own effect.
-//
-// Consumption runs on a watermill router with the watermill-nats JetStream
-// subscriber, which acknowledges (DoubleAck) after the handler returned nil
-// and Naks, with a backoff delay, after an error. Middleware, outermost
-// first: the progress reports (InProgress while the chain works), the
-// poison queue (dead letters, see internal/deadletter), the delivery-count
-// check (a message past MaxDeliver is a dead letter before it is processed,
-// one failing on its last delivery after), in-process retries of transient
-// errors, and panic recovery.
+// Consumption is the public consumer package's (consumer.NewStaged): one
+// pull consumer feeding a bounded pool, group commits, in-process retries,
+// Nak backoff, the delivery-count check, dead letters and the shutdown.
+// The worker brings its stages (pipeline.go): Prepare reads the batch's
+// attachments and processes them outside any transaction under the decode
+// budget, putting off the slow ones; Apply locks, re-checks and writes,
+// each event's failure its own; Committed counts, notifies the relays and
+// observes the latency. It keeps its own inbox table (internal/inbox) and
+// dead letters (internal/deadletter), which operators and audits read.
 package worker
 
 import (
@@ -30,27 +25,26 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
+	"log/slog"
+	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
-	wmjs "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/jetstream"
-	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
-	"github.com/go-json-experiment/json"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	"golang.org/x/sync/semaphore"
 
+	"github.com/quillhq/quill/consumer"
 	"github.com/quillhq/quill/internal/attachment"
 	"github.com/quillhq/quill/internal/deadletter"
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/outbox"
 	"github.com/quillhq/quill/internal/stream"
-	"github.com/quillhq/quill/internal/wait"
 )
 
 // Defaults of Config.
@@ -64,13 +58,9 @@ const (
 	DefaultNakDelay      = time.Second
 	DefaultMaxNakDelay   = 30 * time.Second
 	// DefaultMaxAckPending bounds the messages delivered and not yet
-	// acknowledged across every worker process of the consumer.
+	// acknowledged across every worker process of the consumer; one
+	// process holds at most Concurrency of them.
 	DefaultMaxAckPending = 256
-	// DefaultPrefetch is the most messages one subscription pulls ahead
-	// by default (fewer when Concurrency × DefaultPrefetch would exceed
-	// MaxAckPending); DefaultConcurrency × DefaultPrefetch =
-	// DefaultMaxAckPending.
-	DefaultPrefetch = 2
 	// DefaultBatchSize is the most events committed in one transaction.
 	DefaultBatchSize = 64
 	// DefaultBatchBytes bounds the attachment bytes of one transaction.
@@ -97,12 +87,10 @@ type Config struct {
 	// reports progress every third of it. Default 30s.
 	AckWait time.Duration
 	// Concurrency is the number of messages handled at once
-	// (QUILL_WORKER_CONCURRENCY): the router's subscriptions, each waiting
-	// for its message's transaction to commit. It bounds the group commit:
-	// a transaction carries at most min(Concurrency, BatchSize) events,
-	// and a handler spends part of its time outside the committer
-	// (delivery, acknowledgement), so the batches need about twice
-	// BatchSize handlers to fill. Default 128.
+	// (QUILL_WORKER_CONCURRENCY): the messages the one pull consumer
+	// holds, each handler waiting for its message's transaction to commit.
+	// It bounds the group commit: a transaction carries at most
+	// min(Concurrency, BatchSize) events. Default 128.
 	Concurrency int
 	// BatchSize is the most events committed in one transaction
 	// (QUILL_WORKER_BATCH_SIZE); 1 commits every event alone. Default 64.
@@ -118,15 +106,12 @@ type Config struct {
 	// and a lone event is not delayed.
 	BatchWait time.Duration
 	// Committers is the number of group-commit transactions in flight at
-	// once, each on its own connection (QUILL_WORKER_COMMITTERS).
-	// Default 2.
+	// once, each on its own connection (QUILL_WORKER_COMMITTERS): a batch
+	// ready while that many commit waits, and grows meanwhile. Default 2.
 	Committers int
-	// MaxAckPending is the consumer's MaxAckPending. Default 256.
+	// MaxAckPending is the consumer's MaxAckPending, at least
+	// Concurrency. Default 256.
 	MaxAckPending int
-	// Prefetch is how many messages each of the Concurrency subscriptions
-	// pulls ahead. Default DefaultPrefetch, or 1 when Concurrency ×
-	// DefaultPrefetch exceeds MaxAckPending.
-	Prefetch int
 	// Retries is how often a transient failure is retried in process
 	// before the message is Nak'ed. Default 3; negative means none.
 	Retries int
@@ -159,12 +144,6 @@ func (c Config) WithDefaults() Config {
 	c.BatchBytes = cmp.Or(c.BatchBytes, DefaultBatchBytes)
 	c.Committers = cmp.Or(c.Committers, DefaultCommitters)
 	c.MaxAckPending = cmp.Or(c.MaxAckPending, DefaultMaxAckPending)
-	if c.Prefetch == 0 {
-		// A higher concurrency pulls fewer messages ahead per
-		// subscription, so that QUILL_WORKER_CONCURRENCY alone can go up
-		// to MaxAckPending.
-		c.Prefetch = max(1, min(DefaultPrefetch, c.MaxAckPending/c.Concurrency))
-	}
 	c.Retries = cmp.Or(c.Retries, DefaultRetries)
 	c.RetryInterval = cmp.Or(c.RetryInterval, DefaultRetryInterval)
 	c.NakDelay = cmp.Or(c.NakDelay, DefaultNakDelay)
@@ -197,8 +176,8 @@ func (c Config) Validate() error {
 		return errors.New("QUILL_WORKER_DECODE_MEMORY must be at least 1")
 	case c.Limits.MaxPixels < 1:
 		return errors.New("QUILL_MAX_PIXELS must be at least 1")
-	case c.Concurrency*c.Prefetch > c.MaxAckPending:
-		return fmt.Errorf("QUILL_WORKER_CONCURRENCY %d × prefetch %d exceeds the consumer's MaxAckPending %d", c.Concurrency, c.Prefetch, c.MaxAckPending)
+	case c.Concurrency > c.MaxAckPending:
+		return fmt.Errorf("QUILL_WORKER_CONCURRENCY %d exceeds the consumer's MaxAckPending %d", c.Concurrency, c.MaxAckPending)
 	case strings.ContainsAny(c.Consumer, ". *>"):
 		return fmt.Errorf("QUILL_CONSUMER %q must not contain '.', ' ', '*' or '>'", c.Consumer)
 	}
@@ -211,29 +190,51 @@ func (c Config) FilterSubject() string {
 	return stream.OfType(c.Stream.SubjectPrefix, outbox.TypeNoteCreated)
 }
 
-// ConsumerConfig is the durable consumer the worker creates or updates.
-//
-// MaxDeliver is unlimited on the server: the worker counts deliveries itself
-// and dead-letters a message on its MaxDeliver-th failed delivery. Were the
-// server to stop at MaxDeliver, a message whose last delivery failed because
-// PostgreSQL was down — when the dead letter cannot be written either — would
-// never be delivered again and be lost from sight.
-//
-// No server-side BackOff: the redelivery delay after a failure is the
-// worker's Nak delay (NakDelay doubling up to MaxNakDelay). With a BackOff
-// set, nats-server reckons a delayed Nak against the BackOff step of the
-// next delivery rather than the AckWait, so a later delivery would come an
-// AckWait late.
+// progressLimit is how many AckWaits a message is handled, and reported
+// in progress, at most (consumer.Config.HandlerTimeout): more than its
+// attempts can take (a batch's deadline is one AckWait, the retries stop
+// after AckWait/2).
+const progressLimit = 4
+
+// ConsumerConfig is the durable consumer the worker creates or updates
+// (consumer.Config.ConsumerConfig): MaxDeliver unlimited on the server and
+// no server BackOff — the worker counts deliveries itself and writes the
+// dead letter, and spaces redeliveries with its Nak delay (decision 0019).
 func (c Config) ConsumerConfig() jetstream.ConsumerConfig {
-	return jetstream.ConsumerConfig{
-		Durable:       c.Consumer,
-		Description:   "Quill attachment worker: note.created → attachment processing",
-		FilterSubject: c.FilterSubject(),
-		DeliverPolicy: jetstream.DeliverAllPolicy,
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       c.AckWait,
-		MaxDeliver:    -1,
-		MaxAckPending: c.MaxAckPending,
+	cc := c.consumerConfig(nil).ConsumerConfig()
+	cc.Description = "Quill attachment worker: note.created → attachment processing"
+	return cc
+}
+
+// consumerConfig maps the worker's settings onto the consumer package's:
+// the committers onto concurrent batches, the batch wait onto
+// MaxBatchWait, the batch bytes onto the batch's weight, AckWait onto the
+// batch's deadline.
+func (c Config) consumerConfig(log *slog.Logger) consumer.Config {
+	return consumer.Config{
+		Durable:        c.Consumer,
+		Stream:         c.Stream.Name,
+		FilterSubjects: []string{c.FilterSubject()},
+		Concurrency:    c.Concurrency,
+		AckWait:        c.AckWait,
+		MaxDeliver:     c.MaxDeliver,
+		MaxAckPending:  c.MaxAckPending,
+		Retries:        c.Retries,
+		RetryInterval:  c.RetryInterval,
+		NakDelay:       c.NakDelay,
+		MaxNakDelay:    c.MaxNakDelay,
+		HandlerTimeout: progressLimit * c.AckWait,
+		// The old drain's bound: in-flight messages finish within it.
+		ShutdownTimeout: c.AckWait,
+		MaxBatch:        c.BatchSize,
+		// Zero is "take what is waiting" (the consumer's zero is its
+		// default): a nanosecond is that.
+		MaxBatchWait:         max(c.BatchWait, time.Nanosecond),
+		BatchTimeout:         c.AckWait,
+		MaxConcurrentBatches: c.Committers,
+		Weight:               declaredSize,
+		MaxBatchWeight:       int64(c.BatchBytes),
+		Logger:               log,
 	}
 }
 
@@ -256,24 +257,33 @@ type Hooks struct {
 type Worker struct {
 	pool     *pgxpool.Pool
 	nc       *nats.Conn
-	js       jetstream.JetStream
 	cfg      Config
 	log      zerolog.Logger
 	m        *metrics.Worker
 	notifier *outbox.Notifier
 	hooks    Hooks
 	now      func() time.Time
-	dead     *deadletter.DeadLetters
-	commit   *committer
+	c        *consumer.Consumer
 
-	inflight sync.Map // delivery key → jetstream.Msg, for InProgress
+	// cpu bounds the attachments processed at once.
+	cpu chan struct{}
+	// mem admits attachments by their decode weight under the budget;
+	// memInUse is the weight admitted now (quill_worker_decode_memory_bytes).
+	mem      *semaphore.Weighted
+	memInUse prometheus.Gauge
 
-	mu        sync.Mutex
-	consumers []jetstream.ConsumeContext
-	waiting   error // why the worker cannot consume, nil when it can
+	// kept holds, by event id, the processing of the events whose effect
+	// has not committed yet: a later attempt — put off by its batch, the
+	// fallback alone, a retry — takes it rather than processing again.
+	mu   sync.Mutex
+	kept map[string]*processing
+	// processes are the processing goroutines, which Run waits for.
+	processes sync.WaitGroup
 
-	durable  jetstream.Consumer // the consumer Run provisioned
-	stopping <-chan struct{}    // Run's context's Done
+	// batches and jobs count the batches prepared and the events they
+	// carried (events handled alone not counted); largest is the most
+	// events one batch carried.
+	batches, jobs, largest atomic.Int64
 }
 
 // Option configures a Worker.
@@ -289,9 +299,12 @@ func WithClock(now func() time.Time) Option { return func(w *Worker) { w.now = n
 // relays publish it at once. Without it relays find it by polling.
 func WithNotifier(n *outbox.Notifier) Option { return func(w *Worker) { w.notifier = n } }
 
-// New returns a worker over pool and nc. nc must be dedicated to the
-// worker: the subscriber drains and closes it at shutdown. It returns an
-// error when the configuration does not validate.
+// WithDecodeMemoryGauge sets g to the decode weight admitted at each
+// moment (metrics.NewDecodeMemory). Without it the weight is not exported.
+func WithDecodeMemoryGauge(g prometheus.Gauge) Option { return func(w *Worker) { w.memInUse = g } }
+
+// New returns a worker over pool and nc. It returns an error when the
+// configuration does not validate.
 func New(pool *pgxpool.Pool, nc *nats.Conn, cfg Config, log zerolog.Logger, m *metrics.Worker, opts ...Option) (*Worker, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -301,13 +314,25 @@ func New(pool *pgxpool.Pool, nc *nats.Conn, cfg Config, log zerolog.Logger, m *m
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	w := &Worker{pool: pool, nc: nc, js: js, cfg: cfg, log: log, m: m, now: time.Now}
+	w := &Worker{pool: pool, nc: nc, cfg: cfg, log: log, m: m, now: time.Now,
+		cpu: make(chan struct{}, runtime.GOMAXPROCS(0)), mem: semaphore.NewWeighted(cfg.DecodeMemory),
+		kept: map[string]*processing{}}
 	for _, o := range opts {
 		o(w)
 	}
-	w.dead = deadletter.New(pool, cfg.Consumer, w.now)
-	w.dead.OnWritten = func() { w.m.Message(metrics.WorkerDeadLettered) }
-	w.commit = newCommitter(w)
+	if w.memInUse == nil {
+		// Counted all the same, on a gauge no registry exports.
+		w.memInUse = prometheus.NewGauge(prometheus.GaugeOpts{Name: "quill_worker_decode_memory_bytes"})
+	}
+	ccfg := cfg.consumerConfig(slog.New(zerolog.NewSlogHandler(log)))
+	ccfg.Now = w.now
+	ccfg.Validate = w.validate
+	ccfg.Inbox = inboxTable{consumer: cfg.Consumer, now: w.now}
+	ccfg.DeadLetters = deadLetterTable{dl: deadletter.New(pool, cfg.Consumer, w.now), m: m, log: log}
+	w.c, err = consumer.NewStaged(pool, js, ccfg, consumer.Stages{Prepare: w.prepare, Apply: w.apply, Committed: w.committed})
+	if err != nil {
+		return nil, fmt.Errorf("consumer: %w", err)
+	}
 	return w, nil
 }
 
@@ -320,412 +345,67 @@ func (w *Worker) Config() Config { return w.cfg }
 // a relay; other errors wrap NATS's. Run provisions on its own, retrying
 // until it succeeds.
 func (w *Worker) Provision(ctx context.Context) error {
-	_, err := w.consumer(ctx, w.js)
-	return err
+	_, err := w.c.Provision(ctx)
+	return w.explain(err)
 }
 
-func (w *Worker) consumer(ctx context.Context, js jetstream.JetStream) (jetstream.Consumer, error) {
-	st, err := js.Stream(ctx, w.cfg.Stream.Name)
+// explain words the consumer's error about a missing stream as the
+// worker's operators read it.
+func (w *Worker) explain(err error) error {
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil, fmt.Errorf("stream %s not found; waiting for a relay to create it: %w", w.cfg.Stream.Name, err)
+		return fmt.Errorf("stream %s not found; waiting for a relay to create it: %w", w.cfg.Stream.Name, jetstream.ErrStreamNotFound)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("NATS: stream %s: %w", w.cfg.Stream.Name, err)
-	}
-	c, err := st.CreateOrUpdateConsumer(ctx, w.cfg.ConsumerConfig())
-	if err != nil {
-		return nil, fmt.Errorf("NATS: consumer %s on stream %s: %w", w.cfg.Consumer, w.cfg.Stream.Name, err)
-	}
-	return c, nil
+	return err
 }
 
 // Ready reports why the worker cannot consume (the stream missing, the
 // consumer not readable), else whether NATS is connected and PostgreSQL
 // answers (see metrics.CheckConnected).
 func (w *Worker) Ready(ctx context.Context) error {
-	w.mu.Lock()
-	waiting := w.waiting
-	w.mu.Unlock()
-	if waiting != nil {
-		return waiting
-	}
-	return metrics.CheckConnected(ctx, w.nc, w.pool)
-}
-
-// setWaiting records why the worker cannot consume (nil: it can), logging
-// each new reason once.
-func (w *Worker) setWaiting(err error) {
-	w.mu.Lock()
-	prev := w.waiting
-	w.waiting = err
-	w.mu.Unlock()
+	err := w.c.Ready(ctx)
 	switch {
-	case err != nil && (prev == nil || prev.Error() != err.Error()):
-		w.log.Warn().Err(err).Str("error_category", "consumer_unavailable").Msg("cannot consume yet; retrying with backoff")
-	case err == nil && prev != nil:
-		w.log.Info().Str("consumer", w.cfg.Consumer).Msg("consumer ready")
+	case err == nil:
+		return metrics.CheckConnected(ctx, w.nc, w.pool)
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		return w.explain(err)
 	}
-}
-
-// awaitConsumer provisions the consumer, retrying with backoff until it
-// succeeds or ctx ends (then it reports false): at start the stream may not
-// exist yet, or NATS may be gone for a moment.
-func (w *Worker) awaitConsumer(ctx context.Context) (jetstream.Consumer, bool) {
-	b := wait.Backoff{Base: consumerBackoffBase, Max: consumerBackoffMax}
-	for {
-		pctx, cancel := context.WithTimeout(ctx, consumerTimeout)
-		c, err := w.consumer(pctx, w.js)
-		cancel()
-		if err == nil {
-			w.setWaiting(nil)
-			return c, true
-		}
-		if ctx.Err() != nil {
-			return nil, false
-		}
-		w.setWaiting(err)
-		if !wait.For(ctx, b.Next()) {
-			return nil, false
-		}
+	// The consumer's fetch fails: say which dependency, when it is one.
+	if cerr := metrics.CheckConnected(ctx, w.nc, w.pool); cerr != nil {
+		return cerr
 	}
+	return fmt.Errorf("NATS: consume %s: %w", w.cfg.Consumer, err)
 }
-
-// pullHeartbeat is the idle heartbeat of each subscription's pull
-// requests. A pull request waits on the consumer's leader; when that node
-// goes away (a cluster node stopped, a leader election) the request is
-// lost without an answer, and the client only notices two missed
-// heartbeats later and pulls again. nats.go's default of 30s would leave a
-// worker idle that long after each failover.
-const pullHeartbeat = 5 * time.Second
-
-// The consumer's provisioning retries from consumerBackoffBase, doubling
-// up to consumerBackoffMax, each attempt bounded by consumerTimeout.
-const (
-	consumerBackoffBase = 100 * time.Millisecond
-	consumerBackoffMax  = 5 * time.Second
-	consumerTimeout     = 5 * time.Second
-)
-
-// resources is the subscriber's ResourceInitializer: the durable consumer
-// Run provisioned (awaitConsumer), never deleted at close (other workers
-// share it), wrapped so that Run can drain its subscriptions at shutdown.
-// It asks NATS nothing: a handler whose subscription failed here would
-// keep the router from starting, and from ever closing cleanly.
-func (w *Worker) resources(context.Context, jetstream.JetStream, string) (jetstream.Consumer, func(context.Context, watermill.LoggerAdapter), error) {
-	return &trackedConsumer{Consumer: w.durable, w: w}, nil, nil
-}
-
-type trackedConsumer struct {
-	jetstream.Consumer
-	w *Worker
-}
-
-// Consume starts consuming, retrying with backoff while it fails (NATS
-// gone between the consumer's creation and this), until Run's context ends
-// or the connection is closed.
-func (c *trackedConsumer) Consume(h jetstream.MessageHandler, opts ...jetstream.PullConsumeOpt) (jetstream.ConsumeContext, error) {
-	b := wait.Backoff{Base: consumerBackoffBase, Max: consumerBackoffMax}
-	for {
-		cc, err := c.Consumer.Consume(h, opts...)
-		if err == nil {
-			c.w.mu.Lock()
-			c.w.consumers = append(c.w.consumers, cc)
-			c.w.mu.Unlock()
-			return cc, nil
-		}
-		if errors.Is(err, nats.ErrConnectionClosed) {
-			return nil, err
-		}
-		c.w.setWaiting(fmt.Errorf("NATS: consume %s: %w", c.w.cfg.Consumer, err))
-		select {
-		case <-c.w.stopping:
-			return nil, err
-		case <-time.After(b.Next()):
-		}
-	}
-}
-
-// unmarshaler turns a JetStream message into a watermill message carrying
-// the delivery metadata (deadletter.Meta*) and remembers the message for
-// InProgress. It never fails: the subscriber would dereference a nil message.
-type unmarshaler struct{ w *Worker }
-
-const metaKey = "delivery_key"
-
-func (u unmarshaler) Unmarshal(m jetstream.Msg) (*message.Message, error) {
-	wm := message.NewMessage(watermill.NewUUID(), m.Data())
-	md := wm.Metadata
-	md.Set(deadletter.MetaSubject, m.Subject())
-	hdr := m.Headers()
-	md.Set(deadletter.MetaMsgID, hdr.Get(nats.MsgIdHdr))
-	if len(hdr) > 0 {
-		if b, err := json.Marshal(map[string][]string(hdr)); err == nil {
-			md.Set(deadletter.MetaHeaders, string(b))
-		}
-	}
-	key := watermill.NewShortUUID()
-	if meta, err := m.Metadata(); err == nil {
-		md.Set(deadletter.MetaStreamSeq, strconv.FormatUint(meta.Sequence.Stream, 10))
-		md.Set(deadletter.MetaDeliveries, strconv.FormatUint(meta.NumDelivered, 10))
-		md.Set(deadletter.MetaTimestamp, meta.Timestamp.UTC().Format(time.RFC3339Nano))
-	}
-	md.Set(metaKey, key)
-	u.w.inflight.Store(key, m)
-	return wm, nil
-}
-
-// nakDelay doubles the redelivery delay per delivery up to a cap.
-type nakDelay struct{ first, max time.Duration }
-
-func (d nakDelay) WaitTime(delivered uint64) time.Duration {
-	t := d.first
-	for i := uint64(1); i < delivered && t < d.max; i++ {
-		t *= 2
-	}
-	return min(t, d.max)
-}
-
-// deadError marks an error that sends the message to the dead letters:
-// permanent for the pipeline, or on the last allowed delivery.
-type deadError struct{ err error }
-
-func (e *deadError) Error() string { return e.err.Error() }
-func (e *deadError) Unwrap() error { return e.err }
-
-// permanentError is a failure no redelivery can cure (an unparseable
-// event); the message goes to the dead letters at once.
-type permanentError struct{ msg string }
-
-func (e *permanentError) Error() string { return e.msg }
 
 // Run consumes until ctx ends, then stops fetching, lets the messages in
 // flight finish (and be acknowledged) for up to AckWait, and returns nil.
 // Until the stream exists and the durable consumer can be created (NATS
 // down, no relay has created the stream yet) it retries with backoff, and
 // Ready says why; it never returns for that. It returns an error when the
-// router cannot be built or stops on its own.
+// consumer cannot start or stops on its own.
 func (w *Worker) Run(ctx context.Context) error {
-	w.stopping = ctx.Done()
-	durable, ok := w.awaitConsumer(ctx)
-	if !ok {
-		return nil
-	}
-	w.durable = durable
-	logger := watermillLogger{w.log}
-	sub, err := wmjs.NewSubscriber(wmjs.SubscriberConfig{
-		Conn:   w.nc,
-		Logger: logger,
-		// The subscriber gives up waiting for the handler after this:
-		// longer than tracked reports the message in progress, so an
-		// acknowledgement is never sent for a message the subscriber
-		// has let go of.
-		AckWaitTimeout:      progressLimit*w.cfg.AckWait + 5*time.Second,
-		ResourceInitializer: w.resources,
-		NakDelay:            nakDelay{first: w.cfg.NakDelay, max: w.cfg.MaxNakDelay},
-		ConsumeOptions:      []jetstream.PullConsumeOpt{jetstream.PullMaxMessages(w.cfg.Prefetch), jetstream.PullHeartbeat(pullHeartbeat)},
-		Unmarshaler:         unmarshaler{w},
-	})
-	if err != nil {
-		return fmt.Errorf("subscriber: %w", err)
-	}
-	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: w.cfg.AckWait + 5*time.Second}, logger)
-	if err != nil {
-		return fmt.Errorf("router: %w", err)
-	}
-	poison, err := middleware.PoisonQueueWithFilter(w.dead, "dead_letters", func(err error) bool {
-		var d *deadError
-		return errors.As(err, &d)
-	})
-	if err != nil {
-		return fmt.Errorf("poison queue: %w", err)
-	}
-	router.AddMiddleware(w.tracked, poison, w.lastDelivery)
-	if w.cfg.Retries > 0 {
-		router.AddMiddleware(middleware.Retry{
-			MaxRetries:      w.cfg.Retries,
-			InitialInterval: w.cfg.RetryInterval,
-			MaxInterval:     w.cfg.RetryInterval * 8,
-			Multiplier:      2,
-			MaxElapsedTime:  w.cfg.AckWait / 2,
-			ShouldRetry: func(p middleware.RetryParams) bool {
-				var perr *permanentError
-				return !errors.As(p.Err, &perr) && !errors.Is(p.Err, context.Canceled)
-			},
-		}.Middleware)
-	}
-	router.AddMiddleware(middleware.Recoverer)
-	for i := range w.cfg.Concurrency {
-		// The subscriber handles one message per subscription at a time
-		// (its Consume callback waits for the ack), so concurrency is that
-		// many subscriptions of the same durable consumer.
-		router.AddConsumerHandler(fmt.Sprintf("attachments-%d", i), w.cfg.FilterSubject(), sub, w.process)
-	}
-
-	// The committer outlives the router: handlers in flight at shutdown
-	// wait for their transactions.
-	w.commit.start()
-	defer w.commit.close()
-
-	// The router runs on a context of its own: cancelling it would
-	// discard the acknowledgements of messages in flight.
-	done := make(chan error, 1)
-	go func() { done <- router.Run(context.WithoutCancel(ctx)) }()
-	select {
-	case <-router.Running():
-	case err := <-done:
-		if ctx.Err() != nil {
-			// Stopped while Consume was retrying.
-			return nil
-		}
-		return fmt.Errorf("start consuming: %w", err)
-	}
 	w.log.Info().Str("consumer", w.cfg.Consumer).Str("filter", w.cfg.FilterSubject()).Int("concurrency", w.cfg.Concurrency).
-		Int("batch_size", w.cfg.BatchSize).Int("committers", w.cfg.Committers).Msg("consuming")
-	select {
-	case <-ctx.Done():
-	case err := <-done:
-		return fmt.Errorf("router stopped: %w", err)
-	}
-	w.drain()
-	if err := router.Close(); err != nil {
-		w.log.Warn().Err(err).Msg("router close")
-	}
-	<-done
-	return nil
+		Int("batch_size", w.cfg.BatchSize).Int("committers", w.cfg.Committers).Msg("starting")
+	err := w.c.Run(ctx)
+	// A processing whose event the shutdown gave up on still holds its
+	// share of the decode budget and a CPU slot; it ends on its own.
+	w.processes.Wait()
+	return err
 }
 
-// drain stops fetching and waits until the messages already fetched were
-// handled and acknowledged, for up to AckWait.
-func (w *Worker) drain() {
-	w.mu.Lock()
-	ccs := w.consumers
-	w.mu.Unlock()
-	for _, cc := range ccs {
-		cc.Drain()
+// validate refuses, before any transaction, what is not a note.created
+// event the worker can process (the consumer has checked its CloudEvents
+// form and that its tenant is its subject's).
+func (w *Worker) validate(ev consumer.Event) error {
+	_, err := parse(ev)
+	return err
+}
+
+// declaredSize is an event's weight in a batch: its attachment's declared
+// size, the bytes the batch keeps in memory until its commit.
+func declaredSize(ev consumer.Event) int64 {
+	p, err := parse(ev)
+	if err != nil || p.att == nil {
+		return 0
 	}
-	deadline := time.After(w.cfg.AckWait)
-	for _, cc := range ccs {
-		select {
-		case <-cc.Closed():
-		case <-deadline:
-			w.log.Warn().Msg("shutdown: messages still in flight after the ack wait; they will be redelivered")
-			return
-		}
-	}
-}
-
-// lastDelivery turns the error of a message's MaxDeliver-th delivery, and a
-// permanent pipeline error, into a dead letter; a message delivered more
-// than MaxDeliver times becomes one before it is processed again. The
-// server's MaxDeliver is unlimited (see ConsumerConfig), so a message whose
-// processing kills the process — it never fails, it never returns — would
-// otherwise be delivered, and kill the process, for ever.
-func (w *Worker) lastDelivery(h message.HandlerFunc) message.HandlerFunc {
-	return func(msg *message.Message) ([]*message.Message, error) {
-		n, _ := strconv.Atoi(msg.Metadata.Get(deadletter.MetaDeliveries))
-		if n > w.cfg.MaxDeliver {
-			if p, err := parse(msg.Payload); err == nil {
-				msg.Metadata.Set(deadletter.MetaEventID, p.id.String())
-			}
-			w.log.Warn().Str("event_id", msg.Metadata.Get(deadletter.MetaEventID)).Int("deliveries", n).
-				Str("error_category", "dead_letter").Msg("delivered more often than allowed: recording a dead letter without processing it")
-			return nil, &deadError{fmt.Errorf("delivered %d times, the limit is %d (not processed again)", n, w.cfg.MaxDeliver)}
-		}
-		out, err := h(msg)
-		if err == nil {
-			return out, nil
-		}
-		var perr *permanentError
-		if errors.As(err, &perr) || n >= w.cfg.MaxDeliver {
-			w.log.Warn().Err(err).Str("event_id", msg.Metadata.Get(deadletter.MetaEventID)).Int("deliveries", n).
-				Str("error_category", "dead_letter").Msg("giving up on the message: recording a dead letter")
-			return out, &deadError{fmt.Errorf("delivery %d: %w", n, err)}
-		}
-		w.log.Warn().Err(err).Str("event_id", msg.Metadata.Get(deadletter.MetaEventID)).Int("deliveries", n).
-			Str("error_category", "transient").Msg("processing failed; the message will be redelivered")
-		return out, err
-	}
-}
-
-// tracked is the outermost middleware: it tells the server the message is
-// in progress for as long as the chain inside — in-process retries and
-// their waits, the dead letter's write — works on it, up to progressLimit
-// AckWaits, and forgets the delivery afterwards. (Reporting from the
-// handler itself stopped at its first return, so a retry that outlasted
-// AckWait had the message redelivered under it.)
-func (w *Worker) tracked(h message.HandlerFunc) message.HandlerFunc {
-	return func(msg *message.Message) ([]*message.Message, error) {
-		key := msg.Metadata.Get(metaKey)
-		v, _ := w.inflight.Load(key)
-		defer w.inflight.Delete(key)
-		if jm, ok := v.(jetstream.Msg); ok {
-			// Not the message's context: the router cancels it at
-			// shutdown, and an in-flight message is finished, not
-			// abandoned. The limit lets the server redeliver a
-			// message whose handler hangs.
-			ctx, cancel := context.WithTimeout(context.WithoutCancel(msg.Context()), progressLimit*w.cfg.AckWait)
-			defer cancel()
-			stop := w.progress(ctx, jm)
-			defer stop()
-		}
-		return h(msg)
-	}
-}
-
-// progressLimit is how many AckWaits a message is reported in progress at
-// most: more than its attempts can take (each commit waits at most
-// AckWait, the retries stop after AckWait/2).
-const progressLimit = 4
-
-// progress tells the server every third of AckWait that the message is
-// still being worked on, until stop is called.
-func (w *Worker) progress(ctx context.Context, m jetstream.Msg) (stop func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		t := time.NewTicker(w.cfg.AckWait / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				if err := m.InProgress(); err != nil {
-					w.log.Debug().Err(err).Msg("in progress")
-				}
-			}
-		}
-	})
-	return func() { cancel(); wg.Wait() }
-}
-
-// watermillLogger sends watermill's logs to zerolog, one level lower:
-// watermill logs every message at info.
-type watermillLogger struct{ l zerolog.Logger }
-
-func (a watermillLogger) fields(e *zerolog.Event, f watermill.LogFields) *zerolog.Event {
-	for k, v := range f {
-		e = e.Interface(k, v)
-	}
-	return e
-}
-
-func (a watermillLogger) Error(msg string, err error, f watermill.LogFields) {
-	a.fields(a.l.Warn().Err(err), f).Str("component", "watermill").Msg(msg)
-}
-func (a watermillLogger) Info(msg string, f watermill.LogFields) {
-	a.fields(a.l.Debug(), f).Str("component", "watermill").Msg(msg)
-}
-func (a watermillLogger) Debug(msg string, f watermill.LogFields) {
-	a.fields(a.l.Trace(), f).Str("component", "watermill").Msg(msg)
-}
-func (a watermillLogger) Trace(msg string, f watermill.LogFields) {
-	a.fields(a.l.Trace(), f).Str("component", "watermill").Msg(msg)
-}
-func (a watermillLogger) With(f watermill.LogFields) watermill.LoggerAdapter {
-	c := a.l.With()
-	for k, v := range f {
-		c = c.Interface(k, v)
-	}
-	return watermillLogger{c.Logger()}
+	return int64(p.att.size)
 }
