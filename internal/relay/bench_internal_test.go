@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"encoding/binary"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,25 +11,40 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/natstest"
 	"github.com/quillhq/quill/internal/outbox"
 	"github.com/quillhq/quill/internal/stream"
+	"github.com/quillhq/quill/internal/tracing"
 )
 
 // BenchmarkPublishBatch is the relay's publish path without PostgreSQL: a
 // claimed batch of DefaultBatch events, each with a stored traceparent,
 // built into messages, published and its acknowledgements awaited, against
-// an in-process JetStream server. It reports the cost per event.
+// an in-process JetStream server; with tracing off, and on with every span
+// sampled and dropped by a no-op exporter. It reports the cost per event.
 func BenchmarkPublishBatch(b *testing.B) {
 	srv := natstest.Start(b)
 	nc, _ := srv.Connect(b, ConnOptions()...)
-	cfg := Config{Stream: stream.Config{Name: "BENCH", SubjectPrefix: "qbench", DuplicateWindow: time.Minute, MaxAge: time.Hour}}
+	b.Run("tracing=off", func(b *testing.B) { benchmarkPublishBatch(b, nc, nil) })
+	tracer := tracing.NewWithExporter(tracetest.NewNoopExporter(), "bench").Tracer()
+	b.Run("tracing=on", func(b *testing.B) { benchmarkPublishBatch(b, nc, tracer) })
+}
+
+func benchmarkPublishBatch(b *testing.B, nc *nats.Conn, tracer trace.Tracer) {
+	name := "BENCH_OFF"
+	if tracer != nil {
+		name = "BENCH_ON"
+	}
+	cfg := Config{Stream: stream.Config{Name: name, SubjectPrefix: strings.ToLower(name), DuplicateWindow: time.Minute, MaxAge: time.Hour}}
 	r, err := newUnpooled(nc, cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
+	r.tracer = tracer
 	ctx := context.Background()
 	if err := r.Provision(ctx); err != nil {
 		b.Fatal(err)
