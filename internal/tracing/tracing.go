@@ -17,6 +17,7 @@ import (
 	"io"
 	"time"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
@@ -37,26 +38,42 @@ const Scope = "github.com/quillhq/quill"
 // returns when no OTEL_* variable enables tracing, is off.
 type Provider struct {
 	sdk *sdktrace.TracerProvider // nil when off
+	// exporter says where spans go, for the start-up log line.
+	exporter string
+}
+
+// Process is what New needs to know of the process.
+type Process struct {
+	// Service is the service.name of its spans unless OTEL_SERVICE_NAME
+	// or OTEL_RESOURCE_ATTRIBUTES names one: quill-api, quill-relay.
+	Service string
+	// Stdout receives the spans of OTEL_TRACES_EXPORTER=console.
+	Stdout io.Writer
+	// OnError is told of every failure to export spans (a collector
+	// down): OpenTelemetry's error handler, which is process-wide, so the
+	// last New that turned tracing on is told. Nil leaves OpenTelemetry's
+	// default, a line through the standard library's log package.
+	OnError func(error)
 }
 
 // New builds the process's tracing from the standard OpenTelemetry
-// environment, read through getenv (see settings for the variables Quill
-// reads): spans of the process named service (OTEL_SERVICE_NAME overrides
-// it) go to an OTLP/HTTP collector, or as JSON to stdout with
-// OTEL_TRACES_EXPORTER=console. Tracing is off — no exporter, no goroutine,
-// Tracer returns nil — unless OTEL_TRACES_EXPORTER or an OTLP endpoint
-// variable asks for it, and whenever OTEL_SDK_DISABLED is true. It returns
-// an error naming the variable when one is invalid; nothing is started
-// then.
-func New(ctx context.Context, getenv func(string) string, stdout io.Writer, service string) (*Provider, error) {
-	s, err := readSettings(getenv, service)
+// environment, read through getenv (see readSettings for the variables
+// Quill reads): spans go to an OTLP/HTTP collector, or as JSON to
+// p.Stdout with OTEL_TRACES_EXPORTER=console. Tracing is off — no
+// exporter, no goroutine, Tracer returns nil — unless OTEL_TRACES_EXPORTER
+// or an OTLP endpoint variable asks for it, and whenever OTEL_SDK_DISABLED
+// is true. It connects to nothing: the first export does. It returns an
+// error naming the variable when one is invalid; nothing is started then.
+func New(ctx context.Context, getenv func(string) string, p Process) (*Provider, error) {
+	s, err := readSettings(getenv, p.Service)
 	if err != nil || s.exporter == "" {
 		return &Provider{}, err
 	}
 	var exp sdktrace.SpanExporter
+	desc := s.exporter
 	switch s.exporter {
 	case exporterConsole:
-		exp, err = stdouttrace.New(stdouttrace.WithWriter(stdout))
+		exp, err = stdouttrace.New(stdouttrace.WithWriter(p.Stdout))
 	case exporterOTLP:
 		opts := []otlptracehttp.Option{otlptracehttp.WithEndpointURL(s.endpoint), otlptracehttp.WithTimeout(s.timeout)}
 		if len(s.headers) > 0 {
@@ -65,8 +82,8 @@ func New(ctx context.Context, getenv func(string) string, stdout io.Writer, serv
 		if s.gzip {
 			opts = append(opts, otlptracehttp.WithCompression(otlptracehttp.GzipCompression))
 		}
-		// New dials nothing: the first export connects.
 		exp, err = otlptracehttp.New(ctx, opts...)
+		desc += " " + s.endpoint
 	}
 	if err != nil {
 		return &Provider{}, fmt.Errorf("trace exporter: %w", err)
@@ -78,7 +95,10 @@ func New(ctx context.Context, getenv func(string) string, stdout io.Writer, serv
 	if err != nil {
 		return &Provider{}, fmt.Errorf("trace resource: %w", err)
 	}
-	return &Provider{sdk: sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp),
+	if p.OnError != nil {
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(p.OnError))
+	}
+	return &Provider{exporter: desc, sdk: sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp),
 		sdktrace.WithSampler(s.sampler), sdktrace.WithResource(res))}, nil
 }
 
@@ -86,7 +106,16 @@ func New(ctx context.Context, getenv func(string) string, stdout io.Writer, serv
 // once, every trace sampled: for tests with tracetest's in-memory exporter.
 func NewWithExporter(exp sdktrace.SpanExporter, service string) *Provider {
 	res := resource.NewSchemaless(semconv.ServiceName(service))
-	return &Provider{sdk: sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithResource(res))}
+	return &Provider{exporter: "test", sdk: sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithResource(res))}
+}
+
+// Exporter says where the spans go — "otlp <endpoint URL>", "console" —
+// and is "" when tracing is off.
+func (p *Provider) Exporter() string {
+	if !p.Enabled() {
+		return ""
+	}
+	return p.exporter
 }
 
 // Enabled reports whether tracing is on.
@@ -116,6 +145,13 @@ func (p *Provider) Shutdown(ctx context.Context) error {
 
 // ShutdownTimeout bounds the final flush of a process's spans at exit.
 const ShutdownTimeout = 5 * time.Second
+
+// Close is Shutdown bounded by ShutdownTimeout, for a process's exit.
+func (p *Provider) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
+	defer cancel()
+	return p.Shutdown(ctx)
+}
 
 // Header is a carrier of trace context through message headers — a NATS
 // message's nats.Header, a consumer.Event's Delivery.Header — under the

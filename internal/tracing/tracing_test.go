@@ -41,10 +41,11 @@ func TestNewIsOffWithoutOTELVariables(t *testing.T) {
 		{"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"},
 		{"OTEL_SDK_DISABLED": "true", "OTEL_TRACES_EXPORTER": "otlp"},
 	} {
-		p, err := tracing.New(t.Context(), env(vars), io.Discard, "quill-test")
+		p, err := tracing.New(t.Context(), env(vars), tracing.Process{Service: "quill-test", Stdout: io.Discard})
 		require.NoError(t, err, "%v", vars)
 		require.False(t, p.Enabled(), "%v", vars)
 		require.Nil(t, p.Tracer(), "%v: the instrumented packages read a nil tracer as off", vars)
+		require.Empty(t, p.Exporter())
 		require.NoError(t, p.Shutdown(t.Context()))
 	}
 }
@@ -67,7 +68,7 @@ func TestNewRefusesInvalidSettings(t *testing.T) {
 		{map[string]string{"OTEL_TRACES_EXPORTER": "console", "OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "2"}, "OTEL_TRACES_SAMPLER_ARG"},
 		{map[string]string{"OTEL_TRACES_EXPORTER": "console", "OTEL_RESOURCE_ATTRIBUTES": "a=%zz"}, "OTEL_RESOURCE_ATTRIBUTES"},
 	} {
-		p, err := tracing.New(t.Context(), env(tc.vars), io.Discard, "quill-test")
+		p, err := tracing.New(t.Context(), env(tc.vars), tracing.Process{Service: "quill-test", Stdout: io.Discard})
 		require.ErrorContains(t, err, tc.want, "%v", tc.vars)
 		require.False(t, p.Enabled())
 	}
@@ -102,9 +103,10 @@ func TestNewExportsOverOTLPHTTPAndShutdownFlushes(t *testing.T) {
 		"OTEL_EXPORTER_OTLP_ENDPOINT": srv.URL + "/",
 		"OTEL_EXPORTER_OTLP_HEADERS":  "Authorization=Bearer%20xyz",
 		"OTEL_SERVICE_NAME":           "quill-api-test",
-	}), io.Discard, "quill-test")
+	}), tracing.Process{Service: "quill-test", Stdout: io.Discard})
 	require.NoError(t, err)
 	require.True(t, p.Enabled())
+	require.Equal(t, "otlp "+srv.URL+"/v1/traces", p.Exporter())
 	_, span := p.Tracer().Start(t.Context(), "work")
 	require.True(t, span.IsRecording())
 	span.End()
@@ -126,7 +128,7 @@ func TestNewExportsOverOTLPHTTPAndShutdownFlushes(t *testing.T) {
 func TestConsoleExporterWritesToStdout(t *testing.T) {
 	t.Parallel()
 	var out bytes.Buffer
-	p, err := tracing.New(t.Context(), env(map[string]string{"OTEL_TRACES_EXPORTER": "console", "OTEL_SERVICE_NAME": "quill-console"}), &out, "quill-test")
+	p, err := tracing.New(t.Context(), env(map[string]string{"OTEL_TRACES_EXPORTER": "console", "OTEL_SERVICE_NAME": "quill-console"}), tracing.Process{Service: "quill-test", Stdout: &out})
 	require.NoError(t, err)
 	_, span := p.Tracer().Start(t.Context(), "console-work")
 	span.End()
@@ -198,4 +200,26 @@ func TestStartConsumerSpanIsAChildOfThePublish(t *testing.T) {
 	require.Equal(t, h["traceparent"][0], tp)
 	require.Equal(t, parentTracestate, ts)
 	require.Len(t, exp.GetSpans(), 2, "nothing recorded with tracing off")
+}
+
+// A collector that refuses the spans is reported to OnError, not written
+// to stderr by OpenTelemetry's default handler.
+func TestExportFailuresGoToOnError(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "no", http.StatusBadRequest) // not retried
+	}))
+	defer srv.Close()
+	var mu sync.Mutex
+	var errs []error
+	p, err := tracing.New(t.Context(), env(map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": srv.URL + "/v1/traces"}),
+		tracing.Process{Service: "quill-test", OnError: func(err error) { mu.Lock(); errs = append(errs, err); mu.Unlock() }})
+	require.NoError(t, err)
+	_, span := p.Tracer().Start(t.Context(), "work")
+	span.End()
+	_ = p.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	require.NotEmpty(t, errs)
+	require.ErrorContains(t, errs[0], "400")
 }
