@@ -30,8 +30,8 @@ import (
 	"github.com/quillhq/quill/internal/buildinfo"
 )
 
-// Scope is the instrumentation scope of every tracer Quill makes: the
-// module, so that a backend groups Quill's spans apart from a library's.
+// Scope is the instrumentation scope of Provider.Tracer's spans: the
+// module, so that a backend tells Quill's spans from a library's.
 const Scope = "github.com/quillhq/quill"
 
 // Provider is a process's tracing. The zero value, and the Provider New
@@ -47,7 +47,8 @@ type Process struct {
 	// Service is the service.name of its spans unless OTEL_SERVICE_NAME
 	// or OTEL_RESOURCE_ATTRIBUTES names one: quill-api, quill-relay.
 	Service string
-	// Stdout receives the spans of OTEL_TRACES_EXPORTER=console.
+	// Stdout receives the spans of OTEL_TRACES_EXPORTER=console (nil:
+	// they are dropped).
 	Stdout io.Writer
 	// OnError is told of every failure to export spans (a collector
 	// down): OpenTelemetry's error handler, which is process-wide, so the
@@ -73,7 +74,11 @@ func New(ctx context.Context, getenv func(string) string, p Process) (*Provider,
 	desc := s.exporter
 	switch s.exporter {
 	case exporterConsole:
-		exp, err = stdouttrace.New(stdouttrace.WithWriter(p.Stdout))
+		w := p.Stdout
+		if w == nil {
+			w = io.Discard
+		}
+		exp, err = stdouttrace.New(stdouttrace.WithWriter(w))
 	case exporterOTLP:
 		opts := []otlptracehttp.Option{otlptracehttp.WithEndpointURL(s.endpoint), otlptracehttp.WithTimeout(s.timeout)}
 		if len(s.headers) > 0 {
