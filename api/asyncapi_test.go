@@ -256,7 +256,7 @@ func TestAsyncAPIAttributesAreTheEnvelopes(t *testing.T) {
 	require.NoError(t, json.Unmarshal(env, &ce))
 	require.ElementsMatch(t, sortedKeys(ce), d.Components.Schemas.CloudEvent.Required,
 		"every attribute the envelope writes is required, and nothing else")
-	require.ElementsMatch(t, []string{"Nats-Msg-Id", "Content-Type", "traceparent"}, sortedKeys(d.Components.Schemas.Headers.Properties))
+	require.ElementsMatch(t, []string{"Nats-Msg-Id", "Content-Type", "traceparent", "tracestate"}, sortedKeys(d.Components.Schemas.Headers.Properties))
 }
 
 // Every message has examples, and each is valid against the message's

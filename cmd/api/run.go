@@ -24,6 +24,7 @@ import (
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/notes"
 	"github.com/quillhq/quill/internal/outbox"
+	"github.com/quillhq/quill/internal/tracing"
 )
 
 const overview = `usage: api [serve] [flags]     run the HTTP API (default)
@@ -133,6 +134,11 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err != nil {
 		return cli.UsageError{Msg: err.Error()}
 	}
+	tp, err := tracing.Start(ctx, getenv, tracing.Process{Service: "quill-api", Stdout: stdout}, log)
+	if err != nil {
+		return cli.UsageError{Msg: err.Error()}
+	}
+	defer tp.Stop(log)
 
 	pool, err := db.Open(ctx, c.databaseURL, int32(c.dbMaxConns))
 	if err != nil {
@@ -157,7 +163,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return cli.UsageError{Msg: err.Error()}
 	}
 	api := httpapi.NewServer(httpapi.Deps{Pool: pool, Auth: auth.NewAuthenticator(pool, c.tokenCacheTTL),
-		Notes: svc, Log: log, Metrics: m,
+		Notes: svc, Log: log, Metrics: m, Tracer: tp.Tracer(),
 		Config: httpapi.Config{MaxBodyBytes: int64(c.maxBody), MaxAttachmentBytes: c.maxAttachment,
 			MaxConcurrency: c.maxConcurrency, TenantConcurrency: c.tenantConcurrency,
 			TenantRate: c.tenantRate, TenantBurst: c.tenantBurst}})

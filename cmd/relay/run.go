@@ -18,6 +18,7 @@ import (
 	"github.com/quillhq/quill/internal/relay"
 	"github.com/quillhq/quill/internal/retention"
 	"github.com/quillhq/quill/internal/stream"
+	"github.com/quillhq/quill/internal/tracing"
 )
 
 const overview = `usage: relay [run] [flags]           publish committed outbox events to JetStream (default)
@@ -30,7 +31,7 @@ Run "relay run --help" for the settings.`
 const defaultAdminAddr = ":9091"
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	var c settings
+	c := settings{getenv: getenv, stdout: stdout}
 	return daemon.Program{
 		Name:      "relay",
 		Overview:  overview,
@@ -49,6 +50,10 @@ type settings struct {
 	// sessionURL is the claim and LISTEN sessions' URL
 	// (QUILL_RELAY_DATABASE_URL); empty means DATABASE_URL.
 	sessionURL string
+	// getenv and stdout are the program's, for the OTEL_* settings and
+	// the console exporter.
+	getenv func(string) string
+	stdout io.Writer
 }
 
 func (c *settings) define(s *config.Set) {
@@ -77,11 +82,16 @@ func (c *settings) start(ctx context.Context, ds daemon.Settings, stderr io.Writ
 	}
 	defer d.Close()
 	log := d.Log
+	tp, err := tracing.Start(ctx, c.getenv, tracing.Process{Service: "quill-relay", Stdout: c.stdout}, log)
+	if err != nil {
+		return cli.UsageError{Msg: err.Error()}
+	}
+	defer tp.Stop(log)
 	session, err := c.session(ctx, d, ds.DatabaseURL)
 	if err != nil {
 		return err
 	}
-	r, err := relay.New(d.Pool, d.NATS, cfg, log, metrics.NewRelay(d.Registry), relay.WithSessionConfig(session))
+	r, err := relay.New(d.Pool, d.NATS, cfg, log, metrics.NewRelay(d.Registry), relay.WithSessionConfig(session), relay.WithTracer(tp.Tracer()))
 	if err != nil {
 		return cli.UsageError{Msg: err.Error()}
 	}

@@ -10,6 +10,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/codes"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/quillhq/quill/internal/wait"
 )
@@ -48,6 +51,34 @@ type Pipeline struct {
 	b *pgx.Batch
 	// released: the connection went back to the pool (or was closed).
 	released bool
+	// span is the transaction's span, nil when the caller's context
+	// holds no recording span; Release ends it.
+	span trace.Span
+}
+
+// tracerScope names the instrumentation of the transactions' spans.
+const tracerScope = "github.com/quillhq/quill/internal/db"
+
+// startSpan starts the span of a transaction as a child of the caller's
+// span, and only when that one is recording: an untraced request costs
+// nothing here, and the tracer is the caller's span's own, so no tracer is
+// configured for the package.
+func startSpan(ctx context.Context) trace.Span {
+	parent := trace.SpanFromContext(ctx)
+	if !parent.IsRecording() {
+		return nil
+	}
+	_, span := parent.TracerProvider().Tracer(tracerScope).Start(ctx, "transaction",
+		trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(semconv.DBSystemNamePostgreSQL))
+	return span
+}
+
+// fail marks the transaction's span failed with err.
+func (p *Pipeline) fail(err error) {
+	if p.span != nil {
+		p.span.RecordError(err)
+		p.span.SetStatus(codes.Error, err.Error())
+	}
 }
 
 // PipelineOption tunes a pipelined transaction.
@@ -87,11 +118,17 @@ func BeginPipeline(ctx context.Context, pool *pgxpool.Pool, opts ...PipelineOpti
 	for _, opt := range opts {
 		opt(&o)
 	}
+	span := startSpan(ctx)
 	conn, err := Acquire(ctx, pool, o.acquireTimeout)
 	if err != nil {
+		if span != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+			span.End()
+		}
 		return nil, err
 	}
-	p := &Pipeline{conn: conn, since: sessionStart(conn), b: &pgx.Batch{}}
+	p := &Pipeline{conn: conn, since: sessionStart(conn), b: &pgx.Batch{}, span: span}
 	p.b.Queue(sqlBegin)
 	if conn.Conn().PgConn().CustomData()[pooledKey] == true {
 		p.b.Queue(sqlSessionSettings).QueryRow(func(row pgx.Row) error {
@@ -138,7 +175,9 @@ func (p *Pipeline) Batch() *pgx.Batch { return p.b }
 func (p *Pipeline) Send(ctx context.Context) error {
 	if err := p.send(ctx); err != nil {
 		p.Rollback(ctx)
-		return Translate(err)
+		err = Translate(err)
+		p.fail(err)
+		return err
 	}
 	return nil
 }
@@ -195,19 +234,24 @@ func (p *Pipeline) Commit(ctx context.Context) error {
 	if err == nil {
 		if tag.String() != sqlCommit {
 			// COMMIT of an aborted transaction answers ROLLBACK.
-			return fmt.Errorf("commit (%s): %w", tag, pgx.ErrTxCommitRollback)
+			err = fmt.Errorf("commit (%s): %w", tag, pgx.ErrTxCommitRollback)
+			p.fail(err)
+			return err
 		}
 		return nil
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && !sessionEnded(pgErr) {
 		p.Rollback(ctx)
-		return Translate(err)
+		err = Translate(err)
+		p.fail(err)
+		return err
 	}
 	lost := &OutcomeUnknownError{PID: p.pid, SessionStart: p.since, XactStart: p.xactStart, Err: Translate(err)}
 	if p.conn.Conn().PgConn().CustomData()[pooledKey] != true {
 		lost.PID, lost.XactStart = p.conn.Conn().PgConn().PID(), time.Time{}
 	}
+	p.fail(lost)
 	p.close(ctx)
 	return lost
 }
@@ -218,6 +262,9 @@ func (p *Pipeline) Commit(ctx context.Context) error {
 func (p *Pipeline) Rollback(ctx context.Context) {
 	if p.released {
 		return
+	}
+	if p.span != nil {
+		p.span.AddEvent("rollback")
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 	defer cancel()
@@ -235,12 +282,15 @@ func (p *Pipeline) close(ctx context.Context) {
 	p.Release()
 }
 
-// Release gives the connection back to the pool; calling it again does
-// nothing.
+// Release gives the connection back to the pool and ends the
+// transaction's span; calling it again does nothing.
 func (p *Pipeline) Release() {
 	if !p.released {
 		p.released = true
 		p.conn.Release()
+		if p.span != nil {
+			p.span.End()
+		}
 	}
 }
 

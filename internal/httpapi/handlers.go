@@ -48,7 +48,8 @@ func operationKey(r *http.Request, action string) (string, *problem.Problem) {
 }
 
 func (s *server) writeRequest(r *http.Request, key string) notes.Request {
-	return notes.Request{Tenant: info(r).tenant, Key: key, Wait: preferWait(r), Traceparent: traceparent(r), Render: RenderWrite}
+	tp, ts := s.traceContext(r)
+	return notes.Request{Tenant: info(r).tenant, Key: key, Wait: preferWait(r), Traceparent: tp, Tracestate: ts, Render: RenderWrite}
 }
 
 // RenderWrite renders an executed write's result as the HTTP response the

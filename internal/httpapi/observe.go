@@ -127,7 +127,8 @@ func (s *server) observe(next http.Handler) http.Handler {
 			ri.id = newRequestID()
 		}
 		w.Header().Set("X-Request-Id", ri.id)
-		r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, ri))
+		ctx, span := s.startSpan(context.WithValue(r.Context(), ctxKey{}, ri), r)
+		r = r.WithContext(ctx)
 		sw := &statusWriter{ResponseWriter: w}
 		if r.Body != nil && r.Body != http.NoBody && (r.ContentLength != 0 || len(r.TransferEncoding) > 0) {
 			sw.body, sw.contentLength = &bodyTracker{ReadCloser: r.Body}, r.ContentLength
@@ -138,7 +139,7 @@ func (s *server) observe(next http.Handler) http.Handler {
 				if v == http.ErrAbortHandler {
 					panic(v)
 				}
-				s.Log.Error().Str("request_id", ri.id).Interface("panic", v).Msg("handler panicked")
+				s.Log.Error().Ctx(r.Context()).Str("request_id", ri.id).Interface("panic", v).Msg("handler panicked")
 				if sw.status == 0 {
 					ri.category = problem.CodeInternal
 					problem.New(http.StatusInternalServerError, problem.CodeInternal,
@@ -155,11 +156,12 @@ func (s *server) observe(next http.Handler) http.Handler {
 			if s.Metrics != nil {
 				s.Metrics.HTTPRequest(route, r.Method, sw.status)
 			}
+			endSpan(span, r.Method, route, sw.status, ri)
 			ev := s.Log.Info()
 			if sw.status >= 500 {
 				ev = s.Log.Error()
 			}
-			ev = ev.Str("request_id", ri.id).Str("method", r.Method).Str("route", route).
+			ev = ev.Ctx(r.Context()).Str("request_id", ri.id).Str("method", r.Method).Str("route", route).
 				Int("status", sw.status).Float64("duration_ms", since(start)).Int("bytes", sw.bytes)
 			if ri.tenant != "" {
 				ev = ev.Str("tenant", ri.tenant)

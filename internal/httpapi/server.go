@@ -18,6 +18,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/quillhq/quill/api"
 	"github.com/quillhq/quill/internal/auth"
@@ -94,6 +95,9 @@ type Deps struct {
 	Log     zerolog.Logger
 	Metrics Metrics
 	Config  Config
+	// Tracer makes a span for each request (tracing.Provider.Tracer);
+	// nil is tracing off.
+	Tracer trace.Tracer
 }
 
 type server struct {

@@ -1,5 +1,6 @@
 // Package logging builds the zerolog JSON logger every Quill process writes
-// to stderr.
+// to stderr. A line logged with the context of a span (Event.Ctx) carries
+// that span's trace_id and span_id.
 package logging
 
 import (
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // New returns a JSON logger at level (trace, debug, info, warn, error)
@@ -18,7 +20,20 @@ func New(w io.Writer, level, process string) (zerolog.Logger, error) {
 	if err != nil || level == "" {
 		return zerolog.Nop(), fmt.Errorf("invalid QUILL_LOG_LEVEL %q: use trace, debug, info, warn or error", level)
 	}
-	return zerolog.New(w).Level(lvl).With().Timestamp().Str("process", process).Logger(), nil
+	return zerolog.New(w).Level(lvl).Hook(traceHook{}).With().Timestamp().Str("process", process).Logger(), nil
+}
+
+// traceHook adds trace_id and span_id to a line whose event was given a
+// context holding a valid span context (Event.Ctx): a traced request's
+// lines can be found from its trace, and its trace from them.
+type traceHook struct{}
+
+func (traceHook) Run(e *zerolog.Event, _ zerolog.Level, _ string) {
+	sc := trace.SpanContextFromContext(e.GetCtx())
+	if !sc.IsValid() {
+		return
+	}
+	e.Str("trace_id", sc.TraceID().String()).Str("span_id", sc.SpanID().String())
 }
 
 func init() {

@@ -203,9 +203,11 @@ type Request struct {
 	Tenant string
 	Key    string
 	Wait   time.Duration
-	// Traceparent is the request's W3C traceparent, carried into the
-	// outbox event; empty when there is none.
+	// Traceparent and Tracestate are the W3C trace context of the
+	// request's span, carried into the outbox event as the parent of its
+	// publish; empty when there is none.
 	Traceparent string
+	Tracestate  string
 	// Render renders the response recorded for the operation when this
 	// request executes it; required.
 	Render Render
@@ -737,5 +739,5 @@ func pgUUID(u uuid.UUID) pgtype.UUID { return pgtype.UUID{Bytes: u, Valid: true}
 
 func (s *Service) queueEvent(b *pgx.Batch, r Request, typ string, noteID uuid.UUID, now time.Time, data any) error {
 	return outbox.QueueGuarded(b, outbox.Event{ID: EventID(noteID, typ), Tenant: r.Tenant, OperationKey: r.Key, AggregateID: noteID,
-		Type: typ, Time: now, Data: data, Traceparent: r.Traceparent}, idempotency.Claimed)
+		Type: typ, Time: now, Data: data, Traceparent: r.Traceparent, Tracestate: r.Tracestate}, idempotency.Claimed)
 }

@@ -42,8 +42,12 @@ type Event struct {
 	Type        string
 	Time        time.Time
 	// Data is the CloudEvents data member, marshaled as JSON.
-	Data        any
+	Data any
+	// Traceparent and Tracestate are the W3C trace context of the span
+	// that wrote the event, the parent of the relay's publish; empty when
+	// there is none.
 	Traceparent string
+	Tracestate  string
 }
 
 // CloudEventType returns the CloudEvents type of an event type, e.g.
@@ -102,8 +106,8 @@ func Envelope(e Event) ([]byte, error) {
 
 const (
 	sqlEventInsert = `INSERT INTO outbox_events
-		(id, tenant, operation_key, aggregate_id, type, payload, traceparent, created_at)
-	VALUES ($1, $2, nullif($3, ''), $4, $5, $6, nullif($7, ''), $8)`
+		(id, tenant, operation_key, aggregate_id, type, payload, traceparent, created_at, tracestate)
+	VALUES ($1, $2, nullif($3, ''), $4, $5, $6, nullif($7, ''), $8, nullif($9, ''))`
 
 	sqlNotify = `SELECT pg_notify('` + NotifyChannel + `', '')`
 )
@@ -118,9 +122,9 @@ func Queue(b *pgx.Batch, e Event) error {
 }
 
 const sqlEventInsertGuarded = `INSERT INTO outbox_events
-		(id, tenant, operation_key, aggregate_id, type, payload, traceparent, created_at)
-	SELECT $1::uuid, $2::text, nullif($3::text, ''), $4::uuid, $5::text, $6::bytea, nullif($7::text, ''), $8::timestamptz
-	WHERE current_setting($9::text)::boolean`
+		(id, tenant, operation_key, aggregate_id, type, payload, traceparent, created_at, tracestate)
+	SELECT $1::uuid, $2::text, nullif($3::text, ''), $4::uuid, $5::text, $6::bytea, nullif($7::text, ''), $8::timestamptz, nullif($9::text, '')
+	WHERE current_setting($10::text)::boolean`
 
 // QueueGuarded is Queue for an insert that writes only when guard, set by an
 // earlier statement of the same transaction, is on (see db.Flag).
@@ -133,7 +137,7 @@ func queue(b *pgx.Batch, sql string, e Event, extra ...any) error {
 	if err != nil {
 		return err
 	}
-	args := append([]any{pgUUID(e.ID), e.Tenant, e.OperationKey, pgUUID(e.AggregateID), e.Type, payload, e.Traceparent, e.Time}, extra...)
+	args := append([]any{pgUUID(e.ID), e.Tenant, e.OperationKey, pgUUID(e.AggregateID), e.Type, payload, e.Traceparent, e.Time, e.Tracestate}, extra...)
 	b.Queue(sql, args...)
 	return nil
 }

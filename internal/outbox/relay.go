@@ -16,12 +16,15 @@ import (
 
 // Pending is a committed, unpublished event as the relay claims it.
 type Pending struct {
-	Seq         int64
-	ID          uuid.UUID
-	Tenant      string
-	Type        string
-	Payload     []byte
+	Seq     int64
+	ID      uuid.UUID
+	Tenant  string
+	Type    string
+	Payload []byte
+	// Traceparent and Tracestate are the writer's trace context, "" when
+	// none was stored.
 	Traceparent string
+	Tracestate  string
 	CreatedAt   time.Time
 	// Attempts counts the attempts recorded before this one (see
 	// MarkPublished, Release and Park).
@@ -79,7 +82,7 @@ const (
 	// the scan meets them first: they are excluded through a multirange
 	// built once per statement (a binary search per row, not <> ALL's
 	// linear one) — and must be, as an advisory lock is re-entrant.
-	sqlClaimLock = `SELECT l.seq, coalesce(e.live, false), e.id, e.tenant, e.type, e.payload, e.traceparent, e.created_at, e.attempts
+	sqlClaimLock = `SELECT l.seq, coalesce(e.live, false), e.id, e.tenant, e.type, e.payload, e.traceparent, e.tracestate, e.created_at, e.attempts
 	FROM (SELECT cand.seq FROM (
 		SELECT c.seq, c.aggregate_id FROM outbox_pending c
 		WHERE NOT c.parked
@@ -94,7 +97,7 @@ const (
 	LIMIT $2) l
 	LEFT JOIN LATERAL (
 		SELECT e.published_at IS NULL AND e.parked_at IS NULL AS live, e.id, e.tenant, e.type, e.payload,
-			coalesce(e.traceparent, '') AS traceparent, e.created_at, e.attempts
+			coalesce(e.traceparent, '') AS traceparent, coalesce(e.tracestate, '') AS tracestate, e.created_at, e.attempts
 		FROM outbox_events e WHERE e.seq = l.seq
 		OFFSET 0
 	) e ON true`
@@ -224,17 +227,17 @@ func Claim(ctx context.Context, s Session, space int32, unlock, held []int64, li
 			var p Pending
 			var live bool
 			var id pgtype.UUID
-			var tenant, typ, traceparent pgtype.Text
+			var tenant, typ, traceparent, tracestate pgtype.Text
 			var created pgtype.Timestamptz
 			var attempts pgtype.Int4
-			if err := rows.Scan(&p.Seq, &live, &id, &tenant, &typ, &p.Payload, &traceparent, &created, &attempts); err != nil {
+			if err := rows.Scan(&p.Seq, &live, &id, &tenant, &typ, &p.Payload, &traceparent, &tracestate, &created, &attempts); err != nil {
 				return err
 			}
 			if !live {
 				stale = append(stale, p.Seq)
 				continue
 			}
-			p.ID, p.Tenant, p.Type, p.Traceparent = id.Bytes, tenant.String, typ.String, traceparent.String
+			p.ID, p.Tenant, p.Type, p.Traceparent, p.Tracestate = id.Bytes, tenant.String, typ.String, traceparent.String, tracestate.String
 			p.CreatedAt, p.Attempts = created.Time, int(attempts.Int32)
 			claimed = append(claimed, p)
 		}

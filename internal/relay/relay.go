@@ -35,11 +35,16 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/outbox"
 	"github.com/quillhq/quill/internal/stream"
+	"github.com/quillhq/quill/internal/tracing"
 	"github.com/quillhq/quill/internal/wait"
 )
 
@@ -136,6 +141,8 @@ type Relay struct {
 	id    string
 	wake  chan struct{}
 	hooks Hooks
+	// tracer makes each event's publish span; nil is tracing off.
+	tracer trace.Tracer
 
 	replicas atomic.Int64 // see StreamReplicas
 	// session is the configuration of the claim and LISTEN connections
@@ -155,6 +162,13 @@ func WithHooks(h Hooks) Option { return func(r *Relay) { r.hooks = h } }
 // PostgreSQL directly or a session pooler, while the pool, which only runs
 // transactions, may go through a transaction pooler.
 func WithSessionConfig(cc *pgx.ConnConfig) Option { return func(r *Relay) { r.session = cc } }
+
+// WithTracer makes a span of each event's publish (tracing.Provider.Tracer;
+// nil, the default, is tracing off), the child of the span that wrote the
+// event, whose trace context the outbox row stores; the message carries
+// the publish span's, so that a consumer's handling is its child. With
+// tracing off the message carries the stored trace context as it is.
+func WithTracer(t trace.Tracer) Option { return func(r *Relay) { r.tracer = t } }
 
 // WithID names the relay in its claims (default host-pid-random).
 func WithID(id string) Option { return func(r *Relay) { r.id = id } }
@@ -250,6 +264,33 @@ type batch struct {
 	events  []outbox.Pending
 	futures []jetstream.PubAckFuture
 	failed  []error
+	// spans are the events' publish spans, ended when their
+	// acknowledgement or failure arrives; nil with tracing off.
+	spans []trace.Span
+}
+
+// endSpan ends the publish span of b's i-th event, failed with err when
+// err is not nil.
+func (b *batch) endSpan(i int, err error, attrs ...attribute.KeyValue) {
+	if b.spans == nil {
+		return
+	}
+	span := b.spans[i]
+	span.SetAttributes(attrs...)
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+}
+
+// logCtx is the context of log lines about b's i-th event: its publish
+// span's, so that they carry its trace_id.
+func (b *batch) logCtx(i int) context.Context {
+	if b.spans == nil {
+		return context.Background()
+	}
+	return trace.ContextWithSpanContext(context.Background(), b.spans[i].SpanContext())
 }
 
 // pipeline is the state of Run's publish loop. The claimer (the loop's
@@ -605,10 +646,34 @@ func (r *Relay) Pass(ctx context.Context) (int, error) {
 func (r *Relay) publish(session uint64, events []outbox.Pending) *batch {
 	b := &batch{session: session, events: events,
 		futures: make([]jetstream.PubAckFuture, len(events)), failed: make([]error, len(events))}
+	if r.tracer != nil {
+		b.spans = make([]trace.Span, len(events))
+	}
 	for i, e := range events {
-		b.futures[i], b.failed[i] = r.js.PublishMsgAsync(r.message(e), jetstream.WithStallWait(r.cfg.AckTimeout))
+		msg := r.message(e)
+		if b.spans != nil {
+			b.spans[i] = r.startSpan(e, msg)
+		}
+		b.futures[i], b.failed[i] = r.js.PublishMsgAsync(msg, jetstream.WithStallWait(r.cfg.AckTimeout))
+		if b.failed[i] != nil {
+			b.endSpan(i, b.failed[i])
+		}
 	}
 	return b
+}
+
+// startSpan starts e's publish span, a child of the trace context stored
+// with e, and sets msg's traceparent and tracestate to the span's.
+func (r *Relay) startSpan(e outbox.Pending, msg *nats.Msg) trace.Span {
+	ctx := tracing.Extract(context.Background(), e.Traceparent, e.Tracestate)
+	ctx, span := r.tracer.Start(ctx, "send "+e.Type, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(
+		semconv.MessagingSystemKey.String("nats"), semconv.MessagingOperationTypeSend, semconv.MessagingOperationName("send"),
+		semconv.MessagingDestinationName(msg.Subject), semconv.MessagingMessageID(e.ID.String()),
+		attribute.String("quill.tenant", e.Tenant), attribute.Int("quill.attempts", e.Attempts)))
+	delete(msg.Header, "traceparent")
+	delete(msg.Header, "tracestate")
+	tracing.InjectHeader(ctx, tracing.Header(msg.Header))
+	return span
 }
 
 // finish waits for a published batch's acknowledgements and marks the
@@ -636,10 +701,13 @@ func (r *Relay) awaitAcks(ctx context.Context, b *batch) []outbox.Published {
 			if ack.Duplicate {
 				r.m.Duplicates.Inc()
 			}
+			b.endSpan(i, nil, attribute.Int64("quill.stream_seq", int64(ack.Sequence)), attribute.Bool("quill.duplicate", ack.Duplicate))
 		case err := <-f.Err():
 			failed[i] = err
+			b.endSpan(i, err)
 		case <-pctx.Done():
 			failed[i] = pctx.Err()
+			b.endSpan(i, failed[i])
 		}
 	}
 	return acks
@@ -676,7 +744,7 @@ func (r *Relay) settle(ctx context.Context, b *batch, acks []outbox.Published) e
 			missing = true
 		}
 		if reason, permanent := r.permanent(pctx, e, err); permanent {
-			r.log.Error().Str("event_id", e.ID.String()).Str("type", e.Type).Str("tenant", e.Tenant).
+			r.log.Error().Ctx(b.logCtx(i)).Str("event_id", e.ID.String()).Str("type", e.Type).Str("tenant", e.Tenant).
 				Str("error_category", "event_parked").Str("reason", reason).Msg("event parked: it cannot be published as it is")
 			if perr := outbox.Park(pctx, r.pool, e.Seq, reason); perr != nil {
 				return fmt.Errorf("%w: %w", errDatabase, perr)
@@ -707,6 +775,9 @@ func (r *Relay) message(e outbox.Pending) *nats.Msg {
 	msg.Header.Set("Content-Type", "application/cloudevents+json")
 	if e.Traceparent != "" {
 		msg.Header.Set("traceparent", e.Traceparent)
+		if e.Tracestate != "" {
+			msg.Header.Set("tracestate", e.Tracestate)
+		}
 	}
 	return msg
 }

@@ -1,0 +1,54 @@
+package main
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/quillhq/quill/internal/dbtest"
+)
+
+// With an OTLP endpoint set, serve traces its requests and exports the
+// spans by the time it has stopped; the start-up says tracing is on, and a
+// request's log line names its trace. A bad OTEL_* setting is a usage
+// error before anything starts.
+func TestServeExportsSpansToTheOTLPEndpoint(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var posts []string
+	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		mu.Lock()
+		posts = append(posts, r.Method+" "+r.URL.Path)
+		mu.Unlock()
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer collector.Close()
+
+	vars := map[string]string{"DATABASE_URL": dbtest.Schema(t), "QUILL_HTTP_ADDR": freeAddr(t), "QUILL_ADMIN_ADDR": freeAddr(t),
+		"OTEL_EXPORTER_OTLP_ENDPOINT": collector.URL}
+	tok, _, err := runOut(t, env(vars), "token", "create", "--tenant", "acme")
+	require.NoError(t, err)
+	p := start(t, env(vars), "serve")
+	waitReady(t, "http://"+vars["QUILL_ADMIN_ADDR"]+"/readyz")
+	res, body := post(t, "http://"+vars["QUILL_HTTP_ADDR"], strings.TrimSpace(tok), "traced-1", `{"title":"traced"}`)
+	require.Equal(t, http.StatusCreated, res.StatusCode, body)
+	require.NoError(t, p.Stop())
+
+	mu.Lock()
+	require.Contains(t, posts, "POST /v1/traces", "the spans were flushed at exit")
+	mu.Unlock()
+	logs := p.Stderr.String()
+	require.Contains(t, logs, `"exporter":"otlp `+collector.URL+`/v1/traces"`)
+	require.Regexp(t, `"message":"tracing on"`, logs)
+	require.Regexp(t, `"trace_id":"[0-9a-f]{32}","span_id":"[0-9a-f]{16}","time":"[^"]+","message":"request"`, logs)
+
+	vars["OTEL_TRACES_SAMPLER"] = "sometimes"
+	_, _, err = runOut(t, env(vars), "serve")
+	require.ErrorContains(t, err, "OTEL_TRACES_SAMPLER")
+}

@@ -1,0 +1,45 @@
+package main
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/quillhq/quill/internal/natstest"
+)
+
+// With an OTLP endpoint the relay makes a span of each publish and exports
+// them by the time it has stopped; the start-up says where spans go.
+func TestRelayExportsPublishSpans(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var posts []string
+	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		mu.Lock()
+		posts = append(posts, r.Method+" "+r.URL.Path)
+		mu.Unlock()
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer collector.Close()
+	w := newWorld(t)
+	w.vars["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = collector.URL + "/traces"
+	p := start(t, env(w.vars))
+	waitStatus(t, "http://"+w.admin+"/readyz", http.StatusOK)
+	id := w.write(w.tenant)
+	w.waitPublished(1)
+	require.NoError(t, p.Stop())
+	mu.Lock()
+	require.Equal(t, []string{"POST /traces"}, posts, "the publish span, flushed at exit")
+	mu.Unlock()
+	require.Contains(t, p.Stderr.String(), `"exporter":"otlp `+collector.URL+`/traces"`)
+	msgs := natstest.StreamMessages(t, w.js, w.stream, "")
+	require.Len(t, msgs, 1)
+	require.Equal(t, id.String(), msgs[0].Header.Get("Nats-Msg-Id"))
+	require.Regexp(t, `^00-[0-9a-f]{32}-[0-9a-f]{16}-01$`, msgs[0].Header.Get("traceparent"),
+		"an event written without a trace starts one at its publish")
+}
