@@ -19,6 +19,7 @@ import (
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/natsconn"
 	"github.com/quillhq/quill/internal/outbox"
+	"github.com/quillhq/quill/internal/tracing"
 	"github.com/quillhq/quill/internal/worker"
 )
 
@@ -37,7 +38,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 // runWith is run with options for the worker (the tests' hooks).
 func runWith(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, opts ...worker.Option) error {
-	c := settings{opts: opts}
+	c := settings{opts: opts, getenv: getenv, stdout: stdout}
 	return daemon.Program{
 		Name:      "attachment-worker",
 		Overview:  overview,
@@ -57,6 +58,10 @@ type settings struct {
 	decodeMemory, maxPixels int
 	// opts are the worker's options beyond the settings (tests' hooks).
 	opts []worker.Option
+	// getenv and stdout are the program's, for the OTEL_* settings and
+	// the console exporter.
+	getenv func(string) string
+	stdout io.Writer
 }
 
 func (c *settings) define(s *config.Set) {
@@ -92,9 +97,15 @@ func (c *settings) start(ctx context.Context, ds daemon.Settings, stderr io.Writ
 	}
 	defer d.Close()
 	log := d.Log
+	tp, err := tracing.Start(ctx, c.getenv, tracing.Process{Service: "quill-worker", Stdout: c.stdout}, log)
+	if err != nil {
+		return cli.UsageError{Msg: err.Error()}
+	}
+	defer tp.Stop(log)
 	notifier := outbox.NewNotifier(d.Pool, func(err error) { log.Warn().Err(err).Msg("notify relays") })
 	w, err := worker.New(d.Pool, d.NATS, cfg, log, metrics.NewWorker(d.Registry),
-		append(c.opts, worker.WithNotifier(notifier), worker.WithDecodeMemoryGauge(metrics.NewDecodeMemory(d.Registry)))...)
+		append(c.opts, worker.WithNotifier(notifier), worker.WithDecodeMemoryGauge(metrics.NewDecodeMemory(d.Registry)),
+			worker.WithTracer(tp.Tracer()))...)
 	if err != nil {
 		return cli.UsageError{Msg: err.Error()}
 	}

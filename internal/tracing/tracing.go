@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
 	"go.opentelemetry.io/otel/propagation"
@@ -241,12 +240,12 @@ func Extract(ctx context.Context, traceparent, tracestate string) context.Contex
 // span, so that what the handling writes (an outbox event's traceparent)
 // still carries the trace on; the span returned is then not recording.
 // Either way the caller ends the span.
-func StartConsumerSpan(ctx context.Context, tracer trace.Tracer, header Header, name string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
+func StartConsumerSpan(ctx context.Context, tracer trace.Tracer, header Header, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
 	ctx = propagation.TraceContext{}.Extract(ctx, header)
 	if tracer == nil {
 		return ctx, trace.SpanFromContext(ctx)
 	}
-	return tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
+	return tracer.Start(ctx, name, append([]trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)}, opts...)...)
 }
 
 // errUnsupported is wrapped by the errors of settings Quill does not

@@ -10,6 +10,10 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/quillhq/quill/consumer"
 	"github.com/quillhq/quill/internal/attachment"
@@ -17,6 +21,7 @@ import (
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/notes"
 	"github.com/quillhq/quill/internal/outbox"
+	"github.com/quillhq/quill/internal/tracing"
 )
 
 // The worker's stages of consumer.NewStaged. The consumer gathers the
@@ -63,6 +68,8 @@ type job struct {
 	proc *processing
 	// state is the note's attachment as read before processing.
 	state attState
+	// prepared is when its handling began (its span's start).
+	prepared time.Time
 }
 
 // attState is a note's attachment as read or locked.
@@ -134,7 +141,7 @@ func (w *Worker) prepare(ctx context.Context, items []*consumer.Item) {
 			it.Skip, it.Result = true, metrics.WorkerSkipped
 			continue
 		}
-		j := &job{p: p}
+		j := &job{p: p, prepared: time.Now()}
 		it.Prepared = j
 		if proc := w.keptProcessing(it.Event.ID); proc != nil {
 			// An earlier attempt's: put off by its batch, or its batch
@@ -416,51 +423,14 @@ func (w *Worker) apply(ctx context.Context, tx pgx.Tx, items []*consumer.Item) e
 	b := &pgx.Batch{}
 	var results []notes.AttachmentResult
 	for i, it := range items {
-		j, s := jobs[i], locked[jobs[i].p.noteID]
-		switch {
-		case !s.found:
-			// Notes are never removed (only marked deleted), so the
-			// event belongs to another database: nothing here can ever
-			// process it.
-			it.Err = consumer.Permanent(fmt.Errorf("note %s of tenant %s has no attachment in this database", j.p.noteID, j.p.tenant))
-		case s.deleted:
-			it.Result = metrics.WorkerSkipped
-			notes.QueueAttachmentSkipped(b, s.attID, ReasonNoteDeleted)
-		case s.attID != j.p.att.id:
-			// A note has one attachment, fixed at its creation: an event
-			// naming another was not written by this database's API.
-			it.Err = consumer.Permanent(fmt.Errorf("event names attachment %s, but note %s's attachment is %s",
-				j.p.att.id, j.p.noteID, s.attID))
-		case s.status != notes.AttachmentPending:
-			// Processed under another event id, or before the inbox
-			// forgot this one: the effect exists, do not repeat it.
-			it.Result = metrics.WorkerDuplicate
-		case j.proc == nil || j.proc.attID != s.attID:
-			// Unreachable while states only move forward: the read
-			// before processing saw the attachment no longer pending.
-			it.Err = fmt.Errorf("attachment %s is pending again after it was read as %s", s.attID, j.state.status)
-		default:
-			if l, ok := processedBy[s.attID]; ok {
-				follows[i] = l
-				it.Result = metrics.WorkerDuplicate
-				continue
-			}
-			processedBy[s.attID] = i
-			p := j.proc
-			if p.err != nil {
-				it.Err = p.err
-				continue
-			}
-			it.Result = p.result
-			results = append(results, notes.AttachmentResult{ID: s.attID, Status: p.ev.State, Result: p.json,
-				Reason: p.ev.Reason, Thumbnail: p.thumb})
-			// Derived from the note.created event's id (decision 0050): processing
-			// it again, after a restore or beyond the inbox's memory, writes the
-			// event every consumer has seen already.
-			if err := outbox.Queue(b, outbox.Event{ID: notes.ProcessedEventID(j.p.id), Tenant: j.p.tenant, AggregateID: j.p.noteID,
-				Type: outbox.TypeAttachmentProcessed, Time: now, Data: p.ev, Traceparent: it.Event.Delivery.Header.Get("traceparent")}); err != nil {
-				return fmt.Errorf("outbox event: %w", err)
-			}
+		// The handling's span, the child of the event's publish, from
+		// when its batch was prepared to its writes; it is the parent of
+		// the attachment.processed event written.
+		sctx, span := w.startSpan(ctx, it, jobs[i].prepared)
+		err := w.applyOne(sctx, b, it, jobs[i], locked[jobs[i].p.noteID], i, now, processedBy, follows, &results)
+		endSpan(span, it, err)
+		if err != nil {
+			return err
 		}
 	}
 	for i, l := range follows {
@@ -477,6 +447,84 @@ func (w *Worker) apply(ctx context.Context, tx pgx.Tx, items []*consumer.Item) e
 		return fmt.Errorf("store results: %w", db.Translate(err))
 	}
 	return nil
+}
+
+// applyOne decides and queues the writes of one item, given its note's
+// attachment as locked (s); ctx carries the item's span, whose trace
+// context the attachment.processed event takes. An item's own failure is
+// its Err; the error returned fails the transaction.
+func (w *Worker) applyOne(ctx context.Context, b *pgx.Batch, it *consumer.Item, j *job, s attState, i int, now time.Time,
+	processedBy map[uuid.UUID]int, follows map[int]int, results *[]notes.AttachmentResult) error {
+	switch {
+	case !s.found:
+		// Notes are never removed (only marked deleted), so the
+		// event belongs to another database: nothing here can ever
+		// process it.
+		it.Err = consumer.Permanent(fmt.Errorf("note %s of tenant %s has no attachment in this database", j.p.noteID, j.p.tenant))
+	case s.deleted:
+		it.Result = metrics.WorkerSkipped
+		notes.QueueAttachmentSkipped(b, s.attID, ReasonNoteDeleted)
+	case s.attID != j.p.att.id:
+		// A note has one attachment, fixed at its creation: an event
+		// naming another was not written by this database's API.
+		it.Err = consumer.Permanent(fmt.Errorf("event names attachment %s, but note %s's attachment is %s",
+			j.p.att.id, j.p.noteID, s.attID))
+	case s.status != notes.AttachmentPending:
+		// Processed under another event id, or before the inbox
+		// forgot this one: the effect exists, do not repeat it.
+		it.Result = metrics.WorkerDuplicate
+	case j.proc == nil || j.proc.attID != s.attID:
+		// Unreachable while states only move forward: the read
+		// before processing saw the attachment no longer pending.
+		it.Err = fmt.Errorf("attachment %s is pending again after it was read as %s", s.attID, j.state.status)
+	default:
+		if l, ok := processedBy[s.attID]; ok {
+			follows[i] = l
+			it.Result = metrics.WorkerDuplicate
+			return nil
+		}
+		processedBy[s.attID] = i
+		p := j.proc
+		if p.err != nil {
+			it.Err = p.err
+			return nil
+		}
+		it.Result = p.result
+		*results = append(*results, notes.AttachmentResult{ID: s.attID, Status: p.ev.State, Result: p.json,
+			Reason: p.ev.Reason, Thumbnail: p.thumb})
+		// Derived from the note.created event's id (decision 0050): processing
+		// it again, after a restore or beyond the inbox's memory, writes the
+		// event every consumer has seen already.
+		tp, ts := tracing.Inject(ctx)
+		if err := outbox.Queue(b, outbox.Event{ID: notes.ProcessedEventID(j.p.id), Tenant: j.p.tenant, AggregateID: j.p.noteID,
+			Type: outbox.TypeAttachmentProcessed, Time: now, Data: p.ev, Traceparent: tp, Tracestate: ts}); err != nil {
+			return fmt.Errorf("outbox event: %w", err)
+		}
+	}
+	return nil
+}
+
+// startSpan starts the span of it's handling (see WithTracer) at start.
+func (w *Worker) startSpan(ctx context.Context, it *consumer.Item, start time.Time) (context.Context, trace.Span) {
+	return tracing.StartConsumerSpan(ctx, w.tracer, tracing.Header(it.Event.Delivery.Header), "process "+it.Event.Type,
+		trace.WithTimestamp(start), trace.WithAttributes(semconv.MessagingSystemKey.String("nats"),
+			semconv.MessagingOperationTypeProcess, semconv.MessagingMessageID(it.Event.ID)))
+}
+
+// endSpan records it's result or failure (err failing its transaction) on
+// span and ends it.
+func endSpan(span trace.Span, it *consumer.Item, err error) {
+	if it.Result != "" {
+		span.SetAttributes(attribute.String("quill.result", it.Result))
+	}
+	if err == nil {
+		err = it.Err
+	}
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, "event failed")
+	}
+	span.End()
 }
 
 // committed is the consumer's Committed: count each event, wake the

@@ -25,6 +25,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"runtime"
 	"strings"
@@ -264,6 +265,8 @@ type Worker struct {
 	hooks    Hooks
 	now      func() time.Time
 	c        *consumer.Consumer
+	// tracer starts each event's handling span; nil: tracing is off.
+	tracer trace.Tracer
 
 	// cpu bounds the attachments processed at once.
 	cpu chan struct{}
@@ -291,6 +294,12 @@ type Option func(*Worker)
 
 // WithHooks installs test hooks.
 func WithHooks(h Hooks) Option { return func(w *Worker) { w.hooks = h } }
+
+// WithTracer makes a consumer span of each event's handling, the child of
+// its publish (the message's traceparent), and the parent of the
+// attachment.processed event it writes. Without it (tracing off) the
+// message's trace context is passed on as it came.
+func WithTracer(t trace.Tracer) Option { return func(w *Worker) { w.tracer = t } }
 
 // WithClock sets the clock (default time.Now).
 func WithClock(now func() time.Time) Option { return func(w *Worker) { w.now = now } }
