@@ -89,13 +89,15 @@ func (c *settings) start(ctx context.Context, ds daemon.Settings, stderr io.Writ
 		return err
 	}
 	defer d.Close()
+	d.Registry.MustRegister(metrics.NewPoolCollector(metrics.PoolMain, d.Pool))
+	deadLetters := metrics.NewDeadLetters(d.Registry, d.Pool, cfg.Consumer, d.Log)
 	log := d.Log
 	notifier := outbox.NewNotifier(d.Pool, func(err error) { log.Warn().Err(err).Msg("notify relays") })
 	w, err := worker.New(d.Pool, d.NATS, cfg, log, metrics.NewWorker(d.Registry), append(c.opts, worker.WithNotifier(notifier))...)
 	if err != nil {
 		return cli.UsageError{Msg: err.Error()}
 	}
-	return d.Run(ctx, map[string]metrics.ReadyFunc{"worker": w.Ready}, func(ctx context.Context) error {
+	return d.Run(ctx, map[string]metrics.ReadyFunc{"worker": w.Ready}, deadLetters.Run, func(ctx context.Context) error {
 		// The notifier outlives the worker by a moment: it is stopped
 		// after the worker returned, so the last commits still wake the
 		// relays.

@@ -76,6 +76,7 @@ func (c *settings) start(ctx context.Context, ds daemon.Settings, stderr io.Writ
 		return err
 	}
 	defer d.Close()
+	d.Registry.MustRegister(metrics.NewPoolCollector(metrics.PoolMain, d.Pool))
 	log := d.Log
 	session, err := c.session(ctx, d, ds.DatabaseURL)
 	if err != nil {

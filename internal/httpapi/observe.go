@@ -153,7 +153,7 @@ func (s *server) observe(next http.Handler) http.Handler {
 				route = "unmatched"
 			}
 			if s.Metrics != nil {
-				s.Metrics.HTTPRequest(route, r.Method, sw.status)
+				s.Metrics.HTTPRequest(route, r.Method, sw.status, time.Since(start))
 			}
 			ev := s.Log.Info()
 			if sw.status >= 500 {
