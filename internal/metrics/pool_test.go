@@ -24,10 +24,19 @@ func TestPoolCollectorExportsPoolStatistics(t *testing.T) {
 	require.Equal(t, 3.0, testkit.Gathered(t, reg, "quill_db_pool_max_conns", main))
 	conn, err := pool.Acquire(t.Context())
 	require.NoError(t, err)
+	// Released before the pool closes even when an assertion fails:
+	// Close waits for every acquired connection.
+	released := false
+	t.Cleanup(func() {
+		if !released {
+			conn.Release()
+		}
+	})
 	require.Equal(t, 1.0, testkit.Gathered(t, reg, "quill_db_pool_acquired_conns", main), "read at the scrape, not at registration")
 	acquires := testkit.Gathered(t, reg, "quill_db_pool_acquires_total", main)
 	require.GreaterOrEqual(t, acquires, 1.0)
 	conn.Release()
+	released = true
 	require.Equal(t, 0.0, testkit.Gathered(t, reg, "quill_db_pool_acquired_conns", main))
 	require.GreaterOrEqual(t, testkit.Gathered(t, reg, "quill_db_pool_total_conns", main), 1.0)
 
