@@ -1,6 +1,8 @@
 // Package metrics defines the Prometheus metrics of Quill's processes (SPEC
-// §8) on a registry the caller owns, and serves the admin endpoints every
-// process exposes: /healthz, /readyz and /metrics.
+// §8) on a registry the caller owns — among them a collector of a pgxpool's
+// statistics and the worker's dead-letter count, read from the database —
+// and serves the admin endpoints every process exposes: /healthz, /readyz
+// and /metrics.
 package metrics
 
 import (
@@ -44,7 +46,7 @@ func NewAPI(reg prometheus.Registerer, actions ...string) *API {
 		httpDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "quill_http_request_duration_seconds",
 			Help:    "Seconds from a request's arrival to the end of its response, by route pattern and method.",
-			Buckets: HTTPDurationBuckets,
+			Buckets: httpDurationBuckets,
 		}, []string{"route", "method"}),
 		idempotency: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "quill_idempotency_requests_total",
@@ -75,12 +77,12 @@ func (m *API) BusinessEffect(action string) {
 	m.effects.WithLabelValues(action).Inc()
 }
 
-// HTTPDurationBuckets are quill_http_request_duration_seconds's buckets. A
+// httpDurationBuckets are quill_http_request_duration_seconds's buckets. A
 // write is a transaction of a few milliseconds; the upper buckets hold the
 // requests that waited — for a concurrent request with the same key
 // (QUILL_IDEMPOTENCY_WAIT, 2s by default), for a row lock or a connection —
 // and slow bodies, up to QUILL_WRITE_TIMEOUT's 60s.
-var HTTPDurationBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
+var httpDurationBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
 
 // HTTPRequest counts one answered HTTP request and observes its duration.
 func (m *API) HTTPRequest(route, method string, code int, d time.Duration) {
