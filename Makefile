@@ -11,7 +11,7 @@ RACE := $(if $(filter true,$(CI)),-race,)
 # (golang/go#75804, fixed in Go 1.27); a count has no deadline to race.
 FUZZTIME ?= 200000x
 
-.PHONY: dev demo test soak lint fuzz bench-api bench-relay bench-worker bench-scaleout bench-hostile build services
+.PHONY: dev demo test soak lint lint-prometheus fuzz bench-api bench-relay bench-worker bench-scaleout bench-hostile build services
 
 build: ## build the shipped programs (cmd/*) into ./bin; the bench and demo scripts build their tools/ themselves
 	$(GO) build -o bin/ ./cmd/...
@@ -30,6 +30,8 @@ test: ## all tests against real PostgreSQL (QUILL_TEST_DATABASE_URL or the local
 	@bash scripts/ensure-postgres.sh
 	@bash scripts/ensure-pgbouncer.sh
 	$(GO) test $(RACE) -count=1 -timeout 20m ./...
+	@# A module of its own (Prometheus's PromQL parser stays out of go.mod): the dashboard's and the rules' queries against the running programs.
+	cd deploy/dashboard && $(GO) test $(RACE) -count=1 -timeout 10m ./...
 	@# The memory measurements are built without the race detector (its shadow memory would be measured too).
 	$(if $(RACE),$(GO) test -count=1 -run '^TestImageBombsStayWithinTheDecodeBudget$$' ./cmd/attachment-worker/,)
 
@@ -37,11 +39,18 @@ soak: ## the fault suites' long profiles (50,000 operations each, single server 
 	@bash scripts/ensure-postgres.sh
 	QUILL_E2E_PROFILE=soak $(GO) test -count=1 -run '^(TestFaults|TestClusterFaults)$$' -v -timeout 90m ./e2e/
 
-lint: ## gofmt, go vet, staticcheck (the version go.mod pins as a tool), and api/asyncapi.yaml through the AsyncAPI parser (needs node and npm)
+lint: lint-prometheus ## gofmt, go vet (deploy/dashboard's module too), staticcheck (the version go.mod pins as a tool), api/asyncapi.yaml through the AsyncAPI parser (needs node and npm), and lint-prometheus
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	cd deploy/dashboard && $(GO) vet ./...
 	$(GO) tool staticcheck ./...
 	bash scripts/validate-asyncapi.sh
+
+lint-prometheus: ## promtool: deploy/prometheus's configuration and alerting rules, and the rules' unit tests (Debian's prometheus package ships promtool)
+	@command -v promtool >/dev/null || { echo "promtool is missing: apt-get install prometheus (Debian's package ships it)"; exit 1; }
+	promtool check config deploy/prometheus/prometheus.yml
+	promtool check rules deploy/prometheus/quill.rules.yml
+	cd deploy/prometheus && promtool test rules quill.rules.test.yml
 
 fuzz: ## run every fuzz target for FUZZTIME each
 	@for pkg in $$($(GO) list ./...); do \

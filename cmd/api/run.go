@@ -148,6 +148,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	defer pool.Close()
 
 	reg := metrics.NewRegistry()
+	reg.MustRegister(metrics.NewPoolCollector(metrics.PoolMain, pool))
 	m := metrics.NewAPI(reg, notes.ActionCreate, notes.ActionDelete)
 	notifier := outbox.NewNotifier(pool, func(err error) {
 		log.Warn().Err(err).Str("error_category", "notify_failed").Msg("could not wake the relays; they will poll")

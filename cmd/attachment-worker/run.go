@@ -96,6 +96,8 @@ func (c *settings) start(ctx context.Context, ds daemon.Settings, stderr io.Writ
 		return err
 	}
 	defer d.Close()
+	d.Registry.MustRegister(metrics.NewPoolCollector(metrics.PoolMain, d.Pool))
+	deadLetters := metrics.NewDeadLetters(d.Registry, d.Pool, cfg.Consumer, d.Log)
 	log := d.Log
 	tp, err := tracing.Start(ctx, c.getenv, tracing.Process{Service: "quill-worker", Stdout: c.stdout}, log)
 	if err != nil {
@@ -109,7 +111,7 @@ func (c *settings) start(ctx context.Context, ds daemon.Settings, stderr io.Writ
 	if err != nil {
 		return cli.UsageError{Msg: err.Error()}
 	}
-	return d.Run(ctx, map[string]metrics.ReadyFunc{"worker": w.Ready}, func(ctx context.Context) error {
+	return d.Run(ctx, map[string]metrics.ReadyFunc{"worker": w.Ready}, deadLetters.Run, func(ctx context.Context) error {
 		// The notifier outlives the worker by a moment: it is stopped
 		// after the worker returned, so the last commits still wake the
 		// relays.

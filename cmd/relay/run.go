@@ -81,6 +81,7 @@ func (c *settings) start(ctx context.Context, ds daemon.Settings, stderr io.Writ
 		return err
 	}
 	defer d.Close()
+	d.Registry.MustRegister(metrics.NewPoolCollector(metrics.PoolMain, d.Pool))
 	log := d.Log
 	tp, err := tracing.Start(ctx, c.getenv, tracing.Process{Service: "quill-relay", Stdout: c.stdout}, log)
 	if err != nil {

@@ -24,8 +24,7 @@ const (
 	window      = time.Hour
 	sampleEvery = 10 * time.Second
 
-	sqlCounts = `SELECT (SELECT count(*) FILTER (WHERE parked) FROM outbox_pending),
-		(SELECT count(*) FROM dead_letters WHERE consumer = $1 AND retried_at IS NULL)`
+	sqlDeadLetters = `SELECT count(*) FROM dead_letters WHERE consumer = $1 AND retried_at IS NULL`
 
 	sqlPublishedPerMinute = `SELECT floor(extract(epoch FROM published_at) / 60)::bigint AS m,
 		count(*), count(*) FILTER (WHERE ack_duplicate)
@@ -145,12 +144,13 @@ func (c *Console) collect(ctx context.Context) (*overviewData, error) {
 		return x
 	}
 	err := db.WithSnapshot(ctx, c.pool, func(tx pgx.Tx) error {
-		var err error
-		if d.Pending, d.OldestAge, err = outbox.Backlog(ctx, tx); err != nil {
+		st, err := outbox.Backlog(ctx, tx)
+		if err != nil {
 			return err
 		}
-		if err := tx.QueryRow(ctx, sqlCounts, c.cfg.Audit.Consumer).Scan(&d.Parked, &d.DeadLetters); err != nil {
-			return fmt.Errorf("count parked events and dead letters: %w", err)
+		d.Pending, d.Parked, d.OldestAge = st.Pending, st.Parked, st.OldestAge
+		if err := tx.QueryRow(ctx, sqlDeadLetters, c.cfg.Audit.Consumer).Scan(&d.DeadLetters); err != nil {
+			return fmt.Errorf("count dead letters: %w", err)
 		}
 		rows, err := tx.Query(ctx, sqlPublishedPerMinute, from)
 		if err != nil {

@@ -154,7 +154,7 @@ func (s *server) observe(next http.Handler) http.Handler {
 				route = "unmatched"
 			}
 			if s.Metrics != nil {
-				s.Metrics.HTTPRequest(route, r.Method, sw.status)
+				s.Metrics.HTTPRequest(route, r.Method, sw.status, time.Since(start))
 			}
 			endSpan(span, r.Method, route, sw.status, ri)
 			ev := s.Log.Info()

@@ -81,9 +81,12 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-// Metrics receives per-request counts.
+// Metrics receives per-request counts and durations.
 type Metrics interface {
-	HTTPRequest(route, method string, code int)
+	// HTTPRequest records one answered request: its route pattern (or
+	// "unmatched"), method, status and the time from its arrival to the
+	// end of its response.
+	HTTPRequest(route, method string, code int, d time.Duration)
 }
 
 // Deps are what the API needs.

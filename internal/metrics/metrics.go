@@ -1,6 +1,8 @@
 // Package metrics defines the Prometheus metrics of Quill's processes (SPEC
-// §8) on a registry the caller owns, and serves the admin endpoints every
-// process exposes: /healthz, /readyz and /metrics.
+// §8) on a registry the caller owns — among them a collector of a pgxpool's
+// statistics and the worker's dead-letter count, read from the database —
+// and serves the admin endpoints every process exposes: /healthz, /readyz
+// and /metrics.
 package metrics
 
 import (
@@ -25,6 +27,7 @@ import (
 // kept apart: more requests may be transport retries, not more notes.
 type API struct {
 	httpRequests *prometheus.CounterVec
+	httpDuration *prometheus.HistogramVec
 	idempotency  *prometheus.CounterVec
 	effects      *prometheus.CounterVec
 }
@@ -40,6 +43,11 @@ func NewAPI(reg prometheus.Registerer, actions ...string) *API {
 			Name: "quill_http_requests_total",
 			Help: "HTTP requests answered, by route pattern, method and status code.",
 		}, []string{"route", "method", "code"}),
+		httpDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "quill_http_request_duration_seconds",
+			Help:    "Seconds from a request's arrival to the end of its response, by route pattern and method.",
+			Buckets: httpDurationBuckets,
+		}, []string{"route", "method"}),
 		idempotency: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "quill_idempotency_requests_total",
 			Help: "Write requests by action and idempotency outcome (executed, replayed, key_reused, in_progress, expired).",
@@ -49,7 +57,7 @@ func NewAPI(reg prometheus.Registerer, actions ...string) *API {
 			Help: "Committed business effects by action; one per effect however often it was requested.",
 		}, []string{"action"}),
 	}
-	reg.MustRegister(m.httpRequests, m.idempotency, m.effects)
+	reg.MustRegister(m.httpRequests, m.httpDuration, m.idempotency, m.effects)
 	for _, a := range actions {
 		m.effects.WithLabelValues(a)
 		for _, o := range outcomes {
@@ -69,9 +77,17 @@ func (m *API) BusinessEffect(action string) {
 	m.effects.WithLabelValues(action).Inc()
 }
 
-// HTTPRequest counts one answered HTTP request.
-func (m *API) HTTPRequest(route, method string, code int) {
+// httpDurationBuckets are quill_http_request_duration_seconds's buckets. A
+// write is a transaction of a few milliseconds; the upper buckets hold the
+// requests that waited — for a concurrent request with the same key
+// (QUILL_IDEMPOTENCY_WAIT, 2s by default), for a row lock or a connection —
+// and slow bodies, up to QUILL_WRITE_TIMEOUT's 60s.
+var httpDurationBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
+
+// HTTPRequest counts one answered HTTP request and observes its duration.
+func (m *API) HTTPRequest(route, method string, code int, d time.Duration) {
 	m.httpRequests.WithLabelValues(route, method, strconv.Itoa(code)).Inc()
+	m.httpDuration.WithLabelValues(route, method).Observe(d.Seconds())
 }
 
 // NewRegistry returns a registry with the Go runtime and process collectors
@@ -213,6 +229,9 @@ type Relay struct {
 	Published  prometheus.Counter // quill_relay_published_total
 	Errors     prometheus.Counter // quill_relay_publish_errors_total
 	Duplicates prometheus.Counter // quill_relay_duplicates_total
+	// Parked is the number of parked events: unpublished, and left alone
+	// by every relay until an operator retries them.
+	Parked prometheus.Gauge // quill_relay_parked_events
 	// Reprovisions counts the times the relay found the stream gone
 	// while publishing and provisioned it again.
 	Reprovisions prometheus.Counter // quill_relay_stream_reprovisions_total
@@ -227,15 +246,19 @@ func NewRelay(reg prometheus.Registerer) *Relay {
 		return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
 	}
 	m := &Relay{
-		Pending:    gauge("quill_outbox_pending_events", "Committed events not yet published (parked ones included)."),
-		OldestAge:  gauge("quill_outbox_oldest_pending_age_seconds", "Age of the oldest unpublished event; 0 when none."),
+		Pending: gauge("quill_outbox_pending_events",
+			"Committed events not yet published (parked ones included), in the whole outbox: every relay reports the same value, aggregate with max, not sum."),
+		OldestAge: gauge("quill_outbox_oldest_pending_age_seconds",
+			"Age of the oldest unpublished event; 0 when none. Database-wide: aggregate with max, not sum."),
+		Parked: gauge("quill_relay_parked_events",
+			"Parked events (unpublished, waiting for an operator's retry). Database-wide: aggregate with max, not sum."),
 		Published:  counter("quill_relay_published_total", "Events the stream acknowledged, duplicates included."),
 		Errors:     counter("quill_relay_publish_errors_total", "Publish attempts that failed (transient or permanent)."),
 		Duplicates: counter("quill_relay_duplicates_total", "Acknowledgements JetStream marked duplicate: an event republished within the duplicate window."),
 		Reprovisions: counter("quill_relay_stream_reprovisions_total",
 			"Times the relay found the stream missing (no responders, stream not found) while publishing and provisioned it again."),
 	}
-	reg.MustRegister(m.Pending, m.OldestAge, m.Published, m.Errors, m.Duplicates, m.Reprovisions)
+	reg.MustRegister(m.Pending, m.OldestAge, m.Parked, m.Published, m.Errors, m.Duplicates, m.Reprovisions)
 	return m
 }
 

@@ -2,12 +2,15 @@ package metrics_test
 
 import (
 	"testing"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/quillhq/quill/internal/buildinfo"
 	"github.com/quillhq/quill/internal/metrics"
+	"github.com/quillhq/quill/internal/testkit"
 )
 
 func TestNewRegistryExportsBuildInfo(t *testing.T) {
@@ -34,4 +37,37 @@ func TestNewRegistryExportsBuildInfo(t *testing.T) {
 		"the version --version prints")
 	require.NotEmpty(t, info.Version)
 	require.NotEmpty(t, info.GoVersion)
+}
+
+// quill_http_request_duration_seconds observes each request under its
+// route and method (not its code: the histogram's buckets are per series).
+func TestHTTPRequestObservesDuration(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	m := metrics.NewAPI(reg)
+	m.HTTPRequest("POST /v1/notes", "POST", 201, 30*time.Millisecond)
+	m.HTTPRequest("POST /v1/notes", "POST", 409, 3*time.Second)
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	var h *dto.Histogram
+	for _, f := range families {
+		if f.GetName() == "quill_http_request_duration_seconds" {
+			require.Len(t, f.GetMetric(), 1, "one series per route and method")
+			h = f.GetMetric()[0].GetHistogram()
+		}
+	}
+	require.NotNil(t, h, "quill_http_request_duration_seconds is exported")
+	require.Equal(t, uint64(2), h.GetSampleCount())
+	require.InDelta(t, 3.03, h.GetSampleSum(), 1e-9)
+	for _, b := range h.GetBucket() {
+		switch b.GetUpperBound() {
+		case .025:
+			require.Equal(t, uint64(0), b.GetCumulativeCount())
+		case .05:
+			require.Equal(t, uint64(1), b.GetCumulativeCount())
+		case 5:
+			require.Equal(t, uint64(2), b.GetCumulativeCount())
+		}
+	}
+	require.Equal(t, 1.0, testkit.Gathered(t, reg, "quill_http_requests_total", map[string]string{"code": "409"}))
 }

@@ -150,9 +150,11 @@ const (
 
 	// The age is the oldest queued event's by commit order (the lowest
 	// seq): one probe, where min(created_at) would read every pending row.
-	sqlBacklog = `SELECT (SELECT count(*) FROM outbox_pending),
+	// The parked ones are counted in the same pass over the queue.
+	sqlBacklog = `SELECT count(*), count(*) FILTER (WHERE parked),
 		coalesce((SELECT extract(epoch FROM now() - e.created_at) FROM outbox_events e
-			WHERE e.seq = (SELECT min(seq) FROM outbox_pending)), 0)::float8`
+			WHERE e.seq = (SELECT min(seq) FROM outbox_pending)), 0)::float8
+	FROM outbox_pending`
 
 	// One window of the outbox's oldest events by seq (the primary key;
 	// published_at has no index, so that the mark stays HOT): delete those
@@ -423,13 +425,25 @@ func UnparkAll(ctx context.Context, q Querier) (int64, error) {
 	return tag.RowsAffected(), nil
 }
 
-// Backlog returns how many events are unpublished and the age of the
-// oldest, in seconds.
-func Backlog(ctx context.Context, q Querier) (pending int64, oldestAge float64, err error) {
-	if err := q.QueryRow(ctx, sqlBacklog).Scan(&pending, &oldestAge); err != nil {
-		return 0, 0, fmt.Errorf("outbox backlog: %w", err)
+// BacklogStats is the outbox's backlog at one moment.
+type BacklogStats struct {
+	// Pending is the number of unpublished events, parked ones included.
+	Pending int64
+	// Parked is the number of parked events.
+	Parked int64
+	// OldestAge is the age of the oldest unpublished event, in seconds; 0
+	// when there is none.
+	OldestAge float64
+}
+
+// Backlog returns how many events are unpublished, how many of them are
+// parked, and the age of the oldest.
+func Backlog(ctx context.Context, q Querier) (BacklogStats, error) {
+	var b BacklogStats
+	if err := q.QueryRow(ctx, sqlBacklog).Scan(&b.Pending, &b.Parked, &b.OldestAge); err != nil {
+		return BacklogStats{}, fmt.Errorf("outbox backlog: %w", err)
 	}
-	return pending, oldestAge, nil
+	return b, nil
 }
 
 // DeletePublished deletes the events published before now − retention,

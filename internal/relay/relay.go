@@ -903,9 +903,12 @@ func (r *Relay) listen(ctx context.Context) (listening bool, err error) {
 
 func (r *Relay) statsLoop(ctx context.Context) error {
 	for {
-		if pending, age, err := outbox.Backlog(ctx, r.pool); err == nil {
-			r.m.Pending.Set(float64(pending))
-			r.m.OldestAge.Set(age)
+		// Every relay reports the whole outbox's backlog: the gauges
+		// are aggregated with max, not sum (decision 0057).
+		if b, err := outbox.Backlog(ctx, r.pool); err == nil {
+			r.m.Pending.Set(float64(b.Pending))
+			r.m.Parked.Set(float64(b.Parked))
+			r.m.OldestAge.Set(b.OldestAge)
 		}
 		if !sleep(ctx, statsInterval, nil) {
 			return nil

@@ -732,6 +732,10 @@ func TestParkedEventDoesNotBlockOthers(t *testing.T) {
 	require.True(t, h.row(before).Published)
 	require.True(t, h.row(after).Published, "a later event of another note is published")
 	require.GreaterOrEqual(t, testkit.Value(m.Errors), 1.0)
+	// The backlog gauges read the outbox (every statsInterval): the parked
+	// event counts as parked and as pending, with the event behind it.
+	testkit.RequireMetric(t, waitLong, m.Parked, 1)
+	testkit.RequireMetric(t, waitLong, m.Pending, 2) // the parked event and the one behind it
 
 	// Events written after the park flow too, and the parked event's own
 	// note waits behind it (its order must hold).
