@@ -1,11 +1,15 @@
 package worker_test
 
 import (
+	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
+	"encoding/base64"
+	"net/http"
+	"net/http/httptest"
 	"testing"
+	"time"
 
+	"github.com/go-json-experiment/json"
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
@@ -13,10 +17,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/quillhq/quill/internal/attachment"
+	"github.com/quillhq/quill/internal/auth"
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/httpapi"
 	"github.com/quillhq/quill/internal/metrics"
-	"github.com/quillhq/quill/internal/notes"
 	"github.com/quillhq/quill/internal/outbox"
 	"github.com/quillhq/quill/internal/relay"
 	"github.com/quillhq/quill/internal/testkit"
@@ -24,8 +28,9 @@ import (
 	"github.com/quillhq/quill/internal/worker"
 )
 
-// TestHandlingIsThePublishsChild: one create's trace goes on through the
-// worker — the write's span (as the API makes it), the relay's publish of
+// TestHandlingIsThePublishsChild: one create is one trace through the API,
+// the relay and the worker — the API's request span (the client's span
+// its parent), the relay's publish of
 // note.created as its child, the worker's handling as the publish's child,
 // and the attachment.processed event that handling wrote published as the
 // handling's child; one trace, the tracestate kept throughout.
@@ -45,20 +50,26 @@ func TestHandlingIsThePublishsChild(t *testing.T) {
 	runUntilCleanup(t, r.Run)
 	h.startWorker(h.config(), "", worker.WithTracer(tracer))
 
-	// The write, under a span as the API's request makes it, with a
-	// tracestate from the client.
-	ctx, write := tracer.Start(trace.ContextWithRemoteSpanContext(context.Background(), trace.NewSpanContext(trace.SpanContextConfig{
-		TraceID: trace.TraceID{1, 2, 3}, SpanID: trace.SpanID{4, 5, 6}, TraceFlags: trace.FlagsSampled,
-		TraceState: mustTraceState(t, "rojo=00f067aa0ba902b7"), Remote: true})), "POST /v1/notes")
-	tp, ts := tracing.Inject(ctx)
-	data := attachment.BenchFixturePNG64K()
-	sum := sha256.Sum256(data)
-	out, err := h.svc.Create(ctx, notes.Request{Tenant: h.tenant, Key: "k-" + uuid.NewString(), Wait: -1, Render: httpapi.RenderWrite,
-		Traceparent: tp, Tracestate: ts},
-		notes.CreateParams{Title: "traced", Attachment: &notes.NewAttachment{Filename: "a.png", ContentType: "image/png", Data: data, SHA256: hex.EncodeToString(sum[:])}})
+	// The create through the API's handler, from a client whose trace
+	// context it continues, tracestate included.
+	api := httptest.NewServer(httpapi.NewServer(httpapi.Deps{Pool: h.pool, Notes: h.svc, Log: testkit.Logger(t), Tracer: tracer}))
+	defer api.Close()
+	token, err := auth.Create(t.Context(), h.pool, h.tenant, time.Now())
 	require.NoError(t, err)
-	write.End()
-	require.Contains(t, string(out.Body), `"id"`)
+	body, err := json.Marshal(map[string]any{"title": "traced", "attachment": map[string]string{
+		"filename": "a.png", "content_type": "image/png", "data": base64.StdEncoding.EncodeToString(attachment.BenchFixturePNG64K())}})
+	require.NoError(t, err)
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, api.URL+"/v1/notes", bytes.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Idempotency-Key", "trace-"+uuid.NewString())
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("traceparent", "00-0102030000000000000000000000000a-0405060000000000-01")
+	req.Header.Set("tracestate", "rojo=00f067aa0ba902b7")
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	require.NoError(t, res.Body.Close())
+	require.Equal(t, http.StatusCreated, res.StatusCode)
 	testkit.WaitFor(t, waitLong, func() bool {
 		return h.count(`SELECT count(*) FROM outbox_events WHERE type = $1 AND published_at IS NOT NULL`, outbox.TypeAttachmentProcessed) == 1
 	}, "attachment.processed published")
@@ -88,6 +99,7 @@ func TestHandlingIsThePublishsChild(t *testing.T) {
 		require.Equal(t, request.SpanContext.TraceID(), s.SpanContext.TraceID(), "%s is in the trace", s.Name)
 		require.Equal(t, "rojo=00f067aa0ba902b7", s.SpanContext.TraceState().String(), "%s keeps the tracestate", s.Name)
 	}
+	require.Equal(t, "0102030000000000000000000000000a", request.SpanContext.TraceID().String(), "the client's trace")
 	require.Equal(t, request.SpanContext.SpanID(), publish.Parent.SpanID())
 	require.Equal(t, publish.SpanContext.SpanID(), handling.Parent.SpanID(), "the handling is the publish's child")
 	require.Equal(t, trace.SpanKindConsumer, handling.SpanKind)
@@ -104,10 +116,4 @@ func names(spans tracetest.SpanStubs) []string {
 		out = append(out, s.Name)
 	}
 	return out
-}
-
-func mustTraceState(t *testing.T, s string) trace.TraceState {
-	ts, err := trace.ParseTraceState(s)
-	require.NoError(t, err)
-	return ts
 }
