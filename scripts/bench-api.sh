@@ -66,6 +66,10 @@ sample_window() {
 	cpu_report "$1" "$WORK/snap0" "$WORK/snap1" "$(elapsed "$t0" "$t1")" "client api pg"
 }
 
+# One tenant sends every request: its concurrency limit (default 32) would
+# answer the 64 clients' excess with 429 and measure admission, not the
+# write path. QUILL_TENANT_CONCURRENCY overrides it.
+export QUILL_TENANT_CONCURRENCY=${QUILL_TENANT_CONCURRENCY:-256}
 wait_quiet_start
 if [[ -n $PROFILE ]]; then
 	mkdir -p "$PROFILE"
@@ -173,7 +177,7 @@ replays() { lg replay "$1" ops_per_sec; }
 	echo "Quill bench-api — $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 	host_line
 	pg_line synchronous_commit fsync wal_sync_method shared_buffers max_connections commit_delay
-	echo "API: GOMAXPROCS unset, pool QUILL_DB_MAX_CONNS=${QUILL_DB_MAX_CONNS:-16 (default)}, log level ${QUILL_LOG_LEVEL:-info}; loadgen: ${WARMUP}s warmup + ${DURATION}s per run, one keep-alive connection per client"
+	echo "API: GOMAXPROCS unset, pool QUILL_DB_MAX_CONNS=${QUILL_DB_MAX_CONNS:-16 (default)}, QUILL_TENANT_CONCURRENCY=$QUILL_TENANT_CONCURRENCY (one tenant), log level ${QUILL_LOG_LEVEL:-info}; loadgen: ${WARMUP}s warmup + ${DURATION}s per run, one keep-alive connection per client"
 	echo "pgbench: -n -c C -j C -T $DURATION -M $PGBENCH_MODE (the API's pgx default also runs cached prepared statements; simple and extended re-parse every statement); tables truncated and CHECKPOINT before every run, API's and pgbench's alike"
 	echo "loadgen, API and PostgreSQL share the $NCPU CPUs; before the start, $BG cores were busy with other work"
 	echo
