@@ -17,7 +17,9 @@
 #      them to bench/results/api-latest.txt. The API is stopped on exit.
 #
 # Settings (environment): DATABASE_URL (only its server and credentials are
-# used), BENCH_CONCURRENCY ("1 16 64"), BENCH_DURATION (10, seconds),
+# used), BENCH_PROFILE=DIR (the API runs with QUILL_PPROF=true; a CPU profile
+# of the create window at BENCH_PROFILE_CLIENTS (16) clients and a heap
+# profile after it go to DIR), BENCH_CONCURRENCY ("1 16 64"), BENCH_DURATION (10, seconds),
 # BENCH_WARMUP (2, seconds), BENCH_PGBENCH_MODE (prepared), BENCH_STRICT=1 to
 # exit 1 when a target is missed, BENCH_WAIT_QUIET (0, seconds to wait for
 # an otherwise idle machine), QUILL_DB_MAX_CONNS (passed to the API).
@@ -34,6 +36,8 @@ PGBENCH_MODE=${BENCH_PGBENCH_MODE:-prepared}
 RESULTS=bench/results/api-latest.txt
 SQL_DIR=bench/pgbench
 
+PROFILE=${BENCH_PROFILE:-}
+PROFILE_CLIENTS=${BENCH_PROFILE_CLIENTS:-16}
 posint BENCH_DURATION "$DURATION"
 seconds BENCH_WARMUP "$WARMUP"
 case $PGBENCH_MODE in simple | extended | prepared) ;; *) die "BENCH_PGBENCH_MODE must be simple, extended or prepared" ;; esac
@@ -62,7 +66,17 @@ sample_window() {
 	cpu_report "$1" "$WORK/snap0" "$WORK/snap1" "$(elapsed "$t0" "$t1")" "client api pg"
 }
 
+# One tenant sends every request: its concurrency limit (default 32) would
+# answer the 64 clients' excess with 429 and measure admission, not the
+# write path. QUILL_TENANT_CONCURRENCY overrides it.
+export QUILL_TENANT_CONCURRENCY=${QUILL_TENANT_CONCURRENCY:-256}
 wait_quiet_start
+if [[ -n $PROFILE ]]; then
+	mkdir -p "$PROFILE"
+	PROFILE=$(cd "$PROFILE" && pwd)
+	command -v curl >/dev/null 2>&1 || die "BENCH_PROFILE needs curl"
+	export QUILL_PPROF=true
+fi
 start_api bench
 ROLE[$API_PID]=api
 
@@ -90,10 +104,24 @@ loadgen() {
 	while kill -0 "$pid" 2>/dev/null && ! grep -qs 'measuring' "$WORK/$phase.err"; do
 		sleep 0.05
 	done
+	local prof=""
+	if [[ -n $PROFILE && $1 == create && $2 == "$PROFILE_CLIENTS" ]]; then
+		# The profile covers the measured window but its last second, as
+		# the CPU sample does.
+		curl -sf -o "$PROFILE/cpu-create-c$2.pb.gz" \
+			"http://$(log_addr "$WORK/api.log" admin)/debug/pprof/profile?seconds=$((DURATION > 2 ? DURATION - 1 : 1))" &
+		prof=$!
+	fi
 	if kill -0 "$pid" 2>/dev/null; then
 		sample_window "$phase"
 	fi
 	wait "$pid" || die "loadgen $phase failed: $(tail -3 "$WORK/$phase.err")"
+	if [[ -n $prof ]]; then
+		wait "$prof" || die "the CPU profile could not be fetched from the API's admin address"
+		curl -sf -o "$PROFILE/allocs-create-c$2.pb.gz" "http://$(log_addr "$WORK/api.log" admin)/debug/pprof/allocs" ||
+			die "the allocation profile could not be fetched"
+		log "profiles of create at $2 clients in $PROFILE (go tool pprof -top bin/api $PROFILE/cpu-create-c$2.pb.gz)"
+	fi
 	unset "ROLE[$pid]"
 	LGJ[$phase]=$(<"$WORK/$phase.json")
 	echo "${LGJ[$phase]}" >>"$WORK/loadgen.jsonl"
@@ -149,7 +177,7 @@ replays() { lg replay "$1" ops_per_sec; }
 	echo "Quill bench-api — $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 	host_line
 	pg_line synchronous_commit fsync wal_sync_method shared_buffers max_connections commit_delay
-	echo "API: GOMAXPROCS unset, pool QUILL_DB_MAX_CONNS=${QUILL_DB_MAX_CONNS:-16 (default)}, log level ${QUILL_LOG_LEVEL:-info}; loadgen: ${WARMUP}s warmup + ${DURATION}s per run, one keep-alive connection per client"
+	echo "API: GOMAXPROCS unset, pool QUILL_DB_MAX_CONNS=${QUILL_DB_MAX_CONNS:-16 (default)}, QUILL_TENANT_CONCURRENCY=$QUILL_TENANT_CONCURRENCY (one tenant), log level ${QUILL_LOG_LEVEL:-info}; loadgen: ${WARMUP}s warmup + ${DURATION}s per run, one keep-alive connection per client"
 	echo "pgbench: -n -c C -j C -T $DURATION -M $PGBENCH_MODE (the API's pgx default also runs cached prepared statements; simple and extended re-parse every statement); tables truncated and CHECKPOINT before every run, API's and pgbench's alike"
 	echo "loadgen, API and PostgreSQL share the $NCPU CPUs; before the start, $BG cores were busy with other work"
 	echo
@@ -211,6 +239,12 @@ replays() { lg replay "$1" ops_per_sec; }
 	if [[ -n $noisy ]]; then
 		echo "  WARNING: more than 0.35 cores went to other work during: $noisy — a busy machine; compare with care"
 	fi
+	echo "  the API's CPU per operation (its cores in the window ÷ operations/s):"
+	for c in $CONCURRENCY; do
+		printf '    %2s clients: create %s µs, replay %s µs\n' "$c" \
+			"$(awk -v p="create-c$c" -v r="$(creates "$c")" '$1 == p && r > 0 { printf "%.0f", $3 / r * 1e6 }' "$WORK/cpu")" \
+			"$(awk -v p="replay-c$c" -v r="$(replays "$c")" '$1 == p && r > 0 { printf "%.0f", $3 / r * 1e6 }' "$WORK/cpu")"
+	done
 	echo "  loadgen's own account (getrusage-like, /proc/self/stat over its whole measured window):"
 	for c in $CONCURRENCY; do
 		printf '    %2s clients: create %s cores, replay %s cores\n' "$c" "$(lg create "$c" cpu_cores)" "$(lg replay "$c" cpu_cores)"

@@ -1,9 +1,6 @@
 package main
 
 import (
-	"fmt"
-	"strconv"
-
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -26,14 +23,7 @@ type consoleSettings struct {
 }
 
 func (c *consoleSettings) define(s *config.Set) {
-	s.Func("console", "QUILL_CONSOLE", "true", "serve the operator console at /console/ on the admin address (true or false)", func(v string) error {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return fmt.Errorf("%q is not true or false", v)
-		}
-		c.enabled = b
-		return nil
-	})
+	s.Bool(&c.enabled, "console", "QUILL_CONSOLE", true, "serve the operator console at /console/ on the admin address (true or false)")
 	c.nats.Define(s, "NATS with JetStream, for the operator console only (stream checks, dead-letter retries); the API serves without it")
 	c.audit.Stream.DefineSubjects(s)
 	s.String(&c.audit.Consumer, "consumer", "QUILL_CONSUMER", audit.DefaultConsumer, "the attachment worker's durable consumer (its inbox and dead letters), for the console")

@@ -84,6 +84,7 @@ type serveConfig struct {
 	tenantBurst                           int
 	lockTimeout, acquireTimeout           time.Duration
 	console                               consoleSettings
+	pprof                                 bool
 }
 
 func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -114,6 +115,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	s.Int(&c.tenantBurst, "tenant-burst", "QUILL_TENANT_BURST", 0, 0, "requests one tenant may send at once past QUILL_TENANT_RATE's pace (0: one second's worth, at least 1)")
 	s.Duration(&c.lockTimeout, "lock-timeout", "QUILL_LOCK_TIMEOUT", notes.DefaultLockTimeout, "longest a write waits for a row lock another transaction holds (a worker's batch); then 503, retry with the same key")
 	c.console.define(s)
+	s.Bool(&c.pprof, "pprof", "QUILL_PPROF", false, "serve Go's runtime profiles at /debug/pprof/ on the admin address")
 	s.Duration(&c.acquireTimeout, "db-acquire-timeout", "QUILL_DB_ACQUIRE_TIMEOUT", notes.DefaultAcquireTimeout, "longest a request waits for a free PostgreSQL connection of the pool; then 503")
 	if err := cli.Parse(s, args); err != nil {
 		return err
@@ -179,6 +181,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	defer closeConsole()
 	if con != nil {
 		admin = con.Mount(admin)
+	}
+	if c.pprof {
+		admin = metrics.WithProfiling(admin)
 	}
 
 	g, gctx := errgroup.WithContext(ctx)

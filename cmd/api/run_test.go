@@ -312,3 +312,35 @@ func TestMigrateRefusesATransactionPooler(t *testing.T) {
 	require.NoError(t, conn.QueryRow(t.Context(), "SELECT count(*) FROM pg_tables WHERE schemaname = current_schema()").Scan(&tables))
 	require.Zero(t, tables, "nothing written")
 }
+
+// TestPprofOnlyWhenAsked: the admin address serves Go's profiles with
+// QUILL_PPROF=true and not otherwise; the API's own address never does.
+func TestPprofOnlyWhenAsked(t *testing.T) {
+	t.Parallel()
+	schema := dbtest.Schema(t)
+	for _, on := range []bool{false, true} {
+		vars := map[string]string{"DATABASE_URL": schema, "QUILL_HTTP_ADDR": freeAddr(t), "QUILL_ADMIN_ADDR": freeAddr(t),
+			"QUILL_CONSOLE": "false", "QUILL_PPROF": fmt.Sprint(on)}
+		start(t, env(vars), "serve")
+		admin := "http://" + vars["QUILL_ADMIN_ADDR"]
+		waitReady(t, admin+"/readyz")
+		want := http.StatusNotFound
+		if on {
+			want = http.StatusOK
+		}
+		for _, u := range []string{admin + "/debug/pprof/", admin + "/debug/pprof/cmdline"} {
+			res, err := http.Get(u)
+			require.NoError(t, err)
+			res.Body.Close()
+			require.Equal(t, want, res.StatusCode, "%s with QUILL_PPROF=%v", u, on)
+		}
+		res, err := http.Get("http://" + vars["QUILL_HTTP_ADDR"] + "/debug/pprof/")
+		require.NoError(t, err)
+		res.Body.Close()
+		require.NotEqual(t, http.StatusOK, res.StatusCode)
+		res, err = http.Get(admin + "/metrics")
+		require.NoError(t, err)
+		res.Body.Close()
+		require.Equal(t, http.StatusOK, res.StatusCode)
+	}
+}

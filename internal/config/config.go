@@ -124,6 +124,19 @@ func (s *Set) Int(p *int, name, env string, def, minimum int, usage string) {
 	})
 }
 
+// Bool defines a setting that is true or false (as strconv.ParseBool
+// reads it: 1, t, true, 0, f, false, in any case).
+func (s *Set) Bool(p *bool, name, env string, def bool, usage string) {
+	s.add(name, env, strconv.FormatBool(def), usage, func(v string) error {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return errors.New("not true or false")
+		}
+		*p = b
+		return nil
+	})
+}
+
 // Func defines a string setting whose value parse checks and stores; an
 // error it returns is reported naming the flag or variable. parse also
 // sees the default, and "" when the default is "" and nothing is set.

@@ -299,3 +299,42 @@ func TestOptionalInt(t *testing.T) {
 		})
 	}
 }
+
+func TestBool(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, env string
+		def       bool
+		args      []string
+		want      bool
+		err       string
+	}{
+		{name: "unset takes the default", def: true, want: true},
+		{name: "unset false", want: false},
+		{name: "true", env: "true", want: true},
+		{name: "1", env: "1", want: true},
+		{name: "FALSE", env: "FALSE", def: true, want: false},
+		{name: "flag wins", env: "false", args: []string{"--pprof", "true"}, want: true},
+		{name: "not a bool", env: "yes", err: `invalid QUILL_PPROF "yes": not true or false`},
+		{name: "empty flag", args: []string{"--pprof", ""}, err: `invalid --pprof "": not true or false`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var b bool
+			s := config.New("api serve", "usage", func(k string) string {
+				if k == "QUILL_PPROF" {
+					return tc.env
+				}
+				return ""
+			}, &bytes.Buffer{})
+			s.Bool(&b, "pprof", "QUILL_PPROF", tc.def, "profiles")
+			err := s.Parse(tc.args)
+			if tc.err != "" {
+				require.EqualError(t, err, tc.err)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tc.want, b)
+		})
+	}
+}

@@ -56,6 +56,9 @@ type Settings struct {
 	// (QUILL_READ_TIMEOUT, QUILL_WRITE_TIMEOUT, QUILL_IDLE_TIMEOUT,
 	// QUILL_MAX_CONNECTIONS); zero fields take their defaults.
 	HTTP HTTPSettings
+	// Pprof serves Go's runtime profiles on the admin address
+	// (QUILL_PPROF, default false).
+	Pprof bool
 	// NotifySocket is systemd's notification socket (NOTIFY_SOCKET), set
 	// when the daemon runs as a Type=notify service: Run tells it when the
 	// daemon is ready and when it is stopping. Empty otherwise.
@@ -73,6 +76,7 @@ func (d *Settings) Define(s *config.Set, adminAddr string) {
 	s.String(&d.AdminAddr, "admin-addr", "QUILL_ADMIN_ADDR", adminAddr, "/healthz, /readyz and /metrics listen address")
 	d.HTTP.Define(s)
 	s.String(&d.LogLevel, "log-level", "QUILL_LOG_LEVEL", "info", "log level: trace, debug, info, warn, error")
+	s.Bool(&d.Pprof, "pprof", "QUILL_PPROF", false, "serve Go's runtime profiles at /debug/pprof/ on the admin address")
 }
 
 // parse reads a daemon's settings, registered on s, from args and the
@@ -142,6 +146,7 @@ type Daemon struct {
 	Registry *prometheus.Registry // served on /metrics by Run
 
 	adminAddr    string
+	pprof        bool
 	http         HTTPSettings
 	notifySocket string
 }
@@ -186,7 +191,7 @@ func Start(ctx context.Context, s Settings, p Process, stderr io.Writer) (*Daemo
 		log.Error().Err(err).Str("error_category", "nats_unreachable").Msg("cannot start: NATS is not reachable at NATS_URL")
 		return nil, cli.LoggedError{Err: err}
 	}
-	return &Daemon{Log: log, Pool: pool, NATS: nc, Registry: metrics.NewRegistry(), adminAddr: s.AdminAddr, http: s.HTTP, notifySocket: s.NotifySocket}, nil
+	return &Daemon{Log: log, Pool: pool, NATS: nc, Registry: metrics.NewRegistry(), adminAddr: s.AdminAddr, http: s.HTTP, notifySocket: s.NotifySocket, pprof: s.Pprof}, nil
 }
 
 // Close closes the NATS connection and the pool.
@@ -222,7 +227,11 @@ func (d *Daemon) Run(ctx context.Context, ready map[string]metrics.ReadyFunc, se
 		d.Log.Error().Err(err).Msg("cannot listen on the admin address")
 		return cli.LoggedError{Err: err}
 	}
-	admin := d.http.Server(metrics.AdminHandler(d.Log, d.Registry, ready))
+	handler := metrics.AdminHandler(d.Log, d.Registry, ready)
+	if d.pprof {
+		handler = metrics.WithProfiling(handler)
+	}
+	admin := d.http.Server(handler)
 	d.Log.Info().Str("listener", "admin").Str("addr", ln.Addr().String()).Msg("listening")
 	defer LogHangups(d.Log)()
 

@@ -5,8 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -227,8 +230,36 @@ const (
 // QueueInsertGuarded queues the insert of r into b, guarded by Claimed.
 func QueueInsertGuarded(b *pgx.Batch, r *Record) {
 	b.Queue(sqlOperationInsertGuarded, r.Tenant, r.Key, r.Action, r.Version, r.Fingerprint,
-		r.Fields, r.Resource, r.Status, r.Body, r.Location,
+		fieldsJSON(r.Fields), r.Resource, r.Status, r.Body, r.Location,
 		r.CreatedAt, r.CompletedAt, r.ExpiresAt, r.ForgetAt, string(Claimed))
+}
+
+// fieldsJSON is the JSON object of the field hashes, members sorted, as
+// bytes: pgx sends bytes to a jsonb parameter as they are, where it would
+// marshal a map through encoding/json's reflection on every write. Names
+// are parameter names and values hex digests, so quoting cannot fail; a
+// name that would not quote falls back to the map (pgx marshals it).
+func fieldsJSON(fields map[string]string) any {
+	if fields == nil {
+		return fields
+	}
+	names := slices.Sorted(maps.Keys(fields))
+	out := make([]byte, 0, 2+len(fields)*(72+16))
+	out = append(out, '{')
+	var err error
+	for i, name := range names {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		if out, err = jsontext.AppendQuote(out, name); err != nil {
+			return fields
+		}
+		out = append(out, ':')
+		if out, err = jsontext.AppendQuote(out, fields[name]); err != nil {
+			return fields
+		}
+	}
+	return append(out, '}')
 }
 
 // TryLock takes the operation's transaction-scoped advisory lock if it is
