@@ -1,15 +1,13 @@
 package main
 
 import (
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/quillhq/quill/internal/clitest"
 	"github.com/quillhq/quill/internal/dbtest"
 )
 
@@ -19,16 +17,7 @@ import (
 // error before anything starts.
 func TestServeExportsSpansToTheOTLPEndpoint(t *testing.T) {
 	t.Parallel()
-	var mu sync.Mutex
-	var posts []string
-	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		mu.Lock()
-		posts = append(posts, r.Method+" "+r.URL.Path)
-		mu.Unlock()
-		w.WriteHeader(http.StatusOK)
-	}))
-	defer collector.Close()
+	collector := clitest.NewCollector(t)
 
 	vars := map[string]string{"DATABASE_URL": dbtest.Schema(t), "QUILL_HTTP_ADDR": freeAddr(t), "QUILL_ADMIN_ADDR": freeAddr(t),
 		"OTEL_EXPORTER_OTLP_ENDPOINT": collector.URL}
@@ -40,9 +29,7 @@ func TestServeExportsSpansToTheOTLPEndpoint(t *testing.T) {
 	require.Equal(t, http.StatusCreated, res.StatusCode, body)
 	require.NoError(t, p.Stop())
 
-	mu.Lock()
-	require.Contains(t, posts, "POST /v1/traces", "the spans were flushed at exit")
-	mu.Unlock()
+	require.Contains(t, collector.Posts(), "POST /v1/traces", "the spans were flushed at exit")
 	logs := p.Stderr.String()
 	require.Contains(t, logs, `"exporter":"otlp `+collector.URL+`/v1/traces"`)
 	require.Regexp(t, `"message":"tracing on"`, logs)

@@ -1,13 +1,9 @@
 package main
 
 import (
-	"bytes"
-	"strings"
 	"testing"
 
-	"github.com/stretchr/testify/require"
-
-	"github.com/quillhq/quill/internal/buildinfo"
+	"github.com/quillhq/quill/internal/clitest"
 )
 
 // TestVersion runs the real program: --version, -version and version, on
@@ -16,24 +12,5 @@ import (
 // PostgreSQL or NATS.
 func TestVersion(t *testing.T) {
 	t.Parallel()
-	line := buildinfo.Read().Line("api") + "\n"
-	bad := map[string]string{"DATABASE_URL": "postgres://127.0.0.1:1/x", "NATS_URL": "nats://127.0.0.1:1", "QUILL_LOG_LEVEL": "loud", "QUILL_READ_TIMEOUT": "soon"}
-	for _, args := range [][]string{
-		{"--version"},
-		{"-version"},
-		{"version"},
-		{"serve", "--version"},
-		{"migrate", "--version"},
-		{"token", "create", "--version"},
-		{"audit", "--version"},
-	} {
-		t.Run(strings.Join(args, " "), func(t *testing.T) {
-			t.Parallel()
-			var stdout, stderr bytes.Buffer
-			err := run(t.Context(), args, func(k string) string { return bad[k] }, &stdout, &stderr)
-			require.Equal(t, 0, exitCode(err, &stderr), "%v", err)
-			require.Equal(t, line, stdout.String())
-			require.Empty(t, stderr.String())
-		})
-	}
+	clitest.RequireVersion(t, "api", run, exitCode, [][]string{{"serve", "--version"}, {"migrate", "--version"}, {"token", "create", "--version"}, {"audit", "--version"}}...)
 }

@@ -1,14 +1,12 @@
 package main
 
 import (
-	"io"
 	"net/http"
-	"net/http/httptest"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/quillhq/quill/internal/clitest"
 	"github.com/quillhq/quill/internal/natstest"
 )
 
@@ -16,16 +14,7 @@ import (
 // them by the time it has stopped; the start-up says where spans go.
 func TestRelayExportsPublishSpans(t *testing.T) {
 	t.Parallel()
-	var mu sync.Mutex
-	var posts []string
-	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		mu.Lock()
-		posts = append(posts, r.Method+" "+r.URL.Path)
-		mu.Unlock()
-		w.WriteHeader(http.StatusOK)
-	}))
-	defer collector.Close()
+	collector := clitest.NewCollector(t)
 	w := newWorld(t)
 	w.vars["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = collector.URL + "/traces"
 	p := start(t, env(w.vars))
@@ -33,9 +22,7 @@ func TestRelayExportsPublishSpans(t *testing.T) {
 	id := w.write(w.tenant)
 	w.waitPublished(1)
 	require.NoError(t, p.Stop())
-	mu.Lock()
-	require.Equal(t, []string{"POST /traces"}, posts, "the publish span, flushed at exit")
-	mu.Unlock()
+	require.Equal(t, []string{"POST /traces"}, collector.Posts(), "the publish span, flushed at exit")
 	require.Contains(t, p.Stderr.String(), `"exporter":"otlp `+collector.URL+`/traces"`)
 	msgs := natstest.StreamMessages(t, w.js, w.stream, "")
 	require.Len(t, msgs, 1)

@@ -83,23 +83,31 @@ func Create(ctx context.Context, q idempotency.Querier, tenant string, now time.
 	if !ValidTenant(tenant) {
 		return "", fmt.Errorf("%w: %q", ErrInvalidTenant, tenant)
 	}
-	for range 3 { // a prefix collision (1 in 4 billion) gets a new token
+	return issue(ctx, q, tokenScheme, "token", sqlTokenInsert, tenant, now)
+}
+
+// issue makes a token of scheme — scheme, 8 hex digits of prefix, "_", 43
+// base64url characters: 256 random bits in all — and stores its prefix and
+// SHA-256 with insert ($1 prefix, $2 hash, $3 owner, $4 now). A prefix
+// collision (1 in 4 billion) gets a new token.
+func issue(ctx context.Context, q idempotency.Querier, scheme, what, insert, owner string, now time.Time) (string, error) {
+	for range 3 {
 		var raw [36]byte
 		if _, err := rand.Read(raw[:]); err != nil {
-			return "", fmt.Errorf("random token: %w", err)
+			return "", fmt.Errorf("random %s: %w", what, err)
 		}
-		prefix := tokenScheme + hex.EncodeToString(raw[:4])
+		prefix := scheme + hex.EncodeToString(raw[:4])
 		tok := prefix + "_" + base64.RawURLEncoding.EncodeToString(raw[4:])
-		_, err := q.Exec(ctx, sqlTokenInsert, prefix, hashToken(tok), tenant, now)
+		_, err := q.Exec(ctx, insert, prefix, hashToken(tok), owner, now)
 		if errors.Is(db.Translate(err), db.ErrConflict) {
 			continue
 		}
 		if err != nil {
-			return "", fmt.Errorf("store token: %w", db.Translate(err))
+			return "", fmt.Errorf("store %s: %w", what, db.Translate(err))
 		}
 		return tok, nil
 	}
-	return "", errors.New("store token: prefix collisions, try again")
+	return "", fmt.Errorf("store %s: prefix collisions, try again", what)
 }
 
 // Revoke revokes the token with prefix (or the token itself) from now on,

@@ -2,10 +2,7 @@ package auth
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/subtle"
-	"encoding/base64"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"regexp"
@@ -61,23 +58,7 @@ func CreateOperator(ctx context.Context, q idempotency.Querier, name string, now
 	if !ValidOperatorName(name) {
 		return "", fmt.Errorf("%w: %q", ErrInvalidOperatorName, name)
 	}
-	for range 3 { // a prefix collision (1 in 4 billion) gets a new token
-		var raw [36]byte
-		if _, err := rand.Read(raw[:]); err != nil {
-			return "", fmt.Errorf("random token: %w", err)
-		}
-		prefix := operatorScheme + hex.EncodeToString(raw[:4])
-		tok := prefix + "_" + base64.RawURLEncoding.EncodeToString(raw[4:])
-		_, err := q.Exec(ctx, sqlOperatorInsert, prefix, hashToken(tok), name, now)
-		if errors.Is(db.Translate(err), db.ErrConflict) {
-			continue
-		}
-		if err != nil {
-			return "", fmt.Errorf("store operator token: %w", db.Translate(err))
-		}
-		return tok, nil
-	}
-	return "", errors.New("store operator token: prefix collisions, try again")
+	return issue(ctx, q, operatorScheme, "operator token", sqlOperatorInsert, name, now)
 }
 
 // Operator is who an operator token belongs to.

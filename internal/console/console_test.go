@@ -396,20 +396,10 @@ func TestOverview(t *testing.T) {
 	require.Contains(t, body, `data-figure="pending">2<`)
 }
 
-// countingTracer counts the statements a pool runs.
-type countingTracer struct{ n atomic.Int64 }
-
-func (c *countingTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	c.n.Add(1)
-	return ctx
-}
-func (c *countingTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-
-// TestLookupCostsNoMoreQueriesThanTheAudit: a signed-in lookup by key runs
-// exactly the statements of "api audit --tenant T --key K" (audit.Run):
-// the session costs none while its token is trusted.
-func TestLookupCostsNoMoreQueriesThanTheAudit(t *testing.T) {
-	t.Parallel()
+// countedConsole is a console over a real API's database through a pool
+// whose statements tr counts, with an operator token.
+func countedConsole(t *testing.T) (*harness, *pgxpool.Pool, *countingTracer) {
+	t.Helper()
 	api := apitest.Start(t)
 	tr := &countingTracer{}
 	cfg := api.Pool.Config().Copy()
@@ -424,12 +414,31 @@ func TestLookupCostsNoMoreQueriesThanTheAudit(t *testing.T) {
 	h := &harness{api: api, srv: srv}
 	h.opToken, err = auth.CreateOperator(t.Context(), pool, "alice", time.Now())
 	require.NoError(t, err)
+	return h, pool, tr
+}
+
+// countingTracer counts the statements a pool runs.
+type countingTracer struct{ n atomic.Int64 }
+
+func (c *countingTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+func (c *countingTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// TestLookupCostsNoMoreQueriesThanTheAudit: a signed-in lookup by key runs
+// exactly the statements of "api audit --tenant T --key K" (audit.Run):
+// the session costs none while its token is trusted.
+func TestLookupCostsNoMoreQueriesThanTheAudit(t *testing.T) {
+	t.Parallel()
+	h, pool, tr := countedConsole(t)
+	api, srv := h.api, h.srv
 	h.createNote(t, api.Tenant, api.Token, "key-1", "first")
 	c := browser(t)
 	_, _ = h.signIn(t, c, h.opToken)
 
 	tr.n.Store(0)
-	_, err = audit.Run(t.Context(), pool, nil, "not checked", audit.Config{Tenant: api.Tenant, Key: "key-1"})
+	_, err := audit.Run(t.Context(), pool, nil, "not checked", audit.Config{Tenant: api.Tenant, Key: "key-1"})
 	require.NoError(t, err)
 	cli := tr.n.Load()
 
@@ -515,25 +524,13 @@ func TestDeadLetterRetry(t *testing.T) {
 // "attachment-worker dead-letters list" are.
 func TestListPagesCostNoMoreQueriesThanTheCLI(t *testing.T) {
 	t.Parallel()
-	api := apitest.Start(t)
-	tr := &countingTracer{}
-	cfg := api.Pool.Config().Copy()
-	cfg.ConnConfig.Tracer = tr
-	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	con, err := console.New(console.Deps{Pool: pool, Log: zerolog.Nop()})
-	require.NoError(t, err)
-	srv := httptest.NewServer(con)
-	t.Cleanup(srv.Close)
-	h := &harness{api: api, srv: srv}
-	h.opToken, err = auth.CreateOperator(t.Context(), pool, "alice", time.Now())
-	require.NoError(t, err)
+	h, pool, tr := countedConsole(t)
+	srv := h.srv
 	c := browser(t)
 	_, _ = h.signIn(t, c, h.opToken)
 
 	tr.n.Store(0)
-	_, err = outbox.ListParked(t.Context(), pool)
+	_, err := outbox.ListParked(t.Context(), pool)
 	require.NoError(t, err)
 	_, err = deadletter.List(t.Context(), pool, "attachment-worker", false)
 	require.NoError(t, err)
