@@ -70,6 +70,8 @@ type job struct {
 	state attState
 	// prepared is when its handling began (its span's start).
 	prepared time.Time
+	// trace is its handling's span context, for its log line.
+	trace trace.SpanContext
 }
 
 // attState is a note's attachment as read or locked.
@@ -427,6 +429,7 @@ func (w *Worker) apply(ctx context.Context, tx pgx.Tx, items []*consumer.Item) e
 		// when its batch was prepared to its writes; it is the parent of
 		// the attachment.processed event written.
 		sctx, span := w.startSpan(ctx, it, jobs[i].prepared)
+		jobs[i].trace = trace.SpanContextFromContext(sctx)
 		err := w.applyOne(sctx, b, it, jobs[i], locked[jobs[i].p.noteID], i, now, processedBy, follows, &results)
 		endSpan(span, it, err)
 		if err != nil {
@@ -504,6 +507,17 @@ func (w *Worker) applyOne(ctx context.Context, b *pgx.Batch, it *consumer.Item, 
 	return nil
 }
 
+// eventTrace is a context whose span context is it's handling span's, or
+// (an item that never reached apply) its message's, so that its log line
+// carries its trace_id.
+func eventTrace(it *consumer.Item) context.Context {
+	if j, ok := it.Prepared.(*job); ok && j.trace.IsValid() {
+		return trace.ContextWithSpanContext(context.Background(), j.trace)
+	}
+	h := it.Event.Delivery.Header
+	return tracing.Extract(context.Background(), h.Get("traceparent"), h.Get("tracestate"))
+}
+
 // startSpan starts the span of it's handling (see WithTracer) at start.
 func (w *Worker) startSpan(ctx context.Context, it *consumer.Item, start time.Time) (context.Context, trace.Span) {
 	return tracing.StartConsumerSpan(ctx, w.tracer, tracing.Header(it.Event.Delivery.Header), "process "+it.Event.Type,
@@ -538,7 +552,7 @@ func (w *Worker) committed(items []*consumer.Item) {
 			w.m.EndToEnd.Observe(at.Sub(it.Event.Time).Seconds())
 		}
 		w.m.Message(it.Result)
-		w.log.Debug().Str("event_id", it.Event.ID).Str("tenant", it.Event.Tenant).Str("note_id", it.Event.Subject).
+		w.log.Debug().Ctx(eventTrace(it)).Str("event_id", it.Event.ID).Str("tenant", it.Event.Tenant).Str("note_id", it.Event.Subject).
 			Str("result", it.Result).Msg("event handled")
 		if h := w.hooks.AfterCommit; h != nil && !it.Skip {
 			it.Err = h(it.Event.ID)

@@ -18,6 +18,7 @@ import (
 	"github.com/quillhq/quill/internal/deadletter"
 	"github.com/quillhq/quill/internal/inbox"
 	"github.com/quillhq/quill/internal/metrics"
+	"github.com/quillhq/quill/internal/tracing"
 )
 
 // inboxTable is the consumer's Inbox over the worker's own inbox table
@@ -112,7 +113,8 @@ func (t deadLetterTable) WriteDeadLetter(ctx context.Context, l consumer.DeadLet
 		return err
 	}
 	t.m.Message(metrics.WorkerDeadLettered)
-	t.log.Warn().Str("event_id", id).Int("deliveries", d.Deliveries).Str("error_category", "dead_letter").
+	t.log.Warn().Ctx(tracing.Extract(ctx, d.Header.Get("traceparent"), d.Header.Get("tracestate"))).
+		Str("event_id", id).Int("deliveries", d.Deliveries).Str("error_category", "dead_letter").
 		Str("reason", reason).Msg("giving up on the message: dead letter recorded")
 	return nil
 }
