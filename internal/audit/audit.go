@@ -358,6 +358,11 @@ type ChainEvent struct {
 	AckDuplicate *bool   `json:"ack_duplicate,omitempty"`
 	// Stream: ok, aged_out, missing, mismatch or unchecked.
 	Stream string `json:"stream,omitempty"`
+	// Cleaned: the cleanup deleted its outbox row after the outbox
+	// retention; the operation record kept it (id, type, publication,
+	// stream sequence), so the chain still shows it. Not compared with
+	// the stream.
+	Cleaned bool `json:"cleaned,omitempty"`
 	// Inbox is the worker's row for a note.created event.
 	Inbox *ChainInbox `json:"inbox,omitempty"`
 }
@@ -943,6 +948,9 @@ func (a *auditor) chain(k opKey, o *opRow) Chain {
 	slices.SortFunc(evs, func(x, y *eventRow) int { return int(x.Seq - y.Seq) })
 	evs = slices.CompactFunc(evs, func(x, y *eventRow) bool { return x.Seq == y.Seq })
 	kinds := map[string]bool{}
+	if o != nil {
+		c.Events = append(c.Events, cleanedChainEvents(o, evs)...)
+	}
 	for _, e := range evs {
 		ce := ChainEvent{ID: e.ID.String(), Type: e.Type, NoteID: e.AggregateID.String(), CreatedAt: ftime(e.CreatedAt),
 			PublishedAt: ptime(e.PublishedAt), StreamSeq: e.StreamSeq, AckDuplicate: e.AckDuplicate, Stream: e.stream}
@@ -972,6 +980,24 @@ func (a *auditor) chain(k opKey, o *opRow) Chain {
 	}
 	slices.Sort(c.Anomalies)
 	return c
+}
+
+// cleanedChainEvents are o's events that only its record still knows (the
+// cleanup deleted their outbox rows), those not among evs, in outbox order
+// — before every event still in the outbox, which are younger. The record
+// keeps no commit time for them: CreatedAt is empty.
+func cleanedChainEvents(o *opRow, evs []*eventRow) []ChainEvent {
+	var out []ChainEvent
+	for _, k := range o.Cleaned {
+		if slices.ContainsFunc(evs, func(e *eventRow) bool { return e.ID == k.ID }) {
+			continue
+		}
+		note, _ := o.noteID()
+		ce := ChainEvent{ID: k.ID.String(), Type: k.Type, NoteID: note.String(), State: "published",
+			PublishedAt: ptime(k.PublishedAt), StreamSeq: k.StreamSeq, Stream: "unchecked", Cleaned: true}
+		out = append(out, ce)
+	}
+	return out
 }
 
 func deref(s *string) string {

@@ -498,6 +498,23 @@ func TestRetentionHorizonsAreNotAnomalies(t *testing.T) {
 	require.True(t, rep.Complete())
 	require.Contains(t, strings.Join(rep.Notes, "\n"), "MaxAge")
 
+	// The cleaned operation's chain still shows its events, as its record
+	// kept them (cleaned_events): published, with their stream sequence.
+	rep = b.audit(func(c *audit.Config) { cfg(c); c.Tenant, c.Key = b.tenant, "cleaned" })
+	require.Len(t, rep.Chains, 1)
+	var kept []string
+	for _, e := range rep.Chains[0].Events {
+		require.True(t, e.Cleaned, "%+v", e)
+		require.Equal(t, "published", e.State)
+		require.NotNil(t, e.StreamSeq)
+		require.NotNil(t, e.PublishedAt)
+		require.Equal(t, cleaned.String(), e.NoteID)
+		kept = append(kept, e.Type)
+	}
+	// (The worker's attachment.processed names no operation key: the
+	// record keeps only the operation's own events.)
+	require.Equal(t, []string{"note.created"}, kept)
+
 	// The same absences inside their horizons are anomalies.
 	b.exec(`UPDATE notes SET created_at = now() - interval '1 hour' WHERE id = $1`, old)
 	b.exec(`UPDATE outbox_events SET published_at = now() - interval '50 minutes' WHERE aggregate_id = $1`, aged)

@@ -34,6 +34,18 @@ type opRow struct {
 	ForgetAt            time.Time
 	CompactedAt         *time.Time
 	Replays             int64
+	// Cleaned are the operation's published events that the outbox
+	// cleanup deleted, as the record keeps them (migration 00008).
+	Cleaned []cleanedEvent
+}
+
+// cleanedEvent is one element of operations.cleaned_events.
+type cleanedEvent struct {
+	Seq         int64      `json:"seq"`
+	ID          uuid.UUID  `json:"id"`
+	Type        string     `json:"type"`
+	PublishedAt *time.Time `json:"published_at"`
+	StreamSeq   *int64     `json:"stream_seq"`
 }
 
 // noteID returns the note a create or delete operation acted on.
@@ -157,7 +169,7 @@ func checkSchema(ctx context.Context, q Querier) error {
 // notes the key's chain touches.
 const (
 	sqlOperations = `SELECT tenant, key, action, coalesce(resource, ''), response_status, created_at, completed_at,
-		expires_at, forget_at, compacted_at, replays::bigint
+		expires_at, forget_at, compacted_at, replays::bigint, coalesce(cleaned_events, '[]'::jsonb)
 	FROM operations WHERE ($1 = '' OR tenant = $1)
 	  AND ($2 = '' OR key = $2 OR resource = ANY($3::text[]))
 	ORDER BY tenant, created_at, key`
@@ -244,7 +256,7 @@ func load(ctx context.Context, tx pgx.Tx, cfg Config) (*dataset, error) {
 	var err error
 	ds.ops, err = readRows(ctx, tx, "operations", func(r pgx.CollectableRow, o *opRow) error {
 		return r.Scan(&o.Tenant, &o.Key, &o.Action, &o.Resource, &o.Status, &o.CreatedAt, &o.CompletedAt,
-			&o.ExpiresAt, &o.ForgetAt, &o.CompactedAt, &o.Replays)
+			&o.ExpiresAt, &o.ForgetAt, &o.CompactedAt, &o.Replays, &o.Cleaned)
 	}, sqlOperations, cfg.Tenant, cfg.Key, resources)
 	if err != nil {
 		return nil, err

@@ -141,6 +141,9 @@ func writeChain(b *strings.Builder, c Chain) {
 		if e.Stream != "" {
 			fmt.Fprintf(b, "  stream %s", e.Stream)
 		}
+		if e.Cleaned {
+			b.WriteString("  (cleaned from the outbox; kept by the operation record)")
+		}
 		if in := e.Inbox; in != nil {
 			fmt.Fprintf(b, "  inbox %s", in.ProcessedAt)
 			if in.Deliveries != nil {
@@ -149,7 +152,7 @@ func writeChain(b *strings.Builder, c Chain) {
 			if in.Duplicates != nil {
 				fmt.Fprintf(b, " duplicates %d", *in.Duplicates)
 			}
-		} else if e.Type == typeNoteCreated && c.Attachment != nil {
+		} else if e.Type == typeNoteCreated && c.Attachment != nil && !e.Cleaned {
 			b.WriteString("  no inbox row")
 		}
 		b.WriteString("\n")

@@ -290,6 +290,18 @@ func TestLookup(t *testing.T) {
 	require.Equal(t, strings.ReplaceAll(notFound("event", uuid.NewString()), `value="event"`, ""), strings.ReplaceAll(notFound("event", otherEvent), `value="event"`, ""))
 	require.Equal(t, notFound("key", "never-used"), notFound("key", "key-2"))
 
+	// Past the outbox retention the cleanup deletes the event's row; the
+	// record keeps it (a published one), and so does the chain.
+	_, err = h.api.Pool.Exec(t.Context(), `UPDATE outbox_events SET published_at = now(), stream_seq = 7 WHERE aggregate_id = $1`, note)
+	require.NoError(t, err)
+	_, err = h.api.Pool.Exec(t.Context(), `DELETE FROM outbox_events WHERE aggregate_id = $1`, note)
+	require.NoError(t, err)
+	code, body = lookup(h.api.Tenant, "key", "key-1")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, event)
+	require.Contains(t, body, "Its outbox row was cleaned after the outbox retention")
+	require.Contains(t, body, `sequence <span class="seq">7</span>`)
+
 	// Malformed input is a 400 that says what is wrong.
 	for _, tt := range [][3]string{{"Bad Tenant", "key", "k"}, {h.api.Tenant, "note", "not-a-uuid"}, {h.api.Tenant, "key", "a,b"}, {h.api.Tenant, "sql", "x"}} {
 		code, body := lookup(tt[0], tt[1], tt[2])
