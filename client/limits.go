@@ -6,9 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/quillhq/quill/internal/durations"
 )
 
 // FallbackKeyRetention is the age up to which a key is still resent when the
@@ -54,7 +55,7 @@ type limitsJSON struct {
 // MarshalJSON writes l as the server's object.
 func (l Limits) MarshalJSON() ([]byte, error) {
 	return json.Marshal(limitsJSON{
-		ResponseRetention: formatDuration(l.ResponseRetention), KeyRetention: formatDuration(l.KeyRetention),
+		ResponseRetention: durations.Format(l.ResponseRetention), KeyRetention: durations.Format(l.KeyRetention),
 		MaxBodyBytes: l.MaxBodyBytes, MaxAttachmentBytes: l.MaxAttachmentBytes, TenantConcurrency: l.TenantConcurrency,
 	})
 }
@@ -78,19 +79,6 @@ func (l *Limits) UnmarshalJSON(b []byte) error {
 	*l = Limits{ResponseRetention: rr, KeyRetention: kr, MaxBodyBytes: w.MaxBodyBytes,
 		MaxAttachmentBytes: w.MaxAttachmentBytes, TenantConcurrency: w.TenantConcurrency}
 	return nil
-}
-
-// formatDuration writes d as a Go duration without zero trailing minutes
-// and seconds ("720h", not "720h0m0s"), as the server does.
-func formatDuration(d time.Duration) string {
-	s := d.String()
-	if t, ok := strings.CutSuffix(s, "m0s"); ok {
-		s = t + "m"
-	}
-	if t, ok := strings.CutSuffix(s, "h0m"); ok {
-		s = t + "h"
-	}
-	return s
 }
 
 // limitsCache holds the server's limits once read, for the client's life.
@@ -196,11 +184,11 @@ func (c *Client) checkKeyAge(ctx context.Context, key string, firstSent time.Tim
 		return nil
 	case err == nil:
 		return fmt.Errorf("%w: key %q was first sent at %s, %s ago, and the server's key retention is %s; look it up instead of resending",
-			ErrKeyTooOld, key, firstSent.UTC().Format(time.RFC3339), age.Round(time.Second), formatDuration(retention))
+			ErrKeyTooOld, key, firstSent.UTC().Format(time.RFC3339), age.Round(time.Second), durations.Format(retention))
 	case age < FallbackKeyRetention:
 		return nil
 	default:
 		return fmt.Errorf("%w: key %q was first sent at %s, %s ago, and the server's key retention is unknown (%w); without it no key older than %s is resent: look it up, or set the key retention",
-			ErrKeyTooOld, key, firstSent.UTC().Format(time.RFC3339), age.Round(time.Second), err, formatDuration(FallbackKeyRetention))
+			ErrKeyTooOld, key, firstSent.UTC().Format(time.RFC3339), age.Round(time.Second), err, durations.Format(FallbackKeyRetention))
 	}
 }

@@ -43,15 +43,3 @@ func TestLimitsJSON(t *testing.T) {
 	require.JSONEq(t, `{"response_retention":"72h","key_retention":"720h","max_body_bytes":1,"max_attachment_bytes":2,"tenant_concurrency":3}`, string(b))
 }
 
-func TestFormatDuration(t *testing.T) {
-	t.Parallel()
-	for in, want := range map[time.Duration]string{
-		720 * time.Hour: "720h", time.Hour: "1h", 90 * time.Minute: "1h30m", time.Hour + time.Second: "1h0m1s",
-		10 * time.Minute: "10m", 90 * time.Second: "1m30s", 1500 * time.Millisecond: "1.5s", 0: "0s",
-	} {
-		require.Equal(t, want, formatDuration(in), "%v", in)
-		back, err := time.ParseDuration(want)
-		require.NoError(t, err)
-		require.Equal(t, in, back)
-	}
-}

@@ -2,9 +2,8 @@ package httpapi
 
 import (
 	"net/http"
-	"strings"
-	"time"
 
+	"github.com/quillhq/quill/internal/durations"
 	"github.com/quillhq/quill/internal/notes"
 )
 
@@ -34,8 +33,8 @@ type Limits struct {
 func (c Config) limits(svc *notes.Service) Limits {
 	response, key := svc.Retentions()
 	return Limits{
-		ResponseRetention:  FormatDuration(response),
-		KeyRetention:       FormatDuration(key),
+		ResponseRetention:  durations.Format(response),
+		KeyRetention:       durations.Format(key),
 		MaxBodyBytes:       c.MaxBodyBytes,
 		MaxAttachmentBytes: c.MaxAttachmentBytes,
 		TenantConcurrency:  c.TenantConcurrency,
@@ -47,18 +46,4 @@ func (c Config) limits(svc *notes.Service) Limits {
 // server it talks to rather than from a constant of its own (decision 0047).
 func (s *server) getLimits(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, s.Config.limits(s.Notes))
-}
-
-// FormatDuration writes d as a Go duration without the zero minutes and
-// seconds that time.Duration.String appends: 720h, 90m → 1h30m, 1h0m30s,
-// 1.5s. time.ParseDuration reads the result back to d.
-func FormatDuration(d time.Duration) string {
-	s := d.String()
-	if t, ok := strings.CutSuffix(s, "m0s"); ok {
-		s = t + "m"
-	}
-	if t, ok := strings.CutSuffix(s, "h0m"); ok {
-		s = t + "h"
-	}
-	return s
 }

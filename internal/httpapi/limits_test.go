@@ -71,29 +71,3 @@ func TestLimitsCountAgainstTheTenantsAdmission(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
 }
 
-func TestFormatDuration(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		in   time.Duration
-		want string
-	}{
-		{720 * time.Hour, "720h"},
-		{72 * time.Hour, "72h"},
-		{time.Hour, "1h"},
-		{90 * time.Minute, "1h30m"},
-		{time.Hour + 30*time.Second, "1h0m30s"},
-		{10 * time.Minute, "10m"},
-		{90 * time.Second, "1m30s"},
-		{30 * time.Second, "30s"},
-		{1500 * time.Millisecond, "1.5s"},
-		{time.Hour + 500*time.Millisecond, "1h0m0.5s"},
-		{500 * time.Millisecond, "500ms"},
-		{0, "0s"},
-	} {
-		got := httpapi.FormatDuration(tc.in)
-		require.Equal(t, tc.want, got, "%v", tc.in)
-		back, err := time.ParseDuration(got)
-		require.NoError(t, err)
-		require.Equal(t, tc.in, back, "%q reads back", got)
-	}
-}
