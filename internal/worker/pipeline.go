@@ -552,8 +552,10 @@ func (w *Worker) committed(items []*consumer.Item) {
 			w.m.EndToEnd.Observe(at.Sub(it.Event.Time).Seconds())
 		}
 		w.m.Message(it.Result)
-		w.log.Debug().Ctx(eventTrace(it)).Str("event_id", it.Event.ID).Str("tenant", it.Event.Tenant).Str("note_id", it.Event.Subject).
-			Str("result", it.Result).Msg("event handled")
+		if e := w.log.Debug(); e.Enabled() { // its trace costs an allocation per event
+			e.Ctx(eventTrace(it)).Str("event_id", it.Event.ID).Str("tenant", it.Event.Tenant).Str("note_id", it.Event.Subject).
+				Str("result", it.Result).Msg("event handled")
+		}
 		if h := w.hooks.AfterCommit; h != nil && !it.Skip {
 			it.Err = h(it.Event.ID)
 		}
