@@ -42,4 +42,3 @@ func TestLimitsJSON(t *testing.T) {
 	require.NoError(t, err)
 	require.JSONEq(t, `{"response_retention":"72h","key_retention":"720h","max_body_bytes":1,"max_attachment_bytes":2,"tenant_concurrency":3}`, string(b))
 }
-

@@ -6,9 +6,11 @@ package clitest
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -39,6 +41,24 @@ func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// Lines returns the JSON log lines written so far whose message is msg,
+// each as an object; a line that is not JSON fails the test.
+func (s *SyncBuffer) Lines(t testing.TB, msg string) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for l := range strings.SplitSeq(strings.TrimSpace(s.String()), "\n") {
+		if l == "" {
+			continue
+		}
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(l), &m), l)
+		if m["message"] == msg {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // FreeAddr returns a loopback address with a port that was free a moment

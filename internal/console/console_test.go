@@ -385,8 +385,11 @@ func TestParkedPagesAndRetry(t *testing.T) {
 	require.Contains(t, h.logs.String(), `"operator":"alice"`)
 	code, _, _ = post(t, c, h.srv.URL+"/console/parked/retry", url.Values{"id": {id}, "csrf": {csrf}})
 	require.Equal(t, http.StatusNotFound, code, "retried already")
-	code, _, _ = get(t, c, h.srv.URL+"/console/parked?retried=<script>")
+	// The retry's message is made from an id, never taken from the URL.
+	code, body, _ = get(t, c, h.srv.URL+"/console/parked?retried="+url.QueryEscape("<script>x</script>"))
 	require.Equal(t, http.StatusOK, code)
+	require.NotContains(t, body, "<script>x")
+	require.NotContains(t, body, "is queued again")
 }
 
 // TestOverview: the figures and the JSON the charts read.

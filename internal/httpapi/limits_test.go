@@ -70,4 +70,3 @@ func TestLimitsCountAgainstTheTenantsAdmission(t *testing.T) {
 	r = b.mustDo(req{method: http.MethodGet, path: "/v1/limits", token: b.tokenA})
 	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
 }
-

@@ -1,15 +1,12 @@
 package httpapi_test
 
 import (
-	"bytes"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/go-json-experiment/json"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/codes"
@@ -17,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/quillhq/quill/internal/auth"
+	"github.com/quillhq/quill/internal/clitest"
 	"github.com/quillhq/quill/internal/dbtest"
 	"github.com/quillhq/quill/internal/httpapi"
 	"github.com/quillhq/quill/internal/logging"
@@ -29,39 +27,11 @@ const (
 	clientTracestate  = "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE"
 )
 
-// syncBuffer is a log destination safe for the server's goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// lines returns the JSON lines logged whose msg is msg.
-func (b *syncBuffer) lines(t *testing.T, msg string) []map[string]any {
-	t.Helper()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []map[string]any
-	for l := range strings.SplitSeq(strings.TrimSpace(b.buf.String()), "\n") {
-		var m map[string]any
-		require.NoError(t, json.Unmarshal([]byte(l), &m), l)
-		if m["message"] == msg {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
 type traceBundle struct {
 	t      *testing.T
 	srv    *httptest.Server
 	token  string
-	logs   *syncBuffer
+	logs   *clitest.SyncBuffer
 	stored func(key string) (traceparent, tracestate string)
 }
 
@@ -70,7 +40,7 @@ type traceBundle struct {
 func traceSetup(t *testing.T, exp *tracetest.InMemoryExporter) *traceBundle {
 	t.Helper()
 	pool, _ := dbtest.Pool(t, 4)
-	logs := &syncBuffer{}
+	logs := &clitest.SyncBuffer{}
 	log, err := logging.New(logs, "info", "api")
 	require.NoError(t, err)
 	svc, err := notes.NewService(pool, notes.Config{}, log)
@@ -155,7 +125,7 @@ func TestCreateIsATraceOfRequestAndTransaction(t *testing.T) {
 		"the event's publish will be the request span's child")
 	require.Equal(t, clientTracestate, ts)
 
-	lines := b.logs.lines(t, "request")
+	lines := b.logs.Lines(t, "request")
 	require.Len(t, lines, 1)
 	require.Equal(t, "4bf92f3577b34da6a3ce929d0e0e4736", lines[0]["trace_id"])
 	require.Equal(t, server.SpanContext.SpanID().String(), lines[0]["span_id"])
@@ -181,7 +151,7 @@ func TestTracingOffStoresTheClientsTraceContext(t *testing.T) {
 	tp, ts := b.stored("untraced-1")
 	require.Equal(t, clientTraceparent, tp)
 	require.Equal(t, clientTracestate, ts, "the header's lines as one list")
-	require.NotContains(t, b.logs.lines(t, "request")[0], "trace_id")
+	require.NotContains(t, b.logs.Lines(t, "request")[0], "trace_id")
 
 	res = b.create("untraced-2", http.Header{"Traceparent": {"00-zz"}, "Tracestate": {"rojo=1"}})
 	require.Equal(t, http.StatusCreated, res.StatusCode)

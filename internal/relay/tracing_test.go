@@ -1,16 +1,13 @@
 package relay_test
 
 import (
-	"bytes"
 	"context"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/go-json-experiment/json"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/codes"
@@ -18,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/quillhq/quill/internal/auth"
+	"github.com/quillhq/quill/internal/clitest"
 	"github.com/quillhq/quill/internal/httpapi"
 	"github.com/quillhq/quill/internal/logging"
 	"github.com/quillhq/quill/internal/natstest"
@@ -34,32 +32,6 @@ const (
 	clientTraceparent = "00-" + clientTraceID + "-" + clientSpanID + "-01"
 	clientTracestate  = "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE"
 )
-
-// logBuffer collects a logger's JSON lines from several goroutines.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) lines(t *testing.T, msg string) []map[string]any {
-	t.Helper()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []map[string]any
-	for l := range strings.SplitSeq(strings.TrimSpace(b.buf.String()), "\n") {
-		var m map[string]any
-		if json.Unmarshal([]byte(l), &m) == nil && m["message"] == msg {
-			out = append(out, m)
-		}
-	}
-	return out
-}
 
 func spanNamed(t *testing.T, spans tracetest.SpanStubs, name string) tracetest.SpanStub {
 	t.Helper()
@@ -164,7 +136,7 @@ func TestParkedEventLineNamesItsTrace(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, natstest.WithMaxPayload(4096))
 	exp := tracetest.NewInMemoryExporter()
-	logs := &logBuffer{}
+	logs := &clitest.SyncBuffer{}
 	log, err := logging.New(logs, "info", "relay")
 	require.NoError(t, err)
 	r, _ := h.newRelayLogging(h.config(), h.relayID("park"), log, relay.WithTracer(tracing.NewWithExporter(exp, "quill").Tracer()))
@@ -174,9 +146,9 @@ func TestParkedEventLineNamesItsTrace(t *testing.T) {
 	e.Data = notes.NoteView{ID: e.AggregateID.String(), Title: "big", Body: strings.Repeat("x", 8192), CreatedAt: notes.FormatTime(time.Now())}
 	e.Traceparent = clientTraceparent
 	h.writeEvent(e)
-	testkit.WaitFor(t, waitLong, func() bool { return len(logs.lines(t, "event parked: it cannot be published as it is")) == 1 }, "the event parked")
+	testkit.WaitFor(t, waitLong, func() bool { return len(logs.Lines(t, "event parked: it cannot be published as it is")) == 1 }, "the event parked")
 
-	line := logs.lines(t, "event parked: it cannot be published as it is")[0]
+	line := logs.Lines(t, "event parked: it cannot be published as it is")[0]
 	publish := spanNamed(t, exp.GetSpans(), "send "+outbox.TypeNoteCreated)
 	require.Equal(t, clientTraceID, line["trace_id"])
 	require.Equal(t, publish.SpanContext.SpanID().String(), line["span_id"])
