@@ -192,46 +192,51 @@ LEFT JOIN (SELECT * FROM operations WHERE tenant = $2 AND key = $3) rec ON true`
 // insert then fails with a unique violation.
 func QueueClaimGuarded(b *pgx.Batch, tenant, key string, now time.Time, c *Claim) {
 	b.Queue(sqlClaimGuarded, LockID(tenant, key), tenant, key, now, string(Claimed)).QueryRow(func(row pgx.Row) error {
-		var (
-			r                               Record
-			rkey, action, resource, loc     *string
-			version, status                 *int
-			created, completed, exp, forget *time.Time
-		)
-		err := row.Scan(&c.Locked, &c.Claimed, &rkey, &action, &version, &r.Fingerprint, &r.Fields,
-			&resource, &status, &r.Body, &loc, &created, &completed, &exp, &forget, &r.CompactedAt)
-		if err != nil {
-			return fmt.Errorf("claim operation: %w", err)
-		}
-		if rkey == nil {
-			c.Record = nil
-			return nil
-		}
-		r.Tenant, r.Key, r.Action, r.Version, r.Resource, r.Status, r.Location = tenant, *rkey, *action, *version, *resource, *status, *loc
-		r.CreatedAt, r.CompletedAt, r.ExpiresAt, r.ForgetAt = *created, *completed, *exp, *forget
-		c.Record = &r
-		return nil
+		return scanClaim(row, tenant, c)
 	})
 	b.Queue(sqlOperationDeleteForgotten, tenant, key, now, string(Claimed))
 }
 
-const (
-	sqlOperationDeleteForgotten = `DELETE FROM operations WHERE tenant = $1 AND key = $2 AND forget_at <= $3
+// scanClaim reads a claim's row: locked, claimed, then the record's
+// columns, all NULL when there is none.
+func scanClaim(row pgx.Row, tenant string, c *Claim) error {
+	var (
+		r                               Record
+		rkey, action, resource, loc     *string
+		version, status                 *int
+		created, completed, exp, forget *time.Time
+	)
+	err := row.Scan(&c.Locked, &c.Claimed, &rkey, &action, &version, &r.Fingerprint, &r.Fields,
+		&resource, &status, &r.Body, &loc, &created, &completed, &exp, &forget, &r.CompactedAt)
+	if err != nil {
+		return fmt.Errorf("claim operation: %w", err)
+	}
+	if rkey == nil {
+		c.Record = nil
+		return nil
+	}
+	r.Tenant, r.Key, r.Action, r.Version, r.Resource, r.Status, r.Location = tenant, *rkey, *action, *version, *resource, *status, *loc
+	r.CreatedAt, r.CompletedAt, r.ExpiresAt, r.ForgetAt = *created, *completed, *exp, *forget
+	c.Record = &r
+	return nil
+}
+
+const sqlOperationDeleteForgotten = `DELETE FROM operations WHERE tenant = $1 AND key = $2 AND forget_at <= $3
 		AND current_setting($4::text)::boolean`
 
-	sqlOperationInsertGuarded = `INSERT INTO operations (tenant, key, action, version, fingerprint,
-		field_hashes, resource, response_status, response_body, response_location,
-		created_at, completed_at, expires_at, forget_at)
-	SELECT $1::text, $2::text, $3::text, $4::int, $5::bytea, $6::jsonb, nullif($7::text, ''), $8::int, $9::bytea,
-		nullif($10::text, ''), $11::timestamptz, $12::timestamptz, $13::timestamptz, $14::timestamptz
-	WHERE current_setting($15::text)::boolean`
-)
+// sqlOperationInsertGuarded writes the record only when Claimed is on.
+var sqlOperationInsertGuarded = operationInsert.WhenFlag()
 
 // QueueInsertGuarded queues the insert of r into b, guarded by Claimed.
 func QueueInsertGuarded(b *pgx.Batch, r *Record) {
-	b.Queue(sqlOperationInsertGuarded, r.Tenant, r.Key, r.Action, r.Version, r.Fingerprint,
+	b.Queue(sqlOperationInsertGuarded, append(recordArgs(r), string(Claimed))...)
+}
+
+// recordArgs are the parameters of r's insert, in operationInsert's order.
+func recordArgs(r *Record) []any {
+	return []any{r.Tenant, r.Key, r.Action, r.Version, r.Fingerprint,
 		fieldsJSON(r.Fields), r.Resource, r.Status, r.Body, r.Location,
-		r.CreatedAt, r.CompletedAt, r.ExpiresAt, r.ForgetAt, string(Claimed))
+		r.CreatedAt, r.CompletedAt, r.ExpiresAt, r.ForgetAt}
 }
 
 // fieldsJSON is the JSON object of the field hashes, members sorted, as

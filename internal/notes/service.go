@@ -301,11 +301,20 @@ func (s *Service) Create(ctx context.Context, r Request, p CreateParams) (Outcom
 	}
 }
 
-// noteIDTaken reports whether err is the notes primary key refusing a
-// derived id: a note of an earlier generation of the key has it.
+// noteIDTaken reports whether err is a unique constraint refusing an id
+// derived from the note's: a note of an earlier generation of the key has
+// it. In one statement (ClaimWrite) whichever of the note's, its
+// attachment's or its event's constraints is checked first refuses it.
 func noteIDTaken(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UniqueViolation && pgErr.ConstraintName == "notes_pkey"
+	if !errors.As(err, &pgErr) || pgErr.Code != pgerrcode.UniqueViolation {
+		return false
+	}
+	switch pgErr.ConstraintName {
+	case "notes_pkey", "attachments_pkey", "attachments_note_id_key", outbox.EventIDConstraint:
+		return true
+	}
+	return false
 }
 
 // Delete deletes note id as the operation (r.Tenant, r.Key). Deleting a note
@@ -340,6 +349,11 @@ type plan struct {
 	// the transaction.
 	eff   *effect
 	queue func(b *pgx.Batch) error
+	// write: the same effect as rows of one statement that also claims
+	// the operation and writes its record (idempotency.ClaimWrite), args
+	// one list per insert. Nil for a write with no such form.
+	write     *idempotency.ClaimWrite
+	writeArgs [][]any
 	// run: executes the effect inside the claimed transaction, queueing
 	// what it can into tx's batch.
 	run func(ctx context.Context, tx *db.Pipeline) (*effect, error)
@@ -499,11 +513,31 @@ func (s *Service) unavailable(err error, unknown bool) error {
 // the client's cancellation. It returns errBusy when another transaction owns
 // the key.
 //
-// In the common case — a create with a new key — it is one round trip:
-// BEGIN, the claim, the guarded effect, the guarded record, COMMIT. When the
-// claim fails the guarded statements write nothing and the COMMIT commits
-// nothing; the claim's row says why (a record to replay, or a lock held).
+// In the common case — a create with a new key — it is one round trip of
+// one statement: BEGIN, the claim that writes the note, its event and the
+// record only when it claimed (plan.write), COMMIT. A key whose record is
+// forgotten takes a second attempt, the guarded one (attemptGuarded), which
+// replaces the record.
 func (s *Service) attempt(reqCtx context.Context, r Request, fp idempotency.Fingerprint, planFn planFunc) (Outcome, error) {
+	out, err := s.attemptOnce(reqCtx, r, fp, planFn, false)
+	if errors.Is(err, errForgotten) {
+		return s.attemptOnce(reqCtx, r, fp, planFn, true)
+	}
+	return out, err
+}
+
+// errForgotten says the one-statement claim found the key's record
+// forgotten: the key is free, through the guarded claim.
+var errForgotten = errors.New("the key's record is forgotten")
+
+// attemptOnce is one attempt, guarded or (when the plan has one, no hook is
+// installed and guarded is false) in one statement.
+//
+// The guarded attempt: BEGIN, the claim, the guarded effect, the guarded
+// record, COMMIT. When the claim fails the guarded statements write nothing
+// and the COMMIT commits nothing; the claim's row says why (a record to
+// replay, or a lock held).
+func (s *Service) attemptOnce(reqCtx context.Context, r Request, fp idempotency.Fingerprint, planFn planFunc, guarded bool) (Outcome, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(reqCtx), s.cfg.WriteTimeout)
 	defer cancel()
 	now := s.clock()
@@ -523,8 +557,15 @@ func (s *Service) attempt(reqCtx context.Context, r Request, fp idempotency.Fing
 	defer tx.Release()
 
 	var claim idempotency.Claim
-	idempotency.QueueClaimGuarded(tx.Batch(), r.Tenant, r.Key, now, &claim)
 	eff := p.eff
+	if p.write != nil && s.hooks.AfterEffect == nil && !guarded {
+		record := s.record(r, fp, eff, now)
+		if err := p.write.Queue(tx.Batch(), record, &claim, p.writeArgs...); err != nil {
+			return Outcome{}, err
+		}
+		return s.commit(ctx, reqCtx, tx, r, fp, &claim, record, eff)
+	}
+	idempotency.QueueClaimGuarded(tx.Batch(), r.Tenant, r.Key, now, &claim)
 	if p.queue != nil {
 		if err := p.queue(tx.Batch()); err != nil {
 			return Outcome{}, err
@@ -558,20 +599,37 @@ func (s *Service) attempt(reqCtx context.Context, r Request, fp idempotency.Fing
 			}
 		}
 	}
+	record := s.record(r, fp, eff, now)
+	idempotency.QueueInsertGuarded(tx.Batch(), record)
+	return s.commit(ctx, reqCtx, tx, r, fp, &claim, record, eff)
+}
+
+// record is the operation record of eff, an execution that started at now
+// and completes now.
+func (s *Service) record(r Request, fp idempotency.Fingerprint, eff *effect, now time.Time) *idempotency.Record {
 	completed := s.clock()
-	record := &idempotency.Record{
+	return &idempotency.Record{
 		Tenant: r.Tenant, Key: r.Key, Action: fp.Action, Version: fp.Version,
 		Fingerprint: fp.Sum, Fields: fp.Fields, Resource: eff.resource,
 		Status: eff.resp.Status, Body: eff.resp.Body, Location: eff.resp.Location,
 		CreatedAt: now, CompletedAt: completed,
 		ExpiresAt: completed.Add(s.cfg.ResponseRetention), ForgetAt: completed.Add(s.cfg.KeyRetention),
 	}
-	idempotency.QueueInsertGuarded(tx.Batch(), record)
-	err = tx.Commit(ctx)
+}
+
+// commit sends what tx still holds with COMMIT and answers from the
+// outcome: executed, the claim's answer when it did not claim (the COMMIT
+// then committed nothing), or the recheck's when the COMMIT's reply was
+// lost. A claim that did not claim because the record is forgotten (the
+// one-statement claim) returns errForgotten.
+func (s *Service) commit(ctx, reqCtx context.Context, tx *db.Pipeline, r Request, fp idempotency.Fingerprint, claim *idempotency.Claim, record *idempotency.Record, eff *effect) (Outcome, error) {
+	err := tx.Commit(ctx)
 	var lost *db.OutcomeUnknownError
 	switch {
+	case err == nil && claim.Forgotten(record.CreatedAt):
+		return Outcome{}, errForgotten
 	case err == nil && !claim.Claimed:
-		return s.unclaimed(claim, fp) // the COMMIT committed nothing
+		return s.unclaimed(*claim, fp) // the COMMIT committed nothing
 	case err == nil:
 		s.committed(fp, eff)
 		s.cache.Put(record)
@@ -654,17 +712,36 @@ func (s *Service) recheck(reqCtx context.Context, r Request, fp idempotency.Fing
 	return out, outErr
 }
 
-const (
-	// Guarded by the flag passed last (idempotency.Claimed): they write
-	// only when the transaction claimed the operation.
-	sqlNoteInsert = `INSERT INTO notes (id, tenant, title, body, created_at)
-	SELECT $1::uuid, $2::text, $3::text, $4::text, $5::timestamptz WHERE current_setting($6::text)::boolean`
+// The rows a create writes, as notes owns them (see db.Insert).
+var (
+	noteInsert = db.Insert{Table: "notes", Columns: []db.Column{
+		{Name: "id", Type: "uuid"}, {Name: "tenant", Type: "text"}, {Name: "title", Type: "text"},
+		{Name: "body", Type: "text"}, {Name: "created_at", Type: "timestamptz"},
+	}}
+	attachmentInsert = db.Insert{Table: "attachments", Columns: []db.Column{
+		{Name: "id", Type: "uuid"}, {Name: "tenant", Type: "text"}, {Name: "note_id", Type: "uuid"},
+		{Name: "filename", Type: "text"}, {Name: "content_type", Type: "text"}, {Name: "size", Type: "int"},
+		{Name: "sha256", Type: "text"}, {Name: "data", Type: "bytea"},
+	}}
 
-	sqlAttachmentInsert = `INSERT INTO attachments (id, tenant, note_id, filename, content_type, size, sha256, data)
-	SELECT $1::uuid, $2::text, $3::uuid, $4::text, $5::text, $6::int, $7::text, $8::bytea WHERE current_setting($9::text)::boolean`
+	// A create in one statement: the claim, the note (and its
+	// attachment), its event and the record.
+	createWrite               = idempotency.NewClaimWrite(noteInsert, outbox.EventInsert)
+	createWithAttachmentWrite = idempotency.NewClaimWrite(noteInsert, attachmentInsert, outbox.EventInsert)
 
-	sqlNoteDelete = `UPDATE notes SET deleted_at = $3 WHERE tenant = $1 AND id = $2 AND deleted_at IS NULL`
+	// The same rows guarded by the flag passed last (idempotency.Claimed),
+	// for the guarded attempt: they write only when the transaction
+	// claimed the operation.
+	sqlNoteInsert       = noteInsert.WhenFlag()
+	sqlAttachmentInsert = attachmentInsert.WhenFlag()
 )
+
+// withClaimed is args with idempotency.Claimed after them, in a new slice.
+func withClaimed(args []any) []any {
+	return append(args[:len(args):len(args)], string(idempotency.Claimed))
+}
+
+const sqlNoteDelete = `UPDATE notes SET deleted_at = $3 WHERE tenant = $1 AND id = $2 AND deleted_at IS NULL`
 
 func (s *Service) planCreate(r Request, p CreateParams, secret []byte, generation int, now time.Time) (*plan, error) {
 	id := NoteID(secret, r.Tenant, r.Key, generation)
@@ -682,14 +759,27 @@ func (s *Service) planCreate(r Request, p CreateParams, secret []byte, generatio
 		return nil, fmt.Errorf("render create: %w", err)
 	}
 	eff := &effect{resp: resp, resource: resource, counted: true, noteID: id}
-	return &plan{eff: eff, queue: func(b *pgx.Batch) error {
-		b.Queue(sqlNoteInsert, pgUUID(n.ID), n.Tenant, n.Title, n.Body, n.CreatedAt, string(idempotency.Claimed))
-		if a := p.Attachment; a != nil {
-			b.Queue(sqlAttachmentInsert, pgUUID(aid), r.Tenant, pgUUID(id), a.Filename, a.ContentType, len(a.Data), a.SHA256, a.Data,
-				string(idempotency.Claimed))
+	noteArgs := []any{pgUUID(n.ID), n.Tenant, n.Title, n.Body, n.CreatedAt}
+	var attArgs []any
+	if a := p.Attachment; a != nil {
+		attArgs = []any{pgUUID(aid), r.Tenant, pgUUID(id), a.Filename, a.ContentType, len(a.Data), a.SHA256, a.Data}
+	}
+	event, err := outbox.InsertArgs(s.event(r, outbox.TypeNoteCreated, id, now, view))
+	if err != nil {
+		return nil, err
+	}
+	pl := &plan{eff: eff, write: createWrite, writeArgs: [][]any{noteArgs, event}, queue: func(b *pgx.Batch) error {
+		b.Queue(sqlNoteInsert, withClaimed(noteArgs)...)
+		if attArgs != nil {
+			b.Queue(sqlAttachmentInsert, withClaimed(attArgs)...)
 		}
-		return s.queueEvent(b, r, outbox.TypeNoteCreated, id, now, view)
-	}}, nil
+		outbox.QueueArgsGuarded(b, event, idempotency.Claimed)
+		return nil
+	}}
+	if attArgs != nil {
+		pl.write, pl.writeArgs = createWithAttachmentWrite, [][]any{noteArgs, attArgs, event}
+	}
+	return pl, nil
 }
 
 // notePathPrefix starts the path that names a note in operation records
@@ -738,6 +828,11 @@ func (s *Service) planDelete(r Request, id uuid.UUID, now time.Time) *plan {
 func pgUUID(u uuid.UUID) pgtype.UUID { return pgtype.UUID{Bytes: u, Valid: true} }
 
 func (s *Service) queueEvent(b *pgx.Batch, r Request, typ string, noteID uuid.UUID, now time.Time, data any) error {
-	return outbox.QueueGuarded(b, outbox.Event{ID: EventID(noteID, typ), Tenant: r.Tenant, OperationKey: r.Key, AggregateID: noteID,
-		Type: typ, Time: now, Data: data, Traceparent: r.Traceparent, Tracestate: r.Tracestate}, idempotency.Claimed)
+	return outbox.QueueGuarded(b, s.event(r, typ, noteID, now, data), idempotency.Claimed)
+}
+
+// event is the event of type typ that operation r writes about note noteID.
+func (s *Service) event(r Request, typ string, noteID uuid.UUID, now time.Time, data any) outbox.Event {
+	return outbox.Event{ID: EventID(noteID, typ), Tenant: r.Tenant, OperationKey: r.Key, AggregateID: noteID,
+		Type: typ, Time: now, Data: data, Traceparent: r.Traceparent, Tracestate: r.Tracestate}
 }

@@ -121,10 +121,8 @@ func Queue(b *pgx.Batch, e Event) error {
 	return queue(b, sqlEventInsert, e)
 }
 
-const sqlEventInsertGuarded = `INSERT INTO outbox_events
-		(id, tenant, operation_key, aggregate_id, type, payload, traceparent, created_at, tracestate)
-	SELECT $1::uuid, $2::text, nullif($3::text, ''), $4::uuid, $5::text, $6::bytea, nullif($7::text, ''), $8::timestamptz, nullif($9::text, '')
-	WHERE current_setting($10::text)::boolean`
+// sqlEventInsertGuarded writes only when the flag bound last is on.
+var sqlEventInsertGuarded = EventInsert.WhenFlag()
 
 // QueueGuarded is Queue for an insert that writes only when guard, set by an
 // earlier statement of the same transaction, is on (see db.Flag).
@@ -132,14 +130,43 @@ func QueueGuarded(b *pgx.Batch, e Event, guard db.Flag) error {
 	return queue(b, sqlEventInsertGuarded, e, string(guard))
 }
 
+// QueueArgsGuarded is QueueGuarded for an event whose parameters InsertArgs
+// already made.
+func QueueArgsGuarded(b *pgx.Batch, args []any, guard db.Flag) {
+	b.Queue(sqlEventInsertGuarded, append(args[:len(args):len(args)], string(guard))...)
+}
+
 func queue(b *pgx.Batch, sql string, e Event, extra ...any) error {
-	payload, err := Envelope(e)
+	args, err := InsertArgs(e)
 	if err != nil {
 		return err
 	}
-	args := append([]any{pgUUID(e.ID), e.Tenant, e.OperationKey, pgUUID(e.AggregateID), e.Type, payload, e.Traceparent, e.Time, e.Tracestate}, extra...)
-	b.Queue(sql, args...)
+	b.Queue(sql, append(args, extra...)...)
 	return nil
+}
+
+// EventIDConstraint is the unique constraint on an event's id, named in the
+// error of an insert whose id is taken.
+const EventIDConstraint = "outbox_events_id_key"
+
+// EventInsert is the outbox row's insert, for a statement that writes an
+// event beside other rows (idempotency.ClaimWrite); InsertArgs gives its
+// parameters.
+var EventInsert = db.Insert{Table: "outbox_events", Columns: []db.Column{
+	{Name: "id", Type: "uuid"}, {Name: "tenant", Type: "text"}, {Name: "operation_key", Type: "text", NullIfEmpty: true},
+	{Name: "aggregate_id", Type: "uuid"}, {Name: "type", Type: "text"}, {Name: "payload", Type: "bytea"},
+	{Name: "traceparent", Type: "text", NullIfEmpty: true}, {Name: "created_at", Type: "timestamptz"},
+	{Name: "tracestate", Type: "text", NullIfEmpty: true},
+}}
+
+// InsertArgs returns the parameters of e's insert, in EventInsert's order
+// (the envelope marshaled). Errors: the data does not marshal.
+func InsertArgs(e Event) ([]any, error) {
+	payload, err := Envelope(e)
+	if err != nil {
+		return nil, err
+	}
+	return []any{pgUUID(e.ID), e.Tenant, e.OperationKey, pgUUID(e.AggregateID), e.Type, payload, e.Traceparent, e.Time, e.Tracestate}, nil
 }
 
 // pgUUID passes a UUID to pgx in binary; a uuid.UUID would go through its

@@ -1,0 +1,114 @@
+package notes_test
+
+import (
+	"context"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quillhq/quill/internal/dbtest"
+	"github.com/quillhq/quill/internal/httpapi"
+	"github.com/quillhq/quill/internal/notes"
+)
+
+// statementLog records the SQL of every statement a pool runs, batched or
+// not.
+type statementLog struct {
+	mu   sync.Mutex
+	sqls []string
+}
+
+func (l *statementLog) add(sql string) { l.mu.Lock(); l.sqls = append(l.sqls, sql); l.mu.Unlock() }
+
+// take returns the statements since the last take, transaction control and
+// the transaction's lock_timeout left out.
+func (l *statementLog) take() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, s := range l.sqls {
+		if strings.HasPrefix(s, "BEGIN") || s == "COMMIT" || s == "ROLLBACK" || strings.Contains(s, "set_config('lock_timeout'") {
+			continue
+		}
+		out = append(out, s)
+	}
+	l.sqls = nil
+	return out
+}
+
+func (l *statementLog) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	l.add(d.SQL)
+	return ctx
+}
+func (l *statementLog) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (l *statementLog) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+func (l *statementLog) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	l.add(d.SQL)
+}
+func (l *statementLog) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+// A create with a new key is one statement inside its transaction — the
+// claim, the note, its attachment, its event and the record
+// (idempotency.ClaimWrite) — and writes each row once. A key whose record
+// is forgotten finds that statement's claim refused and takes the guarded
+// attempt, which replaces the record and makes the key's next note.
+func TestCreateWithANewKeyIsOneStatement(t *testing.T) {
+	t.Parallel()
+	direct, _ := dbtest.Pool(t, 2)
+	log := &statementLog{}
+	cfg := direct.Config().Copy()
+	cfg.ConnConfig.Tracer = log
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	c := &clock{t: time.Now().UTC().Truncate(time.Microsecond)}
+	svc, err := notes.NewService(pool, notes.Config{ReplayCacheBytes: -1}, zerolog.New(io.Discard), notes.WithClock(c.now))
+	require.NoError(t, err)
+	tenant := reviewTenant()
+	create := func(key, title string) notes.Outcome {
+		t.Helper()
+		out, err := svc.Create(t.Context(), notes.Request{Tenant: tenant, Key: key, Wait: -1, Render: httpapi.RenderWrite},
+			notes.CreateParams{Title: title, Attachment: &notes.NewAttachment{Filename: "a.txt", ContentType: "text/plain",
+				Data: []byte("hello"), SHA256: "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"}})
+		require.NoError(t, err)
+		require.Equal(t, 201, out.Status)
+		return out
+	}
+	create("warm", "warm") // reads the id secret once
+	log.take()
+
+	create("k", "first")
+	stmts := log.take()
+	require.Len(t, stmts, 1, "one statement: %q", stmts)
+	require.True(t, strings.HasPrefix(stmts[0], "WITH lk AS"), stmts[0])
+	count := func(table, where string) int {
+		var n int
+		require.NoError(t, direct.QueryRow(t.Context(), `SELECT count(*) FROM `+table+` WHERE tenant = $1 `+where, tenant).Scan(&n))
+		return n
+	}
+	require.Equal(t, 2, count("notes", ""))
+	require.Equal(t, 2, count("attachments", ""))
+	require.Equal(t, 2, count("outbox_events", ""))
+	require.Equal(t, 1, count("operations", "AND key = 'k'"))
+
+	// Past the key retention the record is still there, forgotten.
+	c.advance(notes.DefaultKeyRetention + time.Hour)
+	out := create("k", "second")
+	stmts = log.take()
+	require.True(t, strings.HasPrefix(stmts[0], "WITH lk AS"), "the one-statement attempt first: %q", stmts)
+	require.Greater(t, len(stmts), 2, "then the guarded attempt: %q", stmts)
+	require.Equal(t, 3, count("notes", ""), "the key's next note")
+	require.Equal(t, 3, count("outbox_events", ""))
+	var resource string
+	require.NoError(t, direct.QueryRow(t.Context(), `SELECT resource FROM operations WHERE tenant = $1 AND key = 'k'`, tenant).Scan(&resource))
+	require.Equal(t, out.Location, resource, "the record replaced by the second note's")
+}
