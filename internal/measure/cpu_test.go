@@ -3,8 +3,6 @@ package measure
 import (
 	"testing"
 	"time"
-
-	"github.com/stretchr/testify/require"
 )
 
 func TestParseStat(t *testing.T) {
@@ -53,12 +51,17 @@ func TestProcessTicks(t *testing.T) {
 			t.Parallel()
 			comm, n, err := ProcessTicks([]byte(tc.stat))
 			if tc.err {
-				require.Error(t, err)
+				if err == nil {
+					t.Fatalf("ProcessTicks(%q) = %q, %d; want an error", tc.stat, comm, n)
+				}
 				return
 			}
-			require.NoError(t, err)
-			require.Equal(t, tc.comm, comm)
-			require.Equal(t, tc.ticks, n)
+			if err != nil {
+				t.Fatalf("ProcessTicks(%q): %v", tc.stat, err)
+			}
+			if comm != tc.comm || n != tc.ticks {
+				t.Errorf("ProcessTicks(%q) = %q, %d; want %q, %d", tc.stat, comm, n, tc.comm, tc.ticks)
+			}
 		})
 	}
 }
