@@ -55,15 +55,12 @@ psql_bench -f "$SQL_DIR/setup.sql"
 # use over most of it (ending well before the client does), and appends
 # "phase client api pg other busy" (cores) to $WORK/cpu.
 sample_window() {
-	local delay window t0 t1
+	local delay window
 	read -r delay window < <(awk -v d="$DURATION" 'BEGIN { s = (d >= 4 ? 1 : d / 4); print s, d - 2.5 * s }')
 	sleep "$delay"
-	t0=$(now_s)
-	cpu_snapshot >"$WORK/snap0"
+	cpu_window_start
 	sleep "$window"
-	t1=$(now_s)
-	cpu_snapshot >"$WORK/snap1"
-	cpu_report "$1" "$WORK/snap0" "$WORK/snap1" "$(elapsed "$t0" "$t1")" "client api pg"
+	cpu_window_end "$1" "client api pg"
 }
 
 # One tenant sends every request: its concurrency limit (default 32) would
@@ -231,14 +228,8 @@ replays() { lg replay "$1" ops_per_sec; }
 	echo "CPU, cores used inside each measured window (of $NCPU): client = loadgen or pgbench;"
 	echo "postgres = $BENCH_DB's backends + PostgreSQL's background processes; other = busy − the rest"
 	echo "(kernel loopback networking and interrupts, anything else running on the machine)"
-	printf '  %-18s | %6s | %5s | %8s | %5s | %5s\n' phase client api postgres other busy
-	while read -r phase client api pg other busy; do
-		printf '  %-18s | %6s | %5s | %8s | %5s | %5s\n' "$phase" "$client" "$api" "$pg" "$other" "$busy"
-	done <"$WORK/cpu"
-	noisy=$(awk '$5 > 0.35 { printf "%s%s", (n++ ? ", " : ""), $1 }' "$WORK/cpu")
-	if [[ -n $noisy ]]; then
-		echo "  WARNING: more than 0.35 cores went to other work during: $noisy — a busy machine; compare with care"
-	fi
+	cpu_table 18 client api postgres other busy
+	cpu_warn_busy
 	echo "  the API's CPU per operation (its cores in the window ÷ operations/s):"
 	for c in $CONCURRENCY; do
 		printf '    %2s clients: create %s µs, replay %s µs\n' "$c" \

@@ -143,14 +143,7 @@ setting_note() {
 
 # --- NATS, API, relay, worker ---------------------------------------------------------
 log "starting nats-server"
-mkdir -p "$WORK/nats/store"
-printf 'host: 127.0.0.1\nport: -1\njetstream { store_dir: "%s" }\n' "$WORK/nats/store" >"$WORK/nats/nats.conf"
-env -u GOMAXPROCS "$NATS_SERVER" -c "$WORK/nats/nats.conf" >"$WORK/nats/nats.log" 2>&1 &
-NATS_PID=$!
-on_exit_stop "$NATS_PID"
-wait_for_line "$WORK/nats/nats.log" 'Server is ready' "$NATS_PID" 15 || die "nats-server did not start (see $WORK/nats/nats.log)"
-NATS_URL="nats://$(sed -n 's/.*Listening for client connections on \([0-9.]*:[0-9]*\).*/\1/p' "$WORK/nats/nats.log" | head -1)"
-[[ $NATS_URL != nats:// ]] || die "no client port in $WORK/nats/nats.log"
+nats_start "$WORK/nats"
 
 token() { DATABASE_URL=$BENCH_URL ./bin/api token create --tenant "$1" 2>>"$WORK/api-cli.log" || die "api token create --tenant $1 failed (see $WORK/api-cli.log)"; }
 if ((LEGIT_TENANTS == 1)); then

@@ -118,25 +118,10 @@ start_api "$TENANT"
 # start_nats MODE: a nats-server on a free loopback port, JetStream storing
 # in a fresh directory; sets NATS_PID and NATS_URL.
 start_nats() {
-	local dir="$WORK/nats-$1"
-	mkdir -p "$dir/store"
-	{
-		echo 'host: 127.0.0.1'
-		echo 'port: -1'
-		if [[ $1 == always ]]; then
-			echo "jetstream { store_dir: \"$dir/store\", sync_interval: always }"
-		else
-			echo "jetstream { store_dir: \"$dir/store\" }"
-		fi
-	} >"$dir/nats.conf"
-	env -u GOMAXPROCS "$NATS_SERVER" -c "$dir/nats.conf" >"$dir/nats.log" 2>&1 &
-	NATS_PID=$!
-	on_exit_stop "$NATS_PID"
+	local dir="$WORK/nats-$1" setting=""
+	if [[ $1 == always ]]; then setting="sync_interval: always"; fi
+	nats_start "$dir" "$setting"
 	ROLE[$NATS_PID]=nats
-	wait_for_line "$dir/nats.log" 'Server is ready' "$NATS_PID" 15 ||
-		die "nats-server did not start (see $dir/nats.log)"
-	NATS_URL="nats://$(sed -n 's/.*Listening for client connections on \([0-9.]*:[0-9]*\).*/\1/p' "$dir/nats.log" | head -1)"
-	[[ $NATS_URL != nats:// ]] || die "no client port in $dir/nats.log"
 	log "nats-server ($1) pid $NATS_PID at $NATS_URL, store $dir/store"
 }
 stop_nats() {
@@ -170,16 +155,8 @@ start_relays() {
 # relay_metrics LABEL: "published duplicates errors" summed over the relays'
 # /metrics.
 relay_metrics() {
-	local f addr pub=0 dup=0 err=0 m p d e
-	for f in "$WORK/$1"-relay*.log; do
-		addr=$(log_addr "$f" admin)
-		[[ -n $addr ]] || continue
-		m=$(curl -fsS "http://$addr/metrics") || continue
-		read -r p d e < <(awk '$1 == "quill_relay_published_total" { p = $2 } $1 == "quill_relay_duplicates_total" { d = $2 }
-			$1 == "quill_relay_publish_errors_total" { e = $2 } END { printf "%d %d %d\n", p, d, e }' <<<"$m")
-		pub=$((pub + p)) dup=$((dup + d)) err=$((err + e))
-	done
-	echo "$pub $dup $err"
+	metrics_sum '$1 == "quill_relay_published_total" { p = $2 } $1 == "quill_relay_duplicates_total" { d = $2 }
+		$1 == "quill_relay_publish_errors_total" { e = $2 } END { printf "%d %d %d\n", p, d, e }' "$WORK/$1"-relay*.log
 }
 stop_relays() {
 	stop_role relay "${RELAY_PIDS[@]}"
@@ -216,7 +193,7 @@ throttle_sum() {
 # RAW_ARGS: more flags for relaybench raw (a cluster's --replicas).
 RAW_ARGS=()
 raw_run() {
-	local mode=$1 i out pid t0 t1 j
+	local mode=$1 i out pid j
 	i=$((${RAW_DONE[$mode]:-0} + 1))
 	RAW_DONE[$mode]=$i
 	out="$WORK/$mode-raw$i"
@@ -227,36 +204,43 @@ raw_run() {
 	pid=$!
 	ROLE[$pid]=client
 	wait_for_line "$out.err" 'publishing' "$pid" 120 || true
-	t0=$(now_s)
-	cpu_snapshot >"$WORK/snap0"
+	cpu_window_start
 	wait "$pid" || die "relaybench raw failed: $(tail -3 "$out.err")"
-	t1=$(now_s)
-	cpu_snapshot >"$WORK/snap1"
+	cpu_window_end
 	unset "ROLE[$pid]"
 	j=$(<"$out.json")
 	RAW_RATES[$mode]="${RAW_RATES[$mode]:-} $(jget "$(jobj "$j" stream)" rate)"
 	RAW_CLIENT[$mode]="${RAW_CLIENT[$mode]:-} $(jget "$j" client_rate)"
 	RAW_ERR[$mode]=$((${RAW_ERR[$mode]:-0} + $(jget "$j" errors)))
-	cpu_report "$mode-raw$i" "$WORK/snap0" "$WORK/snap1" "$(elapsed "$t0" "$t1")" "$ROLES" "$(jget "$j" cpu_cores)"
+	cpu_window_report "$mode-raw$i" "$ROLES" "$(jget "$j" cpu_cores)"
 	relaybench reset --nats-url "$NATS_URL" --stream "$STREAM" >/dev/null
 }
 
 # relay_run MODE N: N relays drain a fresh backlog.
 relay_run() {
-	local mode=$1 n=$2 label="$1-relays$2" t0 t1 j sp pub dup err
+	local mode=$1 n=$2 label="$1-relays$2" j
 	log "[$mode] $n relay(s): seeding $EVENTS pending events over $NOTES notes"
 	relaybench reset --nats-url "$NATS_URL" --stream "$STREAM" >/dev/null
 	fresh_outbox
 	quiet_phase
 	log "[$mode] $n relay(s): publishing"
-	t0=$(now_s)
-	cpu_snapshot >"$WORK/snap0"
+	cpu_window_start
 	start_relays "$n" "$label"
 	j=$(relaybench wait --nats-url "$NATS_URL" --database-url "$BENCH_URL" --stream "$STREAM" --count "$EVENTS") ||
 		die "$label: the relays did not publish the backlog (logs in $WORK)"
-	t1=$(now_s)
-	cpu_snapshot >"$WORK/snap1"
-	cpu_report "$label" "$WORK/snap0" "$WORK/snap1" "$(elapsed "$t0" "$t1")" "$ROLES"
+	relays_drained "$label" "$n" "$j"
+	echo "$j" >>"$WORK/relay-runs.jsonl"
+}
+
+# relays_drained LABEL N JSON: ends a run of N relays that drained a backlog
+# of EVENTS (JSON: relaybench wait's answer) inside a CPU window
+# (cpu_window_start): closes and reports the window, reads the relays'
+# metrics (and, capped, their throttling), stops them and records the run
+# under LABEL in RELAY_RATE, RELAY_MSGS, RELAY_MARKED, RELAY_METRICS and
+# RELAY_CPU_US.
+relays_drained() {
+	local label=$1 n=$2 j=$3 sp pub dup err
+	cpu_window_end "$label" "$ROLES"
 	read -r pub dup err < <(relay_metrics "$label")
 	if [[ -n $RELAY_CAP ]]; then THROTTLE[$label]=$(throttle_sum relay "$n"); fi
 	stop_relays
@@ -266,9 +250,19 @@ relay_run() {
 	RELAY_MARKED[$label]=$(jget "$j" all_marked_s)
 	RELAY_METRICS[$label]="$pub $dup $err"
 	# CPU per event, µs: cores × window ÷ events, for relay, nats, postgres.
-	RELAY_CPU_US[$label]=$(tail -1 "$WORK/cpu" | awk -v s="$(elapsed "$t0" "$t1")" -v n="$EVENTS" \
+	RELAY_CPU_US[$label]=$(tail -1 "$WORK/cpu" | awk -v s="$WINDOW_S" -v n="$EVENTS" \
 		'{ printf "%.0f %.0f %.0f", $4 * s / n * 1e6, $5 * s / n * 1e6, $6 * s / n * 1e6 }')
-	echo "$j" >>"$WORK/relay-runs.jsonl"
+}
+
+# warn_lost_events: a WARNING for each relay run whose stream did not hold
+# EVENTS messages.
+warn_lost_events() {
+	local l
+	for l in "${!RELAY_MSGS[@]}"; do
+		if [[ ${RELAY_MSGS[$l]} != "$EVENTS" ]]; then
+			echo "  WARNING: $l: the stream holds ${RELAY_MSGS[$l]} messages, not $EVENTS — events lost or stored twice"
+		fi
+	done
 }
 
 # e2e_run MODE: API + 1 relay, loadgen at RATE creates/s.
@@ -293,14 +287,10 @@ e2e_run() {
 		die "loadgen failed: $(tail -3 "$WORK/$label-loadgen.err")"
 	t_from=$(now_s)
 	# Sample inside the measured window: from 1 s in to 1.5 s before its end.
-	local s0 s1
 	sleep 1
-	s0=$(now_s)
-	cpu_snapshot >"$WORK/snap0"
+	cpu_window_start
 	sleep "$(awk -v d="$E2E_DURATION" 'BEGIN { print (d > 3 ? d - 2.5 : d / 2) }')"
-	s1=$(now_s)
-	cpu_snapshot >"$WORK/snap1"
-	cpu_report "$label" "$WORK/snap0" "$WORK/snap1" "$(elapsed "$s0" "$s1")" "$ROLES"
+	cpu_window_end "$label" "$ROLES"
 	wait "$pid" || die "loadgen failed: $(tail -3 "$WORK/$label-loadgen.err")"
 	t_to=$(now_s)
 	unset "ROLE[$pid]" "ROLE[$API_PID]"
@@ -334,8 +324,6 @@ for mode in $MODES; do
 done
 
 # --- report ---------------------------------------------------------------------
-median() { tr ' ' '\n' <<<"$1" | awk 'NF' | sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.1f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-int() { awk -v v="$1" 'BEGIN { printf "%.0f\n", v }'; }
 mode_name() { if [[ $1 == always ]]; then echo "sync always"; else echo "defaults"; fi; }
 
 {
@@ -421,24 +409,14 @@ mode_name() { if [[ $1 == always ]]; then echo "sync always"; else echo "default
 	echo "CPU, cores used inside each measured window (of $NCPU): client = relaybench raw (its own account) or loadgen;"
 	echo "postgres = $BENCH_DB's backends + PostgreSQL's background processes (autovacuum too); other = busy − the rest"
 	echo "(kernel loopback networking and interrupts, anything else running on the machine)"
-	printf '  %-16s | %6s | %5s | %5s | %5s | %8s | %5s | %5s\n' phase client api relay nats postgres other busy
-	while read -r phase client api relay nats pg other busy; do
-		printf '  %-16s | %6s | %5s | %5s | %5s | %8s | %5s | %5s\n' "$phase" "$client" "$api" "$relay" "$nats" "$pg" "$other" "$busy"
-	done <"$WORK/cpu"
-	for l in "${!RELAY_MSGS[@]}"; do
-		if [[ ${RELAY_MSGS[$l]} != "$EVENTS" ]]; then
-			echo "  WARNING: $l: the stream holds ${RELAY_MSGS[$l]} messages, not $EVENTS — events lost or stored twice"
-		fi
-	done
+	cpu_table 16 client api relay nats postgres other busy
+	warn_lost_events
 	for mode in $MODES; do
 		if ((${RAW_ERR[$mode]} > 0)); then
 			echo "  WARNING: $(mode_name "$mode"): ${RAW_ERR[$mode]} raw publishes failed or were not acknowledged within 10 s (see relaybench's first_error) — a stalled disk?"
 		fi
 	done
-	noisy=$(awk '$7 > 0.35 { printf "%s%s", (n++ ? ", " : ""), $1 }' "$WORK/cpu")
-	if [[ -n $noisy ]]; then
-		echo "  WARNING: more than 0.35 cores went to other work during: $noisy — a busy machine; compare with care"
-	fi
+	cpu_warn_busy
 } >"$WORK/report.txt"
 
 publish_report "$RESULTS"

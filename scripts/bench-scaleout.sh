@@ -78,17 +78,9 @@ stop_workers() {
 # worker_metrics LABEL: "processed duplicates failed" summed over the
 # workers' /metrics.
 worker_metrics() {
-	local f addr pr=0 du=0 fa=0 m a b c
-	for f in "$WORK/$1"-worker*.log; do
-		addr=$(log_addr "$f" admin)
-		[[ -n $addr ]] || continue
-		m=$(curl -fsS "http://$addr/metrics") || continue
-		read -r a b c < <(awk '$1 ~ /^quill_worker_messages_total\{/ {
-				if ($1 ~ /result="processed"/) p += $2; else if ($1 ~ /result="duplicate"/) d += $2; else if ($1 ~ /result="(failed|dead_lettered)"/) f += $2 }
-			END { printf "%d %d %d\n", p, d, f }' <<<"$m")
-		pr=$((pr + a)) du=$((du + b)) fa=$((fa + c))
-	done
-	echo "$pr $du $fa"
+	metrics_sum '$1 ~ /^quill_worker_messages_total\{/ {
+			if ($1 ~ /result="processed"/) p += $2; else if ($1 ~ /result="duplicate"/) d += $2; else if ($1 ~ /result="(failed|dead_lettered)"/) f += $2 }
+		END { printf "%d %d %d\n", p, d, f }' "$WORK/$1"-worker*.log
 }
 
 # worker_run N: a fresh backlog of WORKER_N attachments, drained by N capped
@@ -96,7 +88,7 @@ worker_metrics() {
 # the workers' own commit times: their start-up is outside it, as the
 # relays' is outside the stream's span.
 worker_run() {
-	local n=$1 label="workers$1" j t0 t1 i left failed
+	local n=$1 label="workers$1" j i left failed
 	log "[workers] $n worker(s): $WORKER_N notes with a $WORKER_FIXTURE attachment through the API, published by one uncapped relay"
 	relaybench reset --nats-url "$NATS_URL" --stream "$STREAM" >/dev/null
 	psql_bench -c 'TRUNCATE notes, attachments, operations, outbox_events, inbox, dead_letters RESTART IDENTITY CASCADE'
@@ -113,8 +105,7 @@ worker_run() {
 	psql_bench -c 'VACUUM ANALYZE attachments' -c CHECKPOINT
 	quiet_phase
 	log "[workers] $n worker(s): processing"
-	t0=$(now_s)
-	cpu_snapshot >"$WORK/snap0"
+	cpu_window_start
 	start_workers "$n" "$label"
 	for ((i = 0; ; i++)); do
 		read -r left failed < <(psql_bench -Atc "SELECT count(*) FILTER (WHERE status = 'pending'), count(*) FILTER (WHERE status = 'failed') FROM attachments" | tr '|' ' ')
@@ -123,9 +114,7 @@ worker_run() {
 		for p in "${WORKER_PIDS[@]}"; do kill -0 "$p" 2>/dev/null || die "$label: a worker exited (logs in $WORK)"; done
 		sleep 0.1
 	done
-	t1=$(now_s)
-	cpu_snapshot >"$WORK/snap1"
-	cpu_report "$label" "$WORK/snap0" "$WORK/snap1" "$(elapsed "$t0" "$t1")" "$ROLES"
+	cpu_window_end "$label" "$ROLES"
 	WORKER_METRICS[$label]="$(worker_metrics "$label") $failed"
 	THROTTLE[$label]=$(throttle_sum worker "$n")
 	stop_workers
@@ -213,15 +202,14 @@ stop_cluster() {
 # replicas the stream had after the run. So this backlog is analysed
 # (ANALYZE) while the relay already drains it, not vacuumed before.
 cluster_relay_run() {
-	local label=cluster-relays1 j t0 t1 sp pub dup err
+	local label=cluster-relays1 j
 	log "[cluster] 1 relay on the R3 stream: $EVENTS events over $NOTES notes"
 	relaybench reset --nats-url "$NATS_URL" --stream "$STREAM" >/dev/null
 	psql_bench -c 'TRUNCATE outbox_events RESTART IDENTITY' -c 'VACUUM ANALYZE outbox_pending' -c CHECKPOINT
 	relaybench stream --nats-url "$NATS_URL" --stream "$STREAM" --subject-prefix "$PREFIX" --replicas 3 >/dev/null ||
 		die "relaybench stream --replicas 3 failed: no JetStream meta leader?"
 	quiet_phase
-	t0=$(now_s)
-	cpu_snapshot >"$WORK/snap0"
+	cpu_window_start
 	start_relays 1 "$label"
 	wait_for_line "$WORK/$label-relay1.log" '"listener":"admin"' "${RELAY_PIDS[0]}" 20 ||
 		die "$label: the relay did not start (see $WORK/$label-relay1.log)"
@@ -232,17 +220,8 @@ cluster_relay_run() {
 	psql_bench -c 'ANALYZE outbox_events' -c 'ANALYZE outbox_pending'
 	j=$(relaybench wait --nats-url "$NATS_URL" --database-url "$BENCH_URL" --stream "$STREAM" --count "$EVENTS") ||
 		die "$label: the relay did not publish the backlog (logs in $WORK)"
-	t1=$(now_s)
-	cpu_snapshot >"$WORK/snap1"
-	cpu_report "$label" "$WORK/snap0" "$WORK/snap1" "$(elapsed "$t0" "$t1")" "$ROLES"
-	read -r pub dup err < <(relay_metrics "$label")
-	stop_relays
-	sp=$(jobj "$j" stream)
-	RELAY_RATE[$label]=$(jget "$sp" rate)
-	RELAY_MSGS[$label]=$(jget "$sp" messages)
-	RELAY_MARKED[$label]=$(jget "$j" all_marked_s)
-	RELAY_METRICS[$label]="$pub $dup $err"
-	CLUSTER_REPLICAS_AFTER=$(jget "$sp" replicas)
+	relays_drained "$label" 1 "$j"
+	CLUSTER_REPLICAS_AFTER=$(jget "$(jobj "$j" stream)" replicas)
 }
 
 # --- the runs ---------------------------------------------------------------------------
@@ -276,8 +255,6 @@ if has_part cluster; then
 fi
 
 # --- report -----------------------------------------------------------------------------
-median() { tr ' ' '\n' <<<"$1" | awk 'NF' | sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.1f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-int() { awk -v v="$1" 'BEGIN { printf "%.0f\n", v }'; }
 # phase_cpu PHASE COLUMN: a phase's cores in a column of $WORK/cpu (2 client,
 # 3 api, 4 relay, 5 nats, 6 pg, 7 worker, 8 other, 9 busy).
 phase_cpu() { awk -v p="$1" -v c="$2" '$1 == p { print $c }' "$WORK/cpu"; }
@@ -362,24 +339,14 @@ esac
 	echo "CPU, cores used inside each measured window (of $NCPU): client = relaybench raw (its own account); nats = every"
 	echo "nats-server process; postgres = $BENCH_DB's backends + background processes; other = busy − the rest (kernel"
 	echo "loopback networking, the scripts' polling, anything else running on the machine)"
-	printf '  %-16s | %6s | %5s | %5s | %5s | %8s | %6s | %5s | %5s\n' phase client api relay nats postgres worker other busy
-	while read -r phase client api relay nats pg worker other busy; do
-		printf '  %-16s | %6s | %5s | %5s | %5s | %8s | %6s | %5s | %5s\n' "$phase" "$client" "$api" "$relay" "$nats" "$pg" "$worker" "$other" "$busy"
-	done <"$WORK/cpu"
-	for l in "${!RELAY_MSGS[@]}"; do
-		if [[ ${RELAY_MSGS[$l]} != "$EVENTS" ]]; then
-			echo "  WARNING: $l: the stream holds ${RELAY_MSGS[$l]} messages, not $EVENTS — events lost or stored twice"
-		fi
-	done
+	cpu_table 16 client api relay nats postgres worker other busy
+	warn_lost_events
 	for l in "${!WORKER_DONE[@]}"; do
 		if [[ ${WORKER_DONE[$l]} != "$WORKER_N" ]]; then
 			echo "  WARNING: $l: ${WORKER_DONE[$l]} attachments processed, not $WORKER_N"
 		fi
 	done
-	noisy=$(awk '$8 > 0.35 { printf "%s%s", (n++ ? ", " : ""), $1 }' "$WORK/cpu")
-	if [[ -n $noisy ]]; then
-		echo "  WARNING: more than 0.35 cores went to other work during: $noisy — a busy machine; compare with care"
-	fi
+	cpu_warn_busy
 } >"$WORK/report.txt"
 
 publish_report "$RESULTS"

@@ -5,9 +5,10 @@
 #   source scripts/lib.sh
 #
 # Messages go to stderr, prefixed with the sourcing script's name. The
-# benchmark helpers (work directory, database, API, CPU accounting, report)
-# keep their state in the globals they name: WORK, OK, BENCH_DB, BENCH_URL,
-# ADMIN_URL, API_PID, API_URL, TOKEN, ROLE, BG, MISSED, VERDICT.
+# benchmark helpers (work directory, database, API, NATS, CPU accounting,
+# report) keep their state in the globals they name: WORK, OK, BENCH_DB,
+# BENCH_URL, ADMIN_URL, API_PID, API_URL, TOKEN, NATS_PID, NATS_URL, ROLE,
+# WINDOW_T0, WINDOW_S, BG, MISSED, VERDICT.
 # shellcheck disable=SC2034 # those globals are read by the sourcing scripts
 
 GO=${GO:-go}
@@ -55,6 +56,22 @@ nats_server_bin() {
 		die "go build github.com/nats-io/nats-server/v2 ($NATS_SERVER_VERSION, from go.mod) failed"
 	echo "$NATS_SERVER_VERSION" >"$NATS_SERVER.version"
 	NATS_SERVER_BUILT=true
+}
+
+# nats_start DIR [JETSTREAM_SETTING]: NATS_SERVER (nats_server_bin) on a free
+# loopback port (GOMAXPROCS unset), JetStream storing in a fresh DIR/store,
+# with JETSTREAM_SETTING (such as "sync_interval: always") when given; its
+# config and log in DIR; stopped on exit. Sets NATS_PID and NATS_URL.
+nats_start() {
+	local dir=$1
+	mkdir -p "$dir/store"
+	printf 'host: 127.0.0.1\nport: -1\njetstream { store_dir: "%s"%s }\n' "$dir/store" "${2:+, $2}" >"$dir/nats.conf"
+	env -u GOMAXPROCS "$NATS_SERVER" -c "$dir/nats.conf" >"$dir/nats.log" 2>&1 &
+	NATS_PID=$!
+	on_exit_stop "$NATS_PID"
+	wait_for_line "$dir/nats.log" 'Server is ready' "$NATS_PID" 15 || die "nats-server did not start (see $dir/nats.log)"
+	NATS_URL="nats://$(sed -n 's/.*Listening for client connections on \([0-9.]*:[0-9]*\).*/\1/p' "$dir/nats.log" | head -1)"
+	[[ $NATS_URL != nats:// ]] || die "no client port in $dir/nats.log"
 }
 
 # --- processes ----------------------------------------------------------------
@@ -113,6 +130,23 @@ wait_for_line() {
 # LISTENER (api, admin) listens on; the programs run on port 0, so the
 # kernel picks a free port and the log names it.
 log_addr() { grep -o "\"listener\":\"$2\",\"addr\":\"[^\"]*\"" "$1" | head -1 | sed 's/.*"addr":"//; s/"$//'; }
+
+# metrics_sum AWK LOG...: the three whole numbers AWK prints from the
+# /metrics of each daemon whose JSON log is a LOG (at the admin address the
+# log names; a log without one, or a scrape that fails, is skipped), summed:
+# "a b c".
+metrics_sum() {
+	local prog=$1 f addr m a b c sa=0 sb=0 sc=0
+	shift
+	for f in "$@"; do
+		addr=$(log_addr "$f" admin)
+		[[ -n $addr ]] || continue
+		m=$(curl -fsS "http://$addr/metrics") || continue
+		read -r a b c < <(awk "$prog" <<<"$m")
+		sa=$((sa + a)) sb=$((sb + b)) sc=$((sc + c))
+	done
+	echo "$sa $sb $sc"
+}
 
 # work_dir PREFIX: sets WORK to a fresh temporary directory and OK=false;
 # on exit the processes of on_exit_stop are stopped and WORK is removed
@@ -390,6 +424,51 @@ cpu_report() {
 		}' "$2" "$3" >>"$WORK/cpu"
 }
 
+# cpu_window_start: opens a measured window: WINDOW_T0, its start, and the
+# snapshot $WORK/snap0.
+cpu_window_start() {
+	WINDOW_T0=$(now_s)
+	cpu_snapshot >"$WORK/snap0"
+}
+# cpu_window_end [PHASE "ROLE..." [CLIENT_CORES]]: closes it: the snapshot
+# $WORK/snap1 and WINDOW_S, its length in seconds; with PHASE, then
+# cpu_window_report.
+cpu_window_end() {
+	local t1
+	t1=$(now_s)
+	cpu_snapshot >"$WORK/snap1"
+	WINDOW_S=$(elapsed "$WINDOW_T0" "$t1")
+	if (($# > 0)); then cpu_window_report "$@"; fi
+}
+# cpu_window_report PHASE "ROLE..." [CLIENT_CORES]: cpu_report of the last
+# window.
+cpu_window_report() { cpu_report "$1" "$WORK/snap0" "$WORK/snap1" "$WINDOW_S" "$2" "${3:-}"; }
+
+# cpu_table PHASE_WIDTH COLUMN...: prints $WORK/cpu, cpu_report's lines, as a
+# table indented by two spaces under a row of names: "phase", left-aligned
+# in PHASE_WIDTH, then the COLUMNs (the roles, other and busy), each
+# right-aligned in its name's width, at least 5.
+cpu_table() {
+	local fmt="  %-$1s" c
+	local -a f
+	shift
+	for c in "$@"; do fmt+=" | %$((${#c} > 5 ? ${#c} : 5))s"; done
+	fmt+='\n'
+	# shellcheck disable=SC2059 # the format is built above
+	printf "$fmt" phase "$@"
+	# shellcheck disable=SC2059
+	while read -r -a f; do printf "$fmt" "${f[@]}"; done <"$WORK/cpu"
+}
+# cpu_warn_busy: a WARNING naming the phases of $WORK/cpu in which more than
+# 0.35 cores went to other work (its next-to-last column), if any.
+cpu_warn_busy() {
+	local noisy
+	noisy=$(awk '$(NF - 1) > 0.35 { printf "%s%s", (n++ ? ", " : ""), $1 }' "$WORK/cpu")
+	if [[ -n $noisy ]]; then
+		echo "  WARNING: more than 0.35 cores went to other work during: $noisy — a busy machine; compare with care"
+	fi
+}
+
 # --- a quiet machine? --------------------------------------------------------------
 # Every number is a share of the same few CPUs: anything else running (a
 # build, tests) lowers both sides of a ratio unevenly. BENCH_WAIT_QUIET=N
@@ -436,6 +515,11 @@ jget() { sed -n "s/.*\"$2\":\"\{0,1\}\([^,\"}]*\).*/\1/p" <<<"$1" | head -1; }
 # jobj JSON NAME: the flat nested object NAME of a JSON object.
 jobj() { sed -n "s/.*\"$2\":\({[^{}]*}\).*/\1/p" <<<"$1" | head -1; }
 
+# median "V...": the median of the numbers in a space-separated list (of an
+# even count, the mean of the middle two, to one decimal).
+median() { tr ' ' '\n' <<<"$1" | awk 'NF' | sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.1f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+# int V: V rounded to a whole number.
+int() { awk -v v="$1" 'BEGIN { printf "%.0f\n", v }'; }
 # ratio A B [DECIMALS]: A ÷ B (2 decimals by default), n/a when B is not
 # positive.
 ratio() { awk -v a="$1" -v b="$2" -v p="${3:-2}" 'BEGIN { if (b > 0) printf("%." p "f", a / b); else print "n/a" }'; }

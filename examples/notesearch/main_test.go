@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
 	"sync"
@@ -20,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/quillhq/quill/examples/notesearch/projection"
+	"github.com/quillhq/quill/internal/clitest"
 	"github.com/quillhq/quill/internal/dbtest"
 	"github.com/quillhq/quill/internal/natstest"
 	"github.com/quillhq/quill/internal/outbox"
@@ -144,24 +143,6 @@ func (w *world) remove(n *note) {
 		Data: deletedData{ID: n.id, DeletedAt: n.deletedAt.Format(outbox.TimeFormat)}})
 }
 
-// lockedBuffer collects the service's log lines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // start runs notesearch against the world, as its main would, until the
 // returned stop cancels its context; stop returns run's error.
 func (w *world) start(name string) (stop func() error) {
@@ -175,25 +156,16 @@ func (w *world) start(name string) (stop func() error) {
 		"NOTESEARCH_ACK_WAIT":         "1s",
 		"NOTESEARCH_SHUTDOWN_TIMEOUT": "1ms", // a kill: running handlers are cancelled, not finished
 	}
-	logs := &lockedBuffer{}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, nil, func(k string) string { return env[k] }, io.Discard, logs) }()
-	var once sync.Once
-	var runErr error
+	p := clitest.Start(t, run, clitest.Env(env))
+	var logged sync.Once
 	stop = func() error {
-		once.Do(func() {
-			cancel()
-			select {
-			case runErr = <-done:
-			case <-time.After(waitLong):
-				runErr = fmt.Errorf("run did not return within %s", waitLong)
-			}
-			if t.Failed() || runErr != nil {
-				t.Logf("%s's log:\n%s", name, logs.String())
+		err := p.Stop()
+		logged.Do(func() {
+			if t.Failed() || err != nil {
+				t.Logf("%s's log:\n%s", name, p.Stderr.String())
 			}
 		})
-		return runErr
+		return err
 	}
 	t.Cleanup(func() { assert.NoError(t, stop()) })
 	return stop

@@ -7,15 +7,17 @@ package measure
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
 	"time"
 )
 
-// clockTicks is Linux's USER_HZ, the unit of /proc times; it is 100 on
-// every mainstream architecture.
-const clockTicks = 100
+// ClockTicks is Linux's USER_HZ, the unit of /proc's CPU times: 100 on
+// every mainstream architecture (sysconf(_SC_CLK_TCK) reports it; Go has
+// no portable call for it).
+const ClockTicks = 100
 
 // ProcessCPU returns this process's user+system CPU time in seconds, or -1
 // where /proc/self/stat cannot be read.
@@ -47,23 +49,34 @@ func readStat(path string, parse func([]byte) float64) float64 {
 }
 
 func parseProcessStat(b []byte) float64 {
-	// The command name (field 2) may hold spaces and parentheses; the
-	// fields after its last closing parenthesis start with field 3
-	// (state); utime and stime are fields 14 and 15.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
+	_, ticks, err := ProcessTicks(b)
+	if err != nil {
 		return -1
 	}
-	f := strings.Fields(string(b[i+1:]))
+	return float64(ticks) / ClockTicks
+}
+
+// ProcessTicks parses a /proc/<pid>/stat text: the process's command name
+// and its user+system CPU time (utime + stime) in ClockTicks. The name
+// (field 2) may hold spaces and parentheses, so the fields are counted
+// after its last ')'. It returns an error for a text that is not such a
+// line.
+func ProcessTicks(stat []byte) (comm string, ticks int64, err error) {
+	open, end := bytes.IndexByte(stat, '('), bytes.LastIndexByte(stat, ')')
+	if open < 0 || end < open {
+		return "", 0, fmt.Errorf("stat %q: no command name", stat)
+	}
+	f := strings.Fields(string(stat[end+1:]))
+	// After the name: state(3) ... utime(14) stime(15), so f[11] and f[12].
 	if len(f) < 13 {
-		return -1
+		return "", 0, fmt.Errorf("stat: %d fields after the name, want at least 13", len(f))
 	}
-	utime, err1 := strconv.ParseInt(f[11], 10, 64)
-	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	u, err1 := strconv.ParseInt(f[11], 10, 64)
+	s, err2 := strconv.ParseInt(f[12], 10, 64)
 	if err1 != nil || err2 != nil {
-		return -1
+		return "", 0, fmt.Errorf("stat: utime %q stime %q", f[11], f[12])
 	}
-	return float64(utime+stime) / clockTicks
+	return string(stat[open+1 : end]), u + s, nil
 }
 
 func parseMachineStat(b []byte) float64 {
@@ -85,5 +98,5 @@ func parseMachineStat(b []byte) float64 {
 		}
 		busy += v
 	}
-	return float64(busy) / clockTicks
+	return float64(busy) / ClockTicks
 }

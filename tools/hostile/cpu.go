@@ -8,12 +8,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
-)
 
-// clockTicks is the kernel's USER_HZ, the unit of /proc's CPU times: 100 on
-// every Linux architecture Go runs on (sysconf(_SC_CLK_TCK) reports it; Go
-// has no portable call for it).
-const clockTicks = 100
+	"github.com/quillhq/quill/internal/measure"
+)
 
 // postgresComm is the command name of every PostgreSQL process (postmaster
 // and backends), summed as one row: the benchmark's database is the only
@@ -29,30 +26,9 @@ type cpuTimes struct {
 	busy  int64 // the machine's non-idle ticks (all CPUs) from /proc/stat
 }
 
-// procTicks reads utime + stime of a /proc/<pid>/stat text; the command
-// name (field 2) may hold spaces and parentheses, so fields are counted
-// after its last ')'.
-func procTicks(stat []byte) (comm string, ticks int64, err error) {
-	open, end := bytes.IndexByte(stat, '('), bytes.LastIndexByte(stat, ')')
-	if open < 0 || end < open {
-		return "", 0, fmt.Errorf("stat %q: no command name", stat)
-	}
-	f := strings.Fields(string(stat[end+1:]))
-	// After the name: state(3) ... utime(14) stime(15), so f[11] and f[12].
-	if len(f) < 13 {
-		return "", 0, fmt.Errorf("stat: %d fields after the name, want at least 13", len(f))
-	}
-	u, err1 := strconv.ParseInt(f[11], 10, 64)
-	s, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return "", 0, fmt.Errorf("stat: utime %q stime %q", f[11], f[12])
-	}
-	return string(stat[open+1 : end]), u + s, nil
-}
-
 // busyTicks reads the machine's non-idle ticks from a /proc/stat text: the
 // first ("cpu") line's fields, less idle and iowait; guest time is already
-// in user and nice.
+// in user and nice. Unlike measure.MachineCPU it counts steal as busy.
 func busyTicks(stat []byte) (int64, error) {
 	line, _, _ := bytes.Cut(stat, []byte("\n"))
 	f := strings.Fields(string(line))
@@ -85,7 +61,7 @@ func readCPU(pids map[string]int) cpuTimes {
 			continue
 		}
 		if b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat"); err == nil {
-			if _, n, err := procTicks(b); err == nil {
+			if _, n, err := measure.ProcessTicks(b); err == nil {
 				t.procs[name] = n
 			}
 		}
@@ -96,7 +72,7 @@ func readCPU(pids map[string]int) cpuTimes {
 		if err != nil {
 			continue
 		}
-		if comm, n, err := procTicks(b); err == nil && comm == postgresComm {
+		if comm, n, err := measure.ProcessTicks(b); err == nil && comm == postgresComm {
 			t.procs[postgresComm] += n
 		}
 	}
@@ -119,11 +95,11 @@ func (b cpuTimes) since(a cpuTimes) cpuUse {
 	}
 	for name, nb := range b.procs {
 		if na, ok := a.procs[name]; ok {
-			u[name] = float64(nb-na) / clockTicks / secs
+			u[name] = float64(nb-na) / measure.ClockTicks / secs
 		}
 	}
 	if a.busy > 0 && b.busy >= a.busy {
-		u[machineRow] = float64(b.busy-a.busy) / clockTicks / secs
+		u[machineRow] = float64(b.busy-a.busy) / measure.ClockTicks / secs
 	}
 	return u
 }

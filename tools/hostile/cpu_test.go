@@ -11,34 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestProcTicks(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		name, stat, comm string
-		ticks            int64
-		err              bool
-	}{
-		{"plain", "42 (api) S 1 42 42 0 -1 4194560 100 0 0 0 150 25 0 0 20 0 9 0 100 1000 10", "api", 175, false},
-		{"name with spaces and parens", "7 (a (b) c) R 1 7 7 0 -1 0 0 0 0 0 3 4 0 0 20 0 1 0 1 1 1", "a (b) c", 7, false},
-		{"postgres backend", "99 (postgres) S 1 99 99 0 -1 0 0 0 0 0 10 10 0 0 20 0 1 0 1 1 1", "postgres", 20, false},
-		{"too short", "1 (x) S 1 2 3", "", 0, true},
-		{"no name", "1 x S", "", 0, true},
-		{"not numbers", "1 (x) S 1 1 1 0 -1 0 0 0 0 0 u s 0 0 20 0 1 0 1 1 1", "", 0, true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			comm, n, err := procTicks([]byte(tc.stat))
-			if tc.err {
-				require.Error(t, err)
-				return
-			}
-			require.NoError(t, err)
-			require.Equal(t, tc.comm, comm)
-			require.Equal(t, tc.ticks, n)
-		})
-	}
-}
-
 func TestBusyTicks(t *testing.T) {
 	t.Parallel()
 	n, err := busyTicks([]byte("cpu  100 5 50 1000 20 3 2 1 0 0\ncpu0 1 2 3 4 5 6 7 8\n"))

@@ -163,13 +163,19 @@ const sqlNotesList = `SELECT tenant, note_id::text, title, body_length, created_
 // List returns every row of the projection, tombstones included, by tenant
 // and note id. It returns the database's error, wrapped.
 func List(ctx context.Context, db *pgxpool.Pool) ([]Note, error) {
-	rows, err := db.Query(ctx, sqlNotesList)
+	return queryNotes(ctx, db, "list notes", sqlNotesList)
+}
+
+// queryNotes runs sql, a query of the projection's Note columns, and
+// collects its rows; an error is wrapped with what.
+func queryNotes(ctx context.Context, db *pgxpool.Pool, what, sql string, args ...any) ([]Note, error) {
+	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
-		return nil, fmt.Errorf("list notes: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	out, err := pgx.CollectRows(rows, scanNote)
 	if err != nil {
-		return nil, fmt.Errorf("list notes: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	return out, nil
 }
@@ -189,13 +195,5 @@ const sqlNotesSearch = `SELECT tenant, note_id::text, title, body_length, create
 // Search returns up to limit live notes of tenant whose title holds every
 // word of query, newest first. It returns the database's error, wrapped.
 func Search(ctx context.Context, db *pgxpool.Pool, tenant, query string, limit int) ([]Note, error) {
-	rows, err := db.Query(ctx, sqlNotesSearch, tenant, query, limit)
-	if err != nil {
-		return nil, fmt.Errorf("search notes: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, scanNote)
-	if err != nil {
-		return nil, fmt.Errorf("search notes: %w", err)
-	}
-	return out, nil
+	return queryNotes(ctx, db, "search notes", sqlNotesSearch, tenant, query, limit)
 }
