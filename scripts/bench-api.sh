@@ -11,7 +11,7 @@
 #   4. pgbench on copies of the three tables, two forms of the same inserts:
 #      one_by_one.sql (BEGIN, 3 INSERTs, COMMIT) and one_round_trip.sql (one
 #      CTE statement), at the same concurrencies; and api_equivalent.sql,
-#      every statement the API sends for a create, in its round trips;
+#      every statement the API sends for a create, in its round trip;
 #   5. prints the table, target verdicts and CPU use per phase (sampled
 #      inside each measured window from /proc), and writes
 #      them to bench/results/api-latest.txt. The API is stopped on exit.
@@ -22,7 +22,8 @@
 # profile after it go to DIR), BENCH_CONCURRENCY ("1 16 64"), BENCH_DURATION (10, seconds),
 # BENCH_WARMUP (2, seconds), BENCH_PGBENCH_MODE (prepared), BENCH_STRICT=1 to
 # exit 1 when a target is missed, BENCH_WAIT_QUIET (0, seconds to wait for
-# an otherwise idle machine), QUILL_DB_MAX_CONNS (passed to the API).
+# an otherwise idle machine), QUILL_DB_MAX_CONNS (passed to the API),
+# BENCH_API_GOGC (the API's GOGC; unset: Go's default, 100).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -174,7 +175,7 @@ replays() { lg replay "$1" ops_per_sec; }
 	echo "Quill bench-api — $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 	host_line
 	pg_line synchronous_commit fsync wal_sync_method shared_buffers max_connections commit_delay
-	echo "API: GOMAXPROCS unset, pool QUILL_DB_MAX_CONNS=${QUILL_DB_MAX_CONNS:-16 (default)}, QUILL_TENANT_CONCURRENCY=$QUILL_TENANT_CONCURRENCY (one tenant), log level ${QUILL_LOG_LEVEL:-info}; loadgen: ${WARMUP}s warmup + ${DURATION}s per run, one keep-alive connection per client"
+	echo "API: GOMAXPROCS unset, GOGC ${BENCH_API_GOGC:-unset (100)}, pool QUILL_DB_MAX_CONNS=${QUILL_DB_MAX_CONNS:-16 (default)}, QUILL_TENANT_CONCURRENCY=$QUILL_TENANT_CONCURRENCY (one tenant), log level ${QUILL_LOG_LEVEL:-info}; loadgen: ${WARMUP}s warmup + ${DURATION}s per run, one keep-alive connection per client"
 	echo "pgbench: -n -c C -j C -T $DURATION -M $PGBENCH_MODE (the API's pgx default also runs cached prepared statements; simple and extended re-parse every statement); tables truncated and CHECKPOINT before every run, API's and pgbench's alike"
 	echo "loadgen, API and PostgreSQL share the $NCPU CPUs; before the start, $BG cores were busy with other work"
 	echo
@@ -192,8 +193,9 @@ replays() { lg replay "$1" ops_per_sec; }
 	echo "ratio = API creates/s ÷ pgbench tx/s of the same writes at the same concurrency; rep/cre = replays/s ÷ creates/s."
 	echo
 	if [[ $PGBENCH_MODE != simple ]]; then
-		echo "The API's own statements without the API (api_equivalent.sql: BEGIN + claim (advisory lock, record read, flag);"
-		echo "3 guarded inserts + COMMIT — one round trip, pipelined as pgx sends it; the token is cached, NOTIFY follows the commit):"
+		echo "The API's own statements without the API (api_equivalent.sql: BEGIN, the lock_timeout, one statement that claims"
+		echo "(advisory lock, record read) and inserts note, event and record, COMMIT — one round trip, pipelined as pgx sends it;"
+		echo "the token is cached, NOTIFY follows the commit):"
 		for c in $CONCURRENCY; do
 			printf '  %2s clients: %8s tx/s, latency avg %s ms; API creates/s ÷ this = %s\n' \
 				"$c" "${PG_TPS[api_equivalent-c$c]}" "${PG_LAT[api_equivalent-c$c]}" "$(ratio "$(creates "$c")" "${PG_TPS[api_equivalent-c$c]}")"

@@ -344,7 +344,7 @@ recreate_bench_db() {
 # Its log is $WORK/api.log.
 start_api() {
 	log "starting the API (log: $WORK/api.log)"
-	env -u GOMAXPROCS DATABASE_URL="$BENCH_URL" ./bin/api serve --http-addr 127.0.0.1:0 --admin-addr 127.0.0.1:0 \
+	env -u GOMAXPROCS ${BENCH_API_GOGC:+GOGC=$BENCH_API_GOGC} DATABASE_URL="$BENCH_URL" ./bin/api serve --http-addr 127.0.0.1:0 --admin-addr 127.0.0.1:0 \
 		>"$WORK/api.out" 2>"$WORK/api.log" &
 	API_PID=$!
 	on_exit_stop "$API_PID"
