@@ -148,42 +148,118 @@ type confirmView struct {
 	Back   string
 }
 
-func (c *Console) parkedConfirm(w http.ResponseWriter, r *http.Request) {
-	id, err := uuid.Parse(r.URL.Query().Get("id"))
+// stuckKind is one kind of row the console lists and retries, parked events
+// or dead letters: how its id is read and its row found, and the words and
+// paths of its pages.
+type stuckKind[K, T any] struct {
+	// kind is the confirmation page's Kind and the pages' Nav.
+	kind string
+	// list is the path of the kind's list page, below Prefix.
+	list string
+	// noun names one row, for the page title and the failure line.
+	noun string
+	// none says that no row has the id asked for.
+	none string
+	// question is what the confirmation page asks.
+	question string
+	parse    func(string) (K, error)
+	format   func(K) string
+	// one reads the row of id: pgx.ErrNoRows when there is none to retry.
+	one func(ctx context.Context, c *Console, id K) (T, error)
+}
+
+func parkedEvents() stuckKind[uuid.UUID, parkedRow] {
+	return stuckKind[uuid.UUID, parkedRow]{
+		kind: "parked", list: "parked", noun: "parked event", none: "no parked event has this id",
+		question: "Return this event to the relays' queue? They publish it on their next pass; if the reason it was parked still holds, it is parked again.",
+		parse:    uuid.Parse,
+		format:   uuid.UUID.String,
+		one: func(ctx context.Context, c *Console, id uuid.UUID) (parkedRow, error) {
+			return scanParked(c.pool.QueryRow(ctx, sqlParkedOne, id))
+		},
+	}
+}
+
+func deadLetters() stuckKind[int64, deadRow] {
+	return stuckKind[int64, deadRow]{
+		kind: "dead", list: "dead-letters", noun: "dead letter", none: "no open dead letter has this id",
+		question: "Republish this message to its subject? The worker handles it again; its inbox still recognises an event it has already applied.",
+		parse:    func(s string) (int64, error) { return strconv.ParseInt(s, 10, 64) },
+		format:   func(id int64) string { return strconv.FormatInt(id, 10) },
+		// Only an open dead letter of this console's consumer: the list
+		// shows those, and a retried one would be published again.
+		one: func(ctx context.Context, c *Console, id int64) (deadRow, error) {
+			return scanDead(c.pool.QueryRow(ctx, sqlDeadOne, c.cfg.Audit.Consumer, id))
+		},
+	}
+}
+
+// id parses v, the id a page was asked for; one that does not parse is
+// answered 404, as no row has it.
+func (k stuckKind[K, T]) id(c *Console, w http.ResponseWriter, r *http.Request, v string) (K, bool) {
+	id, err := k.parse(v)
 	if err != nil {
-		c.fail(w, r, http.StatusNotFound, "Not found: no parked event has this id.")
+		c.fail(w, r, http.StatusNotFound, "Not found: "+k.none+".")
+		return id, false
+	}
+	return id, true
+}
+
+// gone answers 404 for an id whose row is not there to retry (any more).
+func (k stuckKind[K, T]) gone(c *Console, w http.ResponseWriter, r *http.Request) {
+	c.fail(w, r, http.StatusNotFound, "Not found: "+k.none+" (it may have been retried already).")
+}
+
+// row reads the row of id, answering 404 when there is none and the
+// failure when it cannot be read.
+func (k stuckKind[K, T]) row(ctx context.Context, c *Console, w http.ResponseWriter, r *http.Request, id K) (T, bool) {
+	row, err := k.one(ctx, c, id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		k.gone(c, w, r)
+		return row, false
+	}
+	if err != nil {
+		c.failErr(w, r, "read the "+k.noun, err)
+		return row, false
+	}
+	return row, true
+}
+
+// confirm answers the page that asks the operator to confirm the retry of
+// the row ?id= names.
+func (k stuckKind[K, T]) confirm(c *Console, w http.ResponseWriter, r *http.Request) {
+	id, ok := k.id(c, w, r, r.URL.Query().Get("id"))
+	if !ok {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), queryTimeout)
 	defer cancel()
-	p, err := scanParked(c.pool.QueryRow(ctx, sqlParkedOne, id))
-	if errors.Is(err, pgx.ErrNoRows) {
-		c.fail(w, r, http.StatusNotFound, "Not found: no parked event has this id (it may have been retried already).")
+	row, ok := k.row(ctx, c, w, r, id)
+	if !ok {
 		return
 	}
-	if err != nil {
-		c.failErr(w, r, "read the parked event", err)
-		return
-	}
-	c.render(w, r, http.StatusOK, "confirm", page{Title: "Retry a parked event", Nav: "parked", Data: confirmView{Kind: "parked",
-		What:   "Return this event to the relays' queue? They publish it on their next pass; if the reason it was parked still holds, it is parked again.",
-		Action: Prefix + "parked/retry", ID: p.ID, Row: p, Back: Prefix + "parked"}})
+	c.render(w, r, http.StatusOK, "confirm", page{Title: "Retry a " + k.noun, Nav: k.kind, Data: confirmView{Kind: k.kind,
+		What: k.question, Action: Prefix + k.list + "/retry", ID: k.format(id), Row: row, Back: Prefix + k.list}})
+}
+
+func (c *Console) parkedConfirm(w http.ResponseWriter, r *http.Request) {
+	parkedEvents().confirm(c, w, r)
 }
 
 func (c *Console) parkedRetry(w http.ResponseWriter, r *http.Request) {
 	s, _ := sessionOf(r)
-	id, err := uuid.Parse(r.PostFormValue("id"))
-	if err != nil {
-		c.fail(w, r, http.StatusNotFound, "Not found: no parked event has this id.")
+	k := parkedEvents()
+	id, ok := k.id(c, w, r, r.PostFormValue("id"))
+	if !ok {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), queryTimeout)
 	defer cancel()
-	err = outbox.Unpark(ctx, c.pool, id)
-	logged := c.log.Info().Str("operator", s.Name).Str("token_prefix", s.Prefix).Str("console_action", "retry_parked").Str("event_id", id.String())
+	err := outbox.Unpark(ctx, c.pool, id)
+	logged := c.actionLog(s, "retry_parked").Str("event_id", id.String())
 	if errors.Is(err, outbox.ErrNotParked) {
 		logged.Bool("found", false).Msg("console: retry of a parked event found none")
-		c.fail(w, r, http.StatusNotFound, "Not found: no parked event has this id (it may have been retried already).")
+		k.gone(c, w, r)
 		return
 	}
 	if err != nil {
@@ -212,32 +288,14 @@ func (c *Console) deadList(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *Console) deadConfirm(w http.ResponseWriter, r *http.Request) {
-	id, err := strconv.ParseInt(r.URL.Query().Get("id"), 10, 64)
-	if err != nil {
-		c.fail(w, r, http.StatusNotFound, "Not found: no open dead letter has this id.")
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), queryTimeout)
-	defer cancel()
-	d, err := scanDead(c.pool.QueryRow(ctx, sqlDeadOne, c.cfg.Audit.Consumer, id))
-	if errors.Is(err, pgx.ErrNoRows) {
-		c.fail(w, r, http.StatusNotFound, "Not found: no open dead letter has this id (it may have been retried already).")
-		return
-	}
-	if err != nil {
-		c.failErr(w, r, "read the dead letter", err)
-		return
-	}
-	c.render(w, r, http.StatusOK, "confirm", page{Title: "Retry a dead letter", Nav: "dead", Data: confirmView{Kind: "dead",
-		What:   "Republish this message to its subject? The worker handles it again; its inbox still recognises an event it has already applied.",
-		Action: Prefix + "dead-letters/retry", ID: strconv.FormatInt(d.ID, 10), Row: d, Back: Prefix + "dead-letters"}})
+	deadLetters().confirm(c, w, r)
 }
 
 func (c *Console) deadRetry(w http.ResponseWriter, r *http.Request) {
 	s, _ := sessionOf(r)
-	id, err := strconv.ParseInt(r.PostFormValue("id"), 10, 64)
-	if err != nil {
-		c.fail(w, r, http.StatusNotFound, "Not found: no open dead letter has this id.")
+	k := deadLetters()
+	id, ok := k.id(c, w, r, r.PostFormValue("id"))
+	if !ok {
 		return
 	}
 	js := c.js()
@@ -247,21 +305,14 @@ func (c *Console) deadRetry(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), queryTimeout)
 	defer cancel()
-	// Only an open dead letter of this console's consumer is retried: the
-	// list shows those, and a retried one would be published again.
-	if _, err := scanDead(c.pool.QueryRow(ctx, sqlDeadOne, c.cfg.Audit.Consumer, id)); err != nil {
-		if errors.Is(err, pgx.ErrNoRows) {
-			c.fail(w, r, http.StatusNotFound, "Not found: no open dead letter has this id (it may have been retried already).")
-			return
-		}
-		c.failErr(w, r, "read the dead letter", err)
+	if _, ok := k.row(ctx, c, w, r, id); !ok {
 		return
 	}
 	_, ack, err := deadletter.Redrive(ctx, c.pool, js, id, c.cfg.Now())
-	logged := c.log.Info().Str("operator", s.Name).Str("token_prefix", s.Prefix).Str("console_action", "retry_dead_letter").Int64("dead_letter", id)
+	logged := c.actionLog(s, "retry_dead_letter").Int64("dead_letter", id)
 	if errors.Is(err, deadletter.ErrNotFound) {
 		logged.Bool("found", false).Msg("console: retry of a dead letter found none")
-		c.fail(w, r, http.StatusNotFound, "Not found: no open dead letter has this id.")
+		c.fail(w, r, http.StatusNotFound, "Not found: "+k.none+".")
 		return
 	}
 	if err != nil {
