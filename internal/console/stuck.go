@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/rs/zerolog"
 
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/deadletter"
@@ -101,40 +102,42 @@ func scanDead(row pgx.Row) (deadRow, error) {
 	return d, err
 }
 
-// page runs a list query of limit+1 rows and returns one page of them.
-func listPage[T any](ctx context.Context, c *Console, scan func(pgx.Row) (T, error), key func(T) int64, sql string, args ...any) (listView[T], error) {
-	limit := args[len(args)-1].(int)
-	args[len(args)-1] = limit + 1
-	rows, err := c.pool.Query(ctx, sql, args...)
-	if err != nil {
-		return listView[T]{}, db.Translate(err)
+// listPage answers the rows of a list page, or reports false once it has
+// answered why there are none to show: it reads ?after= and ?limit= (400
+// when either is off) and runs sql, a list query of limit+1 rows, with args
+// followed by the cursor and limit+1; what names the list in the failure
+// answered when the rows cannot be read.
+func listPage[T any](c *Console, w http.ResponseWriter, r *http.Request, what string, scan func(pgx.Row) (T, error), key func(T) int64, sql string, args ...any) (listView[T], bool) {
+	after, limit, ok := c.cursor(r)
+	if !ok {
+		c.fail(w, r, http.StatusBadRequest, fmt.Sprintf("?after= is a non-negative number and ?limit= is from 1 to %d.", MaxPageSize))
+		return listView[T]{}, false
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (T, error) { return scan(row) })
-	if err != nil {
-		return listView[T]{}, db.Translate(err)
+	ctx, cancel := context.WithTimeout(r.Context(), queryTimeout)
+	defer cancel()
+	var out []T
+	rows, err := c.pool.Query(ctx, sql, append(args, after, limit+1)...)
+	if err == nil {
+		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (T, error) { return scan(row) })
 	}
-	v := listView[T]{Rows: out}
+	if err != nil {
+		c.failErr(w, r, what, db.Translate(err))
+		return listView[T]{}, false
+	}
+	v := listView[T]{Rows: out, After: after}
 	if len(out) > limit {
 		v.Rows = out[:limit]
 		v.Next = key(out[limit-1])
 	}
-	return v, nil
+	return v, true
 }
 
 func (c *Console) parkedList(w http.ResponseWriter, r *http.Request) {
-	after, limit, ok := c.cursor(r)
+	v, ok := listPage(c, w, r, "list the parked events", scanParked, func(p parkedRow) int64 { return p.Seq }, sqlParkedPage)
 	if !ok {
-		c.fail(w, r, http.StatusBadRequest, fmt.Sprintf("?after= is a non-negative number and ?limit= is from 1 to %d.", MaxPageSize))
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), queryTimeout)
-	defer cancel()
-	v, err := listPage(ctx, c, scanParked, func(p parkedRow) int64 { return p.Seq }, sqlParkedPage, after, limit)
-	if err != nil {
-		c.failErr(w, r, "list the parked events", err)
-		return
-	}
-	v.After, v.Retriable = after, true
+	v.Retriable = true
 	c.render(w, r, http.StatusOK, "parked", page{Title: "Parked events", Nav: "parked", Data: v, Message: parkedDone(r)})
 }
 
@@ -186,8 +189,6 @@ func deadLetters() stuckKind[int64, deadRow] {
 		question: "Republish this message to its subject? The worker handles it again; its inbox still recognises an event it has already applied.",
 		parse:    func(s string) (int64, error) { return strconv.ParseInt(s, 10, 64) },
 		format:   func(id int64) string { return strconv.FormatInt(id, 10) },
-		// Only an open dead letter of this console's consumer: the list
-		// shows those, and a retried one would be published again.
 		one: func(ctx context.Context, c *Console, id int64) (deadRow, error) {
 			return scanDead(c.pool.QueryRow(ctx, sqlDeadOne, c.cfg.Audit.Consumer, id))
 		},
@@ -199,10 +200,15 @@ func deadLetters() stuckKind[int64, deadRow] {
 func (k stuckKind[K, T]) id(c *Console, w http.ResponseWriter, r *http.Request, v string) (K, bool) {
 	id, err := k.parse(v)
 	if err != nil {
-		c.fail(w, r, http.StatusNotFound, "Not found: "+k.none+".")
+		k.unknown(c, w, r)
 		return id, false
 	}
 	return id, true
+}
+
+// unknown answers 404 for an id no row has.
+func (k stuckKind[K, T]) unknown(c *Console, w http.ResponseWriter, r *http.Request) {
+	c.fail(w, r, http.StatusNotFound, "Not found: "+k.none+".")
 }
 
 // gone answers 404 for an id whose row is not there to retry (any more).
@@ -246,44 +252,55 @@ func (c *Console) parkedConfirm(w http.ResponseWriter, r *http.Request) {
 	parkedEvents().confirm(c, w, r)
 }
 
-func (c *Console) parkedRetry(w http.ResponseWriter, r *http.Request) {
+// retry answers a retry's POST: it reads the form's id and runs act with
+// it, for the signed-in operator s, under the query timeout.
+func (k stuckKind[K, T]) retry(c *Console, w http.ResponseWriter, r *http.Request, act func(ctx context.Context, s session, id K)) {
 	s, _ := sessionOf(r)
-	k := parkedEvents()
 	id, ok := k.id(c, w, r, r.PostFormValue("id"))
 	if !ok {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), queryTimeout)
 	defer cancel()
-	err := outbox.Unpark(ctx, c.pool, id)
-	logged := c.actionLog(s, "retry_parked").Str("event_id", id.String())
-	if errors.Is(err, outbox.ErrNotParked) {
-		logged.Bool("found", false).Msg("console: retry of a parked event found none")
-		k.gone(c, w, r)
-		return
+	act(ctx, s, id)
+}
+
+// failed logs a retry that found no row (err is notFound), answered by
+// missing, and answers the failure of any other error. It reports whether
+// the retry failed; when it did not, the caller logs it found.
+func (k stuckKind[K, T]) failed(c *Console, w http.ResponseWriter, r *http.Request, logged *zerolog.Event, err, notFound error,
+	missing func(*Console, http.ResponseWriter, *http.Request)) bool {
+	if errors.Is(err, notFound) {
+		logged.Bool("found", false).Msg("console: retry of a " + k.noun + " found none")
+		missing(c, w, r)
+		return true
 	}
 	if err != nil {
-		c.failErr(w, r, "retry the parked event", err)
-		return
+		c.failErr(w, r, "retry the "+k.noun, err)
+		return true
 	}
-	logged.Bool("found", true).Msg("console: parked event returned to the queue")
-	http.Redirect(w, r, Prefix+"parked?retried="+id.String(), http.StatusSeeOther)
+	return false
+}
+
+func (c *Console) parkedRetry(w http.ResponseWriter, r *http.Request) {
+	k := parkedEvents()
+	k.retry(c, w, r, func(ctx context.Context, s session, id uuid.UUID) {
+		err := outbox.Unpark(ctx, c.pool, id)
+		logged := c.actionLog(s, "retry_parked").Str("event_id", id.String())
+		if k.failed(c, w, r, logged, err, outbox.ErrNotParked, k.gone) {
+			return
+		}
+		logged.Bool("found", true).Msg("console: parked event returned to the queue")
+		http.Redirect(w, r, Prefix+"parked?retried="+id.String(), http.StatusSeeOther)
+	})
 }
 
 func (c *Console) deadList(w http.ResponseWriter, r *http.Request) {
-	after, limit, ok := c.cursor(r)
+	v, ok := listPage(c, w, r, "list the dead letters", scanDead, func(d deadRow) int64 { return d.ID }, sqlDeadPage, c.cfg.Audit.Consumer)
 	if !ok {
-		c.fail(w, r, http.StatusBadRequest, fmt.Sprintf("?after= is a non-negative number and ?limit= is from 1 to %d.", MaxPageSize))
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), queryTimeout)
-	defer cancel()
-	v, err := listPage(ctx, c, scanDead, func(d deadRow) int64 { return d.ID }, sqlDeadPage, c.cfg.Audit.Consumer, after, limit)
-	if err != nil {
-		c.failErr(w, r, "list the dead letters", err)
-		return
-	}
-	v.After, v.Retriable = after, c.js() != nil
+	v.Retriable = c.js() != nil
 	c.render(w, r, http.StatusOK, "deadletters", page{Title: "Dead letters", Nav: "dead", Data: v, Message: deadDone(r)})
 }
 
@@ -292,35 +309,27 @@ func (c *Console) deadConfirm(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *Console) deadRetry(w http.ResponseWriter, r *http.Request) {
-	s, _ := sessionOf(r)
 	k := deadLetters()
-	id, ok := k.id(c, w, r, r.PostFormValue("id"))
-	if !ok {
-		return
-	}
-	js := c.js()
-	if js == nil {
-		c.fail(w, r, http.StatusServiceUnavailable, "A dead letter is retried by publishing it to NATS, and the API is not connected to NATS (NATS_URL). Try again, or use \"attachment-worker dead-letters retry\".")
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), queryTimeout)
-	defer cancel()
-	if _, ok := k.row(ctx, c, w, r, id); !ok {
-		return
-	}
-	_, ack, err := deadletter.Redrive(ctx, c.pool, js, id, c.cfg.Now())
-	logged := c.actionLog(s, "retry_dead_letter").Int64("dead_letter", id)
-	if errors.Is(err, deadletter.ErrNotFound) {
-		logged.Bool("found", false).Msg("console: retry of a dead letter found none")
-		c.fail(w, r, http.StatusNotFound, "Not found: "+k.none+".")
-		return
-	}
-	if err != nil {
-		c.failErr(w, r, "retry the dead letter", err)
-		return
-	}
-	logged.Bool("found", true).Uint64("stream_seq", ack.Sequence).Bool("duplicate", ack.Duplicate).Msg("console: dead letter republished")
-	http.Redirect(w, r, fmt.Sprintf("%sdead-letters?retried=%d&seq=%d", Prefix, id, ack.Sequence), http.StatusSeeOther)
+	k.retry(c, w, r, func(ctx context.Context, s session, id int64) {
+		js := c.js()
+		if js == nil {
+			c.fail(w, r, http.StatusServiceUnavailable, "A dead letter is retried by publishing it to NATS, and the API is not connected to NATS (NATS_URL). Try again, or use \"attachment-worker dead-letters retry\".")
+			return
+		}
+		// Only an open dead letter of this console's consumer is
+		// retried: the list shows those, and a retried one would be
+		// published again.
+		if _, ok := k.row(ctx, c, w, r, id); !ok {
+			return
+		}
+		_, ack, err := deadletter.Redrive(ctx, c.pool, js, id, c.cfg.Now())
+		logged := c.actionLog(s, "retry_dead_letter").Int64("dead_letter", id)
+		if k.failed(c, w, r, logged, err, deadletter.ErrNotFound, k.unknown) {
+			return
+		}
+		logged.Bool("found", true).Uint64("stream_seq", ack.Sequence).Bool("duplicate", ack.Duplicate).Msg("console: dead letter republished")
+		http.Redirect(w, r, fmt.Sprintf("%sdead-letters?retried=%d&seq=%d", Prefix, id, ack.Sequence), http.StatusSeeOther)
+	})
 }
 
 // parkedDone and deadDone are the line a retry's redirect asks for: made
