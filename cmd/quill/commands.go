@@ -110,21 +110,19 @@ func (e *env) notesDelete(ctx context.Context, args []string) error {
 		c   common
 		key string
 	)
-	s := e.set("quill notes delete", "quill notes delete ID [--key K]")
+	const synopsis = "quill notes delete ID [--key K]"
+	s := e.set("quill notes delete", synopsis)
 	e.define(s, &c, true)
 	s.FlagSet().StringVar(&key, "key", "", "the operation key of this intent (default: a new one)")
-	pos, err := parse(s, args)
+	id, err := parseOne(s, args, synopsis)
 	if err != nil {
 		return err
-	}
-	if len(pos) != 1 || pos[0] == "" {
-		return cli.UsageError{Msg: "usage: quill notes delete ID [--key K]"}
 	}
 	cl, k, err := e.writer(c, s.FlagSet(), key)
 	if err != nil {
 		return err
 	}
-	res, err := cl.DeleteNote(ctx, pos[0], client.WithKey(k))
+	res, err := cl.DeleteNote(ctx, id, client.WithKey(k))
 	if err != nil {
 		return e.reportWrite(c.json, k, nil, nil, "", err)
 	}
@@ -135,20 +133,18 @@ func (e *env) notesDelete(ctx context.Context, args []string) error {
 
 func (e *env) notesGet(ctx context.Context, args []string) error {
 	var c common
-	s := e.set("quill notes get", "quill notes get ID")
+	const synopsis = "quill notes get ID"
+	s := e.set("quill notes get", synopsis)
 	e.define(s, &c, false)
-	pos, err := parse(s, args)
+	id, err := parseOne(s, args, synopsis)
 	if err != nil {
 		return err
-	}
-	if len(pos) != 1 || pos[0] == "" {
-		return cli.UsageError{Msg: "usage: quill notes get ID"}
 	}
 	cl, err := e.newClient(c, false)
 	if err != nil {
 		return err
 	}
-	n, err := cl.GetNote(ctx, pos[0])
+	n, err := cl.GetNote(ctx, id)
 	if err != nil {
 		return e.reportRead(c.json, err)
 	}

@@ -181,8 +181,6 @@ func defaultJournal(getenv func(string) string) string {
 	return filepath.Join(home, ".local", "state", "quill", "journal")
 }
 
-// parse reads flags and environment, allowing flags after positional
-// arguments ("quill notes delete ID --json"); it returns the positionals.
 // parseNone is parse for a command that takes no positional argument: one
 // is a UsageError naming it.
 func parseNone(s *config.Set, args []string) error {
@@ -196,6 +194,21 @@ func parseNone(s *config.Set, args []string) error {
 	return nil
 }
 
+// parseOne is parse for a command that takes one positional argument, not
+// empty: anything else is a UsageError showing synopsis.
+func parseOne(s *config.Set, args []string, synopsis string) (string, error) {
+	pos, err := parse(s, args)
+	if err != nil {
+		return "", err
+	}
+	if len(pos) != 1 || pos[0] == "" {
+		return "", cli.UsageError{Msg: "usage: " + synopsis}
+	}
+	return pos[0], nil
+}
+
+// parse reads flags and environment, allowing flags after positional
+// arguments ("quill notes delete ID --json"); it returns the positionals.
 func parse(s *config.Set, args []string) ([]string, error) {
 	var flags, pos []string
 	fs := s.FlagSet()

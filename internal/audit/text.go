@@ -3,6 +3,7 @@ package audit
 import (
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 )
@@ -54,13 +55,8 @@ func (r *Report) WriteText(w io.Writer) error {
 	c := r.Counts
 	fmt.Fprintf(&b, "\nCOUNTS\n")
 	fmt.Fprintf(&b, "  requests           %d  (%d operations executed + %d replays)\n", c.Requests, c.Operations, c.Replays)
-	actions := make([]string, 0, len(c.ByAction))
-	for a := range c.ByAction {
-		actions = append(actions, a)
-	}
-	slices.Sort(actions)
 	var parts []string
-	for _, a := range actions {
+	for _, a := range slices.Sorted(maps.Keys(c.ByAction)) {
 		parts = append(parts, fmt.Sprintf("%s %d", a, c.ByAction[a]))
 	}
 	fmt.Fprintf(&b, "  operations         %d  (%s; %d tombstones)\n", c.Operations, orDash(strings.Join(parts, ", ")), c.Tombstones)

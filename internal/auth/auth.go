@@ -118,12 +118,13 @@ func Revoke(ctx context.Context, q idempotency.Querier, prefixOrToken string, no
 	if err != nil {
 		return err
 	}
+	sql, what := sqlTokenRevoke, "token"
 	if strings.HasPrefix(prefix, operatorScheme) {
-		return revokeOperator(ctx, q, prefix, now)
+		sql, what = sqlOperatorRevoke, "operator token"
 	}
-	tag, err := q.Exec(ctx, sqlTokenRevoke, prefix, now)
+	tag, err := q.Exec(ctx, sql, prefix, now)
 	if err != nil {
-		return fmt.Errorf("revoke token: %w", db.Translate(err))
+		return fmt.Errorf("revoke %s: %w", what, db.Translate(err))
 	}
 	if tag.RowsAffected() == 0 {
 		return fmt.Errorf("%w: %s", ErrTokenNotFound, prefix)

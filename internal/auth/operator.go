@@ -106,15 +106,3 @@ func OperatorValid(ctx context.Context, q idempotency.Querier, prefix string) (b
 	}
 	return ok, nil
 }
-
-// revokeOperator is Revoke for an operator token's prefix.
-func revokeOperator(ctx context.Context, q idempotency.Querier, prefix string, now time.Time) error {
-	tag, err := q.Exec(ctx, sqlOperatorRevoke, prefix, now)
-	if err != nil {
-		return fmt.Errorf("revoke operator token: %w", db.Translate(err))
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("%w: %s", ErrTokenNotFound, prefix)
-	}
-	return nil
-}

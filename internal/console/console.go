@@ -247,6 +247,12 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, nam
 	}
 }
 
+// actionLog starts the log line of an operator's action: who did it, under
+// which token, and what.
+func (c *Console) actionLog(s session, action string) *zerolog.Event {
+	return c.log.Info().Str("operator", s.Name).Str("token_prefix", s.Prefix).Str("console_action", action)
+}
+
 // fail answers a plain page with status and one line for the operator.
 func (c *Console) fail(w http.ResponseWriter, r *http.Request, status int, msg string) {
 	c.render(w, r, status, "error", page{Title: http.StatusText(status), Data: msg})

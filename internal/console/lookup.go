@@ -80,7 +80,7 @@ func (c *Console) lookup(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), queryTimeout)
 	defer cancel()
-	c.log.Info().Str("operator", s.Name).Str("token_prefix", s.Prefix).Str("console_action", "lookup").
+	c.actionLog(s, "lookup").
 		Str("tenant", f.Tenant).Str("by", f.By).Msg("console: lookup")
 	key, via, err := c.resolve(ctx, f)
 	if err != nil {

@@ -287,7 +287,7 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 	c.validMu.Lock()
 	c.valid[op.Prefix] = c.cfg.Now().Add(c.cfg.ValidityTTL)
 	c.validMu.Unlock()
-	c.log.Info().Str("operator", op.Name).Str("token_prefix", op.Prefix).Str("console_action", "signin").Msg("console: operator signed in")
+	c.actionLog(s, "signin").Msg("console: operator signed in")
 	http.Redirect(w, r, safeNext(r.PostFormValue("next")), http.StatusSeeOther)
 }
 
@@ -295,7 +295,7 @@ func (c *Console) signout(w http.ResponseWriter, r *http.Request) {
 	s, _ := sessionOf(r)
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: Prefix, MaxAge: -1,
 		HttpOnly: true, Secure: secure(r), SameSite: http.SameSiteStrictMode})
-	c.log.Info().Str("operator", s.Name).Str("token_prefix", s.Prefix).Str("console_action", "signout").Msg("console: operator signed out")
+	c.actionLog(s, "signout").Msg("console: operator signed out")
 	http.Redirect(w, r, Prefix+"signin", http.StatusSeeOther)
 }
 

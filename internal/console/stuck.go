@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/rs/zerolog"
 
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/deadletter"
@@ -101,40 +102,42 @@ func scanDead(row pgx.Row) (deadRow, error) {
 	return d, err
 }
 
-// page runs a list query of limit+1 rows and returns one page of them.
-func listPage[T any](ctx context.Context, c *Console, scan func(pgx.Row) (T, error), key func(T) int64, sql string, args ...any) (listView[T], error) {
-	limit := args[len(args)-1].(int)
-	args[len(args)-1] = limit + 1
-	rows, err := c.pool.Query(ctx, sql, args...)
-	if err != nil {
-		return listView[T]{}, db.Translate(err)
+// listPage answers the rows of a list page, or reports false once it has
+// answered why there are none to show: it reads ?after= and ?limit= (400
+// when either is off) and runs sql, a list query of limit+1 rows, with args
+// followed by the cursor and limit+1; what names the list in the failure
+// answered when the rows cannot be read.
+func listPage[T any](c *Console, w http.ResponseWriter, r *http.Request, what string, scan func(pgx.Row) (T, error), key func(T) int64, sql string, args ...any) (listView[T], bool) {
+	after, limit, ok := c.cursor(r)
+	if !ok {
+		c.fail(w, r, http.StatusBadRequest, fmt.Sprintf("?after= is a non-negative number and ?limit= is from 1 to %d.", MaxPageSize))
+		return listView[T]{}, false
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (T, error) { return scan(row) })
-	if err != nil {
-		return listView[T]{}, db.Translate(err)
+	ctx, cancel := context.WithTimeout(r.Context(), queryTimeout)
+	defer cancel()
+	var out []T
+	rows, err := c.pool.Query(ctx, sql, append(args, after, limit+1)...)
+	if err == nil {
+		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (T, error) { return scan(row) })
 	}
-	v := listView[T]{Rows: out}
+	if err != nil {
+		c.failErr(w, r, what, db.Translate(err))
+		return listView[T]{}, false
+	}
+	v := listView[T]{Rows: out, After: after}
 	if len(out) > limit {
 		v.Rows = out[:limit]
 		v.Next = key(out[limit-1])
 	}
-	return v, nil
+	return v, true
 }
 
 func (c *Console) parkedList(w http.ResponseWriter, r *http.Request) {
-	after, limit, ok := c.cursor(r)
+	v, ok := listPage(c, w, r, "list the parked events", scanParked, func(p parkedRow) int64 { return p.Seq }, sqlParkedPage)
 	if !ok {
-		c.fail(w, r, http.StatusBadRequest, fmt.Sprintf("?after= is a non-negative number and ?limit= is from 1 to %d.", MaxPageSize))
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), queryTimeout)
-	defer cancel()
-	v, err := listPage(ctx, c, scanParked, func(p parkedRow) int64 { return p.Seq }, sqlParkedPage, after, limit)
-	if err != nil {
-		c.failErr(w, r, "list the parked events", err)
-		return
-	}
-	v.After, v.Retriable = after, true
+	v.Retriable = true
 	c.render(w, r, http.StatusOK, "parked", page{Title: "Parked events", Nav: "parked", Data: v, Message: parkedDone(r)})
 }
 
@@ -148,128 +151,185 @@ type confirmView struct {
 	Back   string
 }
 
-func (c *Console) parkedConfirm(w http.ResponseWriter, r *http.Request) {
-	id, err := uuid.Parse(r.URL.Query().Get("id"))
+// stuckKind is one kind of row the console lists and retries, parked events
+// or dead letters: how its id is read and its row found, and the words and
+// paths of its pages.
+type stuckKind[K, T any] struct {
+	// kind is the confirmation page's Kind and the pages' Nav.
+	kind string
+	// list is the path of the kind's list page, below Prefix.
+	list string
+	// noun names one row, for the page title and the failure line.
+	noun string
+	// none says that no row has the id asked for.
+	none string
+	// question is what the confirmation page asks.
+	question string
+	parse    func(string) (K, error)
+	format   func(K) string
+	// one reads the row of id: pgx.ErrNoRows when there is none to retry.
+	one func(ctx context.Context, c *Console, id K) (T, error)
+}
+
+func parkedEvents() stuckKind[uuid.UUID, parkedRow] {
+	return stuckKind[uuid.UUID, parkedRow]{
+		kind: "parked", list: "parked", noun: "parked event", none: "no parked event has this id",
+		question: "Return this event to the relays' queue? They publish it on their next pass; if the reason it was parked still holds, it is parked again.",
+		parse:    uuid.Parse,
+		format:   uuid.UUID.String,
+		one: func(ctx context.Context, c *Console, id uuid.UUID) (parkedRow, error) {
+			return scanParked(c.pool.QueryRow(ctx, sqlParkedOne, id))
+		},
+	}
+}
+
+func deadLetters() stuckKind[int64, deadRow] {
+	return stuckKind[int64, deadRow]{
+		kind: "dead", list: "dead-letters", noun: "dead letter", none: "no open dead letter has this id",
+		question: "Republish this message to its subject? The worker handles it again; its inbox still recognises an event it has already applied.",
+		parse:    func(s string) (int64, error) { return strconv.ParseInt(s, 10, 64) },
+		format:   func(id int64) string { return strconv.FormatInt(id, 10) },
+		one: func(ctx context.Context, c *Console, id int64) (deadRow, error) {
+			return scanDead(c.pool.QueryRow(ctx, sqlDeadOne, c.cfg.Audit.Consumer, id))
+		},
+	}
+}
+
+// id parses v, the id a page was asked for; one that does not parse is
+// answered 404, as no row has it.
+func (k stuckKind[K, T]) id(c *Console, w http.ResponseWriter, r *http.Request, v string) (K, bool) {
+	id, err := k.parse(v)
 	if err != nil {
-		c.fail(w, r, http.StatusNotFound, "Not found: no parked event has this id.")
+		k.unknown(c, w, r)
+		return id, false
+	}
+	return id, true
+}
+
+// unknown answers 404 for an id no row has.
+func (k stuckKind[K, T]) unknown(c *Console, w http.ResponseWriter, r *http.Request) {
+	c.fail(w, r, http.StatusNotFound, "Not found: "+k.none+".")
+}
+
+// gone answers 404 for an id whose row is not there to retry (any more).
+func (k stuckKind[K, T]) gone(c *Console, w http.ResponseWriter, r *http.Request) {
+	c.fail(w, r, http.StatusNotFound, "Not found: "+k.none+" (it may have been retried already).")
+}
+
+// row reads the row of id, answering 404 when there is none and the
+// failure when it cannot be read.
+func (k stuckKind[K, T]) row(ctx context.Context, c *Console, w http.ResponseWriter, r *http.Request, id K) (T, bool) {
+	row, err := k.one(ctx, c, id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		k.gone(c, w, r)
+		return row, false
+	}
+	if err != nil {
+		c.failErr(w, r, "read the "+k.noun, err)
+		return row, false
+	}
+	return row, true
+}
+
+// confirm answers the page that asks the operator to confirm the retry of
+// the row ?id= names.
+func (k stuckKind[K, T]) confirm(c *Console, w http.ResponseWriter, r *http.Request) {
+	id, ok := k.id(c, w, r, r.URL.Query().Get("id"))
+	if !ok {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), queryTimeout)
 	defer cancel()
-	p, err := scanParked(c.pool.QueryRow(ctx, sqlParkedOne, id))
-	if errors.Is(err, pgx.ErrNoRows) {
-		c.fail(w, r, http.StatusNotFound, "Not found: no parked event has this id (it may have been retried already).")
+	row, ok := k.row(ctx, c, w, r, id)
+	if !ok {
 		return
+	}
+	c.render(w, r, http.StatusOK, "confirm", page{Title: "Retry a " + k.noun, Nav: k.kind, Data: confirmView{Kind: k.kind,
+		What: k.question, Action: Prefix + k.list + "/retry", ID: k.format(id), Row: row, Back: Prefix + k.list}})
+}
+
+func (c *Console) parkedConfirm(w http.ResponseWriter, r *http.Request) {
+	parkedEvents().confirm(c, w, r)
+}
+
+// retry answers a retry's POST: it reads the form's id and runs act with
+// it, for the signed-in operator s, under the query timeout.
+func (k stuckKind[K, T]) retry(c *Console, w http.ResponseWriter, r *http.Request, act func(ctx context.Context, s session, id K)) {
+	s, _ := sessionOf(r)
+	id, ok := k.id(c, w, r, r.PostFormValue("id"))
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), queryTimeout)
+	defer cancel()
+	act(ctx, s, id)
+}
+
+// failed logs a retry that found no row (err is notFound), answered by
+// missing, and answers the failure of any other error. It reports whether
+// the retry failed; when it did not, the caller logs it found.
+func (k stuckKind[K, T]) failed(c *Console, w http.ResponseWriter, r *http.Request, logged *zerolog.Event, err, notFound error,
+	missing func(*Console, http.ResponseWriter, *http.Request)) bool {
+	if errors.Is(err, notFound) {
+		logged.Bool("found", false).Msg("console: retry of a " + k.noun + " found none")
+		missing(c, w, r)
+		return true
 	}
 	if err != nil {
-		c.failErr(w, r, "read the parked event", err)
-		return
+		c.failErr(w, r, "retry the "+k.noun, err)
+		return true
 	}
-	c.render(w, r, http.StatusOK, "confirm", page{Title: "Retry a parked event", Nav: "parked", Data: confirmView{Kind: "parked",
-		What:   "Return this event to the relays' queue? They publish it on their next pass; if the reason it was parked still holds, it is parked again.",
-		Action: Prefix + "parked/retry", ID: p.ID, Row: p, Back: Prefix + "parked"}})
+	return false
 }
 
 func (c *Console) parkedRetry(w http.ResponseWriter, r *http.Request) {
-	s, _ := sessionOf(r)
-	id, err := uuid.Parse(r.PostFormValue("id"))
-	if err != nil {
-		c.fail(w, r, http.StatusNotFound, "Not found: no parked event has this id.")
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), queryTimeout)
-	defer cancel()
-	err = outbox.Unpark(ctx, c.pool, id)
-	logged := c.log.Info().Str("operator", s.Name).Str("token_prefix", s.Prefix).Str("console_action", "retry_parked").Str("event_id", id.String())
-	if errors.Is(err, outbox.ErrNotParked) {
-		logged.Bool("found", false).Msg("console: retry of a parked event found none")
-		c.fail(w, r, http.StatusNotFound, "Not found: no parked event has this id (it may have been retried already).")
-		return
-	}
-	if err != nil {
-		c.failErr(w, r, "retry the parked event", err)
-		return
-	}
-	logged.Bool("found", true).Msg("console: parked event returned to the queue")
-	http.Redirect(w, r, Prefix+"parked?retried="+id.String(), http.StatusSeeOther)
+	k := parkedEvents()
+	k.retry(c, w, r, func(ctx context.Context, s session, id uuid.UUID) {
+		err := outbox.Unpark(ctx, c.pool, id)
+		logged := c.actionLog(s, "retry_parked").Str("event_id", id.String())
+		if k.failed(c, w, r, logged, err, outbox.ErrNotParked, k.gone) {
+			return
+		}
+		logged.Bool("found", true).Msg("console: parked event returned to the queue")
+		http.Redirect(w, r, Prefix+"parked?retried="+id.String(), http.StatusSeeOther)
+	})
 }
 
 func (c *Console) deadList(w http.ResponseWriter, r *http.Request) {
-	after, limit, ok := c.cursor(r)
+	v, ok := listPage(c, w, r, "list the dead letters", scanDead, func(d deadRow) int64 { return d.ID }, sqlDeadPage, c.cfg.Audit.Consumer)
 	if !ok {
-		c.fail(w, r, http.StatusBadRequest, fmt.Sprintf("?after= is a non-negative number and ?limit= is from 1 to %d.", MaxPageSize))
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), queryTimeout)
-	defer cancel()
-	v, err := listPage(ctx, c, scanDead, func(d deadRow) int64 { return d.ID }, sqlDeadPage, c.cfg.Audit.Consumer, after, limit)
-	if err != nil {
-		c.failErr(w, r, "list the dead letters", err)
-		return
-	}
-	v.After, v.Retriable = after, c.js() != nil
+	v.Retriable = c.js() != nil
 	c.render(w, r, http.StatusOK, "deadletters", page{Title: "Dead letters", Nav: "dead", Data: v, Message: deadDone(r)})
 }
 
 func (c *Console) deadConfirm(w http.ResponseWriter, r *http.Request) {
-	id, err := strconv.ParseInt(r.URL.Query().Get("id"), 10, 64)
-	if err != nil {
-		c.fail(w, r, http.StatusNotFound, "Not found: no open dead letter has this id.")
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), queryTimeout)
-	defer cancel()
-	d, err := scanDead(c.pool.QueryRow(ctx, sqlDeadOne, c.cfg.Audit.Consumer, id))
-	if errors.Is(err, pgx.ErrNoRows) {
-		c.fail(w, r, http.StatusNotFound, "Not found: no open dead letter has this id (it may have been retried already).")
-		return
-	}
-	if err != nil {
-		c.failErr(w, r, "read the dead letter", err)
-		return
-	}
-	c.render(w, r, http.StatusOK, "confirm", page{Title: "Retry a dead letter", Nav: "dead", Data: confirmView{Kind: "dead",
-		What:   "Republish this message to its subject? The worker handles it again; its inbox still recognises an event it has already applied.",
-		Action: Prefix + "dead-letters/retry", ID: strconv.FormatInt(d.ID, 10), Row: d, Back: Prefix + "dead-letters"}})
+	deadLetters().confirm(c, w, r)
 }
 
 func (c *Console) deadRetry(w http.ResponseWriter, r *http.Request) {
-	s, _ := sessionOf(r)
-	id, err := strconv.ParseInt(r.PostFormValue("id"), 10, 64)
-	if err != nil {
-		c.fail(w, r, http.StatusNotFound, "Not found: no open dead letter has this id.")
-		return
-	}
-	js := c.js()
-	if js == nil {
-		c.fail(w, r, http.StatusServiceUnavailable, "A dead letter is retried by publishing it to NATS, and the API is not connected to NATS (NATS_URL). Try again, or use \"attachment-worker dead-letters retry\".")
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), queryTimeout)
-	defer cancel()
-	// Only an open dead letter of this console's consumer is retried: the
-	// list shows those, and a retried one would be published again.
-	if _, err := scanDead(c.pool.QueryRow(ctx, sqlDeadOne, c.cfg.Audit.Consumer, id)); err != nil {
-		if errors.Is(err, pgx.ErrNoRows) {
-			c.fail(w, r, http.StatusNotFound, "Not found: no open dead letter has this id (it may have been retried already).")
+	k := deadLetters()
+	k.retry(c, w, r, func(ctx context.Context, s session, id int64) {
+		js := c.js()
+		if js == nil {
+			c.fail(w, r, http.StatusServiceUnavailable, "A dead letter is retried by publishing it to NATS, and the API is not connected to NATS (NATS_URL). Try again, or use \"attachment-worker dead-letters retry\".")
 			return
 		}
-		c.failErr(w, r, "read the dead letter", err)
-		return
-	}
-	_, ack, err := deadletter.Redrive(ctx, c.pool, js, id, c.cfg.Now())
-	logged := c.log.Info().Str("operator", s.Name).Str("token_prefix", s.Prefix).Str("console_action", "retry_dead_letter").Int64("dead_letter", id)
-	if errors.Is(err, deadletter.ErrNotFound) {
-		logged.Bool("found", false).Msg("console: retry of a dead letter found none")
-		c.fail(w, r, http.StatusNotFound, "Not found: no open dead letter has this id.")
-		return
-	}
-	if err != nil {
-		c.failErr(w, r, "retry the dead letter", err)
-		return
-	}
-	logged.Bool("found", true).Uint64("stream_seq", ack.Sequence).Bool("duplicate", ack.Duplicate).Msg("console: dead letter republished")
-	http.Redirect(w, r, fmt.Sprintf("%sdead-letters?retried=%d&seq=%d", Prefix, id, ack.Sequence), http.StatusSeeOther)
+		// Only an open dead letter of this console's consumer is
+		// retried: the list shows those, and a retried one would be
+		// published again.
+		if _, ok := k.row(ctx, c, w, r, id); !ok {
+			return
+		}
+		_, ack, err := deadletter.Redrive(ctx, c.pool, js, id, c.cfg.Now())
+		logged := c.actionLog(s, "retry_dead_letter").Int64("dead_letter", id)
+		if k.failed(c, w, r, logged, err, deadletter.ErrNotFound, k.unknown) {
+			return
+		}
+		logged.Bool("found", true).Uint64("stream_seq", ack.Sequence).Bool("duplicate", ack.Duplicate).Msg("console: dead letter republished")
+		http.Redirect(w, r, fmt.Sprintf("%sdead-letters?retried=%d&seq=%d", Prefix, id, ack.Sequence), http.StatusSeeOther)
+	})
 }
 
 // parkedDone and deadDone are the line a retry's redirect asks for: made

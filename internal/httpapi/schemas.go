@@ -3,7 +3,6 @@ package httpapi
 import (
 	"errors"
 	"net/http"
-	"strconv"
 	"strings"
 
 	"github.com/quillhq/quill/api"
@@ -30,11 +29,5 @@ func getSchema(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	h := w.Header()
-	h.Set("Content-Type", api.SchemaContentType)
-	h.Set("Content-Length", strconv.Itoa(len(doc)))
-	w.WriteHeader(http.StatusOK)
-	if r.Method != http.MethodHead {
-		_, _ = w.Write(doc)
-	}
+	writeDocument(w, r, api.SchemaContentType, doc)
 }

@@ -196,9 +196,15 @@ func (s *server) routes() []route {
 // getOpenAPI serves the API's OpenAPI document, the file embedded from
 // api/openapi.yaml. It needs no token: a client reads it before it has one.
 func getOpenAPI(w http.ResponseWriter, r *http.Request) {
-	doc := api.OpenAPI()
+	writeDocument(w, r, api.ContentType, api.OpenAPI())
+}
+
+// writeDocument answers 200 with doc, one of the documents embedded from
+// api/, as contentType with its length; a HEAD request gets the headers
+// alone.
+func writeDocument(w http.ResponseWriter, r *http.Request, contentType string, doc []byte) {
 	h := w.Header()
-	h.Set("Content-Type", api.ContentType)
+	h.Set("Content-Type", contentType)
 	h.Set("Content-Length", strconv.Itoa(len(doc)))
 	w.WriteHeader(http.StatusOK)
 	if r.Method != http.MethodHead {

@@ -219,18 +219,7 @@ func (c *Cluster) URLs() string {
 // ends.
 func (c *Cluster) Connect(t testing.TB, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	all := append([]nats.Option{
-		nats.Name(t.Name()),
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(20 * time.Millisecond),
-		nats.ReconnectJitter(0, 0),
-	}, opts...)
-	nc, err := nats.Connect(c.URLs(), all...)
-	require.NoError(t, err, "natstest: connect to %s", c.URLs())
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	return nc, js
+	return connect(t, c.URLs(), opts...)
 }
 
 // MetaLeader returns the index of the node that leads the JetStream meta

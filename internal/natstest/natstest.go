@@ -438,15 +438,22 @@ func (s *Server) Restart(t testing.TB) {
 // them. It is closed when t ends.
 func (s *Server) Connect(t testing.TB, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
+	return connect(t, s.url, append(s.cfg.clientOptions(), opts...)...)
+}
+
+// connect connects to url, a server or a cluster's server list, reconnecting
+// forever every 20ms; opts are applied after these defaults and override
+// them. The connection is closed when t ends.
+func connect(t testing.TB, url string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
 	all := append([]nats.Option{
 		nats.Name(t.Name()),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(20 * time.Millisecond),
 		nats.ReconnectJitter(0, 0),
-	}, s.cfg.clientOptions()...)
-	all = append(all, opts...)
-	nc, err := nats.Connect(s.url, all...)
-	require.NoError(t, err, "natstest: connect to %s", s.url)
+	}, opts...)
+	nc, err := nats.Connect(url, all...)
+	require.NoError(t, err, "natstest: connect to %s", url)
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)

@@ -863,7 +863,7 @@ func (r *Relay) listenLoop(ctx context.Context) error {
 		}
 		d := b.Next()
 		r.log.Warn().Err(err).Str("error_category", "listen_failed").Dur("retry_in", d).Msg("LISTEN connection lost; polling meanwhile")
-		sleep(ctx, d, nil)
+		wait.For(ctx, d)
 	}
 	return nil
 }
@@ -910,22 +910,8 @@ func (r *Relay) statsLoop(ctx context.Context) error {
 			r.m.Parked.Set(float64(b.Parked))
 			r.m.OldestAge.Set(b.OldestAge)
 		}
-		if !sleep(ctx, statsInterval, nil) {
+		if !wait.For(ctx, statsInterval) {
 			return nil
 		}
 	}
-}
-
-// sleep waits d, or until wake fires, or ctx ends; it reports false when
-// ctx ended.
-func sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-	case <-wake:
-	}
-	return true
 }
