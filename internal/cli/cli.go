@@ -80,6 +80,22 @@ func Parse(s *config.Set, args []string) error {
 	return UsageError{Msg: err.Error()}
 }
 
+// ParseFlags is Parse for a tool's standard flag set, which takes no
+// positional arguments: a bad flag or an argument left over becomes a
+// UsageError, --help stays flag.ErrHelp.
+func ParseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return UsageError{Msg: err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return UsageError{Msg: fmt.Sprintf("unexpected arguments %q", fs.Args())}
+	}
+	return nil
+}
+
 // Dispatch runs the subcommand named by args[0] (def when args is empty or
 // starts with a flag), answers -h/--help/help with overview and
 // --version/version with the program's version line (prog's first word names

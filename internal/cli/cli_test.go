@@ -3,6 +3,7 @@ package cli_test
 import (
 	"bytes"
 	"context"
+	"flag"
 	"io"
 	"testing"
 	"time"
@@ -97,4 +98,34 @@ func TestVersionCommandOfItsOwn(t *testing.T) {
 	}, []string{"version"}, func(string) string { return "" }, &stdout, io.Discard)
 	require.NoError(t, err)
 	require.Equal(t, "its own\n", stdout.String(), "a program's own version command wins")
+}
+
+func TestParseFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args  []string
+		usage string // the UsageError's message; "" for none
+		help  bool
+	}{
+		{args: nil},
+		{args: []string{"--n", "3"}},
+		{args: []string{"--n", "x"}, usage: `invalid value "x" for flag -n: parse error`},
+		{args: []string{"--nope"}, usage: "flag provided but not defined: -nope"},
+		{args: []string{"--n", "3", "extra"}, usage: `unexpected arguments ["extra"]`},
+		{args: []string{"--help"}, help: true},
+	} {
+		fs := flag.NewFlagSet("tool", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		fs.Int("n", 0, "a number")
+		err := cli.ParseFlags(fs, tc.args)
+		var uerr cli.UsageError
+		switch {
+		case tc.help:
+			require.ErrorIs(t, err, flag.ErrHelp, "%q", tc.args)
+		case tc.usage != "":
+			require.ErrorAs(t, err, &uerr, "%q", tc.args)
+			require.Equal(t, tc.usage, uerr.Msg)
+		default:
+			require.NoError(t, err, "%q", tc.args)
+		}
+	}
 }

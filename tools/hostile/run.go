@@ -132,14 +132,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.Var(pidValue{&c.cpuPIDs}, "cpu-pid", "NAME=PID of a process whose CPU use per phase is reported (repeatable; PostgreSQL's processes, the tool and the attackers are always reported)")
 	fs.BoolVar(&c.attackChild, "attack-child", false, "internal: be the attackers' process (started by the tool itself)")
 	fs.StringVar(&c.runID, "run-id", "", "internal: the run id the attackers' process shares with the tool")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return c, err
-		}
-		return c, cli.UsageError{Msg: err.Error()}
-	}
-	if fs.NArg() > 0 {
-		return c, cli.UsageError{Msg: fmt.Sprintf("unexpected arguments %q", fs.Args())}
+	if err := cli.ParseFlags(fs, args); err != nil {
+		return c, err
 	}
 	c.legitTokens, c.legitTenants = splitList(legitTokens), splitList(legitTenants)
 	if c.cpuPIDs == nil {

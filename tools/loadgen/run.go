@@ -7,7 +7,6 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -108,14 +107,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.keyPrefix, "key-prefix", "", "prefix of the generated Idempotency-Keys (default: random per run, so runs never collide)")
 	fs.BoolVar(&c.jsonOut, "json", false, "print the result as one JSON object")
 	fs.Float64Var(&c.rate, "rate", 0, "requests per second on a fixed schedule, whatever the answers take (0: every client sends as soon as its previous request answered); --concurrency caps the requests in flight, and latency counts from each request's scheduled start")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return c, err
-		}
-		return c, cli.UsageError{Msg: err.Error()}
-	}
-	if fs.NArg() > 0 {
-		return c, cli.UsageError{Msg: fmt.Sprintf("unexpected arguments %q", fs.Args())}
+	if err := cli.ParseFlags(fs, args); err != nil {
+		return c, err
 	}
 	u, err := url.Parse(c.url)
 	switch {

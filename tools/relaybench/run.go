@@ -153,15 +153,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	default:
 		return cli.UsageError{Msg: fmt.Sprintf("unknown subcommand %q; run \"relaybench --help\"", sub)}
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return cli.UsageError{Msg: err.Error()}
+	if err := cli.ParseFlags(fs, args); err != nil {
+		return err
 	}
 	switch {
-	case fs.NArg() > 0:
-		return cli.UsageError{Msg: fmt.Sprintf("unexpected arguments %q", fs.Args())}
 	case (sub == "seed" || sub == "raw") && (c.count < 1 || c.notes < 1 || c.notes > c.count):
 		return cli.UsageError{Msg: "--count and --notes must be positive, with --notes ≤ --count"}
 	case (sub == "raw" || sub == "stream") && (c.replicas < 1 || c.replicas > 5):
