@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
@@ -55,21 +57,10 @@ func TestRunProcessesAndDeadLetters(t *testing.T) {
 	waitReadyz(t, admin, http.StatusOK)
 
 	// A note.created event as the relay publishes it.
-	svc, err := notes.NewService(pool, notes.Config{}, zerolog.Nop())
-	require.NoError(t, err)
-	data := []byte("hello\nworld\n")
-	sum := sha256.Sum256(data)
 	tenant := "t-" + suffix
-	_, err = svc.Create(t.Context(), notes.Request{Tenant: tenant, Key: "k1", Wait: -1, Render: httpapi.RenderWrite},
-		notes.CreateParams{Title: "x", Attachment: &notes.NewAttachment{Filename: "a.txt", ContentType: "text/plain", Data: data, SHA256: hex.EncodeToString(sum[:])}})
-	require.NoError(t, err)
-	var payload []byte
-	require.NoError(t, pool.QueryRow(t.Context(), `SELECT payload FROM outbox_events`).Scan(&payload))
+	payload := newNoteWriter(t, pool, tenant).create("k1", "a.txt", "text/plain", []byte("hello\nworld\n"))
 	subject := "q" + suffix + "." + tenant + ".note.created"
-	m := nats.NewMsg(subject)
-	m.Data = payload
-	_, err = js.PublishMsg(t.Context(), m)
-	require.NoError(t, err)
+	publishEvent(t, js, subject, payload)
 	testkit.WaitFor(t, 30*time.Second, func() bool {
 		var status string
 		require.NoError(t, pool.QueryRow(t.Context(), `SELECT status FROM attachments`).Scan(&status))
@@ -80,7 +71,7 @@ func TestRunProcessesAndDeadLetters(t *testing.T) {
 	bad := nats.NewMsg(subject)
 	bad.Data = []byte("not an event")
 	bad.Header.Set(nats.MsgIdHdr, "bad-1")
-	_, err = js.PublishMsg(t.Context(), bad)
+	_, err := js.PublishMsg(t.Context(), bad)
 	require.NoError(t, err)
 	testkit.WaitFor(t, 30*time.Second, func() bool {
 		resp, err := http.Get("http://" + admin + "/metrics")
@@ -138,6 +129,46 @@ func waitReadyz(t *testing.T, admin string, status int) string {
 	return body
 }
 
+// noteWriter writes one tenant's notes through the notes service, as the
+// API does.
+type noteWriter struct {
+	t      *testing.T
+	pool   *pgxpool.Pool
+	svc    *notes.Service
+	tenant string
+}
+
+func newNoteWriter(t *testing.T, pool *pgxpool.Pool, tenant string) *noteWriter {
+	t.Helper()
+	svc, err := notes.NewService(pool, notes.Config{}, zerolog.Nop())
+	require.NoError(t, err)
+	return &noteWriter{t: t, pool: pool, svc: svc, tenant: tenant}
+}
+
+// create writes a note with an attachment of data under key and returns
+// the payload of its note.created event, as the relay would publish it.
+func (w *noteWriter) create(key, filename, contentType string, data []byte) []byte {
+	t := w.t
+	t.Helper()
+	sum := sha256.Sum256(data)
+	_, err := w.svc.Create(t.Context(), notes.Request{Tenant: w.tenant, Key: key, Wait: -1, Render: httpapi.RenderWrite},
+		notes.CreateParams{Title: "x", Attachment: &notes.NewAttachment{Filename: filename, ContentType: contentType,
+			Data: data, SHA256: hex.EncodeToString(sum[:])}})
+	require.NoError(t, err)
+	var payload []byte
+	require.NoError(t, w.pool.QueryRow(t.Context(), `SELECT payload FROM outbox_events WHERE type = 'note.created' ORDER BY seq DESC LIMIT 1`).Scan(&payload))
+	return payload
+}
+
+// publishEvent publishes an event's payload on subject, as the relay does.
+func publishEvent(t *testing.T, js jetstream.JetStream, subject string, payload []byte) {
+	t.Helper()
+	m := nats.NewMsg(subject)
+	m.Data = payload
+	_, err := js.PublishMsg(t.Context(), m)
+	require.NoError(t, err)
+}
+
 // provisionAsRelay creates the stream as a relay starting does.
 func provisionAsRelay(t *testing.T, srv *natstest.Server, name, prefix string) {
 	t.Helper()
@@ -171,21 +202,10 @@ func TestRunSurvivesNATSGoneAtStart(t *testing.T) {
 	srv.Restart(t)
 	waitReadyz(t, admin, http.StatusOK)
 
-	svc, err := notes.NewService(pool, notes.Config{}, zerolog.Nop())
-	require.NoError(t, err)
-	data := []byte("back\n")
-	sum := sha256.Sum256(data)
 	tenant := "t-" + suffix
-	_, err = svc.Create(t.Context(), notes.Request{Tenant: tenant, Key: "k1", Wait: -1, Render: httpapi.RenderWrite},
-		notes.CreateParams{Title: "x", Attachment: &notes.NewAttachment{Filename: "a.txt", ContentType: "text/plain", Data: data, SHA256: hex.EncodeToString(sum[:])}})
-	require.NoError(t, err)
-	var payload []byte
-	require.NoError(t, pool.QueryRow(t.Context(), `SELECT payload FROM outbox_events`).Scan(&payload))
+	payload := newNoteWriter(t, pool, tenant).create("k1", "a.txt", "text/plain", []byte("back\n"))
 	_, js := srv.Connect(t)
-	m := nats.NewMsg("q" + suffix + "." + tenant + ".note.created")
-	m.Data = payload
-	_, err = js.PublishMsg(t.Context(), m)
-	require.NoError(t, err)
+	publishEvent(t, js, "q"+suffix+"."+tenant+".note.created", payload)
 	testkit.WaitFor(t, 30*time.Second, func() bool {
 		var status string
 		require.NoError(t, pool.QueryRow(t.Context(), `SELECT status FROM attachments`).Scan(&status))
@@ -217,19 +237,11 @@ func TestClusterFailover(t *testing.T) {
 	// before the first node stops.
 	cl.WaitHealthy(t)
 
-	svc, err := notes.NewService(pool, notes.Config{}, zerolog.Nop())
-	require.NoError(t, err)
 	tenant := "t-" + suffix
+	writer := newNoteWriter(t, pool, tenant)
 	for i := range 3 {
 		cl.Stop(i)
-		data := fmt.Appendf(nil, "note %d\n", i)
-		sum := sha256.Sum256(data)
-		key := fmt.Sprintf("k%d", i)
-		_, err = svc.Create(t.Context(), notes.Request{Tenant: tenant, Key: key, Wait: -1, Render: httpapi.RenderWrite},
-			notes.CreateParams{Title: "x", Attachment: &notes.NewAttachment{Filename: "a.txt", ContentType: "text/plain", Data: data, SHA256: hex.EncodeToString(sum[:])}})
-		require.NoError(t, err)
-		var payload []byte
-		require.NoError(t, pool.QueryRow(t.Context(), `SELECT payload FROM outbox_events ORDER BY seq DESC LIMIT 1`).Scan(&payload))
+		payload := writer.create(fmt.Sprintf("k%d", i), "a.txt", "text/plain", fmt.Appendf(nil, "note %d\n", i))
 		m := nats.NewMsg(prefix + "." + tenant + ".note.created")
 		m.Data = payload
 		testkit.WaitFor(t, 30*time.Second, func() bool {
