@@ -3,9 +3,6 @@ package httpapi_test
 import (
 	"encoding/base64"
 	"errors"
-	"go/ast"
-	"go/parser"
-	"go/token"
 	"maps"
 	"net/http"
 	"slices"
@@ -19,6 +16,7 @@ import (
 	"github.com/quillhq/quill/internal/attachment"
 	"github.com/quillhq/quill/internal/httpapi"
 	"github.com/quillhq/quill/internal/problem"
+	"github.com/quillhq/quill/internal/testkit"
 )
 
 // Every path and method the API routes is in api/openapi.yaml, and the
@@ -114,28 +112,7 @@ func TestOpenAPIProblemCodes(t *testing.T) {
 // problemCodes returns the values of internal/problem's Code constants.
 func problemCodes(t *testing.T) []string {
 	t.Helper()
-	f, err := parser.ParseFile(token.NewFileSet(), "../problem/problem.go", nil, 0)
-	require.NoError(t, err)
-	var codes []string
-	for _, d := range f.Decls {
-		gd, ok := d.(*ast.GenDecl)
-		if !ok || gd.Tok != token.CONST {
-			continue
-		}
-		for _, spec := range gd.Specs {
-			vs := spec.(*ast.ValueSpec)
-			for i, n := range vs.Names {
-				if !strings.HasPrefix(n.Name, "Code") {
-					continue
-				}
-				lit, ok := vs.Values[i].(*ast.BasicLit)
-				require.True(t, ok, "%s is a string literal", n.Name)
-				v, err := strconv.Unquote(lit.Value)
-				require.NoError(t, err)
-				codes = append(codes, v)
-			}
-		}
-	}
+	codes := testkit.StringConstants(t, "../problem/problem.go", "Code")
 	require.NotEmpty(t, codes)
 	return codes
 }

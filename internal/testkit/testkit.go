@@ -1,6 +1,6 @@
 // Package testkit holds the helpers Quill's tests share: golden files, a
-// test logger, reading a metric, and waiting for a condition. It is imported
-// only from _test.go files.
+// test logger, reading a metric, waiting for a condition, and a source
+// file's string constants. It is imported only from _test.go files.
 package testkit
 
 import (
