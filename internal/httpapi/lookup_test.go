@@ -1,12 +1,10 @@
 package httpapi_test
 
 import (
-	"context"
 	"net/http"
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/quillhq/quill/internal/idempotency"
@@ -121,13 +119,7 @@ func requireNullMember(t *testing.T, m map[string]any, name string) {
 func TestLookupWhileExecutingIsInProgressNeverNotFound(t *testing.T) {
 	t.Parallel()
 	b := setup(t, hooked)
-	entered := make(chan struct{})
-	release := make(chan struct{})
-	b.setHook(func(context.Context, idempotency.Querier, uuid.UUID) error {
-		close(entered)
-		<-release
-		return nil
-	})
+	entered, release := b.holdWrites()
 	done := make(chan resp)
 	go func() { done <- b.create(b.tokenA, "op-held", note("held")) }()
 	<-entered

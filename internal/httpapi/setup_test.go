@@ -197,6 +197,21 @@ func (b *testBundle) setHook(h func(ctx context.Context, q idempotency.Querier, 
 
 func (b *testBundle) clearHook() { b.hook.Store(nil) }
 
+// holdWrites makes each write wait after its effect, inside its
+// transaction, until release is closed; entered is closed when the first
+// one gets there.
+func (b *testBundle) holdWrites() (entered, release chan struct{}) {
+	b.t.Helper()
+	entered, release = make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	b.setHook(func(context.Context, idempotency.Querier, uuid.UUID) error {
+		once.Do(func() { close(entered) })
+		<-release
+		return nil
+	})
+	return entered, release
+}
+
 type resp struct {
 	status int
 	header http.Header
