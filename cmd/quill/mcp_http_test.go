@@ -9,7 +9,6 @@ import (
 	"regexp"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -115,18 +114,7 @@ func TestMCPHTTPBadFlagsAreUsageErrors(t *testing.T) {
 func TestMCPCancelledCallAndRestartMakeOneNote(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	arrived, release := make(chan struct{}), make(chan struct{})
-	var first atomic.Bool
-	b.api.Wrap(func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.Method == http.MethodPost && r.URL.Path == "/v1/notes" && first.CompareAndSwap(false, true) {
-				close(arrived)
-				<-release
-				r = r.WithContext(context.WithoutCancel(r.Context()))
-			}
-			next.ServeHTTP(w, r)
-		})
-	})
+	arrived, release := b.api.HoldFirstCreate()
 	args := map[string]any{"title": "cancelled, restarted"}
 
 	cs, stop := b.startStdio(t)
@@ -156,6 +144,7 @@ func TestMCPCancelledCallAndRestartMakeOneNote(t *testing.T) {
 // startStdio runs quill mcp on pipes and connects an MCP client; stop ends
 // both and waits for the program to return.
 func (b *testBundle) startStdio(t *testing.T) (*mcp.ClientSession, func()) {
+	t.Helper()
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	ctx, cancel := context.WithCancel(t.Context())
