@@ -99,6 +99,21 @@ func (h *harness) newRelayLogging(cfg relay.Config, id string, log zerolog.Logge
 	return r, m
 }
 
+// notifyingNotes is the API's notes service over the test's pool, and the
+// notifier that wakes the relays at each of its commits (and at each
+// Signal) until ctx ends or the test ends.
+func (h *harness) notifyingNotes(ctx context.Context) (*notes.Service, *outbox.Notifier) {
+	t := h.t
+	t.Helper()
+	notifier := outbox.NewNotifier(h.pool, nil)
+	nctx, stopNotifier := context.WithCancel(ctx)
+	t.Cleanup(stopNotifier)
+	go func() { _ = notifier.Run(nctx) }()
+	svc, err := notes.NewService(h.pool, notes.Config{}, testkit.Logger(t), notes.WithNotifier(notifier))
+	require.NoError(t, err)
+	return svc, notifier
+}
+
 func (h *harness) relayID(name string) string { return "relay-" + h.suffix + "-" + name }
 
 // start runs r until stop is called or the test ends; stop returns what Run
@@ -594,12 +609,7 @@ func TestTwoRelaysPublishEveryEventOnceInCommitOrderPerNote(t *testing.T) {
 	require.NoError(t, b.Provision(h.ctx()), "a second relay's provisioning updates the stream in place")
 
 	ctx := h.ctx()
-	notifier := outbox.NewNotifier(h.pool, nil)
-	nctx, stopNotifier := context.WithCancel(ctx)
-	defer stopNotifier()
-	go func() { _ = notifier.Run(nctx) }()
-	svc, err := notes.NewService(h.pool, notes.Config{}, testkit.Logger(t), notes.WithNotifier(notifier))
-	require.NoError(t, err)
+	svc, notifier := h.notifyingNotes(ctx)
 
 	life := func(ctx context.Context, n int) error {
 		out, err := svc.Create(ctx, notes.Request{Tenant: h.tenant, Key: fmt.Sprintf("create-%d", n), Wait: -1, Render: httpapi.RenderWrite},
