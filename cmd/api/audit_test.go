@@ -61,12 +61,9 @@ func TestAuditCommand(t *testing.T) {
 	vars := map[string]string{"DATABASE_URL": dbtest.Schema(t), "QUILL_HTTP_ADDR": freeAddr(t), "QUILL_ADMIN_ADDR": freeAddr(t),
 		"NATS_URL": srv.URL(), "QUILL_STREAM": "AUDIT_CMD", "QUILL_SUBJECT_PREFIX": "qaudit"}
 	getenv := env(vars)
-	tok, _, err := runOut(t, getenv, "token", "create", "--tenant", "acme")
-	require.NoError(t, err)
-	tok = strings.TrimSpace(tok)
+	tok := createToken(t, getenv)
 
-	p := start(t, getenv, "serve")
-	waitReady(t, "http://"+vars["QUILL_ADMIN_ADDR"]+"/readyz")
+	p := startServe(t, vars)
 	base := "http://" + vars["QUILL_HTTP_ADDR"]
 	res, body := post(t, base, tok, "audit-1", `{"title":"a"}`)
 	require.Equal(t, http.StatusCreated, res.StatusCode, body)

@@ -37,6 +37,23 @@ func runOut(t *testing.T, getenv func(string) string, args ...string) (string, s
 	return clitest.RunOut(t, run, getenv, args...)
 }
 
+// createToken runs "api token create --tenant acme" and returns the token
+// it printed.
+func createToken(t *testing.T, getenv func(string) string) string {
+	t.Helper()
+	tok, _, err := runOut(t, getenv, "token", "create", "--tenant", "acme")
+	require.NoError(t, err)
+	return strings.TrimSpace(tok)
+}
+
+// startServe starts "api serve" with vars and waits until its /readyz answers.
+func startServe(t *testing.T, vars map[string]string) *clitest.Process {
+	t.Helper()
+	p := start(t, env(vars), "serve")
+	waitReady(t, "http://"+vars["QUILL_ADMIN_ADDR"]+"/readyz")
+	return p
+}
+
 func waitReady(t *testing.T, url string) {
 	t.Helper()
 	testkit.WaitFor(t, 10*time.Second, func() bool {
@@ -68,14 +85,11 @@ func TestReplayAfterProcessRestart(t *testing.T) {
 	t.Parallel()
 	vars := map[string]string{"DATABASE_URL": dbtest.Schema(t), "QUILL_HTTP_ADDR": freeAddr(t), "QUILL_ADMIN_ADDR": freeAddr(t)}
 	getenv := env(vars)
-	tok, _, err := runOut(t, getenv, "token", "create", "--tenant", "acme")
-	require.NoError(t, err)
-	tok = strings.TrimSpace(tok)
+	tok := createToken(t, getenv)
 	require.Regexp(t, `^qt_[0-9a-f]{8}_[A-Za-z0-9_-]{43}$`, tok, "token create prints only the token")
 
 	base := "http://" + vars["QUILL_HTTP_ADDR"]
-	p := start(t, getenv, "serve")
-	waitReady(t, "http://"+vars["QUILL_ADMIN_ADDR"]+"/readyz")
+	p := startServe(t, vars)
 	res, first := post(t, base, tok, "restart-1", `{"title":"survives"}`)
 	require.Equal(t, http.StatusCreated, res.StatusCode, first)
 	require.NoError(t, p.Stop(), "graceful shutdown returns nil")
@@ -114,15 +128,12 @@ func TestTokenRevoke(t *testing.T) {
 	vars := map[string]string{"DATABASE_URL": dbtest.Schema(t), "QUILL_HTTP_ADDR": freeAddr(t), "QUILL_ADMIN_ADDR": freeAddr(t),
 		"QUILL_TOKEN_CACHE_TTL": "0s"} // revocation at once; the cache is tested in internal/auth
 	getenv := env(vars)
-	tok, _, err := runOut(t, getenv, "token", "create", "--tenant", "acme")
-	require.NoError(t, err)
-	tok = strings.TrimSpace(tok)
-	start(t, getenv, "serve")
-	waitReady(t, "http://"+vars["QUILL_ADMIN_ADDR"]+"/readyz")
+	tok := createToken(t, getenv)
+	startServe(t, vars)
 	base := "http://" + vars["QUILL_HTTP_ADDR"]
 	res, _ := post(t, base, tok, "k1", `{"title":"a"}`)
 	require.Equal(t, http.StatusCreated, res.StatusCode)
-	_, _, err = runOut(t, getenv, "token", "revoke", tok[:11])
+	_, _, err := runOut(t, getenv, "token", "revoke", tok[:11])
 	require.NoError(t, err)
 	res, body := post(t, base, tok, "k2", `{"title":"a"}`)
 	require.Equal(t, http.StatusUnauthorized, res.StatusCode, body)
@@ -280,8 +291,7 @@ func TestCommittedWriteNotifiesRelays(t *testing.T) {
 	_, err = listener.Exec(t.Context(), "LISTEN quill_outbox")
 	require.NoError(t, err)
 
-	start(t, getenv, "serve")
-	waitReady(t, "http://"+vars["QUILL_ADMIN_ADDR"]+"/readyz")
+	startServe(t, vars)
 	res, body := post(t, "http://"+vars["QUILL_HTTP_ADDR"], strings.TrimSpace(tok), "n1", `{"title":"wake up"}`)
 	require.Equal(t, http.StatusCreated, res.StatusCode, body)
 
