@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/quillhq/quill/internal/clitest"
 	"github.com/quillhq/quill/internal/dbtest"
 )
 
@@ -14,10 +15,10 @@ import (
 // and only to a valid token.
 func TestLimitsAreTheServesSettings(t *testing.T) {
 	t.Parallel()
-	vars := map[string]string{"DATABASE_URL": dbtest.Schema(t), "QUILL_HTTP_ADDR": freeAddr(t), "QUILL_ADMIN_ADDR": freeAddr(t),
+	vars := map[string]string{"DATABASE_URL": dbtest.Schema(t), "QUILL_HTTP_ADDR": clitest.FreeAddr(t), "QUILL_ADMIN_ADDR": clitest.FreeAddr(t),
 		"QUILL_IDEMPOTENCY_RETENTION": "1h", "QUILL_KEY_RETENTION": "120m", "QUILL_MAX_BODY_BYTES": "4096",
 		"QUILL_MAX_ATTACHMENT_BYTES": "1000", "QUILL_TENANT_CONCURRENCY": "7"}
-	getenv := env(vars)
+	getenv := clitest.Env(vars)
 	tok := createToken(t, getenv)
 	p := startServe(t, vars)
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/quillhq/quill/internal/clitest"
 	"github.com/quillhq/quill/internal/dbtest"
 )
 
@@ -27,9 +28,9 @@ import (
 func TestSlowConnectionsAreClosedWithinTheReadTimeout(t *testing.T) {
 	t.Parallel()
 	const readTimeout = time.Second
-	vars := map[string]string{"DATABASE_URL": dbtest.Schema(t), "QUILL_HTTP_ADDR": freeAddr(t), "QUILL_ADMIN_ADDR": freeAddr(t),
+	vars := map[string]string{"DATABASE_URL": dbtest.Schema(t), "QUILL_HTTP_ADDR": clitest.FreeAddr(t), "QUILL_ADMIN_ADDR": clitest.FreeAddr(t),
 		"QUILL_READ_TIMEOUT": readTimeout.String(), "QUILL_WRITE_TIMEOUT": "5s", "QUILL_IDLE_TIMEOUT": "5s"}
-	getenv := env(vars)
+	getenv := clitest.Env(vars)
 	tok := createToken(t, getenv)
 	startServe(t, vars)
 	addr := vars["QUILL_HTTP_ADDR"]
@@ -115,7 +116,7 @@ func isReset(err error) bool { return errors.Is(err, syscall.ECONNRESET) }
 func TestRefusalsBeforeTheBodyKeepOrEndTheConnectionAtOnce(t *testing.T) {
 	t.Parallel()
 	const readTimeout = 30 * time.Second
-	vars := map[string]string{"DATABASE_URL": dbtest.Schema(t), "QUILL_HTTP_ADDR": freeAddr(t), "QUILL_ADMIN_ADDR": freeAddr(t),
+	vars := map[string]string{"DATABASE_URL": dbtest.Schema(t), "QUILL_HTTP_ADDR": clitest.FreeAddr(t), "QUILL_ADMIN_ADDR": clitest.FreeAddr(t),
 		"QUILL_READ_TIMEOUT": readTimeout.String()}
 	startServe(t, vars)
 	addr := vars["QUILL_HTTP_ADDR"]

@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/quillhq/quill/internal/clitest"
 	"github.com/quillhq/quill/internal/dbtest"
 	"github.com/quillhq/quill/internal/deadletter"
 	"github.com/quillhq/quill/internal/natstest"
@@ -107,7 +108,7 @@ func newFixture(t *testing.T) *fixture {
 	provisionAsRelay(t, srv, "P_"+suffix, "q"+suffix)
 	return &fixture{t: t, pool: pool, js: js, notes: newNoteWriter(t, pool, "t-"+suffix), tenant: "t-" + suffix, prefix: "q" + suffix,
 		vars: map[string]string{"DATABASE_URL": dbURL, "NATS_URL": srv.URL(), "QUILL_STREAM": "P_" + suffix,
-			"QUILL_SUBJECT_PREFIX": "q" + suffix, "QUILL_CONSUMER": "w-" + suffix, "QUILL_ADMIN_ADDR": freeAddr(t)}}
+			"QUILL_SUBJECT_PREFIX": "q" + suffix, "QUILL_CONSUMER": "w-" + suffix, "QUILL_ADMIN_ADDR": clitest.FreeAddr(t)}}
 }
 
 // publish creates a note with an attachment of data, publishes its

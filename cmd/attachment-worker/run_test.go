@@ -28,12 +28,8 @@ import (
 	"github.com/quillhq/quill/internal/testkit"
 )
 
-// The shared in-process helpers, under this file's names.
+// syncBuffer is the shared in-process helper, under this package's name.
 type syncBuffer = clitest.SyncBuffer
-
-func freeAddr(t *testing.T) string { return clitest.FreeAddr(t) }
-
-func env(m map[string]string) func(string) string { return clitest.Env(m) }
 
 // The real program, in-process: it provisions the stream and consumer,
 // processes an attachment, serves the admin endpoints, dead-letters an
@@ -45,7 +41,7 @@ func TestRunProcessesAndDeadLetters(t *testing.T) {
 	srv := natstest.Start(t)
 	_, js := srv.Connect(t)
 	suffix := strings.ReplaceAll(uuid.NewString(), "-", "")[:10]
-	admin := freeAddr(t)
+	admin := clitest.FreeAddr(t)
 	vars := map[string]string{"DATABASE_URL": dbURL, "NATS_URL": srv.URL(), "QUILL_STREAM": "CMD_" + suffix,
 		"QUILL_SUBJECT_PREFIX": "q" + suffix, "QUILL_CONSUMER": "w-" + suffix, "QUILL_ADMIN_ADDR": admin,
 		"QUILL_MAX_DELIVER": "2", "QUILL_ACK_WAIT": "5s", "QUILL_LOG_LEVEL": "debug"}
@@ -86,16 +82,16 @@ func TestRunProcessesAndDeadLetters(t *testing.T) {
 
 	var out bytes.Buffer
 	cli := map[string]string{"DATABASE_URL": dbURL, "NATS_URL": srv.URL(), "QUILL_CONSUMER": "w-" + suffix}
-	require.NoError(t, run(t.Context(), []string{"dead-letters", "list"}, env(cli), &out, io.Discard))
+	require.NoError(t, run(t.Context(), []string{"dead-letters", "list"}, clitest.Env(cli), &out, io.Discard))
 	require.Contains(t, out.String(), "event bad-1")
 	require.Contains(t, out.String(), "unparseable event")
 	out.Reset()
-	require.NoError(t, run(t.Context(), []string{"dead-letters", "list", "--json"}, env(cli), &out, io.Discard))
+	require.NoError(t, run(t.Context(), []string{"dead-letters", "list", "--json"}, clitest.Env(cli), &out, io.Discard))
 	require.Contains(t, out.String(), `"event_id":"bad-1"`)
 	var id int64
 	require.NoError(t, pool.QueryRow(t.Context(), `SELECT id FROM dead_letters`).Scan(&id))
 	out.Reset()
-	require.NoError(t, run(t.Context(), []string{"dead-letters", "retry", fmt.Sprint(id)}, env(cli), &out, io.Discard))
+	require.NoError(t, run(t.Context(), []string{"dead-letters", "retry", fmt.Sprint(id)}, clitest.Env(cli), &out, io.Discard))
 	require.Contains(t, out.String(), "republished to "+subject)
 	// Still unparseable: it comes back as a second dead letter.
 	testkit.WaitFor(t, 30*time.Second, func() bool {
@@ -104,7 +100,7 @@ func TestRunProcessesAndDeadLetters(t *testing.T) {
 		return n == 2
 	}, "the re-driven message dead-lettered again")
 	out.Reset()
-	require.NoError(t, run(t.Context(), []string{"dead-letters", "list"}, env(cli), &out, io.Discard))
+	require.NoError(t, run(t.Context(), []string{"dead-letters", "list"}, clitest.Env(cli), &out, io.Discard))
 	require.Equal(t, 1, strings.Count(out.String(), "\n"), out.String())
 
 	stop()
@@ -186,7 +182,7 @@ func TestRunSurvivesNATSGoneAtStart(t *testing.T) {
 	srv := natstest.Start(t)
 	suffix := strings.ReplaceAll(uuid.NewString(), "-", "")[:10]
 	provisionAsRelay(t, srv, "GONE_"+suffix, "q"+suffix)
-	admin := freeAddr(t)
+	admin := clitest.FreeAddr(t)
 	vars := map[string]string{"DATABASE_URL": dbURL, "NATS_URL": srv.URL(), "QUILL_STREAM": "GONE_" + suffix,
 		"QUILL_SUBJECT_PREFIX": "q" + suffix, "QUILL_CONSUMER": "w-" + suffix, "QUILL_ADMIN_ADDR": admin, "QUILL_ACK_WAIT": "5s"}
 	stderr, exited, stop := startWorker(t, vars)
@@ -228,7 +224,7 @@ func TestClusterFailover(t *testing.T) {
 	_, err := stream.Provision(t.Context(), js, stream.Config{Name: name, SubjectPrefix: prefix, Replicas: 3}.WithDefaults())
 	require.NoError(t, err)
 	cl.WaitForStreamReplicas(t, js, name, 3)
-	admin := freeAddr(t)
+	admin := clitest.FreeAddr(t)
 	vars := map[string]string{"DATABASE_URL": dbURL, "NATS_URL": cl.URLs(), "QUILL_STREAM": name,
 		"QUILL_SUBJECT_PREFIX": prefix, "QUILL_CONSUMER": "w-" + suffix, "QUILL_ADMIN_ADDR": admin, "QUILL_ACK_WAIT": "5s"}
 	_, _, stop := startWorker(t, vars)
@@ -297,7 +293,7 @@ func TestRunErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			var stderr bytes.Buffer
-			err := run(t.Context(), tc.args, env(tc.vars), io.Discard, &stderr)
+			err := run(t.Context(), tc.args, clitest.Env(tc.vars), io.Discard, &stderr)
 			require.Equal(t, tc.code, exitCode(err, &stderr), "%v", err)
 			if tc.code == 1 {
 				require.Equal(t, 1, strings.Count(stderr.String(), "\n"), "one JSON log line: %s", stderr.String())
@@ -322,7 +318,7 @@ func startWorker(t *testing.T, vars map[string]string) (stderr *syncBuffer, exit
 		}
 	})
 	errc := make(chan error, 1)
-	go func() { errc <- run(ctx, nil, env(vars), io.Discard, stderr) }()
+	go func() { errc <- run(ctx, nil, clitest.Env(vars), io.Discard, stderr) }()
 	return stderr, errc, func() {
 		t.Helper()
 		cancel()
