@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // figures are a run's numbers: what was asked, what happened, what each
@@ -157,19 +155,17 @@ func (s *system) figures(ctx context.Context, t *testing.T, p profile, fr faultR
 
 	// Redeliveries, from the consumer: every delivery, redeliveries
 	// included, takes a consumer sequence number.
-	if nc, err := nats.Connect(s.natsURL, nats.Name("e2e-figures")); err == nil {
-		if js, err := jetstream.New(nc); err == nil {
-			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			if c, err := js.Consumer(cctx, streamName, consumerName); err == nil {
-				if ci, err := c.Info(cctx); err == nil {
-					f.deliveries = ci.Delivered.Consumer
-					if f.deliveries > f.createdMsgs {
-						f.redeliveries = f.deliveries - f.createdMsgs
-					}
+	if nc, js, err := jetStreamAt(s.natsURL, "e2e-figures"); err == nil {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		if c, err := js.Consumer(cctx, streamName, consumerName); err == nil {
+			if ci, err := c.Info(cctx); err == nil {
+				f.deliveries = ci.Delivered.Consumer
+				if f.deliveries > f.createdMsgs {
+					f.redeliveries = f.deliveries - f.createdMsgs
 				}
 			}
-			cancel()
 		}
+		cancel()
 		nc.Close()
 	}
 	f.durable = durableCounters(ctx, t, s.dbURL)
