@@ -571,12 +571,7 @@ func TestShutdownFinishesTheBatchInFlight(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
-	select {
-	case err := <-done:
-		require.NoError(t, err, "a graceful stop returns nil")
-	case <-time.After(waitLong):
-		require.FailNow(t, "Run did not return after its context ended")
-	}
+	testkit.RequireReturned(t, done, waitLong, "a graceful stop returns nil")
 	require.EqualValues(t, 5, acked.Load())
 	require.Equal(t, 5, h.published(), "the batch in flight was marked before Run returned")
 	h.requireExactlyOnce(5)

@@ -124,6 +124,18 @@ func WaitFor(t testing.TB, timeout time.Duration, cond func() bool, msg string) 
 	}
 }
 
+// RequireReturned waits up to timeout for what a Run loop sends on done
+// once its context ended, and requires it to be nil: a graceful stop.
+func RequireReturned(t testing.TB, done <-chan error, timeout time.Duration, msgAndArgs ...any) {
+	t.Helper()
+	select {
+	case err := <-done:
+		require.NoError(t, err, msgAndArgs...)
+	case <-time.After(timeout):
+		require.FailNow(t, "Run did not return after its context ended")
+	}
+}
+
 // RequireMetric waits until c reaches want, then requires it to equal want:
 // a component often counts just after the effect a test saw, so reading the
 // count at once could be a moment early.
