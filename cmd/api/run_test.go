@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/quillhq/quill/internal/apitest"
 	"github.com/quillhq/quill/internal/clitest"
 	"github.com/quillhq/quill/internal/dbtest"
 	"github.com/quillhq/quill/internal/testkit"
@@ -52,16 +53,7 @@ func waitReady(t *testing.T, url string) {
 
 func post(t *testing.T, base, token, key, body string) (*http.Response, string) {
 	t.Helper()
-	r, err := http.NewRequest(http.MethodPost, base+"/v1/notes", strings.NewReader(body))
-	require.NoError(t, err)
-	r.Header.Set("Authorization", "Bearer "+token)
-	r.Header.Set("Idempotency-Key", key)
-	r.Header.Set("Content-Type", "application/json")
-	res, err := http.DefaultClient.Do(r)
-	require.NoError(t, err)
-	defer res.Body.Close()
-	b, err := io.ReadAll(res.Body)
-	require.NoError(t, err)
+	res, b := apitest.PostNote(context.Background(), t, base, token, key, []byte(body))
 	return res, string(b)
 }
 
