@@ -98,7 +98,7 @@ func TestClientDisconnectDoesNotAbortCommit(t *testing.T) {
 	t.Parallel()
 	b := setup(t, hooked)
 	ctx, cancel := context.WithCancel(t.Context())
-	entered, release := b.holdWrites()
+	entered, release := b.holdWrites("")
 	errc := make(chan error, 1)
 	go func() {
 		_, err := b.do(ctx, req{method: http.MethodPost, path: "/v1/notes", token: b.tokenA, key: "gone", body: note("t")})
@@ -107,7 +107,7 @@ func TestClientDisconnectDoesNotAbortCommit(t *testing.T) {
 	<-entered
 	cancel() // the client goes away mid-transaction
 	require.ErrorIs(t, <-errc, context.Canceled)
-	close(release)
+	release()
 	testkit.WaitFor(t, 5*time.Second, func() bool { return b.count(`SELECT count(*) FROM operations`) == 1 }, "the detached transaction commits")
 	b.clearHook()
 	require.Equal(t, 1, b.notes(b.tenantA))
@@ -316,7 +316,7 @@ func TestConcurrentIdenticalRequestsExecuteOnce(t *testing.T) {
 func TestWaitingRequestsDoNotStarveOtherTenants(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{maxConns: 4, wait: 20 * time.Second, hooks: true})
-	entered, release := b.holdWrites()
+	entered, release := b.holdWrites("")
 	const waiters = 100
 	var wg sync.WaitGroup
 	results := make([]resp, waiters+1)
@@ -341,7 +341,7 @@ func TestWaitingRequestsDoNotStarveOtherTenants(t *testing.T) {
 		require.Less(t, time.Since(started), time.Second, "another tenant's create must not wait behind the held key")
 	}
 	require.Equal(t, int64(waiters+1), b.inFlight.Load(), "the waiters are still waiting")
-	close(release)
+	release()
 	wg.Wait()
 	executed := 0
 	for _, r := range results {
@@ -358,7 +358,7 @@ func TestWaitingRequestsDoNotStarveOtherTenants(t *testing.T) {
 func TestPreferWaitZeroAnswersInProgressAtOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{maxConns: 4, wait: 20 * time.Second, hooks: true})
-	entered, release := b.holdWrites()
+	entered, release := b.holdWrites("")
 	done := make(chan resp)
 	go func() { done <- b.create(b.tokenA, "held", note("held")) }()
 	<-entered
@@ -370,7 +370,7 @@ func TestPreferWaitZeroAnswersInProgressAtOnce(t *testing.T) {
 	require.Equal(t, "operation_in_progress", p["code"])
 	require.Equal(t, "same_key", p["retry"])
 	require.Equal(t, "1", r.header.Get("Retry-After"))
-	close(release)
+	release()
 	require.Equal(t, http.StatusCreated, (<-done).status)
 	r = b.mustDo(req{method: http.MethodPost, path: "/v1/notes", token: b.tokenA, key: "held", body: note("held")})
 	require.Equal(t, "true", r.header.Get("Idempotent-Replayed"))

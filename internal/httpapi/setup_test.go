@@ -197,19 +197,29 @@ func (b *testBundle) setHook(h func(ctx context.Context, q idempotency.Querier, 
 
 func (b *testBundle) clearHook() { b.hook.Store(nil) }
 
-// holdWrites makes each write wait after its effect, inside its
-// transaction, until release is closed; entered is closed when the first
-// one gets there.
-func (b *testBundle) holdWrites() (entered, release chan struct{}) {
+// holdWrites makes every write of a note titled title ("" any note) wait
+// inside its transaction, after its effect, until the returned release is
+// called (at the latest when the test ends); entered receives one value per
+// write that got there.
+func (b *testBundle) holdWrites(title string) (entered <-chan struct{}, release func()) {
 	b.t.Helper()
-	entered, release = make(chan struct{}), make(chan struct{})
+	in := make(chan struct{}, 64)
+	gate := make(chan struct{})
 	var once sync.Once
-	b.setHook(func(context.Context, idempotency.Querier, uuid.UUID) error {
-		once.Do(func() { close(entered) })
-		<-release
+	b.setHook(func(ctx context.Context, q idempotency.Querier, id uuid.UUID) error {
+		if title != "" {
+			var got string
+			if err := q.QueryRow(ctx, `SELECT title FROM notes WHERE id = $1`, id).Scan(&got); err != nil || got != title {
+				return err
+			}
+		}
+		in <- struct{}{}
+		<-gate
 		return nil
 	})
-	return entered, release
+	release = func() { once.Do(func() { close(gate) }) }
+	b.t.Cleanup(release)
+	return in, release
 }
 
 type resp struct {
