@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/go-json-experiment/json"
 	"github.com/stretchr/testify/require"
 
 	"github.com/quillhq/quill/internal/clitest"
@@ -99,10 +98,7 @@ func TestDaemonRefusedByTLSOrCredentials(t *testing.T) {
 			_, logs, err := clitest.RunOut(t, run, clitest.Env(vars))
 			var stderr bytes.Buffer
 			require.Equal(t, 1, exitCode(err, &stderr), "%v", err)
-			lines := strings.Split(strings.TrimSpace(logs), "\n")
-			require.Len(t, lines, 1, "one line: %q", logs)
-			var line map[string]any
-			require.NoError(t, json.Unmarshal([]byte(lines[0]), &line), "a JSON log line: %s", lines[0])
+			line := onlyLogLine(t, logs)
 			require.Equal(t, "nats_unreachable", line["error_category"])
 			require.Regexp(t, tc.err, line["error"])
 		})

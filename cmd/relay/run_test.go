@@ -29,6 +29,16 @@ import (
 
 const waitLong = 30 * time.Second
 
+// onlyLogLine requires logs to be one JSON log line and returns it.
+func onlyLogLine(t *testing.T, logs string) map[string]any {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(logs), "\n")
+	require.Len(t, lines, 1, "one line: %q", logs)
+	var line map[string]any
+	require.NoError(t, json.Unmarshal([]byte(lines[0]), &line), "a JSON log line: %s", lines[0])
+	return line
+}
+
 // waitStatus polls url until it answers status, and returns the body.
 func waitStatus(t *testing.T, url string, status int) string {
 	t.Helper()
@@ -289,10 +299,7 @@ func TestUnreachableDependencyAtStart(t *testing.T) {
 			var stderr bytes.Buffer
 			require.Equal(t, 1, exitCode(err, &stderr))
 			require.Empty(t, stderr.String(), "the error is not printed twice")
-			lines := strings.Split(strings.TrimSpace(logs), "\n")
-			require.Len(t, lines, 1, "one line: %q", logs)
-			var line map[string]any
-			require.NoError(t, json.Unmarshal([]byte(lines[0]), &line), "a JSON log line: %s", lines[0])
+			line := onlyLogLine(t, logs)
 			require.Equal(t, "error", line["level"])
 			require.Equal(t, tc.category, line["error_category"])
 			require.Equal(t, "relay", line["process"])
