@@ -392,12 +392,7 @@ func (f *clusterFigures) write(w func(string, ...any)) {
 	w("stream leader   %s", strings.Join(sl, "; "))
 	w("meta leader     %s", strings.Join(ml, "; "))
 	w("node outages    %s", strings.Join(no, "; "))
-	var rr []string
-	for name, n := range f.relayRetries {
-		rr = append(rr, fmt.Sprintf("%s %d", name, n))
-	}
-	sort.Strings(rr)
-	w("relay retries   \"relay pass failed; backing off\" %s (causes: %s)", strings.Join(rr, ", "), strings.Join(f.relayCategories, "; "))
+	w("relay retries   \"relay pass failed; backing off\" %s (causes: %s)", strings.Join(inKeyOrder(f.relayRetries, "%s %d"), ", "), strings.Join(f.relayCategories, "; "))
 }
 
 // proveClusterFaults fails t unless the cluster faults fired and left

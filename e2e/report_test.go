@@ -1,9 +1,11 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -342,6 +344,16 @@ func (s *system) proveResends(t *testing.T, f *figures) {
 }
 
 // String renders the figures as the run's report.
+// inKeyOrder formats each entry of m with format (its key, then its
+// value), in the order of the keys.
+func inKeyOrder[K cmp.Ordered, V any](m map[K]V, format string) []string {
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		out = append(out, fmt.Sprintf(format, k, m[k]))
+	}
+	return out
+}
+
 func (f *figures) String() string {
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
@@ -349,15 +361,7 @@ func (f *figures) String() string {
 	w("=== Quill fault suite, profile %s", p.Name)
 	w("duration        %.1fs (load %.1fs, drain %.1fs)", f.duration.Seconds(), f.load.Seconds(), f.drain.Seconds())
 	w("operations      %d (%d creates, %d deletes); %d resent 2–5× under their key (%d of them concurrently)", f.ops, f.creates, f.deletes, f.resent, f.resentAtOnce)
-	codes := make([]int, 0, len(f.statuses))
-	for c := range f.statuses {
-		codes = append(codes, c)
-	}
-	sort.Ints(codes)
-	var cs []string
-	for _, c := range codes {
-		cs = append(cs, fmt.Sprintf("%d×%d", f.statuses[c], c))
-	}
+	cs := inKeyOrder(f.statuses, "%[2]d×%[1]d") // count×status
 	w("requests        %d sent by clients (%d lost: transport errors; answers %s); proxy %d, %d responses dropped, %d upstream errors; API counted %.0f",
 		f.requests, f.transport, strings.Join(cs, " "), f.proxy.requests, f.proxy.dropped, f.proxy.upstreamErrors, f.apiHTTP)
 	w("outcomes        %d decided for the client; %d unknown to it and executed; %d unknown and never executed; %d unresolved",
@@ -371,16 +375,7 @@ func (f *figures) String() string {
 	w("worker          processed %.0f, duplicate %.0f, skipped %.0f, failed %.0f, dead-lettered %.0f; consumer deliveries %d for %d note.created (%d redeliveries)",
 		f.workerProcessed, f.workerDuplicate, f.workerSkipped, f.workerFailed, f.workerDead, f.deliveries, f.createdMsgs, f.redeliveries)
 	if len(f.durable) > 0 {
-		keys := make([]string, 0, len(f.durable))
-		for k := range f.durable {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		var ds []string
-		for _, k := range keys {
-			ds = append(ds, fmt.Sprintf("%s=%d", k, f.durable[k]))
-		}
-		w("durable         %s", strings.Join(ds, ", "))
+		w("durable         %s", strings.Join(inKeyOrder(f.durable, "%s=%d"), ", "))
 	} else {
 		w("durable         (no durable duplicate/replay counters in this schema yet)")
 	}
