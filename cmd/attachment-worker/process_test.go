@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -104,7 +103,7 @@ func newFixture(t *testing.T) *fixture {
 	pool, dbURL := dbtest.Pool(t, 4)
 	srv := natstest.Start(t)
 	_, js := srv.Connect(t)
-	suffix := strings.ReplaceAll(uuid.NewString(), "-", "")[:10]
+	suffix := testkit.UniqueSuffix()
 	provisionAsRelay(t, srv, "P_"+suffix, "q"+suffix)
 	return &fixture{t: t, pool: pool, js: js, notes: newNoteWriter(t, pool, "t-"+suffix), tenant: "t-" + suffix, prefix: "q" + suffix,
 		vars: map[string]string{"DATABASE_URL": dbURL, "NATS_URL": srv.URL(), "QUILL_STREAM": "P_" + suffix,

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -40,7 +39,7 @@ func TestRunProcessesAndDeadLetters(t *testing.T) {
 	pool, dbURL := dbtest.Pool(t, 4)
 	srv := natstest.Start(t)
 	_, js := srv.Connect(t)
-	suffix := strings.ReplaceAll(uuid.NewString(), "-", "")[:10]
+	suffix := testkit.UniqueSuffix()
 	admin := clitest.FreeAddr(t)
 	vars := map[string]string{"DATABASE_URL": dbURL, "NATS_URL": srv.URL(), "QUILL_STREAM": "CMD_" + suffix,
 		"QUILL_SUBJECT_PREFIX": "q" + suffix, "QUILL_CONSUMER": "w-" + suffix, "QUILL_ADMIN_ADDR": admin,
@@ -180,7 +179,7 @@ func TestRunSurvivesNATSGoneAtStart(t *testing.T) {
 	t.Parallel()
 	pool, dbURL := dbtest.Pool(t, 4)
 	srv := natstest.Start(t)
-	suffix := strings.ReplaceAll(uuid.NewString(), "-", "")[:10]
+	suffix := testkit.UniqueSuffix()
 	provisionAsRelay(t, srv, "GONE_"+suffix, "q"+suffix)
 	admin := clitest.FreeAddr(t)
 	vars := map[string]string{"DATABASE_URL": dbURL, "NATS_URL": srv.URL(), "QUILL_STREAM": "GONE_" + suffix,
@@ -219,7 +218,7 @@ func TestClusterFailover(t *testing.T) {
 	pool, dbURL := dbtest.Pool(t, 4)
 	cl := natstest.StartCluster(t, 3)
 	_, js := cl.Connect(t)
-	suffix := strings.ReplaceAll(uuid.NewString(), "-", "")[:10]
+	suffix := testkit.UniqueSuffix()
 	name, prefix := "CL_"+suffix, "q"+suffix
 	_, err := stream.Provision(t.Context(), js, stream.Config{Name: name, SubjectPrefix: prefix, Replicas: 3}.WithDefaults())
 	require.NoError(t, err)

@@ -77,7 +77,7 @@ func newWorld(t *testing.T) *world {
 	pool, dbURL := dbtest.Pool(t, 4)
 	srv := natstest.Start(t)
 	_, js := srv.Connect(t)
-	suffix := strings.ReplaceAll(uuid.NewString(), "-", "")[:10]
+	suffix := testkit.UniqueSuffix()
 	w := &world{t: t, pool: pool, srv: srv, js: js, suffix: suffix,
 		stream: "RELAY_" + strings.ToUpper(suffix), prefix: "q" + suffix, tenant: "acme-" + suffix, admin: clitest.FreeAddr(t)}
 	w.vars = map[string]string{

@@ -61,7 +61,7 @@ func newHarness(t *testing.T, opts ...natstest.Option) *harness {
 	pool, u := dbtest.Pool(t, 8)
 	srv := natstest.Start(t, opts...)
 	_, js := srv.Connect(t)
-	suffix := strings.ReplaceAll(uuid.NewString(), "-", "")[:10]
+	suffix := testkit.UniqueSuffix()
 	return &harness{t: t, url: u, pool: pool, srv: srv, js: js, suffix: suffix,
 		stream: "RELAY_" + strings.ToUpper(suffix), prefix: "q" + suffix, tenant: "acme-" + suffix}
 }
@@ -897,7 +897,7 @@ func TestHeldBackEventsFollowWithoutWaitingForThePoll(t *testing.T) {
 
 	srv := natstest.Start(t)
 	nc, js := srv.Connect(t, relay.ConnOptions()...)
-	suffix := strings.ReplaceAll(uuid.NewString(), "-", "")[:10]
+	suffix := testkit.UniqueSuffix()
 	cfg := relay.Config{Stream: stream.Config{Name: "HELD_" + strings.ToUpper(suffix), SubjectPrefix: "q" + suffix,
 		DuplicateWindow: 2 * time.Minute, MaxAge: time.Hour}, Lease: time.Second, AckTimeout: time.Second,
 		MaxBackoff: 250 * time.Millisecond, PollInterval: time.Minute, Batch: 64}

@@ -2,7 +2,6 @@ package retention_test
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -38,7 +37,7 @@ type harness struct {
 func setup(t *testing.T) *harness {
 	t.Helper()
 	pool, _ := dbtest.Pool(t, 8)
-	suffix := strings.ReplaceAll(uuid.NewString(), "-", "")[:10]
+	suffix := testkit.UniqueSuffix()
 	return &harness{t: t, pool: pool, suffix: suffix, tenant: "acme-" + suffix}
 }
 
