@@ -69,14 +69,9 @@ func TestRunProcessesAndDeadLetters(t *testing.T) {
 	_, err := js.PublishMsg(t.Context(), bad)
 	require.NoError(t, err)
 	testkit.WaitFor(t, 30*time.Second, func() bool {
-		resp, err := http.Get("http://" + admin + "/metrics")
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return strings.Contains(string(b), `quill_worker_messages_total{result="dead_lettered"} 1`) &&
-			strings.Contains(string(b), `quill_worker_messages_total{result="processed"} 1`)
+		_, b, ok := getAdmin(admin, "/metrics")
+		return ok && strings.Contains(b, `quill_worker_messages_total{result="dead_lettered"} 1`) &&
+			strings.Contains(b, `quill_worker_messages_total{result="processed"} 1`)
 	}, "metrics show one processed and one dead letter")
 
 	var out bytes.Buffer
@@ -112,16 +107,26 @@ func waitReadyz(t *testing.T, admin string, status int) string {
 	t.Helper()
 	var body string
 	testkit.WaitFor(t, 30*time.Second, func() bool {
-		resp, err := http.Get("http://" + admin + "/readyz")
-		if err != nil {
+		st, b, ok := getAdmin(admin, "/readyz")
+		if !ok {
 			return false
 		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		body = string(b)
-		return resp.StatusCode == status
+		body = b
+		return st == status
 	}, fmt.Sprintf("/readyz %d", status))
 	return body
+}
+
+// getAdmin answers GET path of the worker's admin server: its status and
+// body, or ok false while the server does not answer.
+func getAdmin(admin, path string) (status int, body string, ok bool) {
+	resp, err := http.Get("http://" + admin + path)
+	if err != nil {
+		return 0, "", false
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), true
 }
 
 // noteWriter writes one tenant's notes through the notes service, as the
