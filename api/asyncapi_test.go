@@ -4,13 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"go/ast"
-	"go/parser"
-	"go/token"
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -23,6 +19,7 @@ import (
 	"github.com/quillhq/quill/internal/auth"
 	"github.com/quillhq/quill/internal/outbox"
 	"github.com/quillhq/quill/internal/stream"
+	"github.com/quillhq/quill/internal/testkit"
 )
 
 // The parts of api/asyncapi.yaml the tests hold to the code. The document's
@@ -113,28 +110,7 @@ func asyncModel(t *testing.T) asyncDoc {
 // there without a channel here fails the test.
 func eventTypes(t *testing.T) []string {
 	t.Helper()
-	f, err := parser.ParseFile(token.NewFileSet(), "../internal/outbox/outbox.go", nil, 0)
-	require.NoError(t, err)
-	var types []string
-	for _, d := range f.Decls {
-		gd, ok := d.(*ast.GenDecl)
-		if !ok || gd.Tok != token.CONST {
-			continue
-		}
-		for _, spec := range gd.Specs {
-			vs := spec.(*ast.ValueSpec)
-			for i, n := range vs.Names {
-				if !strings.HasPrefix(n.Name, "Type") || i >= len(vs.Values) {
-					continue
-				}
-				lit, ok := vs.Values[i].(*ast.BasicLit)
-				require.True(t, ok, "%s is a string literal", n.Name)
-				v, err := strconv.Unquote(lit.Value)
-				require.NoError(t, err)
-				types = append(types, v)
-			}
-		}
-	}
+	types := testkit.StringConstants(t, "../internal/outbox/outbox.go", "Type")
 	require.Contains(t, types, outbox.TypeNoteCreated, "the parse found outbox's type constants")
 	return types
 }

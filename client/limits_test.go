@@ -1,27 +1,19 @@
 package client_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptest"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/quillhq/quill/client"
-	"github.com/quillhq/quill/internal/auth"
-	"github.com/quillhq/quill/internal/dbtest"
+	"github.com/quillhq/quill/internal/apitest"
 	"github.com/quillhq/quill/internal/httpapi"
 	"github.com/quillhq/quill/internal/notes"
 )
@@ -37,57 +29,40 @@ const (
 // counting the requests it gets by kind, with a switch that makes GET
 // /v1/limits answer as an older server (404) or an unavailable one (503).
 type horizonAPI struct {
-	url, tenant, token string
-	pool               *pgxpool.Pool
-	limitsReads        atomic.Int64
-	writes             atomic.Int64
+	*apitest.API
+	limitsReads atomic.Int64
+	writes      atomic.Int64
 	// limitsStatus, when not 0, answers GET /v1/limits with it.
 	limitsStatus atomic.Int64
 }
 
 func startHorizonAPI(t *testing.T) *horizonAPI {
 	t.Helper()
-	pool, _ := dbtest.Pool(t, 8)
-	log := zerolog.New(io.Discard)
-	svc, err := notes.NewService(pool, notes.Config{ResponseRetention: shortResponseRetention, KeyRetention: shortKeyRetention, Wait: 2 * time.Second}, log)
-	require.NoError(t, err)
-	h := httpapi.NewServer(httpapi.Deps{Pool: pool, Notes: svc, Log: log})
-	a := &horizonAPI{pool: pool}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/v1/limits" {
-			a.limitsReads.Add(1)
-			if st := int(a.limitsStatus.Load()); st != 0 {
-				w.Header().Set("Content-Type", "application/problem+json")
-				w.WriteHeader(st)
-				fmt.Fprintf(w, `{"type":"about:blank","title":"x","status":%d,"detail":"x","code":"%s","retry":"%s"}`,
-					st, map[int]string{404: "not_found", 503: "unavailable"}[st], map[int]string{404: "no", 503: "same_key"}[st])
-				return
+	a := &horizonAPI{API: apitest.StartWith(t, notes.Config{ResponseRetention: shortResponseRetention, KeyRetention: shortKeyRetention, Wait: 2 * time.Second})}
+	a.Wrap(func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/v1/limits" {
+				a.limitsReads.Add(1)
+				if st := int(a.limitsStatus.Load()); st != 0 {
+					w.Header().Set("Content-Type", "application/problem+json")
+					w.WriteHeader(st)
+					fmt.Fprintf(w, `{"type":"about:blank","title":"x","status":%d,"detail":"x","code":"%s","retry":"%s"}`,
+						st, map[int]string{404: "not_found", 503: "unavailable"}[st], map[int]string{404: "no", 503: "same_key"}[st])
+					return
+				}
 			}
-		}
-		if r.Method != http.MethodGet {
-			a.writes.Add(1)
-		}
-		h.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	a.url = srv.URL
-	a.tenant = "t-" + strings.ToLower(uuid.NewString()[:8])
-	a.token, err = auth.Create(context.Background(), pool, a.tenant, time.Now())
-	require.NoError(t, err)
+			if r.Method != http.MethodGet {
+				a.writes.Add(1)
+			}
+			h.ServeHTTP(w, r)
+		})
+	})
 	return a
-}
-
-func (a *horizonAPI) notes(t *testing.T, title string) int {
-	t.Helper()
-	var n int
-	require.NoError(t, a.pool.QueryRow(context.Background(),
-		`SELECT count(*) FROM notes WHERE tenant = $1 AND title = $2`, a.tenant, title).Scan(&n))
-	return n
 }
 
 func (a *horizonAPI) client(t *testing.T, j client.Journal, keyRetention time.Duration) *client.Client {
 	t.Helper()
-	c, err := client.New(client.Config{BaseURL: a.url, Token: a.token, Journal: j, KeyRetention: keyRetention,
+	c, err := client.New(client.Config{BaseURL: a.URL, Token: a.Token, Journal: j, KeyRetention: keyRetention,
 		Attempts: 2, Deadline: 5 * time.Second, BaseDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond})
 	require.NoError(t, err)
 	return c
@@ -121,10 +96,10 @@ func TestResumeRefusesAKeyOlderThanTheServersKeyRetention(t *testing.T) {
 	require.ErrorIs(t, res[0].Err, client.ErrKeyTooOld)
 	require.Contains(t, res[0].Err.Error(), `"late-1"`)
 	require.Contains(t, res[0].Err.Error(), "key retention is 2h")
-	require.Zero(t, api.notes(t, "resumed too late"), "no note: the key was not resent")
+	require.Zero(t, api.Notes(t, "resumed too late"), "no note: the key was not resent")
 	require.NoError(t, res[1].Err)
 	require.Equal(t, "in-time-1", res[1].Created.Key)
-	require.Equal(t, 1, api.notes(t, "resumed in time"))
+	require.Equal(t, 1, api.Notes(t, "resumed in time"))
 	require.EqualValues(t, 1, api.writes.Load(), "only the key within the retention was sent")
 
 	un, err := j.Unsettled(t.Context())
@@ -137,7 +112,7 @@ func TestResumeRefusesAKeyOlderThanTheServersKeyRetention(t *testing.T) {
 		client.WithFirstSent(time.Now().Add(-3*time.Hour)))
 	require.ErrorIs(t, err, client.ErrKeyTooOld)
 	require.Contains(t, err.Error(), `"late-2"`)
-	require.Zero(t, api.notes(t, "kept by the caller"))
+	require.Zero(t, api.Notes(t, "kept by the caller"))
 	require.EqualValues(t, 1, api.limitsReads.Load(), "the limits are read once per client")
 }
 
@@ -169,7 +144,7 @@ func TestLimitsAreTheServersAndReadOnce(t *testing.T) {
 	require.EqualValues(t, 2, api.limitsReads.Load())
 
 	// A bad token: the server's 401, not a guess.
-	bad, err := client.New(client.Config{BaseURL: api.url, Token: "qt_00000000_nope", Attempts: 1})
+	bad, err := client.New(client.Config{BaseURL: api.URL, Token: "qt_00000000_nope", Attempts: 1})
 	require.NoError(t, err)
 	_, err = bad.Limits(t.Context())
 	require.ErrorIs(t, err, client.ErrLimitsUnavailable)
@@ -206,7 +181,7 @@ func TestAFreshWriteNeverWaitsForTheLimits(t *testing.T) {
 		require.NoError(t, err)
 		require.False(t, got.Replayed)
 	}
-	require.Equal(t, 2, api.notes(t, "fresh"))
+	require.Equal(t, 2, api.Notes(t, "fresh"))
 	require.Zero(t, api.limitsReads.Load())
 }
 
@@ -233,8 +208,8 @@ func TestUnknownKeyRetentionFallsBackToAnHour(t *testing.T) {
 		require.Contains(t, res[0].Err.Error(), `"old-srv-old"`)
 		require.Contains(t, res[0].Err.Error(), "unknown")
 		require.NoError(t, res[1].Err)
-		require.Zero(t, api.notes(t, "old key"))
-		require.Equal(t, 1, api.notes(t, "young key"))
+		require.Zero(t, api.Notes(t, "old key"))
+		require.Equal(t, 1, api.Notes(t, "young key"))
 		require.EqualValues(t, 1, api.limitsReads.Load(), "a 404 is final: asked once")
 	})
 	t.Run("an unavailable server", func(t *testing.T) {
@@ -250,13 +225,13 @@ func TestUnknownKeyRetentionFallsBackToAnHour(t *testing.T) {
 		require.Len(t, res, 1)
 		require.ErrorIs(t, res[0].Err, client.ErrKeyTooOld)
 		require.True(t, errors.Is(res[0].Err, client.ErrLimitsUnavailable))
-		require.Zero(t, api.notes(t, "waits for the limits"))
+		require.Zero(t, api.Notes(t, "waits for the limits"))
 
 		api.limitsStatus.Store(0)
 		res, err = c.Resume(t.Context())
 		require.NoError(t, err)
 		require.Len(t, res, 1)
 		require.NoError(t, res[0].Err, "90 minutes is within the server's 2h")
-		require.Equal(t, 1, api.notes(t, "waits for the limits"))
+		require.Equal(t, 1, api.Notes(t, "waits for the limits"))
 	})
 }

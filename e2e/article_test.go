@@ -79,7 +79,7 @@ func newArticle(t *testing.T, tenants ...string) *article {
 	rpool, err := db.Open(t.Context(), u, 4)
 	require.NoError(t, err)
 	t.Cleanup(rpool.Close)
-	suffix := strings.ToUpper(strings.ReplaceAll(uuid.NewString(), "-", "")[:10])
+	suffix := strings.ToUpper(testkit.UniqueSuffix())
 	a.stream = "ARTICLE_" + suffix
 	r, err := relay.New(rpool, nc, relay.Config{Stream: stream.Config{Name: a.stream, SubjectPrefix: "a" + strings.ToLower(suffix)},
 		PollInterval: 50 * time.Millisecond}, zerolog.Nop(), metrics.NewRelay(prometheus.NewRegistry()))

@@ -170,6 +170,23 @@ func (c *chaos) Count(kind string) int {
 	return n
 }
 
+// killWhenHeld kills d once gate holds its connection (held fires) and
+// notes the incarnation killed with heldFormat; it disarms gate and notes
+// missed if nothing was held within 30 s, and disarms it when ctx ends.
+func (c *chaos) killWhenHeld(ctx context.Context, start time.Time, kind string, gate *pgGate, held <-chan struct{}, d *daemon, heldFormat, missed string) {
+	select {
+	case <-held:
+		c.s.scraper.Scrape(d)
+		inc := d.Kill(time.Minute)
+		c.note(start, kind, inc > 0, heldFormat, inc)
+	case <-time.After(30 * time.Second):
+		gate.Disarm()
+		c.note(start, kind, false, "%s", missed)
+	case <-ctx.Done():
+		gate.Disarm()
+	}
+}
+
 func (c *chaos) exec(ctx context.Context, start time.Time, kind string) {
 	s := c.s
 	switch kind {
@@ -180,32 +197,12 @@ func (c *chaos) exec(ctx context.Context, start time.Time, kind string) {
 		c.note(start, kind, inc > 0, "incarnation %d", inc)
 	case fRelayMark:
 		c.waitNATS(ctx)
-		held := s.gateRelay.HoldStatement("SET published_at")
-		select {
-		case <-held:
-			s.scraper.Scrape(s.relay)
-			inc := s.relay.Kill(time.Minute)
-			c.note(start, kind, inc > 0, "mark of an acknowledged batch held, incarnation %d killed", inc)
-		case <-time.After(30 * time.Second):
-			s.gateRelay.Disarm()
-			c.note(start, kind, false, "no batch was marked within 30s")
-		case <-ctx.Done():
-			s.gateRelay.Disarm()
-		}
+		c.killWhenHeld(ctx, start, kind, s.gateRelay, s.gateRelay.HoldStatement("SET published_at"), s.relay,
+			"mark of an acknowledged batch held, incarnation %d killed", "no batch was marked within 30s")
 	case fWorkerCommit:
 		c.waitNATS(ctx)
-		held := s.gateWorker.HoldCommitReply()
-		select {
-		case <-held:
-			s.scraper.Scrape(s.worker)
-			inc := s.worker.Kill(time.Minute)
-			c.note(start, kind, inc > 0, "COMMIT reply held, incarnation %d killed", inc)
-		case <-time.After(30 * time.Second):
-			s.gateWorker.Disarm()
-			c.note(start, kind, false, "no transaction committed within 30s")
-		case <-ctx.Done():
-			s.gateWorker.Disarm()
-		}
+		c.killWhenHeld(ctx, start, kind, s.gateWorker, s.gateWorker.HoldCommitReply(), s.worker,
+			"COMMIT reply held, incarnation %d killed", "no transaction committed within 30s")
 	case fNATSStop:
 		if !s.nats.Running() {
 			return

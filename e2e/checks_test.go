@@ -224,15 +224,11 @@ func isNoResponders(err error) bool {
 }
 
 func readStreamOnce(ctx context.Context, natsURL, stream string) ([]streamMsg, error) {
-	nc, err := nats.Connect(natsURL, nats.Name("e2e-reader"))
+	nc, js, err := jetStreamAt(natsURL, "e2e-reader")
 	if err != nil {
 		return nil, err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, err
-	}
 	st, err := js.Stream(ctx, stream)
 	if err != nil {
 		return nil, err

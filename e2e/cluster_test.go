@@ -214,17 +214,27 @@ func (c *clusterChaos) stopStreamLeader(ctx context.Context, start time.Time) {
 	cl.Stop(before)
 	after := cl.StreamLeader(c.t, streamName)
 	elected := time.Since(t0)
-	wait.For(ctx, time.Until(t0.Add(c.p.LeaderOutage)))
-	down := time.Since(t0)
-	cl.Restart(c.t, before)
-	cl.WaitForStreamReplicas(c.t, c.js, streamName, clusterReplicas)
-	cl.WaitHealthy(c.t) // the workers' consumer too, before the next fault
+	down := c.restartAfter(ctx, before, t0, c.p.LeaderOutage)
 	c.mu.Lock()
 	c.streamLeaders = append(c.streamLeaders, leaderChange{Before: before, After: after, Down: down, Elected: elected})
 	c.mu.Unlock()
 	c.note(start, t0, fStreamLeaderStop, after != before,
 		"stream leader n%d (meta leader too: %t; serving %s) shut down during a burst (%d events unpublished); n%d led after %.1fs; n%d started again after %.1fs, replicas current at %.1fs",
 		before, wasMeta, clients, backlog, after, elected.Seconds(), before, down.Seconds(), time.Since(t0).Seconds())
+}
+
+// restartAfter keeps node n, stopped at t0, down until outage has passed,
+// starts it again and waits until the stream's replicas and the workers'
+// consumer are current, before the next fault; it returns how long the
+// node was down.
+func (c *clusterChaos) restartAfter(ctx context.Context, n int, t0 time.Time, outage time.Duration) time.Duration {
+	cl := c.s.cluster
+	wait.For(ctx, time.Until(t0.Add(outage)))
+	down := time.Since(t0)
+	cl.Restart(c.t, n)
+	cl.WaitForStreamReplicas(c.t, c.js, streamName, clusterReplicas)
+	cl.WaitHealthy(c.t)
+	return down
 }
 
 // stepDownMeta asks the meta leader to step down, as an operator would.
@@ -272,11 +282,7 @@ func (c *clusterChaos) stopNode(ctx context.Context, start time.Time) {
 	t0 := time.Now()
 	cl.Stop(n)
 	during := cl.StreamLeader(c.t, streamName)
-	wait.For(ctx, time.Until(t0.Add(c.p.NodeOutage)))
-	down := time.Since(t0)
-	cl.Restart(c.t, n)
-	cl.WaitForStreamReplicas(c.t, c.js, streamName, clusterReplicas)
-	cl.WaitHealthy(c.t) // the workers' consumer too, before the next fault
+	down := c.restartAfter(ctx, n, t0, c.p.NodeOutage)
 	c.mu.Lock()
 	c.nodeOutages = append(c.nodeOutages, nodeOutage{Node: n, Roles: strings.Join(roles, ", "), Clients: clients, Down: down, LeaderBefore: leader, LeaderIn: during})
 	c.mu.Unlock()
@@ -386,12 +392,7 @@ func (f *clusterFigures) write(w func(string, ...any)) {
 	w("stream leader   %s", strings.Join(sl, "; "))
 	w("meta leader     %s", strings.Join(ml, "; "))
 	w("node outages    %s", strings.Join(no, "; "))
-	var rr []string
-	for name, n := range f.relayRetries {
-		rr = append(rr, fmt.Sprintf("%s %d", name, n))
-	}
-	sort.Strings(rr)
-	w("relay retries   \"relay pass failed; backing off\" %s (causes: %s)", strings.Join(rr, ", "), strings.Join(f.relayCategories, "; "))
+	w("relay retries   \"relay pass failed; backing off\" %s (causes: %s)", strings.Join(inKeyOrder(f.relayRetries, "%s %d"), ", "), strings.Join(f.relayCategories, "; "))
 }
 
 // proveClusterFaults fails t unless the cluster faults fired and left

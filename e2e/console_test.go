@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -20,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/quillhq/quill/internal/apitest"
 	"github.com/quillhq/quill/internal/attachment"
 	"github.com/quillhq/quill/internal/dbtest"
 	"github.com/quillhq/quill/internal/stream"
@@ -93,14 +93,7 @@ func TestConsoleInABrowser(t *testing.T) {
 		}
 		b, err := json.Marshal(body)
 		require.NoError(t, err)
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+httpAddr+"/v1/notes", bytes.NewReader(b))
-		require.NoError(t, err)
-		req.Header.Set("Authorization", "Bearer "+tenantToken)
-		req.Header.Set("Idempotency-Key", key)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		resp.Body.Close()
+		resp, _ := apitest.PostNote(ctx, t, "http://"+httpAddr, tenantToken, key, b)
 		require.Contains(t, []int{http.StatusCreated, http.StatusOK}, resp.StatusCode)
 		return strings.TrimPrefix(resp.Header.Get("Location"), "/v1/notes/")
 	}

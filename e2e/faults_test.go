@@ -369,18 +369,29 @@ func setup(t *testing.T, p profile, seed uint64, runID string, topo topology) *s
 	return s
 }
 
+// jetStreamAt connects to natsURL under the connection name name, with
+// opts; the caller closes the connection.
+func jetStreamAt(natsURL, name string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := nats.Connect(natsURL, append([]nats.Option{nats.Name(name)}, opts...)...)
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, js, nil
+}
+
 // waitForStream waits until stream exists with replicas replicas, all of
 // them current (a cluster's followers caught up with its leader).
 func waitForStream(ctx context.Context, natsURL, stream string, replicas int, timeout time.Duration) error {
-	nc, err := nats.Connect(natsURL, nats.Name("e2e-stream-wait"), nats.MaxReconnects(-1))
+	nc, js, err := jetStreamAt(natsURL, "e2e-stream-wait", nats.MaxReconnects(-1))
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
 	deadline := time.Now().Add(timeout)
 	last := "no answer"
 	for {
@@ -471,15 +482,11 @@ func (s *system) drain(ctx context.Context, t *testing.T, timeout time.Duration)
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	nc, err := nats.Connect(s.natsURL, nats.Name("e2e-drain"), nats.MaxReconnects(-1))
+	nc, js, err := jetStreamAt(s.natsURL, "e2e-drain", nats.MaxReconnects(-1))
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
 	lastLog := time.Now()
 	for {
 		var unpublished, parked, waiting int64

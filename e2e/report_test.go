@@ -1,16 +1,16 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // figures are a run's numbers: what was asked, what happened, what each
@@ -157,19 +157,17 @@ func (s *system) figures(ctx context.Context, t *testing.T, p profile, fr faultR
 
 	// Redeliveries, from the consumer: every delivery, redeliveries
 	// included, takes a consumer sequence number.
-	if nc, err := nats.Connect(s.natsURL, nats.Name("e2e-figures")); err == nil {
-		if js, err := jetstream.New(nc); err == nil {
-			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			if c, err := js.Consumer(cctx, streamName, consumerName); err == nil {
-				if ci, err := c.Info(cctx); err == nil {
-					f.deliveries = ci.Delivered.Consumer
-					if f.deliveries > f.createdMsgs {
-						f.redeliveries = f.deliveries - f.createdMsgs
-					}
+	if nc, js, err := jetStreamAt(s.natsURL, "e2e-figures"); err == nil {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		if c, err := js.Consumer(cctx, streamName, consumerName); err == nil {
+			if ci, err := c.Info(cctx); err == nil {
+				f.deliveries = ci.Delivered.Consumer
+				if f.deliveries > f.createdMsgs {
+					f.redeliveries = f.deliveries - f.createdMsgs
 				}
 			}
-			cancel()
 		}
+		cancel()
 		nc.Close()
 	}
 	f.durable = durableCounters(ctx, t, s.dbURL)
@@ -346,6 +344,16 @@ func (s *system) proveResends(t *testing.T, f *figures) {
 }
 
 // String renders the figures as the run's report.
+// inKeyOrder formats each entry of m with format (its key, then its
+// value), in the order of the keys.
+func inKeyOrder[K cmp.Ordered, V any](m map[K]V, format string) []string {
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		out = append(out, fmt.Sprintf(format, k, m[k]))
+	}
+	return out
+}
+
 func (f *figures) String() string {
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
@@ -353,15 +361,7 @@ func (f *figures) String() string {
 	w("=== Quill fault suite, profile %s", p.Name)
 	w("duration        %.1fs (load %.1fs, drain %.1fs)", f.duration.Seconds(), f.load.Seconds(), f.drain.Seconds())
 	w("operations      %d (%d creates, %d deletes); %d resent 2–5× under their key (%d of them concurrently)", f.ops, f.creates, f.deletes, f.resent, f.resentAtOnce)
-	codes := make([]int, 0, len(f.statuses))
-	for c := range f.statuses {
-		codes = append(codes, c)
-	}
-	sort.Ints(codes)
-	var cs []string
-	for _, c := range codes {
-		cs = append(cs, fmt.Sprintf("%d×%d", f.statuses[c], c))
-	}
+	cs := inKeyOrder(f.statuses, "%[2]d×%[1]d") // count×status
 	w("requests        %d sent by clients (%d lost: transport errors; answers %s); proxy %d, %d responses dropped, %d upstream errors; API counted %.0f",
 		f.requests, f.transport, strings.Join(cs, " "), f.proxy.requests, f.proxy.dropped, f.proxy.upstreamErrors, f.apiHTTP)
 	w("outcomes        %d decided for the client; %d unknown to it and executed; %d unknown and never executed; %d unresolved",
@@ -375,16 +375,7 @@ func (f *figures) String() string {
 	w("worker          processed %.0f, duplicate %.0f, skipped %.0f, failed %.0f, dead-lettered %.0f; consumer deliveries %d for %d note.created (%d redeliveries)",
 		f.workerProcessed, f.workerDuplicate, f.workerSkipped, f.workerFailed, f.workerDead, f.deliveries, f.createdMsgs, f.redeliveries)
 	if len(f.durable) > 0 {
-		keys := make([]string, 0, len(f.durable))
-		for k := range f.durable {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		var ds []string
-		for _, k := range keys {
-			ds = append(ds, fmt.Sprintf("%s=%d", k, f.durable[k]))
-		}
-		w("durable         %s", strings.Join(ds, ", "))
+		w("durable         %s", strings.Join(inKeyOrder(f.durable, "%s=%d"), ", "))
 	} else {
 		w("durable         (no durable duplicate/replay counters in this schema yet)")
 	}

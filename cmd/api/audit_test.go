@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/quillhq/quill/internal/clitest"
 	"github.com/quillhq/quill/internal/dbtest"
 	"github.com/quillhq/quill/internal/natstest"
 )
@@ -38,7 +39,7 @@ type auditJSON struct {
 
 func runAudit(t *testing.T, getenv func(string) string, args ...string) (auditJSON, string, int) {
 	t.Helper()
-	out, _, err := runOut(t, getenv, append([]string{"audit", "--json"}, args...)...)
+	out, _, err := clitest.RunOut(t, run, getenv, append([]string{"audit", "--json"}, args...)...)
 	var stderr bytes.Buffer
 	code := exitCode(err, &stderr)
 	var rep auditJSON
@@ -58,15 +59,12 @@ func TestAuditCommand(t *testing.T) {
 	_, js := srv.Connect(t)
 	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "AUDIT_CMD", Subjects: []string{"qaudit.>"}, MaxAge: time.Hour})
 	require.NoError(t, err)
-	vars := map[string]string{"DATABASE_URL": dbtest.Schema(t), "QUILL_HTTP_ADDR": freeAddr(t), "QUILL_ADMIN_ADDR": freeAddr(t),
+	vars := map[string]string{"DATABASE_URL": dbtest.Schema(t), "QUILL_HTTP_ADDR": clitest.FreeAddr(t), "QUILL_ADMIN_ADDR": clitest.FreeAddr(t),
 		"NATS_URL": srv.URL(), "QUILL_STREAM": "AUDIT_CMD", "QUILL_SUBJECT_PREFIX": "qaudit"}
-	getenv := env(vars)
-	tok, _, err := runOut(t, getenv, "token", "create", "--tenant", "acme")
-	require.NoError(t, err)
-	tok = strings.TrimSpace(tok)
+	getenv := clitest.Env(vars)
+	tok := createToken(t, getenv)
 
-	p := start(t, getenv, "serve")
-	waitReady(t, "http://"+vars["QUILL_ADMIN_ADDR"]+"/readyz")
+	p := startServe(t, vars)
 	base := "http://" + vars["QUILL_HTTP_ADDR"]
 	res, body := post(t, base, tok, "audit-1", `{"title":"a"}`)
 	require.Equal(t, http.StatusCreated, res.StatusCode, body)
@@ -93,7 +91,7 @@ func TestAuditCommand(t *testing.T) {
 	require.EqualValues(t, 2, rep.Counts.DuplicatesSuppressed.APIReplays)
 
 	// The key's chain, in text.
-	out, _, err := runOut(t, getenv, "audit", "--tenant", "acme", "--key", "audit-1")
+	out, _, err := clitest.RunOut(t, run, getenv, "audit", "--tenant", "acme", "--key", "audit-1")
 	require.NoError(t, err)
 	require.Contains(t, out, "acme/audit-1  create-note completed 201")
 	require.Contains(t, out, "note.created")
@@ -136,7 +134,7 @@ func TestAuditCommand(t *testing.T) {
 
 func TestAuditCommandErrors(t *testing.T) {
 	t.Parallel()
-	getenv := env(map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:1/quill?sslmode=disable&connect_timeout=2"})
+	getenv := clitest.Env(map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:1/quill?sslmode=disable&connect_timeout=2"})
 	for _, tc := range []struct {
 		args []string
 		code int
@@ -155,7 +153,7 @@ func TestAuditCommandErrors(t *testing.T) {
 		{[]string{"audit", "--help"}, 0, ""},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
-			_, _, err := runOut(t, getenv, tc.args...)
+			_, _, err := clitest.RunOut(t, run, getenv, tc.args...)
 			var stderr bytes.Buffer
 			require.Equal(t, tc.code, exitCode(err, &stderr), "err: %v", err)
 			if tc.want != "" {

@@ -3,11 +3,11 @@ package main
 import (
 	"io"
 	"net/http"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/quillhq/quill/internal/clitest"
 	"github.com/quillhq/quill/internal/dbtest"
 )
 
@@ -15,15 +15,12 @@ import (
 // and only to a valid token.
 func TestLimitsAreTheServesSettings(t *testing.T) {
 	t.Parallel()
-	vars := map[string]string{"DATABASE_URL": dbtest.Schema(t), "QUILL_HTTP_ADDR": freeAddr(t), "QUILL_ADMIN_ADDR": freeAddr(t),
+	vars := map[string]string{"DATABASE_URL": dbtest.Schema(t), "QUILL_HTTP_ADDR": clitest.FreeAddr(t), "QUILL_ADMIN_ADDR": clitest.FreeAddr(t),
 		"QUILL_IDEMPOTENCY_RETENTION": "1h", "QUILL_KEY_RETENTION": "120m", "QUILL_MAX_BODY_BYTES": "4096",
 		"QUILL_MAX_ATTACHMENT_BYTES": "1000", "QUILL_TENANT_CONCURRENCY": "7"}
-	getenv := env(vars)
-	tok, _, err := runOut(t, getenv, "token", "create", "--tenant", "acme")
-	require.NoError(t, err)
-	tok = strings.TrimSpace(tok)
-	p := start(t, getenv, "serve")
-	waitReady(t, "http://"+vars["QUILL_ADMIN_ADDR"]+"/readyz")
+	getenv := clitest.Env(vars)
+	tok := createToken(t, getenv)
+	p := startServe(t, vars)
 
 	get := func(token string) (int, string) {
 		r, err := http.NewRequest(http.MethodGet, "http://"+vars["QUILL_HTTP_ADDR"]+"/v1/limits", nil)

@@ -15,26 +15,28 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/quillhq/quill/internal/apitest"
 	"github.com/quillhq/quill/internal/clitest"
 	"github.com/quillhq/quill/internal/dbtest"
 	"github.com/quillhq/quill/internal/testkit"
 	"github.com/quillhq/quill/migrations"
 )
 
-// The shared in-process helpers, under this file's names.
-
-func freeAddr(t *testing.T) string { return clitest.FreeAddr(t) }
-
-func env(m map[string]string) func(string) string { return clitest.Env(m) }
-
-func start(t *testing.T, getenv func(string) string, args ...string) *clitest.Process {
+// createToken runs "api token create --tenant acme" and returns the token
+// it printed.
+func createToken(t *testing.T, getenv func(string) string) string {
 	t.Helper()
-	return clitest.Start(t, run, getenv, args...)
+	tok, _, err := clitest.RunOut(t, run, getenv, "token", "create", "--tenant", "acme")
+	require.NoError(t, err)
+	return strings.TrimSpace(tok)
 }
 
-func runOut(t *testing.T, getenv func(string) string, args ...string) (string, string, error) {
+// startServe starts "api serve" with vars and waits until its /readyz answers.
+func startServe(t *testing.T, vars map[string]string) *clitest.Process {
 	t.Helper()
-	return clitest.RunOut(t, run, getenv, args...)
+	p := clitest.Start(t, run, clitest.Env(vars), "serve")
+	waitReady(t, "http://"+vars["QUILL_ADMIN_ADDR"]+"/readyz")
+	return p
 }
 
 func waitReady(t *testing.T, url string) {
@@ -51,37 +53,25 @@ func waitReady(t *testing.T, url string) {
 
 func post(t *testing.T, base, token, key, body string) (*http.Response, string) {
 	t.Helper()
-	r, err := http.NewRequest(http.MethodPost, base+"/v1/notes", strings.NewReader(body))
-	require.NoError(t, err)
-	r.Header.Set("Authorization", "Bearer "+token)
-	r.Header.Set("Idempotency-Key", key)
-	r.Header.Set("Content-Type", "application/json")
-	res, err := http.DefaultClient.Do(r)
-	require.NoError(t, err)
-	defer res.Body.Close()
-	b, err := io.ReadAll(res.Body)
-	require.NoError(t, err)
+	res, b := apitest.PostNote(context.Background(), t, base, token, key, []byte(body))
 	return res, string(b)
 }
 
 func TestReplayAfterProcessRestart(t *testing.T) {
 	t.Parallel()
-	vars := map[string]string{"DATABASE_URL": dbtest.Schema(t), "QUILL_HTTP_ADDR": freeAddr(t), "QUILL_ADMIN_ADDR": freeAddr(t)}
-	getenv := env(vars)
-	tok, _, err := runOut(t, getenv, "token", "create", "--tenant", "acme")
-	require.NoError(t, err)
-	tok = strings.TrimSpace(tok)
+	vars := map[string]string{"DATABASE_URL": dbtest.Schema(t), "QUILL_HTTP_ADDR": clitest.FreeAddr(t), "QUILL_ADMIN_ADDR": clitest.FreeAddr(t)}
+	getenv := clitest.Env(vars)
+	tok := createToken(t, getenv)
 	require.Regexp(t, `^qt_[0-9a-f]{8}_[A-Za-z0-9_-]{43}$`, tok, "token create prints only the token")
 
 	base := "http://" + vars["QUILL_HTTP_ADDR"]
-	p := start(t, getenv, "serve")
-	waitReady(t, "http://"+vars["QUILL_ADMIN_ADDR"]+"/readyz")
+	p := startServe(t, vars)
 	res, first := post(t, base, tok, "restart-1", `{"title":"survives"}`)
 	require.Equal(t, http.StatusCreated, res.StatusCode, first)
 	require.NoError(t, p.Stop(), "graceful shutdown returns nil")
 	require.Contains(t, p.Stderr.String(), `"message":"stopped"`)
 
-	p = start(t, getenv) // serve is the default command
+	p = clitest.Start(t, run, getenv) // serve is the default command
 	waitReady(t, "http://"+vars["QUILL_ADMIN_ADDR"]+"/readyz")
 	res, again := post(t, base, tok, "restart-1", `{"title":"survives"}`)
 	require.Equal(t, http.StatusCreated, res.StatusCode)
@@ -111,22 +101,19 @@ func TestReplayAfterProcessRestart(t *testing.T) {
 
 func TestTokenRevoke(t *testing.T) {
 	t.Parallel()
-	vars := map[string]string{"DATABASE_URL": dbtest.Schema(t), "QUILL_HTTP_ADDR": freeAddr(t), "QUILL_ADMIN_ADDR": freeAddr(t),
+	vars := map[string]string{"DATABASE_URL": dbtest.Schema(t), "QUILL_HTTP_ADDR": clitest.FreeAddr(t), "QUILL_ADMIN_ADDR": clitest.FreeAddr(t),
 		"QUILL_TOKEN_CACHE_TTL": "0s"} // revocation at once; the cache is tested in internal/auth
-	getenv := env(vars)
-	tok, _, err := runOut(t, getenv, "token", "create", "--tenant", "acme")
-	require.NoError(t, err)
-	tok = strings.TrimSpace(tok)
-	start(t, getenv, "serve")
-	waitReady(t, "http://"+vars["QUILL_ADMIN_ADDR"]+"/readyz")
+	getenv := clitest.Env(vars)
+	tok := createToken(t, getenv)
+	startServe(t, vars)
 	base := "http://" + vars["QUILL_HTTP_ADDR"]
 	res, _ := post(t, base, tok, "k1", `{"title":"a"}`)
 	require.Equal(t, http.StatusCreated, res.StatusCode)
-	_, _, err = runOut(t, getenv, "token", "revoke", tok[:11])
+	_, _, err := clitest.RunOut(t, run, getenv, "token", "revoke", tok[:11])
 	require.NoError(t, err)
 	res, body := post(t, base, tok, "k2", `{"title":"a"}`)
 	require.Equal(t, http.StatusUnauthorized, res.StatusCode, body)
-	_, _, err = runOut(t, getenv, "token", "revoke", "qt_ffffffff")
+	_, _, err = clitest.RunOut(t, run, getenv, "token", "revoke", "qt_ffffffff")
 	require.ErrorContains(t, err, "no token with this prefix")
 }
 
@@ -137,14 +124,14 @@ func TestTokenRevoke(t *testing.T) {
 func TestOperatorTokenAndConsole(t *testing.T) {
 	t.Parallel()
 	schema := dbtest.Schema(t)
-	vars := map[string]string{"DATABASE_URL": schema, "QUILL_HTTP_ADDR": freeAddr(t), "QUILL_ADMIN_ADDR": freeAddr(t),
+	vars := map[string]string{"DATABASE_URL": schema, "QUILL_HTTP_ADDR": clitest.FreeAddr(t), "QUILL_ADMIN_ADDR": clitest.FreeAddr(t),
 		"NATS_URL": "nats://127.0.0.1:1"} // no NATS: the console serves without it
-	getenv := env(vars)
-	tok, _, err := runOut(t, getenv, "token", "create", "--operator", "--name", "alice")
+	getenv := clitest.Env(vars)
+	tok, _, err := clitest.RunOut(t, run, getenv, "token", "create", "--operator", "--name", "alice")
 	require.NoError(t, err)
 	tok = strings.TrimSpace(tok)
 	require.Regexp(t, `^qo_[0-9a-f]{8}_[A-Za-z0-9_-]{43}$`, tok)
-	start(t, getenv, "serve")
+	clitest.Start(t, run, getenv, "serve")
 	admin := "http://" + vars["QUILL_ADMIN_ADDR"]
 	waitReady(t, admin+"/readyz")
 	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
@@ -162,11 +149,11 @@ func TestOperatorTokenAndConsole(t *testing.T) {
 	require.NoError(t, err)
 	res.Body.Close()
 	require.Equal(t, http.StatusNotFound, res.StatusCode, "the console is on the admin address only")
-	_, _, err = runOut(t, getenv, "token", "revoke", tok[:11])
+	_, _, err = clitest.RunOut(t, run, getenv, "token", "revoke", tok[:11])
 	require.NoError(t, err)
 
-	off := map[string]string{"DATABASE_URL": schema, "QUILL_HTTP_ADDR": freeAddr(t), "QUILL_ADMIN_ADDR": freeAddr(t), "QUILL_CONSOLE": "false"}
-	start(t, env(off), "serve")
+	off := map[string]string{"DATABASE_URL": schema, "QUILL_HTTP_ADDR": clitest.FreeAddr(t), "QUILL_ADMIN_ADDR": clitest.FreeAddr(t), "QUILL_CONSOLE": "false"}
+	clitest.Start(t, run, clitest.Env(off), "serve")
 	waitReady(t, "http://"+off["QUILL_ADMIN_ADDR"]+"/readyz")
 	res, err = http.Get("http://" + off["QUILL_ADMIN_ADDR"] + "/console/")
 	require.NoError(t, err)
@@ -176,7 +163,7 @@ func TestOperatorTokenAndConsole(t *testing.T) {
 
 func TestCommandLineErrors(t *testing.T) {
 	t.Parallel()
-	getenv := env(map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:1/none?sslmode=disable&connect_timeout=2"})
+	getenv := clitest.Env(map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:1/none?sslmode=disable&connect_timeout=2"})
 	cases := []struct {
 		args []string
 		env  map[string]string
@@ -221,7 +208,7 @@ func TestCommandLineErrors(t *testing.T) {
 					return getenv(k)
 				}
 			}
-			_, logs, err := runOut(t, g, tc.args...)
+			_, logs, err := clitest.RunOut(t, run, g, tc.args...)
 			var stderr bytes.Buffer
 			require.Equal(t, tc.code, exitCode(err, &stderr), "err: %v", err)
 			if tc.logged != "" {
@@ -242,17 +229,17 @@ func TestCommandLineErrors(t *testing.T) {
 func TestMigrateCreatesDatabaseAndIsSafeConcurrently(t *testing.T) {
 	t.Parallel()
 	url := dbtest.MissingDatabase(t)
-	getenv := env(map[string]string{"DATABASE_URL": url})
+	getenv := clitest.Env(map[string]string{"DATABASE_URL": url})
 	var wg sync.WaitGroup
 	errs := make([]error, 4)
 	for i := range errs {
-		wg.Go(func() { _, _, errs[i] = runOut(t, getenv, "migrate") })
+		wg.Go(func() { _, _, errs[i] = clitest.RunOut(t, run, getenv, "migrate") })
 	}
 	wg.Wait()
 	for _, err := range errs {
 		require.NoError(t, err)
 	}
-	_, stderr, err := runOut(t, getenv, "migrate")
+	_, stderr, err := clitest.RunOut(t, run, getenv, "migrate")
 	require.NoError(t, err)
 	files, err := fs.Glob(migrations.FS, "*.sql")
 	require.NoError(t, err)
@@ -267,11 +254,11 @@ func TestMigrateCreatesDatabaseAndIsSafeConcurrently(t *testing.T) {
 func TestCommittedWriteNotifiesRelays(t *testing.T) {
 	t.Parallel()
 	url := dbtest.MissingDatabase(t)
-	vars := map[string]string{"DATABASE_URL": url, "QUILL_HTTP_ADDR": freeAddr(t), "QUILL_ADMIN_ADDR": freeAddr(t)}
-	getenv := env(vars)
-	_, _, err := runOut(t, getenv, "migrate")
+	vars := map[string]string{"DATABASE_URL": url, "QUILL_HTTP_ADDR": clitest.FreeAddr(t), "QUILL_ADMIN_ADDR": clitest.FreeAddr(t)}
+	getenv := clitest.Env(vars)
+	_, _, err := clitest.RunOut(t, run, getenv, "migrate")
 	require.NoError(t, err)
-	tok, _, err := runOut(t, getenv, "token", "create", "--tenant", "acme")
+	tok, _, err := clitest.RunOut(t, run, getenv, "token", "create", "--tenant", "acme")
 	require.NoError(t, err)
 
 	listener, err := pgx.Connect(t.Context(), url)
@@ -280,8 +267,7 @@ func TestCommittedWriteNotifiesRelays(t *testing.T) {
 	_, err = listener.Exec(t.Context(), "LISTEN quill_outbox")
 	require.NoError(t, err)
 
-	start(t, getenv, "serve")
-	waitReady(t, "http://"+vars["QUILL_ADMIN_ADDR"]+"/readyz")
+	startServe(t, vars)
 	res, body := post(t, "http://"+vars["QUILL_HTTP_ADDR"], strings.TrimSpace(tok), "n1", `{"title":"wake up"}`)
 	require.Equal(t, http.StatusCreated, res.StatusCode, body)
 
@@ -299,7 +285,7 @@ func TestMigrateRefusesATransactionPooler(t *testing.T) {
 	t.Parallel()
 	direct := dbtest.EmptySchema(t)
 	pooled := dbtest.PgBouncer(t, direct)
-	_, _, err := runOut(t, env(map[string]string{"DATABASE_URL": pooled}), "migrate")
+	_, _, err := clitest.RunOut(t, run, clitest.Env(map[string]string{"DATABASE_URL": pooled}), "migrate")
 	var stderr bytes.Buffer
 	require.Equal(t, 2, exitCode(err, &stderr), "err: %v", err)
 	require.Contains(t, stderr.String(), "DATABASE_URL reaches a transaction pooler")
@@ -319,9 +305,9 @@ func TestPprofOnlyWhenAsked(t *testing.T) {
 	t.Parallel()
 	schema := dbtest.Schema(t)
 	for _, on := range []bool{false, true} {
-		vars := map[string]string{"DATABASE_URL": schema, "QUILL_HTTP_ADDR": freeAddr(t), "QUILL_ADMIN_ADDR": freeAddr(t),
+		vars := map[string]string{"DATABASE_URL": schema, "QUILL_HTTP_ADDR": clitest.FreeAddr(t), "QUILL_ADMIN_ADDR": clitest.FreeAddr(t),
 			"QUILL_CONSOLE": "false", "QUILL_PPROF": fmt.Sprint(on)}
-		start(t, env(vars), "serve")
+		clitest.Start(t, run, clitest.Env(vars), "serve")
 		admin := "http://" + vars["QUILL_ADMIN_ADDR"]
 		waitReady(t, admin+"/readyz")
 		want := http.StatusNotFound

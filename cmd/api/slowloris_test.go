@@ -16,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/quillhq/quill/internal/clitest"
 	"github.com/quillhq/quill/internal/dbtest"
 )
 
@@ -27,14 +28,11 @@ import (
 func TestSlowConnectionsAreClosedWithinTheReadTimeout(t *testing.T) {
 	t.Parallel()
 	const readTimeout = time.Second
-	vars := map[string]string{"DATABASE_URL": dbtest.Schema(t), "QUILL_HTTP_ADDR": freeAddr(t), "QUILL_ADMIN_ADDR": freeAddr(t),
+	vars := map[string]string{"DATABASE_URL": dbtest.Schema(t), "QUILL_HTTP_ADDR": clitest.FreeAddr(t), "QUILL_ADMIN_ADDR": clitest.FreeAddr(t),
 		"QUILL_READ_TIMEOUT": readTimeout.String(), "QUILL_WRITE_TIMEOUT": "5s", "QUILL_IDLE_TIMEOUT": "5s"}
-	getenv := env(vars)
-	tok, _, err := runOut(t, getenv, "token", "create", "--tenant", "acme")
-	require.NoError(t, err)
-	tok = strings.TrimSpace(tok)
-	start(t, getenv, "serve")
-	waitReady(t, "http://"+vars["QUILL_ADMIN_ADDR"]+"/readyz")
+	getenv := clitest.Env(vars)
+	tok := createToken(t, getenv)
+	startServe(t, vars)
 	addr := vars["QUILL_HTTP_ADDR"]
 
 	kinds := []struct {
@@ -118,11 +116,9 @@ func isReset(err error) bool { return errors.Is(err, syscall.ECONNRESET) }
 func TestRefusalsBeforeTheBodyKeepOrEndTheConnectionAtOnce(t *testing.T) {
 	t.Parallel()
 	const readTimeout = 30 * time.Second
-	vars := map[string]string{"DATABASE_URL": dbtest.Schema(t), "QUILL_HTTP_ADDR": freeAddr(t), "QUILL_ADMIN_ADDR": freeAddr(t),
+	vars := map[string]string{"DATABASE_URL": dbtest.Schema(t), "QUILL_HTTP_ADDR": clitest.FreeAddr(t), "QUILL_ADMIN_ADDR": clitest.FreeAddr(t),
 		"QUILL_READ_TIMEOUT": readTimeout.String()}
-	getenv := env(vars)
-	start(t, getenv, "serve")
-	waitReady(t, "http://"+vars["QUILL_ADMIN_ADDR"]+"/readyz")
+	startServe(t, vars)
 	addr := vars["QUILL_HTTP_ADDR"]
 	const head = "POST /v1/notes HTTP/1.1\r\nHost: quill\r\nContent-Type: application/json\r\nIdempotency-Key: k\r\nContent-Length: "
 

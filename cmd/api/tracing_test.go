@@ -2,7 +2,6 @@ package main
 
 import (
 	"net/http"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -19,13 +18,11 @@ func TestServeExportsSpansToTheOTLPEndpoint(t *testing.T) {
 	t.Parallel()
 	collector := clitest.NewCollector(t)
 
-	vars := map[string]string{"DATABASE_URL": dbtest.Schema(t), "QUILL_HTTP_ADDR": freeAddr(t), "QUILL_ADMIN_ADDR": freeAddr(t),
+	vars := map[string]string{"DATABASE_URL": dbtest.Schema(t), "QUILL_HTTP_ADDR": clitest.FreeAddr(t), "QUILL_ADMIN_ADDR": clitest.FreeAddr(t),
 		"OTEL_EXPORTER_OTLP_ENDPOINT": collector.URL}
-	tok, _, err := runOut(t, env(vars), "token", "create", "--tenant", "acme")
-	require.NoError(t, err)
-	p := start(t, env(vars), "serve")
-	waitReady(t, "http://"+vars["QUILL_ADMIN_ADDR"]+"/readyz")
-	res, body := post(t, "http://"+vars["QUILL_HTTP_ADDR"], strings.TrimSpace(tok), "traced-1", `{"title":"traced"}`)
+	tok := createToken(t, clitest.Env(vars))
+	p := startServe(t, vars)
+	res, body := post(t, "http://"+vars["QUILL_HTTP_ADDR"], tok, "traced-1", `{"title":"traced"}`)
 	require.Equal(t, http.StatusCreated, res.StatusCode, body)
 	require.NoError(t, p.Stop())
 
@@ -36,6 +33,6 @@ func TestServeExportsSpansToTheOTLPEndpoint(t *testing.T) {
 	require.Regexp(t, `"trace_id":"[0-9a-f]{32}","span_id":"[0-9a-f]{16}","time":"[^"]+","message":"request"`, logs)
 
 	vars["OTEL_TRACES_SAMPLER"] = "sometimes"
-	_, _, err = runOut(t, env(vars), "serve")
+	_, _, err := clitest.RunOut(t, run, clitest.Env(vars), "serve")
 	require.ErrorContains(t, err, "OTEL_TRACES_SAMPLER")
 }

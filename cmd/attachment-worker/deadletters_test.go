@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quillhq/quill/internal/cli"
+	"github.com/quillhq/quill/internal/clitest"
 	"github.com/quillhq/quill/internal/dbtest"
 	"github.com/quillhq/quill/internal/deadletter"
 )
@@ -46,7 +47,7 @@ func TestDeadLettersListEscapes(t *testing.T) {
 
 	var out bytes.Buffer
 	cli := map[string]string{"DATABASE_URL": dbURL, "QUILL_CONSUMER": "w-esc"}
-	require.NoError(t, run(t.Context(), []string{"dead-letters", "list"}, env(cli), &out, io.Discard))
+	require.NoError(t, run(t.Context(), []string{"dead-letters", "list"}, clitest.Env(cli), &out, io.Discard))
 	text := out.String()
 	require.Equal(t, 1, strings.Count(text, "\n"), text)
 	require.NotContains(t, text, "\x1b")
@@ -55,7 +56,7 @@ func TestDeadLettersListEscapes(t *testing.T) {
 	require.Contains(t, text, `event ev\x1b[31m  q.t.note.created\x1b[0m`)
 
 	out.Reset()
-	require.NoError(t, run(t.Context(), []string{"dead-letters", "list", "--json"}, env(cli), &out, io.Discard))
+	require.NoError(t, run(t.Context(), []string{"dead-letters", "list", "--json"}, clitest.Env(cli), &out, io.Discard))
 	var l deadletter.Letter
 	require.NoError(t, json.Unmarshal(bytes.TrimSpace(out.Bytes()), &l))
 	require.Equal(t, hostile, l.Error)

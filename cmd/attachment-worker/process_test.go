@@ -2,14 +2,11 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -17,16 +14,13 @@ import (
 	"github.com/go-json-experiment/json"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/quillhq/quill/internal/clitest"
 	"github.com/quillhq/quill/internal/dbtest"
 	"github.com/quillhq/quill/internal/deadletter"
-	"github.com/quillhq/quill/internal/httpapi"
 	"github.com/quillhq/quill/internal/natstest"
-	"github.com/quillhq/quill/internal/notes"
 	"github.com/quillhq/quill/internal/testkit"
 )
 
@@ -98,7 +92,7 @@ type fixture struct {
 	t      *testing.T
 	pool   *pgxpool.Pool
 	js     jetstream.JetStream
-	svc    *notes.Service
+	notes  *noteWriter
 	tenant string
 	prefix string
 	vars   map[string]string
@@ -109,13 +103,11 @@ func newFixture(t *testing.T) *fixture {
 	pool, dbURL := dbtest.Pool(t, 4)
 	srv := natstest.Start(t)
 	_, js := srv.Connect(t)
-	suffix := strings.ReplaceAll(uuid.NewString(), "-", "")[:10]
+	suffix := testkit.UniqueSuffix()
 	provisionAsRelay(t, srv, "P_"+suffix, "q"+suffix)
-	svc, err := notes.NewService(pool, notes.Config{}, zerolog.Nop())
-	require.NoError(t, err)
-	return &fixture{t: t, pool: pool, js: js, svc: svc, tenant: "t-" + suffix, prefix: "q" + suffix,
+	return &fixture{t: t, pool: pool, js: js, notes: newNoteWriter(t, pool, "t-"+suffix), tenant: "t-" + suffix, prefix: "q" + suffix,
 		vars: map[string]string{"DATABASE_URL": dbURL, "NATS_URL": srv.URL(), "QUILL_STREAM": "P_" + suffix,
-			"QUILL_SUBJECT_PREFIX": "q" + suffix, "QUILL_CONSUMER": "w-" + suffix, "QUILL_ADMIN_ADDR": freeAddr(t)}}
+			"QUILL_SUBJECT_PREFIX": "q" + suffix, "QUILL_CONSUMER": "w-" + suffix, "QUILL_ADMIN_ADDR": clitest.FreeAddr(t)}}
 }
 
 // publish creates a note with an attachment of data, publishes its
@@ -123,22 +115,13 @@ func newFixture(t *testing.T) *fixture {
 func (f *fixture) publish(data []byte) (note uuid.UUID, event string) {
 	t := f.t
 	t.Helper()
-	sum := sha256.Sum256(data)
-	_, err := f.svc.Create(t.Context(), notes.Request{Tenant: f.tenant, Key: "k-" + uuid.NewString(), Wait: -1, Render: httpapi.RenderWrite},
-		notes.CreateParams{Title: "x", Attachment: &notes.NewAttachment{Filename: "a", ContentType: "application/octet-stream",
-			Data: data, SHA256: hex.EncodeToString(sum[:])}})
-	require.NoError(t, err)
-	var payload []byte
-	require.NoError(t, f.pool.QueryRow(t.Context(), `SELECT payload FROM outbox_events WHERE type = 'note.created' ORDER BY seq DESC LIMIT 1`).Scan(&payload))
+	payload := f.notes.create("k-"+uuid.NewString(), "a", "application/octet-stream", data)
 	var e struct {
 		ID      string `json:"id"`
 		Subject string `json:"subject"`
 	}
 	require.NoError(t, json.Unmarshal(payload, &e))
-	m := nats.NewMsg(f.prefix + "." + f.tenant + ".note.created")
-	m.Data = payload
-	_, err = f.js.PublishMsg(t.Context(), m)
-	require.NoError(t, err)
+	publishEvent(t, f.js, f.prefix+"."+f.tenant+".note.created", payload)
 	return uuid.MustParse(e.Subject), e.ID
 }
 

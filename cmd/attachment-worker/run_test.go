@@ -12,8 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
@@ -26,12 +27,8 @@ import (
 	"github.com/quillhq/quill/internal/testkit"
 )
 
-// The shared in-process helpers, under this file's names.
+// syncBuffer is the shared in-process helper, under this package's name.
 type syncBuffer = clitest.SyncBuffer
-
-func freeAddr(t *testing.T) string { return clitest.FreeAddr(t) }
-
-func env(m map[string]string) func(string) string { return clitest.Env(m) }
 
 // The real program, in-process: it provisions the stream and consumer,
 // processes an attachment, serves the admin endpoints, dead-letters an
@@ -42,8 +39,8 @@ func TestRunProcessesAndDeadLetters(t *testing.T) {
 	pool, dbURL := dbtest.Pool(t, 4)
 	srv := natstest.Start(t)
 	_, js := srv.Connect(t)
-	suffix := strings.ReplaceAll(uuid.NewString(), "-", "")[:10]
-	admin := freeAddr(t)
+	suffix := testkit.UniqueSuffix()
+	admin := clitest.FreeAddr(t)
 	vars := map[string]string{"DATABASE_URL": dbURL, "NATS_URL": srv.URL(), "QUILL_STREAM": "CMD_" + suffix,
 		"QUILL_SUBJECT_PREFIX": "q" + suffix, "QUILL_CONSUMER": "w-" + suffix, "QUILL_ADMIN_ADDR": admin,
 		"QUILL_MAX_DELIVER": "2", "QUILL_ACK_WAIT": "5s", "QUILL_LOG_LEVEL": "debug"}
@@ -55,21 +52,10 @@ func TestRunProcessesAndDeadLetters(t *testing.T) {
 	waitReadyz(t, admin, http.StatusOK)
 
 	// A note.created event as the relay publishes it.
-	svc, err := notes.NewService(pool, notes.Config{}, zerolog.Nop())
-	require.NoError(t, err)
-	data := []byte("hello\nworld\n")
-	sum := sha256.Sum256(data)
 	tenant := "t-" + suffix
-	_, err = svc.Create(t.Context(), notes.Request{Tenant: tenant, Key: "k1", Wait: -1, Render: httpapi.RenderWrite},
-		notes.CreateParams{Title: "x", Attachment: &notes.NewAttachment{Filename: "a.txt", ContentType: "text/plain", Data: data, SHA256: hex.EncodeToString(sum[:])}})
-	require.NoError(t, err)
-	var payload []byte
-	require.NoError(t, pool.QueryRow(t.Context(), `SELECT payload FROM outbox_events`).Scan(&payload))
+	payload := newNoteWriter(t, pool, tenant).create("k1", "a.txt", "text/plain", []byte("hello\nworld\n"))
 	subject := "q" + suffix + "." + tenant + ".note.created"
-	m := nats.NewMsg(subject)
-	m.Data = payload
-	_, err = js.PublishMsg(t.Context(), m)
-	require.NoError(t, err)
+	publishEvent(t, js, subject, payload)
 	testkit.WaitFor(t, 30*time.Second, func() bool {
 		var status string
 		require.NoError(t, pool.QueryRow(t.Context(), `SELECT status FROM attachments`).Scan(&status))
@@ -80,31 +66,26 @@ func TestRunProcessesAndDeadLetters(t *testing.T) {
 	bad := nats.NewMsg(subject)
 	bad.Data = []byte("not an event")
 	bad.Header.Set(nats.MsgIdHdr, "bad-1")
-	_, err = js.PublishMsg(t.Context(), bad)
+	_, err := js.PublishMsg(t.Context(), bad)
 	require.NoError(t, err)
 	testkit.WaitFor(t, 30*time.Second, func() bool {
-		resp, err := http.Get("http://" + admin + "/metrics")
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return strings.Contains(string(b), `quill_worker_messages_total{result="dead_lettered"} 1`) &&
-			strings.Contains(string(b), `quill_worker_messages_total{result="processed"} 1`)
+		_, b, ok := getAdmin(admin, "/metrics")
+		return ok && strings.Contains(b, `quill_worker_messages_total{result="dead_lettered"} 1`) &&
+			strings.Contains(b, `quill_worker_messages_total{result="processed"} 1`)
 	}, "metrics show one processed and one dead letter")
 
 	var out bytes.Buffer
 	cli := map[string]string{"DATABASE_URL": dbURL, "NATS_URL": srv.URL(), "QUILL_CONSUMER": "w-" + suffix}
-	require.NoError(t, run(t.Context(), []string{"dead-letters", "list"}, env(cli), &out, io.Discard))
+	require.NoError(t, run(t.Context(), []string{"dead-letters", "list"}, clitest.Env(cli), &out, io.Discard))
 	require.Contains(t, out.String(), "event bad-1")
 	require.Contains(t, out.String(), "unparseable event")
 	out.Reset()
-	require.NoError(t, run(t.Context(), []string{"dead-letters", "list", "--json"}, env(cli), &out, io.Discard))
+	require.NoError(t, run(t.Context(), []string{"dead-letters", "list", "--json"}, clitest.Env(cli), &out, io.Discard))
 	require.Contains(t, out.String(), `"event_id":"bad-1"`)
 	var id int64
 	require.NoError(t, pool.QueryRow(t.Context(), `SELECT id FROM dead_letters`).Scan(&id))
 	out.Reset()
-	require.NoError(t, run(t.Context(), []string{"dead-letters", "retry", fmt.Sprint(id)}, env(cli), &out, io.Discard))
+	require.NoError(t, run(t.Context(), []string{"dead-letters", "retry", fmt.Sprint(id)}, clitest.Env(cli), &out, io.Discard))
 	require.Contains(t, out.String(), "republished to "+subject)
 	// Still unparseable: it comes back as a second dead letter.
 	testkit.WaitFor(t, 30*time.Second, func() bool {
@@ -113,7 +94,7 @@ func TestRunProcessesAndDeadLetters(t *testing.T) {
 		return n == 2
 	}, "the re-driven message dead-lettered again")
 	out.Reset()
-	require.NoError(t, run(t.Context(), []string{"dead-letters", "list"}, env(cli), &out, io.Discard))
+	require.NoError(t, run(t.Context(), []string{"dead-letters", "list"}, clitest.Env(cli), &out, io.Discard))
 	require.Equal(t, 1, strings.Count(out.String(), "\n"), out.String())
 
 	stop()
@@ -126,16 +107,66 @@ func waitReadyz(t *testing.T, admin string, status int) string {
 	t.Helper()
 	var body string
 	testkit.WaitFor(t, 30*time.Second, func() bool {
-		resp, err := http.Get("http://" + admin + "/readyz")
-		if err != nil {
+		st, b, ok := getAdmin(admin, "/readyz")
+		if !ok {
 			return false
 		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		body = string(b)
-		return resp.StatusCode == status
+		body = b
+		return st == status
 	}, fmt.Sprintf("/readyz %d", status))
 	return body
+}
+
+// getAdmin answers GET path of the worker's admin server: its status and
+// body, or ok false while the server does not answer.
+func getAdmin(admin, path string) (status int, body string, ok bool) {
+	resp, err := http.Get("http://" + admin + path)
+	if err != nil {
+		return 0, "", false
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), true
+}
+
+// noteWriter writes one tenant's notes through the notes service, as the
+// API does.
+type noteWriter struct {
+	t      *testing.T
+	pool   *pgxpool.Pool
+	svc    *notes.Service
+	tenant string
+}
+
+func newNoteWriter(t *testing.T, pool *pgxpool.Pool, tenant string) *noteWriter {
+	t.Helper()
+	svc, err := notes.NewService(pool, notes.Config{}, zerolog.Nop())
+	require.NoError(t, err)
+	return &noteWriter{t: t, pool: pool, svc: svc, tenant: tenant}
+}
+
+// create writes a note with an attachment of data under key and returns
+// the payload of its note.created event, as the relay would publish it.
+func (w *noteWriter) create(key, filename, contentType string, data []byte) []byte {
+	t := w.t
+	t.Helper()
+	sum := sha256.Sum256(data)
+	_, err := w.svc.Create(t.Context(), notes.Request{Tenant: w.tenant, Key: key, Wait: -1, Render: httpapi.RenderWrite},
+		notes.CreateParams{Title: "x", Attachment: &notes.NewAttachment{Filename: filename, ContentType: contentType,
+			Data: data, SHA256: hex.EncodeToString(sum[:])}})
+	require.NoError(t, err)
+	var payload []byte
+	require.NoError(t, w.pool.QueryRow(t.Context(), `SELECT payload FROM outbox_events WHERE type = 'note.created' ORDER BY seq DESC LIMIT 1`).Scan(&payload))
+	return payload
+}
+
+// publishEvent publishes an event's payload on subject, as the relay does.
+func publishEvent(t *testing.T, js jetstream.JetStream, subject string, payload []byte) {
+	t.Helper()
+	m := nats.NewMsg(subject)
+	m.Data = payload
+	_, err := js.PublishMsg(t.Context(), m)
+	require.NoError(t, err)
 }
 
 // provisionAsRelay creates the stream as a relay starting does.
@@ -153,9 +184,9 @@ func TestRunSurvivesNATSGoneAtStart(t *testing.T) {
 	t.Parallel()
 	pool, dbURL := dbtest.Pool(t, 4)
 	srv := natstest.Start(t)
-	suffix := strings.ReplaceAll(uuid.NewString(), "-", "")[:10]
+	suffix := testkit.UniqueSuffix()
 	provisionAsRelay(t, srv, "GONE_"+suffix, "q"+suffix)
-	admin := freeAddr(t)
+	admin := clitest.FreeAddr(t)
 	vars := map[string]string{"DATABASE_URL": dbURL, "NATS_URL": srv.URL(), "QUILL_STREAM": "GONE_" + suffix,
 		"QUILL_SUBJECT_PREFIX": "q" + suffix, "QUILL_CONSUMER": "w-" + suffix, "QUILL_ADMIN_ADDR": admin, "QUILL_ACK_WAIT": "5s"}
 	stderr, exited, stop := startWorker(t, vars)
@@ -171,21 +202,10 @@ func TestRunSurvivesNATSGoneAtStart(t *testing.T) {
 	srv.Restart(t)
 	waitReadyz(t, admin, http.StatusOK)
 
-	svc, err := notes.NewService(pool, notes.Config{}, zerolog.Nop())
-	require.NoError(t, err)
-	data := []byte("back\n")
-	sum := sha256.Sum256(data)
 	tenant := "t-" + suffix
-	_, err = svc.Create(t.Context(), notes.Request{Tenant: tenant, Key: "k1", Wait: -1, Render: httpapi.RenderWrite},
-		notes.CreateParams{Title: "x", Attachment: &notes.NewAttachment{Filename: "a.txt", ContentType: "text/plain", Data: data, SHA256: hex.EncodeToString(sum[:])}})
-	require.NoError(t, err)
-	var payload []byte
-	require.NoError(t, pool.QueryRow(t.Context(), `SELECT payload FROM outbox_events`).Scan(&payload))
+	payload := newNoteWriter(t, pool, tenant).create("k1", "a.txt", "text/plain", []byte("back\n"))
 	_, js := srv.Connect(t)
-	m := nats.NewMsg("q" + suffix + "." + tenant + ".note.created")
-	m.Data = payload
-	_, err = js.PublishMsg(t.Context(), m)
-	require.NoError(t, err)
+	publishEvent(t, js, "q"+suffix+"."+tenant+".note.created", payload)
 	testkit.WaitFor(t, 30*time.Second, func() bool {
 		var status string
 		require.NoError(t, pool.QueryRow(t.Context(), `SELECT status FROM attachments`).Scan(&status))
@@ -203,12 +223,12 @@ func TestClusterFailover(t *testing.T) {
 	pool, dbURL := dbtest.Pool(t, 4)
 	cl := natstest.StartCluster(t, 3)
 	_, js := cl.Connect(t)
-	suffix := strings.ReplaceAll(uuid.NewString(), "-", "")[:10]
+	suffix := testkit.UniqueSuffix()
 	name, prefix := "CL_"+suffix, "q"+suffix
 	_, err := stream.Provision(t.Context(), js, stream.Config{Name: name, SubjectPrefix: prefix, Replicas: 3}.WithDefaults())
 	require.NoError(t, err)
 	cl.WaitForStreamReplicas(t, js, name, 3)
-	admin := freeAddr(t)
+	admin := clitest.FreeAddr(t)
 	vars := map[string]string{"DATABASE_URL": dbURL, "NATS_URL": cl.URLs(), "QUILL_STREAM": name,
 		"QUILL_SUBJECT_PREFIX": prefix, "QUILL_CONSUMER": "w-" + suffix, "QUILL_ADMIN_ADDR": admin, "QUILL_ACK_WAIT": "5s"}
 	_, _, stop := startWorker(t, vars)
@@ -217,19 +237,11 @@ func TestClusterFailover(t *testing.T) {
 	// before the first node stops.
 	cl.WaitHealthy(t)
 
-	svc, err := notes.NewService(pool, notes.Config{}, zerolog.Nop())
-	require.NoError(t, err)
 	tenant := "t-" + suffix
+	writer := newNoteWriter(t, pool, tenant)
 	for i := range 3 {
 		cl.Stop(i)
-		data := fmt.Appendf(nil, "note %d\n", i)
-		sum := sha256.Sum256(data)
-		key := fmt.Sprintf("k%d", i)
-		_, err = svc.Create(t.Context(), notes.Request{Tenant: tenant, Key: key, Wait: -1, Render: httpapi.RenderWrite},
-			notes.CreateParams{Title: "x", Attachment: &notes.NewAttachment{Filename: "a.txt", ContentType: "text/plain", Data: data, SHA256: hex.EncodeToString(sum[:])}})
-		require.NoError(t, err)
-		var payload []byte
-		require.NoError(t, pool.QueryRow(t.Context(), `SELECT payload FROM outbox_events ORDER BY seq DESC LIMIT 1`).Scan(&payload))
+		payload := writer.create(fmt.Sprintf("k%d", i), "a.txt", "text/plain", fmt.Appendf(nil, "note %d\n", i))
 		m := nats.NewMsg(prefix + "." + tenant + ".note.created")
 		m.Data = payload
 		testkit.WaitFor(t, 30*time.Second, func() bool {
@@ -285,7 +297,7 @@ func TestRunErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			var stderr bytes.Buffer
-			err := run(t.Context(), tc.args, env(tc.vars), io.Discard, &stderr)
+			err := run(t.Context(), tc.args, clitest.Env(tc.vars), io.Discard, &stderr)
 			require.Equal(t, tc.code, exitCode(err, &stderr), "%v", err)
 			if tc.code == 1 {
 				require.Equal(t, 1, strings.Count(stderr.String(), "\n"), "one JSON log line: %s", stderr.String())
@@ -310,7 +322,7 @@ func startWorker(t *testing.T, vars map[string]string) (stderr *syncBuffer, exit
 		}
 	})
 	errc := make(chan error, 1)
-	go func() { errc <- run(ctx, nil, env(vars), io.Discard, stderr) }()
+	go func() { errc <- run(ctx, nil, clitest.Env(vars), io.Discard, stderr) }()
 	return stderr, errc, func() {
 		t.Helper()
 		cancel()

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quillhq/quill/internal/auth"
+	"github.com/quillhq/quill/internal/clitest"
 	"github.com/quillhq/quill/internal/natstest"
 	"github.com/quillhq/quill/internal/outbox"
 	"github.com/quillhq/quill/internal/stream"
@@ -91,7 +92,7 @@ func (b *tailBundle) tail(args ...string) (string, string, int) {
 }
 
 func runTail(ctx context.Context, env map[string]string, args ...string) (string, string, int) {
-	var stdout, stderr syncBuffer
+	var stdout, stderr clitest.SyncBuffer
 	err := run(ctx, append([]string{"events", "tail"}, args...), func(k string) string { return env[k] },
 		strings.NewReader(""), &stdout, &stderr)
 	code := exitCode(err, &stderr)
@@ -100,7 +101,7 @@ func runTail(ctx context.Context, env map[string]string, args ...string) (string
 
 // running is a tail running in the background.
 type running struct {
-	stdout, stderr syncBuffer
+	stdout, stderr clitest.SyncBuffer
 	cancel         context.CancelFunc
 	done           chan int // the exit status
 }

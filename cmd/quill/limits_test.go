@@ -2,27 +2,19 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/quillhq/quill/client"
-	"github.com/quillhq/quill/internal/auth"
-	"github.com/quillhq/quill/internal/dbtest"
-	"github.com/quillhq/quill/internal/httpapi"
+	"github.com/quillhq/quill/internal/apitest"
 	"github.com/quillhq/quill/internal/notes"
 )
 
@@ -31,8 +23,7 @@ import (
 // at it.
 type horizons struct {
 	t      *testing.T
-	tenant string
-	pool   *pgxpool.Pool
+	api    *apitest.API
 	env    map[string]string
 	jdir   string
 	writes atomic.Int64
@@ -41,25 +32,18 @@ type horizons struct {
 func setupHorizons(t *testing.T) *horizons {
 	t.Helper()
 	const responseRetention, keyRetention = time.Hour, 2 * time.Hour
-	pool, _ := dbtest.Pool(t, 8)
-	log := zerolog.New(io.Discard)
-	svc, err := notes.NewService(pool, notes.Config{ResponseRetention: responseRetention, KeyRetention: keyRetention, Wait: 2 * time.Second}, log)
-	require.NoError(t, err)
-	api := httpapi.NewServer(httpapi.Deps{Pool: pool, Notes: svc, Log: log})
-	h := &horizons{t: t, pool: pool}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodGet {
-			h.writes.Add(1)
-		}
-		api.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	h.tenant = "t-" + strings.ToLower(uuid.NewString()[:8])
-	tok, err := auth.Create(context.Background(), pool, h.tenant, time.Now())
-	require.NoError(t, err)
+	h := &horizons{t: t, api: apitest.StartWith(t, notes.Config{ResponseRetention: responseRetention, KeyRetention: keyRetention, Wait: 2 * time.Second})}
+	h.api.Wrap(func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method != http.MethodGet {
+				h.writes.Add(1)
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
 	home := t.TempDir()
 	h.jdir = filepath.Join(home, "journal")
-	h.env = map[string]string{"QUILL_URL": srv.URL, "QUILL_TOKEN": tok, "HOME": home, "QUILL_JOURNAL": h.jdir}
+	h.env = map[string]string{"QUILL_URL": h.api.URL, "QUILL_TOKEN": h.api.Token, "HOME": home, "QUILL_JOURNAL": h.jdir}
 	return h
 }
 
@@ -82,10 +66,7 @@ func (h *horizons) journal(key, title string, age time.Duration) {
 
 func (h *horizons) notes(title string) int {
 	h.t.Helper()
-	var n int
-	require.NoError(h.t, h.pool.QueryRow(context.Background(),
-		`SELECT count(*) FROM notes WHERE tenant = $1 AND title = $2`, h.tenant, title).Scan(&n))
-	return n
+	return h.api.Notes(h.t, title)
 }
 
 // Against a server that forgets keys after 2h, "quill ops resume" does not

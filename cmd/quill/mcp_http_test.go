@@ -1,39 +1,20 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"regexp"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
+
+	"github.com/quillhq/quill/internal/clitest"
 )
-
-// syncBuffer is a bytes.Buffer safe for a writer and a reader at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 type bearer struct{ token string }
 
@@ -52,7 +33,7 @@ func TestMCPOverHTTP(t *testing.T) {
 	b := setup(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	var stderr syncBuffer
+	var stderr clitest.SyncBuffer
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"mcp", "--http", "127.0.0.1:0"}, func(k string) string { return b.env[k] }, strings.NewReader(""), io.Discard, &stderr)
@@ -115,18 +96,7 @@ func TestMCPHTTPBadFlagsAreUsageErrors(t *testing.T) {
 func TestMCPCancelledCallAndRestartMakeOneNote(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	arrived, release := make(chan struct{}), make(chan struct{})
-	var first atomic.Bool
-	b.api.Wrap(func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.Method == http.MethodPost && r.URL.Path == "/v1/notes" && first.CompareAndSwap(false, true) {
-				close(arrived)
-				<-release
-				r = r.WithContext(context.WithoutCancel(r.Context()))
-			}
-			next.ServeHTTP(w, r)
-		})
-	})
+	arrived, release := b.api.HoldFirstCreate()
 	args := map[string]any{"title": "cancelled, restarted"}
 
 	cs, stop := b.startStdio(t)
@@ -156,6 +126,7 @@ func TestMCPCancelledCallAndRestartMakeOneNote(t *testing.T) {
 // startStdio runs quill mcp on pipes and connects an MCP client; stop ends
 // both and waits for the program to return.
 func (b *testBundle) startStdio(t *testing.T) (*mcp.ClientSession, func()) {
+	t.Helper()
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	ctx, cancel := context.WithCancel(t.Context())

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quillhq/quill/internal/cli"
+	"github.com/quillhq/quill/internal/clitest"
 )
 
 // horizonPairs reads the table of docs/guarantees.md "Horizons, and how they
@@ -70,7 +71,7 @@ func TestHorizonRefusalsAgreeWithTheDocs(t *testing.T) {
 			}
 			return base[k]
 		}
-		_, _, err := runOut(t, g)
+		_, _, err := clitest.RunOut(t, run, g)
 		var stderr bytes.Buffer
 		exitCode(err, &stderr)
 		return stderr.String(), err

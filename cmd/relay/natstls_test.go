@@ -6,9 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/go-json-experiment/json"
 	"github.com/stretchr/testify/require"
 
+	"github.com/quillhq/quill/internal/clitest"
 	"github.com/quillhq/quill/internal/dbtest"
 	"github.com/quillhq/quill/internal/natstest"
 	"github.com/quillhq/quill/internal/testkit"
@@ -32,7 +32,7 @@ func TestDaemonOverTLSWithCredentials(t *testing.T) {
 	w.vars["QUILL_NATS_TLS_CERT"] = pki.ClientCert
 	w.vars["QUILL_NATS_TLS_KEY"] = pki.ClientKey
 
-	p := start(t, env(w.vars))
+	p := clitest.Start(t, run, clitest.Env(w.vars))
 	// Ready, or failed at start (then fail now, with its log, rather than
 	// after waitLong).
 	readyz := "http://" + w.admin + "/readyz"
@@ -88,20 +88,17 @@ func TestDaemonRefusedByTLSOrCredentials(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			vars := map[string]string{"QUILL_ADMIN_ADDR": freeAddr(t)}
+			vars := map[string]string{"QUILL_ADMIN_ADDR": clitest.FreeAddr(t)}
 			for k, v := range all {
 				vars[k] = v
 			}
 			for _, k := range tc.without {
 				delete(vars, k)
 			}
-			_, logs, err := runOut(t, env(vars))
+			_, logs, err := clitest.RunOut(t, run, clitest.Env(vars))
 			var stderr bytes.Buffer
 			require.Equal(t, 1, exitCode(err, &stderr), "%v", err)
-			lines := strings.Split(strings.TrimSpace(logs), "\n")
-			require.Len(t, lines, 1, "one line: %q", logs)
-			var line map[string]any
-			require.NoError(t, json.Unmarshal([]byte(lines[0]), &line), "a JSON log line: %s", lines[0])
+			line := onlyLogLine(t, logs)
 			require.Equal(t, "nats_unreachable", line["error_category"])
 			require.Regexp(t, tc.err, line["error"])
 		})

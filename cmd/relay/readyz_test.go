@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/quillhq/quill/internal/clitest"
 	"github.com/quillhq/quill/internal/dbtest"
 	"github.com/quillhq/quill/internal/testkit"
 )
@@ -21,7 +22,7 @@ func TestDaemonNotReadyWhilePostgresIsDown(t *testing.T) {
 	w := newWorld(t)
 	cut, proxied := dbtest.NewSwitch(t, w.vars["DATABASE_URL"])
 	w.vars["DATABASE_URL"] = proxied // the relay's; the test writes straight to the server
-	p := start(t, env(w.vars))
+	p := clitest.Start(t, run, clitest.Env(w.vars))
 	readyz := "http://" + w.admin + "/readyz"
 	waitStatus(t, readyz, http.StatusOK)
 	w.write(w.tenant)

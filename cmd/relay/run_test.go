@@ -29,20 +29,14 @@ import (
 
 const waitLong = 30 * time.Second
 
-// The shared in-process helpers, under this file's names.
-
-func freeAddr(t *testing.T) string { return clitest.FreeAddr(t) }
-
-func env(m map[string]string) func(string) string { return clitest.Env(m) }
-
-func start(t *testing.T, getenv func(string) string, args ...string) *clitest.Process {
+// onlyLogLine requires logs to be one JSON log line and returns it.
+func onlyLogLine(t *testing.T, logs string) map[string]any {
 	t.Helper()
-	return clitest.Start(t, run, getenv, args...)
-}
-
-func runOut(t *testing.T, getenv func(string) string, args ...string) (string, string, error) {
-	t.Helper()
-	return clitest.RunOut(t, run, getenv, args...)
+	lines := strings.Split(strings.TrimSpace(logs), "\n")
+	require.Len(t, lines, 1, "one line: %q", logs)
+	var line map[string]any
+	require.NoError(t, json.Unmarshal([]byte(lines[0]), &line), "a JSON log line: %s", lines[0])
+	return line
 }
 
 // waitStatus polls url until it answers status, and returns the body.
@@ -83,9 +77,9 @@ func newWorld(t *testing.T) *world {
 	pool, dbURL := dbtest.Pool(t, 4)
 	srv := natstest.Start(t)
 	_, js := srv.Connect(t)
-	suffix := strings.ReplaceAll(uuid.NewString(), "-", "")[:10]
+	suffix := testkit.UniqueSuffix()
 	w := &world{t: t, pool: pool, srv: srv, js: js, suffix: suffix,
-		stream: "RELAY_" + strings.ToUpper(suffix), prefix: "q" + suffix, tenant: "acme-" + suffix, admin: freeAddr(t)}
+		stream: "RELAY_" + strings.ToUpper(suffix), prefix: "q" + suffix, tenant: "acme-" + suffix, admin: clitest.FreeAddr(t)}
 	w.vars = map[string]string{
 		"DATABASE_URL":              dbURL,
 		"NATS_URL":                  srv.URL(),
@@ -99,6 +93,18 @@ func newWorld(t *testing.T) *world {
 		"QUILL_RELAY_MAX_BACKOFF":   "250ms",
 	}
 	return w
+}
+
+// onCluster points the world at a three-node cluster instead of its one
+// server: relays get the cluster's server list, and the test observes
+// through the cluster.
+func (w *world) onCluster() (*natstest.Cluster, jetstream.JetStream) {
+	w.t.Helper()
+	cl := natstest.StartCluster(w.t, 3)
+	_, js := cl.Connect(w.t)
+	w.js = js
+	w.vars["NATS_URL"] = cl.URLs()
+	return cl, js
 }
 
 func (w *world) ctx() context.Context {
@@ -159,15 +165,15 @@ func (w *world) streamIDs() map[string]string {
 
 func TestHelp(t *testing.T) {
 	t.Parallel()
-	getenv := env(nil)
+	getenv := clitest.Env(nil)
 	for _, args := range [][]string{{"--help"}, {"-h"}, {"help"}} {
-		out, _, err := runOut(t, getenv, args...)
+		out, _, err := clitest.RunOut(t, run, getenv, args...)
 		require.NoError(t, err, "%q", args)
 		require.Contains(t, out, "relay events list --parked")
 		require.Contains(t, out, "relay events retry ID")
 	}
 
-	out, _, err := runOut(t, getenv, "run", "--help")
+	out, _, err := clitest.RunOut(t, run, getenv, "run", "--help")
 	require.ErrorIs(t, err, flag.ErrHelp)
 	var stderr bytes.Buffer
 	require.Zero(t, exitCode(err, &stderr))
@@ -179,7 +185,7 @@ func TestHelp(t *testing.T) {
 	}
 
 	for _, args := range [][]string{{"events", "--help"}, {"events", "list", "--help"}, {"events", "retry", "--help"}} {
-		out, _, err := runOut(t, getenv, args...)
+		out, _, err := clitest.RunOut(t, run, getenv, args...)
 		require.Zero(t, exitCode(err, io.Discard), "%q: %v", args, err)
 		require.Contains(t, out, "relay events list --parked", "%q", args)
 	}
@@ -189,7 +195,7 @@ func TestCommandLineErrors(t *testing.T) {
 	t.Parallel()
 	// Nothing listens here: a command that reached PostgreSQL or NATS
 	// would fail with a logged error (exit 1), not a usage error (exit 2).
-	getenv := env(map[string]string{
+	getenv := clitest.Env(map[string]string{
 		"DATABASE_URL": "postgres://postgres@127.0.0.1:1/none?sslmode=disable&connect_timeout=2",
 		"NATS_URL":     "nats://127.0.0.1:1",
 	})
@@ -248,7 +254,7 @@ func TestCommandLineErrors(t *testing.T) {
 				}
 				return getenv(k)
 			}
-			_, _, err := runOut(t, g, tc.args...)
+			_, _, err := clitest.RunOut(t, run, g, tc.args...)
 			var uerr cli.UsageError
 			require.ErrorAs(t, err, &uerr)
 			var stderr bytes.Buffer
@@ -274,29 +280,26 @@ func TestUnreachableDependencyAtStart(t *testing.T) {
 		category string
 		names    string
 	}{
-		{name: "NATS", vars: map[string]string{"DATABASE_URL": schema, "NATS_URL": "nats://" + freeAddr(t)},
+		{name: "NATS", vars: map[string]string{"DATABASE_URL": schema, "NATS_URL": "nats://" + clitest.FreeAddr(t)},
 			category: "nats_unreachable", names: "NATS_URL"},
-		{name: "PostgreSQL", vars: map[string]string{"DATABASE_URL": "postgres://postgres@" + freeAddr(t) + "/quill?sslmode=disable&connect_timeout=2"},
+		{name: "PostgreSQL", vars: map[string]string{"DATABASE_URL": "postgres://postgres@" + clitest.FreeAddr(t) + "/quill?sslmode=disable&connect_timeout=2"},
 			category: "database_unreachable", names: "DATABASE_URL"},
 		{name: "PostgreSQL for events list", args: []string{"events", "list", "--parked"},
-			vars:     map[string]string{"DATABASE_URL": "postgres://postgres@" + freeAddr(t) + "/quill?sslmode=disable&connect_timeout=2"},
+			vars:     map[string]string{"DATABASE_URL": "postgres://postgres@" + clitest.FreeAddr(t) + "/quill?sslmode=disable&connect_timeout=2"},
 			category: "database_unreachable", names: "DATABASE_URL"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			tc.vars["QUILL_ADMIN_ADDR"] = freeAddr(t)
+			tc.vars["QUILL_ADMIN_ADDR"] = clitest.FreeAddr(t)
 			start := time.Now()
-			_, logs, err := runOut(t, env(tc.vars), tc.args...)
+			_, logs, err := clitest.RunOut(t, run, clitest.Env(tc.vars), tc.args...)
 			require.Error(t, err)
 			require.Less(t, time.Since(start), 10*time.Second, "no retry loop at start")
 			var stderr bytes.Buffer
 			require.Equal(t, 1, exitCode(err, &stderr))
 			require.Empty(t, stderr.String(), "the error is not printed twice")
-			lines := strings.Split(strings.TrimSpace(logs), "\n")
-			require.Len(t, lines, 1, "one line: %q", logs)
-			var line map[string]any
-			require.NoError(t, json.Unmarshal([]byte(lines[0]), &line), "a JSON log line: %s", lines[0])
+			line := onlyLogLine(t, logs)
 			require.Equal(t, "error", line["level"])
 			require.Equal(t, tc.category, line["error_category"])
 			require.Equal(t, "relay", line["process"])
@@ -312,10 +315,7 @@ func TestUnreachableDependencyAtStart(t *testing.T) {
 func TestOperatorsReplicatedStream(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
-	cl := natstest.StartCluster(t, 3)
-	_, js := cl.Connect(t)
-	w.js = js
-	w.vars["NATS_URL"] = cl.URLs()
+	cl, js := w.onCluster()
 	op := jetstream.StreamConfig{Name: w.stream, Subjects: []string{w.prefix + ".>"}, Storage: jetstream.FileStorage,
 		Replicas: 3, Duplicates: 2 * time.Minute, MaxAge: 2 * time.Hour, MaxMsgs: 123456, MaxBytes: 1 << 30,
 		Description: "set by the operator", Compression: jetstream.S2Compression}
@@ -324,10 +324,10 @@ func TestOperatorsReplicatedStream(t *testing.T) {
 	cl.WaitForStreamReplicas(t, js, w.stream, 3)
 
 	for i := range 2 { // a start and a restart of two relays
-		a := start(t, env(w.vars))
+		a := clitest.Start(t, run, clitest.Env(w.vars))
 		bvars := maps.Clone(w.vars)
-		bvars["QUILL_ADMIN_ADDR"] = freeAddr(t)
-		b := start(t, env(bvars))
+		bvars["QUILL_ADMIN_ADDR"] = clitest.FreeAddr(t)
+		b := clitest.Start(t, run, clitest.Env(bvars))
 		waitStatus(t, "http://"+w.admin+"/readyz", http.StatusOK)
 		waitStatus(t, "http://"+bvars["QUILL_ADMIN_ADDR"]+"/readyz", http.StatusOK)
 		w.write(w.tenant)
@@ -350,7 +350,7 @@ func TestOperatorsReplicatedStream(t *testing.T) {
 
 	// Asked for, the replicas change.
 	w.vars["QUILL_STREAM_REPLICAS"] = "1"
-	p := start(t, env(w.vars))
+	p := clitest.Start(t, run, clitest.Env(w.vars))
 	waitStatus(t, "http://"+w.admin+"/readyz", http.StatusOK)
 	require.NoError(t, p.Stop())
 	st, err := js.Stream(w.ctx(), w.stream)
@@ -366,12 +366,9 @@ func TestOperatorsReplicatedStream(t *testing.T) {
 func TestClusterFailover(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
-	cl := natstest.StartCluster(t, 3)
-	_, js := cl.Connect(t)
-	w.js = js
-	w.vars["NATS_URL"] = cl.URLs()
+	cl, js := w.onCluster()
 	w.vars["QUILL_STREAM_REPLICAS"] = "3"
-	p := start(t, env(w.vars))
+	p := clitest.Start(t, run, clitest.Env(w.vars))
 	waitStatus(t, "http://"+w.admin+"/readyz", http.StatusOK)
 	cl.WaitForStreamReplicas(t, js, w.stream, 3)
 
@@ -398,7 +395,7 @@ func TestClusterFailover(t *testing.T) {
 func TestDaemon(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
-	p := start(t, env(w.vars)) // run is the default command
+	p := clitest.Start(t, run, clitest.Env(w.vars)) // run is the default command
 	readyz := "http://" + w.admin + "/readyz"
 	waitStatus(t, readyz, http.StatusOK)
 
@@ -462,8 +459,8 @@ func TestDaemon(t *testing.T) {
 func TestParkedEventRetryFromTheCommandLine(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
-	getenv := env(w.vars)
-	start(t, getenv)
+	getenv := clitest.Env(w.vars)
+	clitest.Start(t, run, getenv)
 	waitStatus(t, "http://"+w.admin+"/readyz", http.StatusOK)
 
 	st, err := w.js.Stream(w.ctx(), w.stream)
@@ -485,7 +482,7 @@ func TestParkedEventRetryFromTheCommandLine(t *testing.T) {
 	require.Contains(t, inStream, first.String())
 	require.Contains(t, inStream, later.String(), "a later event is not held back")
 
-	out, _, err := runOut(t, getenv, "events", "list", "--parked", "--json")
+	out, _, err := clitest.RunOut(t, run, getenv, "events", "list", "--parked", "--json")
 	require.NoError(t, err)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	require.Len(t, lines, 1, "one JSON object per parked event: %q", out)
@@ -499,7 +496,7 @@ func TestParkedEventRetryFromTheCommandLine(t *testing.T) {
 	require.GreaterOrEqual(t, parked.Attempts, 1)
 	require.False(t, parked.ParkedAt.IsZero())
 
-	out, _, err = runOut(t, getenv, "events", "list", "--parked")
+	out, _, err = clitest.RunOut(t, run, getenv, "events", "list", "--parked")
 	require.NoError(t, err)
 	require.Contains(t, out, stuck.String())
 	require.Contains(t, out, "reason: the stream refused the message")
@@ -508,7 +505,7 @@ func TestParkedEventRetryFromTheCommandLine(t *testing.T) {
 	cfg.MaxMsgSize = -1
 	_, err = w.js.UpdateStream(w.ctx(), cfg)
 	require.NoError(t, err)
-	out, _, err = runOut(t, getenv, "events", "retry", stuck.String())
+	out, _, err = clitest.RunOut(t, run, getenv, "events", "retry", stuck.String())
 	require.NoError(t, err)
 	require.Contains(t, out, "returned to the queue")
 	w.waitPublished(3)
@@ -516,21 +513,21 @@ func TestParkedEventRetryFromTheCommandLine(t *testing.T) {
 	require.Len(t, inStream, 3)
 	require.Equal(t, w.prefix+"."+other+".note.created", inStream[stuck.String()])
 
-	out, _, err = runOut(t, getenv, "events", "list", "--parked")
+	out, _, err = clitest.RunOut(t, run, getenv, "events", "list", "--parked")
 	require.NoError(t, err)
 	require.Equal(t, "no parked events\n", out)
-	out, _, err = runOut(t, getenv, "events", "list", "--parked", "--json")
+	out, _, err = clitest.RunOut(t, run, getenv, "events", "list", "--parked", "--json")
 	require.NoError(t, err)
 	require.Empty(t, out)
 
-	_, _, err = runOut(t, getenv, "events", "retry", stuck.String())
+	_, _, err = clitest.RunOut(t, run, getenv, "events", "retry", stuck.String())
 	require.ErrorIs(t, err, outbox.ErrNotParked, "a published event is not retried")
 	var stderr bytes.Buffer
 	require.Equal(t, 1, exitCode(err, &stderr))
 	require.Contains(t, stderr.String(), "no parked event with this id")
 
 	// With nothing parked, retry --all returns none.
-	out, _, err = runOut(t, getenv, "events", "retry", "--all")
+	out, _, err = clitest.RunOut(t, run, getenv, "events", "retry", "--all")
 	require.NoError(t, err)
 	require.Equal(t, "0 events returned to the queue (parked ones, and unpublished ones missing from it)\n", out)
 }
@@ -552,7 +549,7 @@ func TestSessionURLThroughPgBouncer(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			vars := maps.Clone(w.vars)
 			vars["DATABASE_URL"], vars["QUILL_RELAY_DATABASE_URL"] = tc.dbURL, tc.sessionURL
-			_, _, err := runOut(t, env(vars))
+			_, _, err := clitest.RunOut(t, run, clitest.Env(vars))
 			var stderr bytes.Buffer
 			require.Equal(t, 2, exitCode(err, &stderr), "err: %v", err)
 			require.Contains(t, stderr.String(), tc.want)
@@ -568,7 +565,7 @@ func TestSessionURLThroughPgBouncer(t *testing.T) {
 	// A long poll interval: only the notification can publish in time.
 	vars["QUILL_RELAY_POLL_INTERVAL"], vars["QUILL_DUPLICATE_WINDOW"] = "1m", "5m"
 	vars["QUILL_RELAY_LEASE"], vars["QUILL_RELAY_MAX_BACKOFF"] = "5s", "1s"
-	p := start(t, env(vars))
+	p := clitest.Start(t, run, clitest.Env(vars))
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("relay log:\n%s", p.Stderr.String())

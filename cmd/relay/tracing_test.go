@@ -17,7 +17,7 @@ func TestRelayExportsPublishSpans(t *testing.T) {
 	collector := clitest.NewCollector(t)
 	w := newWorld(t)
 	w.vars["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = collector.URL + "/traces"
-	p := start(t, env(w.vars))
+	p := clitest.Start(t, run, clitest.Env(w.vars))
 	waitStatus(t, "http://"+w.admin+"/readyz", http.StatusOK)
 	id := w.write(w.tenant)
 	w.waitPublished(1)

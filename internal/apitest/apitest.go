@@ -36,12 +36,20 @@ type API struct {
 	wrap atomic.Pointer[func(http.Handler) http.Handler]
 }
 
-// Start runs an API for the rest of the test.
+// Start runs an API for the rest of the test, whose writes wait 2 s for a
+// concurrent request of the same operation.
 func Start(t testing.TB) *API {
+	t.Helper()
+	return StartWith(t, notes.Config{Wait: 2 * time.Second})
+}
+
+// StartWith runs an API whose notes service has cfg for the rest of the
+// test: a server with other horizons than the defaults.
+func StartWith(t testing.TB, cfg notes.Config) *API {
 	t.Helper()
 	pool, _ := dbtest.Pool(t, 16)
 	log := zerolog.New(io.Discard)
-	svc, err := notes.NewService(pool, notes.Config{Wait: 2 * time.Second}, log)
+	svc, err := notes.NewService(pool, cfg, log)
 	require.NoError(t, err)
 	h := httpapi.NewServer(httpapi.Deps{Pool: pool, Notes: svc, Log: log})
 	a := &API{Pool: pool}
@@ -68,6 +76,26 @@ func (a *API) Wrap(f func(http.Handler) http.Handler) {
 		return
 	}
 	a.wrap.Store(&f)
+}
+
+// HoldFirstCreate makes the API hold the first POST /v1/notes from now on
+// until release is closed, and then execute it even though its caller has
+// gone: a host that cancels a call whose request is on the wire still gets
+// its note created. arrived is closed when that request reaches the API.
+func (a *API) HoldFirstCreate() (arrived <-chan struct{}, release chan struct{}) {
+	in, out := make(chan struct{}), make(chan struct{})
+	var first atomic.Bool
+	a.Wrap(func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodPost && r.URL.Path == "/v1/notes" && first.CompareAndSwap(false, true) {
+				close(in)
+				<-out
+				r = r.WithContext(context.WithoutCancel(r.Context()))
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+	return in, out
 }
 
 // Notes counts the tenant's notes, deleted or not, with the given title

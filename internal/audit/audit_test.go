@@ -56,7 +56,7 @@ func setup(t *testing.T, srv *natstest.Server) *bundle {
 		srv = natstest.Start(t)
 	}
 	nc, js := srv.Connect(t)
-	suffix := strings.ReplaceAll(uuid.NewString(), "-", "")[:10]
+	suffix := testkit.UniqueSuffix()
 	svc, err := notes.NewService(pool, notes.Config{}, zerolog.Nop())
 	require.NoError(t, err)
 	b := &bundle{t: t, pool: pool, url: u, srv: srv, nc: nc, js: js, svc: svc,

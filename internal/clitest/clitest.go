@@ -1,6 +1,7 @@
 // Package clitest runs a Quill command's real program in-process for tests:
 // its run(ctx, args, getenv, stdout, stderr) with a map for the environment,
-// a free port, and output captured safely while it runs. Test-only.
+// a free port, output captured safely while it runs, and a notification
+// socket as systemd gives a daemon. Test-only.
 package clitest
 
 import (

@@ -93,12 +93,7 @@ func TestRunServesAndStops(t *testing.T) {
 		require.Equal(t, http.StatusOK, res.StatusCode, path)
 	}
 	cancel()
-	select {
-	case err := <-done:
-		require.NoError(t, err)
-	case <-time.After(waitLong):
-		t.Fatal("Run did not return after its context ended")
-	}
+	testkit.RequireReturned(t, done, waitLong)
 	<-returned
 	require.Contains(t, logs.String(), `"message":"stopped"`)
 	_, err = net.DialTimeout("tcp", addr, time.Second)

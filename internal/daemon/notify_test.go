@@ -3,7 +3,6 @@ package daemon_test
 import (
 	"context"
 	"errors"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -35,21 +34,7 @@ func notifySocket(t *testing.T, abstract bool) (string, <-chan string) {
 		t.Cleanup(func() { os.RemoveAll(dir) })
 		name = filepath.Join(dir, "notify")
 	}
-	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: name, Net: "unixgram"})
-	require.NoError(t, err)
-	got := make(chan string, 16)
-	go func() {
-		buf := make([]byte, 4096)
-		for {
-			n, err := conn.Read(buf)
-			if err != nil {
-				return
-			}
-			got <- string(buf[:n])
-		}
-	}()
-	t.Cleanup(func() { conn.Close() })
-	return name, got
+	return name, clitest.NotifySocket(t, name)
 }
 
 func receive(t *testing.T, got <-chan string) string {

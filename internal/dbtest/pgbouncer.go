@@ -1,7 +1,6 @@
 package dbtest
 
 import (
-	"bytes"
 	"cmp"
 	"fmt"
 	"net"
@@ -12,13 +11,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/quillhq/quill/internal/clitest"
 	"github.com/quillhq/quill/internal/testkit"
 )
 
@@ -112,7 +111,7 @@ pidfile =
 		args = append([]string{"-u", unprivilegedUser(t)}, args...)
 	}
 	cmd := osexec.Command(bin, args...)
-	var out lockedBuffer
+	var out clitest.SyncBuffer // written by exec's copier, read by the test
 	cmd.Stdout, cmd.Stderr = &out, &out
 	require.NoError(t, cmd.Start())
 	exited := make(chan struct{})
@@ -182,25 +181,6 @@ func freePort(t testing.TB) int {
 	require.NoError(t, err)
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
-}
-
-// lockedBuffer is the process's output, written by exec's copier and read
-// by the test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // lastLines is the last n lines of s.

@@ -98,13 +98,7 @@ func TestClientDisconnectDoesNotAbortCommit(t *testing.T) {
 	t.Parallel()
 	b := setup(t, hooked)
 	ctx, cancel := context.WithCancel(t.Context())
-	entered := make(chan struct{})
-	release := make(chan struct{})
-	b.setHook(func(context.Context, idempotency.Querier, uuid.UUID) error {
-		close(entered)
-		<-release
-		return nil
-	})
+	entered, release := b.holdWrites("")
 	errc := make(chan error, 1)
 	go func() {
 		_, err := b.do(ctx, req{method: http.MethodPost, path: "/v1/notes", token: b.tokenA, key: "gone", body: note("t")})
@@ -113,7 +107,7 @@ func TestClientDisconnectDoesNotAbortCommit(t *testing.T) {
 	<-entered
 	cancel() // the client goes away mid-transaction
 	require.ErrorIs(t, <-errc, context.Canceled)
-	close(release)
+	release()
 	testkit.WaitFor(t, 5*time.Second, func() bool { return b.count(`SELECT count(*) FROM operations`) == 1 }, "the detached transaction commits")
 	b.clearHook()
 	require.Equal(t, 1, b.notes(b.tenantA))
@@ -189,11 +183,18 @@ func TestNewKeyWithIdenticalContentIsANewNote(t *testing.T) {
 	b := setup(t)
 	r1 := b.create(b.tokenA, "op-1", note("Example note"))
 	r2 := b.create(b.tokenA, "op-2", note("Example note"))
-	require.Equal(t, http.StatusCreated, r1.status)
-	require.Equal(t, http.StatusCreated, r2.status)
-	require.Empty(t, r2.header.Get("Idempotent-Replayed"))
-	require.NotEqual(t, r1.json(t)["id"], r2.json(t)["id"])
+	requireTwoNotesCreated(t, r1, r2)
 	require.Equal(t, 2, b.notes(b.tenantA))
+}
+
+// requireTwoNotesCreated requires that both creates executed: each answered
+// 201, the second is no replay of the first, and their notes differ.
+func requireTwoNotesCreated(t *testing.T, first, second resp, msgAndArgs ...any) {
+	t.Helper()
+	require.Equal(t, http.StatusCreated, first.status)
+	require.Equal(t, http.StatusCreated, second.status)
+	require.Empty(t, second.header.Get("Idempotent-Replayed"), msgAndArgs...)
+	require.NotEqual(t, first.json(t)["id"], second.json(t)["id"])
 }
 
 func TestSameKeyInTwoTenantsIsTwoOperations(t *testing.T) {
@@ -201,10 +202,7 @@ func TestSameKeyInTwoTenantsIsTwoOperations(t *testing.T) {
 	b := setup(t)
 	ra := b.create(b.tokenA, "operation-1", note("Example note"))
 	rb := b.create(b.tokenB, "operation-1", note("Example note"))
-	require.Equal(t, http.StatusCreated, ra.status)
-	require.Equal(t, http.StatusCreated, rb.status)
-	require.Empty(t, rb.header.Get("Idempotent-Replayed"), "tenant B must not get tenant A's outcome")
-	require.NotEqual(t, ra.json(t)["id"], rb.json(t)["id"])
+	requireTwoNotesCreated(t, ra, rb, "tenant B must not get tenant A's outcome")
 	require.Equal(t, 1, b.notes(b.tenantA))
 	require.Equal(t, 1, b.notes(b.tenantB))
 	// Different parameters under the same key in the other tenant are fine.
@@ -318,14 +316,7 @@ func TestConcurrentIdenticalRequestsExecuteOnce(t *testing.T) {
 func TestWaitingRequestsDoNotStarveOtherTenants(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{maxConns: 4, wait: 20 * time.Second, hooks: true})
-	entered := make(chan struct{})
-	release := make(chan struct{})
-	var once sync.Once
-	b.setHook(func(_ context.Context, _ idempotency.Querier, _ uuid.UUID) error {
-		once.Do(func() { close(entered) })
-		<-release
-		return nil
-	})
+	entered, release := b.holdWrites("")
 	const waiters = 100
 	var wg sync.WaitGroup
 	results := make([]resp, waiters+1)
@@ -350,7 +341,7 @@ func TestWaitingRequestsDoNotStarveOtherTenants(t *testing.T) {
 		require.Less(t, time.Since(started), time.Second, "another tenant's create must not wait behind the held key")
 	}
 	require.Equal(t, int64(waiters+1), b.inFlight.Load(), "the waiters are still waiting")
-	close(release)
+	release()
 	wg.Wait()
 	executed := 0
 	for _, r := range results {
@@ -367,13 +358,7 @@ func TestWaitingRequestsDoNotStarveOtherTenants(t *testing.T) {
 func TestPreferWaitZeroAnswersInProgressAtOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{maxConns: 4, wait: 20 * time.Second, hooks: true})
-	entered := make(chan struct{})
-	release := make(chan struct{})
-	b.setHook(func(context.Context, idempotency.Querier, uuid.UUID) error {
-		close(entered)
-		<-release
-		return nil
-	})
+	entered, release := b.holdWrites("")
 	done := make(chan resp)
 	go func() { done <- b.create(b.tokenA, "held", note("held")) }()
 	<-entered
@@ -385,7 +370,7 @@ func TestPreferWaitZeroAnswersInProgressAtOnce(t *testing.T) {
 	require.Equal(t, "operation_in_progress", p["code"])
 	require.Equal(t, "same_key", p["retry"])
 	require.Equal(t, "1", r.header.Get("Retry-After"))
-	close(release)
+	release()
 	require.Equal(t, http.StatusCreated, (<-done).status)
 	r = b.mustDo(req{method: http.MethodPost, path: "/v1/notes", token: b.tokenA, key: "held", body: note("held")})
 	require.Equal(t, "true", r.header.Get("Idempotent-Replayed"))

@@ -54,7 +54,7 @@ func TestLimitsCountAgainstTheTenantsAdmission(t *testing.T) {
 	opts := hooked
 	opts.api = httpapi.Config{MaxConcurrency: 8, TenantConcurrency: 1}
 	b := setup(t, opts)
-	entered, release := holdCreates(t, b)
+	entered, release := b.holdWrites("held")
 	done := make(chan resp, 1)
 	go func() { done <- b.create(b.tokenA, "held-1", note("held")) }()
 	<-entered

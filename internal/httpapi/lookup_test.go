@@ -1,12 +1,10 @@
 package httpapi_test
 
 import (
-	"context"
 	"net/http"
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/quillhq/quill/internal/idempotency"
@@ -121,13 +119,7 @@ func requireNullMember(t *testing.T, m map[string]any, name string) {
 func TestLookupWhileExecutingIsInProgressNeverNotFound(t *testing.T) {
 	t.Parallel()
 	b := setup(t, hooked)
-	entered := make(chan struct{})
-	release := make(chan struct{})
-	b.setHook(func(context.Context, idempotency.Querier, uuid.UUID) error {
-		close(entered)
-		<-release
-		return nil
-	})
+	entered, release := b.holdWrites("")
 	done := make(chan resp)
 	go func() { done <- b.create(b.tokenA, "op-held", note("held")) }()
 	<-entered
@@ -143,7 +135,7 @@ func TestLookupWhileExecutingIsInProgressNeverNotFound(t *testing.T) {
 	}
 	// Another tenant asking for the same key sees nothing.
 	require.Equal(t, http.StatusNotFound, b.lookup(b.tokenB, "op-held").status)
-	close(release)
+	release()
 	require.Equal(t, http.StatusCreated, (<-done).status)
 	require.Equal(t, "completed", b.lookup(b.tokenA, "op-held").json(t)["state"])
 }

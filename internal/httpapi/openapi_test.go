@@ -3,9 +3,6 @@ package httpapi_test
 import (
 	"encoding/base64"
 	"errors"
-	"go/ast"
-	"go/parser"
-	"go/token"
 	"maps"
 	"net/http"
 	"slices"
@@ -19,6 +16,7 @@ import (
 	"github.com/quillhq/quill/internal/attachment"
 	"github.com/quillhq/quill/internal/httpapi"
 	"github.com/quillhq/quill/internal/problem"
+	"github.com/quillhq/quill/internal/testkit"
 )
 
 // Every path and method the API routes is in api/openapi.yaml, and the
@@ -57,17 +55,26 @@ func TestOpenAPICoversEveryRoute(t *testing.T) {
 func TestOpenAPIDocumentIsServed(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	r := b.mustDo(req{method: http.MethodGet, path: "/openapi.yaml"}) // no token
+	b.requireDocumentServed("/openapi.yaml", api.OpenAPI())
+	r := b.mustDo(req{method: http.MethodPost, path: "/openapi.yaml", body: "{}", offContract: "POST is not served"})
+	require.Equal(t, http.StatusMethodNotAllowed, r.status)
+}
+
+// requireDocumentServed requires GET path to answer doc, byte for byte
+// the embedded file, as YAML, without a token and despite a bad one.
+func (b *testBundle) requireDocumentServed(path string, doc []byte) resp {
+	t := b.t
+	t.Helper()
+	r := b.mustDo(req{method: http.MethodGet, path: path}) // no token
 	require.Equal(t, http.StatusOK, r.status)
 	require.Equal(t, "application/yaml", r.header.Get("Content-Type"))
-	require.Equal(t, strconv.Itoa(len(api.OpenAPI())), r.header.Get("Content-Length"))
-	require.Equal(t, string(api.OpenAPI()), string(r.body), "the embedded api/openapi.yaml, byte for byte")
+	require.Equal(t, strconv.Itoa(len(doc)), r.header.Get("Content-Length"))
+	require.Equal(t, string(doc), string(r.body), "the embedded api%s, byte for byte", path)
 	require.NotEmpty(t, r.header.Get("X-Request-Id"))
 	// With a token too; a bad one does not matter.
-	r = b.mustDo(req{method: http.MethodGet, path: "/openapi.yaml", header: map[string]string{"Authorization": "Bearer nope"}})
-	require.Equal(t, http.StatusOK, r.status)
-	r = b.mustDo(req{method: http.MethodPost, path: "/openapi.yaml", body: "{}", offContract: "POST is not served"})
-	require.Equal(t, http.StatusMethodNotAllowed, r.status)
+	bad := b.mustDo(req{method: http.MethodGet, path: path, header: map[string]string{"Authorization": "Bearer nope"}})
+	require.Equal(t, http.StatusOK, bad.status)
+	return r
 }
 
 // The problem codes of internal/problem are the document's, and the
@@ -114,28 +121,7 @@ func TestOpenAPIProblemCodes(t *testing.T) {
 // problemCodes returns the values of internal/problem's Code constants.
 func problemCodes(t *testing.T) []string {
 	t.Helper()
-	f, err := parser.ParseFile(token.NewFileSet(), "../problem/problem.go", nil, 0)
-	require.NoError(t, err)
-	var codes []string
-	for _, d := range f.Decls {
-		gd, ok := d.(*ast.GenDecl)
-		if !ok || gd.Tok != token.CONST {
-			continue
-		}
-		for _, spec := range gd.Specs {
-			vs := spec.(*ast.ValueSpec)
-			for i, n := range vs.Names {
-				if !strings.HasPrefix(n.Name, "Code") {
-					continue
-				}
-				lit, ok := vs.Values[i].(*ast.BasicLit)
-				require.True(t, ok, "%s is a string literal", n.Name)
-				v, err := strconv.Unquote(lit.Value)
-				require.NoError(t, err)
-				codes = append(codes, v)
-			}
-		}
-	}
+	codes := testkit.StringConstants(t, "../problem/problem.go", "Code")
 	require.NotEmpty(t, codes)
 	return codes
 }

@@ -11,35 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/quillhq/quill/internal/auth"
 	"github.com/quillhq/quill/internal/httpapi"
-	"github.com/quillhq/quill/internal/idempotency"
 )
-
-// holdCreates makes every create of b of a note titled "held" wait inside
-// its transaction until the returned release is called; entered receives
-// one value per create that got there.
-func holdCreates(t *testing.T, b *testBundle) (entered <-chan struct{}, release func()) {
-	t.Helper()
-	in := make(chan struct{}, 64)
-	gate := make(chan struct{})
-	var once sync.Once
-	b.setHook(func(ctx context.Context, q idempotency.Querier, id uuid.UUID) error {
-		var title string
-		if err := q.QueryRow(ctx, `SELECT title FROM notes WHERE id = $1`, id).Scan(&title); err != nil || title != "held" {
-			return err
-		}
-		in <- struct{}{}
-		<-gate
-		return nil
-	})
-	release = func() { once.Do(func() { close(gate) }) }
-	t.Cleanup(release)
-	return in, release
-}
 
 // Past QUILL_TENANT_CONCURRENCY a tenant's request is answered 429
 // rate_limited before its body is read — a body that never comes does not
@@ -52,7 +28,7 @@ func TestTenantConcurrencyIsAdmittedBeforeTheBody(t *testing.T) {
 	opts := hooked
 	opts.api = httpapi.Config{MaxConcurrency: 8, TenantConcurrency: 2}
 	b := setup(t, opts)
-	entered, release := holdCreates(t, b)
+	entered, release := b.holdWrites("held")
 
 	var wg sync.WaitGroup
 	for i := range 2 {
@@ -141,7 +117,7 @@ func TestMaxConcurrencyRefusesEveryone(t *testing.T) {
 	opts := hooked
 	opts.api = httpapi.Config{MaxConcurrency: 2, TenantConcurrency: 2}
 	b := setup(t, opts)
-	entered, release := holdCreates(t, b)
+	entered, release := b.holdWrites("held")
 	var wg sync.WaitGroup
 	for i, tok := range []string{b.tokenA, b.tokenB} {
 		wg.Go(func() { b.create(tok, fmt.Sprintf("held-%d", i), note("held")) })

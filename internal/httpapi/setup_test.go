@@ -197,6 +197,31 @@ func (b *testBundle) setHook(h func(ctx context.Context, q idempotency.Querier, 
 
 func (b *testBundle) clearHook() { b.hook.Store(nil) }
 
+// holdWrites makes every write of a note titled title ("" any note) wait
+// inside its transaction, after its effect, until the returned release is
+// called (at the latest when the test ends); entered receives one value per
+// write that got there.
+func (b *testBundle) holdWrites(title string) (entered <-chan struct{}, release func()) {
+	b.t.Helper()
+	in := make(chan struct{}, 64)
+	gate := make(chan struct{})
+	var once sync.Once
+	b.setHook(func(ctx context.Context, q idempotency.Querier, id uuid.UUID) error {
+		if title != "" {
+			var got string
+			if err := q.QueryRow(ctx, `SELECT title FROM notes WHERE id = $1`, id).Scan(&got); err != nil || got != title {
+				return err
+			}
+		}
+		in <- struct{}{}
+		<-gate
+		return nil
+	})
+	release = func() { once.Do(func() { close(gate) }) }
+	b.t.Cleanup(release)
+	return in, release
+}
+
 type resp struct {
 	status int
 	header http.Header

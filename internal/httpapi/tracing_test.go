@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -19,6 +18,7 @@ import (
 	"github.com/quillhq/quill/internal/httpapi"
 	"github.com/quillhq/quill/internal/logging"
 	"github.com/quillhq/quill/internal/notes"
+	"github.com/quillhq/quill/internal/testkit"
 	"github.com/quillhq/quill/internal/tracing"
 )
 
@@ -49,7 +49,7 @@ func traceSetup(t *testing.T, exp *tracetest.InMemoryExporter) *traceBundle {
 	if exp != nil {
 		tracer = tracing.NewWithExporter(exp, "quill-api").Tracer()
 	}
-	tenant := "trace-" + strings.ReplaceAll(uuid.NewString(), "-", "")[:10]
+	tenant := "trace-" + testkit.UniqueSuffix()
 	token, err := auth.Create(t.Context(), pool, tenant, time.Now())
 	require.NoError(t, err)
 	srv := httptest.NewServer(httpapi.NewServer(httpapi.Deps{Pool: pool, Notes: svc, Log: log, Tracer: tracer}))

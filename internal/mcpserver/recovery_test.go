@@ -2,8 +2,6 @@ package mcpserver_test
 
 import (
 	"context"
-	"net/http"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,32 +9,12 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// holdFirstCreate makes the API hold the first POST /v1/notes until
-// release is closed, and then execute it even though its caller has gone:
-// the host cancels the call after the journal entry is written and the
-// request is on the wire, and the note is created anyway.
-func (b *testBundle) holdFirstCreate() (arrived <-chan struct{}, release chan struct{}) {
-	in, out := make(chan struct{}), make(chan struct{})
-	var first atomic.Bool
-	b.api.Wrap(func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.Method == http.MethodPost && r.URL.Path == "/v1/notes" && first.CompareAndSwap(false, true) {
-				close(in)
-				<-out
-				r = r.WithContext(context.WithoutCancel(r.Context()))
-			}
-			next.ServeHTTP(w, r)
-		})
-	})
-	return in, out
-}
-
 // cancelMidFlight calls create_note with args and cancels the call once
 // its request reached the API; it returns after the note was created by
 // that abandoned request.
 func (b *testBundle) cancelMidFlight(args map[string]any) {
 	b.t.Helper()
-	arrived, release := b.holdFirstCreate()
+	arrived, release := b.api.HoldFirstCreate()
 	ctx, cancel := context.WithCancel(b.t.Context())
 	done := make(chan error, 1)
 	go func() {
@@ -54,6 +32,27 @@ func (b *testBundle) cancelMidFlight(args map[string]any) {
 	b.waitNotes(args["title"].(string), 1)
 }
 
+// restartAfterCancel is cancelMidFlight followed by a restart of the MCP
+// server over the same journal, without its start-up resume.
+func (b *testBundle) restartAfterCancel(args map[string]any) {
+	b.t.Helper()
+	b.cancelMidFlight(args)
+	require.NoError(b.t, b.session.Close())
+	b.connect()
+}
+
+// askAgain calls create_note with args and requires the answer to be the
+// earlier, cancelled operation's: completed, and resumed rather than
+// written anew.
+func (b *testBundle) askAgain(args map[string]any) (*mcp.CallToolResult, map[string]any) {
+	b.t.Helper()
+	res, out := b.call("create_note", args)
+	require.False(b.t, res.IsError, textOf(res))
+	require.Equal(b.t, "completed", out["state"])
+	require.Equal(b.t, true, out["resumed"])
+	return res, out
+}
+
 // waitNotes polls until the tenant has n notes titled title.
 func (b *testBundle) waitNotes(title string, n int) {
 	b.t.Helper()
@@ -69,10 +68,7 @@ func TestCancelledCreateAskedAgainMakesOneNote(t *testing.T) {
 	args := map[string]any{"title": "lost result", "body": "b"}
 	b.cancelMidFlight(args)
 
-	res, out := b.call("create_note", args)
-	require.False(t, res.IsError, textOf(res))
-	require.Equal(t, "completed", out["state"])
-	require.Equal(t, true, out["resumed"])
+	res, out := b.askAgain(args)
 	require.Equal(t, true, out["replayed"], "the abandoned request had executed it")
 	key := out["operation_key"].(string)
 	require.NotEmpty(t, key)
@@ -95,18 +91,12 @@ func TestRestartBetweenTheCallsMakesOneNote(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	args := map[string]any{"title": "across a restart"}
-	b.cancelMidFlight(args)
-	require.NoError(t, b.session.Close())
-
-	b.connect()
+	b.restartAfterCancel(args)
 	b.server.Resume(t.Context())
 	_, out := b.call("list_operations", nil)
 	require.Empty(t, out["operations"], "the resume settled it")
 
-	res, out := b.call("create_note", args)
-	require.False(t, res.IsError, textOf(res))
-	require.Equal(t, "completed", out["state"])
-	require.Equal(t, true, out["resumed"])
+	_, out = b.askAgain(args)
 	require.Equal(t, "across a restart", out["note"].(map[string]any)["title"])
 	require.Equal(t, 1, b.api.Notes(t, "across a restart"))
 }
@@ -116,14 +106,8 @@ func TestRestartThenAskAgainBeforeResumeMakesOneNote(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	args := map[string]any{"title": "restart, no resume"}
-	b.cancelMidFlight(args)
-	require.NoError(t, b.session.Close())
-
-	b.connect()
-	res, out := b.call("create_note", args)
-	require.False(t, res.IsError, textOf(res))
-	require.Equal(t, "completed", out["state"])
-	require.Equal(t, true, out["resumed"])
+	b.restartAfterCancel(args)
+	b.askAgain(args)
 	require.Equal(t, 1, b.api.Notes(t, "restart, no resume"))
 }
 

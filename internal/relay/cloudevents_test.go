@@ -2,7 +2,6 @@ package relay_test
 
 import (
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -31,7 +30,6 @@ import (
 	"github.com/quillhq/quill/internal/notes"
 	"github.com/quillhq/quill/internal/outbox"
 	"github.com/quillhq/quill/internal/stream"
-	"github.com/quillhq/quill/internal/testkit"
 	"github.com/quillhq/quill/internal/worker"
 )
 
@@ -49,12 +47,7 @@ func TestCloudEventsSDKReadsEveryAttribute(t *testing.T) {
 	start(t, r)
 	ctx := h.ctx()
 
-	notifier := outbox.NewNotifier(h.pool, nil)
-	nctx, stopNotifier := context.WithCancel(ctx)
-	defer stopNotifier()
-	go func() { _ = notifier.Run(nctx) }()
-	svc, err := notes.NewService(h.pool, notes.Config{}, testkit.Logger(t), notes.WithNotifier(notifier))
-	require.NoError(t, err)
+	svc, notifier := h.notifyingNotes(ctx)
 
 	const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	png := []byte("\x89PNG\r\n\x1a\n not really")

@@ -75,7 +75,7 @@ type hourlyRelay struct {
 func startHourlyRelay(t *testing.T, name string, maxBackoff time.Duration) *hourlyRelay {
 	t.Helper()
 	ctx := t.Context()
-	h := &hourlyRelay{suffix: strings.ReplaceAll(uuid.NewString(), "-", "")[:10], dbURL: isolatedDatabase(t)}
+	h := &hourlyRelay{suffix: testkit.UniqueSuffix(), dbURL: isolatedDatabase(t)}
 	h.id = name + "-" + h.suffix
 	var err error
 	h.pool, err = db.Open(ctx, dbtest.WithParam(t, h.dbURL, "application_name", "test-"+h.suffix), 4)

@@ -61,7 +61,7 @@ func newHarness(t *testing.T, opts ...natstest.Option) *harness {
 	pool, u := dbtest.Pool(t, 8)
 	srv := natstest.Start(t, opts...)
 	_, js := srv.Connect(t)
-	suffix := strings.ReplaceAll(uuid.NewString(), "-", "")[:10]
+	suffix := testkit.UniqueSuffix()
 	return &harness{t: t, url: u, pool: pool, srv: srv, js: js, suffix: suffix,
 		stream: "RELAY_" + strings.ToUpper(suffix), prefix: "q" + suffix, tenant: "acme-" + suffix}
 }
@@ -97,6 +97,21 @@ func (h *harness) newRelayLogging(cfg relay.Config, id string, log zerolog.Logge
 	r, err := relay.New(pool, nc, cfg, log, m, append([]relay.Option{relay.WithID(id)}, opts...)...)
 	require.NoError(t, err)
 	return r, m
+}
+
+// notifyingNotes is the API's notes service over the test's pool, and the
+// notifier that wakes the relays at each of its commits (and at each
+// Signal) until ctx ends or the test ends.
+func (h *harness) notifyingNotes(ctx context.Context) (*notes.Service, *outbox.Notifier) {
+	t := h.t
+	t.Helper()
+	notifier := outbox.NewNotifier(h.pool, nil)
+	nctx, stopNotifier := context.WithCancel(ctx)
+	t.Cleanup(stopNotifier)
+	go func() { _ = notifier.Run(nctx) }()
+	svc, err := notes.NewService(h.pool, notes.Config{}, testkit.Logger(t), notes.WithNotifier(notifier))
+	require.NoError(t, err)
+	return svc, notifier
 }
 
 func (h *harness) relayID(name string) string { return "relay-" + h.suffix + "-" + name }
@@ -556,12 +571,7 @@ func TestShutdownFinishesTheBatchInFlight(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
-	select {
-	case err := <-done:
-		require.NoError(t, err, "a graceful stop returns nil")
-	case <-time.After(waitLong):
-		require.FailNow(t, "Run did not return after its context ended")
-	}
+	testkit.RequireReturned(t, done, waitLong, "a graceful stop returns nil")
 	require.EqualValues(t, 5, acked.Load())
 	require.Equal(t, 5, h.published(), "the batch in flight was marked before Run returned")
 	h.requireExactlyOnce(5)
@@ -594,12 +604,7 @@ func TestTwoRelaysPublishEveryEventOnceInCommitOrderPerNote(t *testing.T) {
 	require.NoError(t, b.Provision(h.ctx()), "a second relay's provisioning updates the stream in place")
 
 	ctx := h.ctx()
-	notifier := outbox.NewNotifier(h.pool, nil)
-	nctx, stopNotifier := context.WithCancel(ctx)
-	defer stopNotifier()
-	go func() { _ = notifier.Run(nctx) }()
-	svc, err := notes.NewService(h.pool, notes.Config{}, testkit.Logger(t), notes.WithNotifier(notifier))
-	require.NoError(t, err)
+	svc, notifier := h.notifyingNotes(ctx)
 
 	life := func(ctx context.Context, n int) error {
 		out, err := svc.Create(ctx, notes.Request{Tenant: h.tenant, Key: fmt.Sprintf("create-%d", n), Wait: -1, Render: httpapi.RenderWrite},
@@ -892,7 +897,7 @@ func TestHeldBackEventsFollowWithoutWaitingForThePoll(t *testing.T) {
 
 	srv := natstest.Start(t)
 	nc, js := srv.Connect(t, relay.ConnOptions()...)
-	suffix := strings.ReplaceAll(uuid.NewString(), "-", "")[:10]
+	suffix := testkit.UniqueSuffix()
 	cfg := relay.Config{Stream: stream.Config{Name: "HELD_" + strings.ToUpper(suffix), SubjectPrefix: "q" + suffix,
 		DuplicateWindow: 2 * time.Minute, MaxAge: time.Hour}, Lease: time.Second, AckTimeout: time.Second,
 		MaxBackoff: 250 * time.Millisecond, PollInterval: time.Minute, Batch: 64}

@@ -1,7 +1,6 @@
 package relay_test
 
 import (
-	"context"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -57,12 +56,7 @@ func TestOneCreateIsOneTraceThroughAPIRelayAndConsumer(t *testing.T) {
 	tracer := tracing.NewWithExporter(exp, "quill").Tracer()
 	ctx := h.ctx()
 
-	notifier := outbox.NewNotifier(h.pool, nil)
-	nctx, stopNotifier := context.WithCancel(ctx)
-	defer stopNotifier()
-	go func() { _ = notifier.Run(nctx) }()
-	svc, err := notes.NewService(h.pool, notes.Config{}, testkit.Logger(t), notes.WithNotifier(notifier))
-	require.NoError(t, err)
+	svc, _ := h.notifyingNotes(ctx)
 	api := httptest.NewServer(httpapi.NewServer(httpapi.Deps{Pool: h.pool, Notes: svc, Log: testkit.Logger(t), Tracer: tracer}))
 	defer api.Close()
 	token, err := auth.Create(ctx, h.pool, h.tenant, time.Now())

@@ -2,7 +2,6 @@ package retention_test
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -38,7 +37,7 @@ type harness struct {
 func setup(t *testing.T) *harness {
 	t.Helper()
 	pool, _ := dbtest.Pool(t, 8)
-	suffix := strings.ReplaceAll(uuid.NewString(), "-", "")[:10]
+	suffix := testkit.UniqueSuffix()
 	return &harness{t: t, pool: pool, suffix: suffix, tenant: "acme-" + suffix}
 }
 
@@ -141,12 +140,7 @@ func TestRunCleansUntilCancelled(t *testing.T) {
 	testkit.WaitFor(t, waitLong, func() bool { return h.count(`SELECT count(*) FROM outbox_events`) == 0 },
 		"a pass deletes the event published past the retention")
 	cancel()
-	select {
-	case err := <-done:
-		require.NoError(t, err)
-	case <-time.After(waitLong):
-		t.Fatal("Run did not return after its context ended")
-	}
+	testkit.RequireReturned(t, done, waitLong)
 }
 
 // TestCleanupHonoursRetention deletes published events older than the

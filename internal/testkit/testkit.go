@@ -1,6 +1,7 @@
 // Package testkit holds the helpers Quill's tests share: golden files, a
-// test logger, reading a metric, and waiting for a condition. It is imported
-// only from _test.go files.
+// test logger, reading a metric, waiting for a condition, unique name
+// suffixes, and a source file's string constants. It is imported only
+// from _test.go files.
 package testkit
 
 import (
@@ -9,9 +10,11 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/rs/zerolog"
@@ -104,6 +107,13 @@ func Gathered(t testing.TB, reg prometheus.Gatherer, name string, labels map[str
 	return 0
 }
 
+// UniqueSuffix returns ten random lower-case hex digits, different at each
+// call, for the names of what parallel tests share a server or a database
+// under: streams, subject prefixes, consumers, tenants.
+func UniqueSuffix() string {
+	return strings.ReplaceAll(uuid.NewString(), "-", "")[:10]
+}
+
 // WaitFor polls cond every 10 ms until it holds, failing t after timeout with
 // msg. Tests wait with it instead of sleeping for a fixed time.
 func WaitFor(t testing.TB, timeout time.Duration, cond func() bool, msg string) {
@@ -121,6 +131,18 @@ func WaitFor(t testing.TB, timeout time.Duration, cond func() bool, msg string) 
 			require.FailNowf(t, "timed out", "after %s waiting for %s", timeout, msg)
 		case <-tick.C:
 		}
+	}
+}
+
+// RequireReturned waits up to timeout for what a Run loop sends on done
+// once its context ended, and requires it to be nil: a graceful stop.
+func RequireReturned(t testing.TB, done <-chan error, timeout time.Duration, msgAndArgs ...any) {
+	t.Helper()
+	select {
+	case err := <-done:
+		require.NoError(t, err, msgAndArgs...)
+	case <-time.After(timeout):
+		require.FailNow(t, "Run did not return after its context ended")
 	}
 }
 

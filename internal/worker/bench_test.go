@@ -51,10 +51,12 @@ func benchConfig(b *testing.B, h *harness) worker.Config {
 	return cfg
 }
 
-// createPublished creates n notes with data as attachment, waits until the
-// relay published their note.created events and stops the relay.
-func createPublished(b *testing.B, h *harness, n int, contentType string, data []byte) {
-	for i := range n {
+// setupBench is a benchmark's harness and worker configuration: it creates
+// b.N notes with data as attachment, waits until the relay published their
+// note.created events and stops the relay.
+func setupBench(b *testing.B, contentType string, data []byte) (*harness, worker.Config) {
+	h := newHarness(b)
+	for i := range b.N {
 		h.create(title(i), contentType, data)
 	}
 	testkit.WaitFor(b, 5*time.Minute, func() bool {
@@ -64,6 +66,7 @@ func createPublished(b *testing.B, h *harness, n int, contentType string, data [
 	// the worker writes — is not on the measured path (make bench-relay
 	// measures it) and would compete for the same cores.
 	h.stopRelay()
+	return h, benchConfig(b, h)
 }
 
 // BenchmarkPipeline is the worker's whole path — JetStream delivery, inbox,
@@ -75,10 +78,8 @@ func createPublished(b *testing.B, h *harness, n int, contentType string, data [
 func BenchmarkPipeline(b *testing.B) {
 	for _, bc := range benchFixtures {
 		b.Run(bc.name, func(b *testing.B) {
-			h := newHarness(b)
+			h, cfg := setupBench(b, bc.contentType, bc.data)
 			n := b.N
-			createPublished(b, h, n, bc.contentType, bc.data)
-			cfg := benchConfig(b, h)
 			b.ResetTimer()
 			cpu := startCPU()
 			start := time.Now()
@@ -103,10 +104,8 @@ func BenchmarkPipeline(b *testing.B) {
 func BenchmarkStoreCeiling(b *testing.B) {
 	for _, bc := range benchFixtures {
 		b.Run(bc.name, func(b *testing.B) {
-			h := newHarness(b)
+			h, cfg := setupBench(b, bc.contentType, bc.data)
 			n := b.N
-			createPublished(b, h, n, bc.contentType, bc.data)
-			cfg := benchConfig(b, h)
 			rows, err := h.pool.Query(b.Context(), `SELECT payload FROM outbox_events WHERE type = 'note.created' ORDER BY seq`)
 			require.NoError(b, err)
 			var payloads [][]byte

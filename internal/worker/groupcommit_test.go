@@ -105,17 +105,16 @@ func TestBatchPoisonedEventFailsAlone(t *testing.T) {
 	require.Contains(t, letters[0].Error, "has no attachment in this database")
 }
 
-// A statement that fails for one event aborts the whole batch transaction;
-// the batch is then committed event by event, so the neighbours commit once
-// each and only the broken event is retried — and, failing every delivery,
-// dead-lettered.
-func TestBatchStatementFailureRetriedOneByOne(t *testing.T) {
-	t.Parallel()
-	h := newHarness(t)
+// poisonedBatchConfig is batchConfig with two deliveries and no in-process
+// retries, over a schema where every update of the attachment
+// "poison.txt" out of pending fails: a statement that fails for one event
+// of a batch.
+func (h *harness) poisonedBatchConfig() worker.Config {
+	h.t.Helper()
 	cfg := h.batchConfig()
 	cfg.MaxDeliver = 2
 	cfg.Retries = -1
-	_, err := h.pool.Exec(t.Context(), `
+	_, err := h.pool.Exec(h.t.Context(), `
 CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
 	IF NEW.filename = 'poison.txt' AND NEW.status <> 'pending' THEN
@@ -124,7 +123,18 @@ BEGIN
 	RETURN NEW;
 END $$;
 CREATE TRIGGER refuse_poison BEFORE UPDATE ON attachments FOR EACH ROW EXECUTE FUNCTION refuse_poison();`)
-	require.NoError(t, err)
+	require.NoError(h.t, err)
+	return cfg
+}
+
+// A statement that fails for one event aborts the whole batch transaction;
+// the batch is then committed event by event, so the neighbours commit once
+// each and only the broken event is retried — and, failing every delivery,
+// dead-lettered.
+func TestBatchStatementFailureRetriedOneByOne(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	cfg := h.poisonedBatchConfig()
 	var ids []uuid.UUID
 	for i := range 4 {
 		ids = append(ids, h.create(title(i), "text/plain", []byte("neighbour")))
@@ -242,19 +252,7 @@ func (h *harness) createdPayload(note uuid.UUID) []byte {
 func TestBatchFallbackKeepsTheProcessing(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	cfg := h.batchConfig()
-	cfg.MaxDeliver = 2
-	cfg.Retries = -1
-	_, err := h.pool.Exec(t.Context(), `
-CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-	IF NEW.filename = 'poison.txt' AND NEW.status <> 'pending' THEN
-		RAISE EXCEPTION 'poisoned attachment';
-	END IF;
-	RETURN NEW;
-END $$;
-CREATE TRIGGER refuse_poison BEFORE UPDATE ON attachments FOR EACH ROW EXECUTE FUNCTION refuse_poison();`)
-	require.NoError(t, err)
+	cfg := h.poisonedBatchConfig()
 	for i := range 3 {
 		h.create(title(i), "text/plain", []byte("neighbour"))
 	}

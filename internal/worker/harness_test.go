@@ -61,7 +61,7 @@ func newHarness(t testing.TB) *harness {
 	pool, u := dbtest.Pool(t, 8)
 	srv := natstest.Start(t)
 	_, js := srv.Connect(t)
-	suffix := strings.ReplaceAll(uuid.NewString(), "-", "")[:10]
+	suffix := testkit.UniqueSuffix()
 	svc, err := notes.NewService(pool, notes.Config{}, zerolog.Nop())
 	require.NoError(t, err)
 	h := &harness{t: t, url: u, pool: pool, srv: srv, js: js, svc: svc, suffix: suffix,

@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
@@ -65,7 +64,7 @@ func newRestoreWorld(t *testing.T, window time.Duration) *restoreWorld {
 	pool, u := dbtest.Pool(t, 8)
 	srv := natstest.Start(t)
 	_, js := srv.Connect(t)
-	suffix := strings.ReplaceAll(uuid.NewString(), "-", "")[:10]
+	suffix := testkit.UniqueSuffix()
 	h := &harness{t: t, url: u, pool: pool, srv: srv, js: js, suffix: suffix,
 		stream: "R_" + strings.ToUpper(suffix), prefix: "q" + suffix, tenant: "acme-" + suffix}
 	h.validateEventsAtCleanup()
