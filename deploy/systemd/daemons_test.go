@@ -35,7 +35,7 @@ type service struct {
 	name      string
 	cmd       *exec.Cmd
 	log       *clitest.SyncBuffer
-	notified  chan string
+	notified  <-chan string
 	adminAddr string
 	exited    chan error
 }
@@ -51,20 +51,8 @@ func startService(t *testing.T, file string, vars map[string]string) *service {
 	prog := filepath.Join(binDir, strings.TrimPrefix(args[0], installedBin))
 
 	socket := "@quill-units-" + uuid.NewString()
-	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: socket, Net: "unixgram"})
-	require.NoError(t, err)
-	s := &service{name: file, log: &clitest.SyncBuffer{}, notified: make(chan string, 8),
+	s := &service{name: file, log: &clitest.SyncBuffer{}, notified: clitest.NotifySocket(t, socket),
 		adminAddr: vars["QUILL_ADMIN_ADDR"], exited: make(chan error, 1)}
-	go func() {
-		buf := make([]byte, 4096)
-		for {
-			n, err := conn.Read(buf)
-			if err != nil {
-				return
-			}
-			s.notified <- string(buf[:n])
-		}
-	}()
 
 	set, _ := exampleSettings(t)
 	env := []string{"PATH=" + os.Getenv("PATH"), "NOTIFY_SOCKET=" + socket}
@@ -92,7 +80,6 @@ func startService(t *testing.T, file string, vars map[string]string) *service {
 		}
 	}
 	t.Cleanup(func() {
-		conn.Close()
 		if s.cmd.ProcessState == nil {
 			_ = s.cmd.Process.Kill()
 		}
