@@ -170,20 +170,11 @@ func TestRecheckEndsTheOldSessionBeforeSayingNothingCommitted(t *testing.T) {
 	t.Parallel()
 	direct, u := dbtest.Pool(t, 2)
 	proxy, proxied := newDelayProxy(t, u, 1500*time.Millisecond)
-	pool, err := db.Open(context.Background(), proxied, 4)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	svc := reviewService(t, pool, 2*time.Second)
-	tenant := reviewTenant()
+	svc, tenant := warmService(t, proxied, 4)
 	ctx := t.Context()
 
-	// Warm the connection: its statements are prepared, so the next create
-	// is one chunk of Bind/Execute messages, COMMIT included.
-	_, err = svc.Create(ctx, notes.Request{Tenant: tenant, Key: "warm", Wait: -1, Render: httpapi.RenderWrite}, notes.CreateParams{Title: "warm"})
-	require.NoError(t, err)
-
 	proxy.armed.Store(true)
-	_, err = svc.Create(ctx, notes.Request{Tenant: tenant, Key: "late", Wait: -1, Render: httpapi.RenderWrite}, notes.CreateParams{Title: "late"})
+	_, err := svc.Create(ctx, notes.Request{Tenant: tenant, Key: "late", Wait: -1, Render: httpapi.RenderWrite}, notes.CreateParams{Title: "late"})
 	var unavail *notes.UnavailableError
 	require.ErrorAs(t, err, &unavail)
 	<-proxy.delivered
@@ -193,6 +184,21 @@ func TestRecheckEndsTheOldSessionBeforeSayingNothingCommitted(t *testing.T) {
 	if !unavail.Unknown && ops == 1 {
 		t.Errorf("the API answered 503 %q, yet the operation committed (%d note(s) for the tenant)", unavail.Error(), countNotes(t, direct, tenant))
 	}
+}
+
+// warmService is a service for a new tenant over a pool of conns
+// connections to url, warmed by one create: its statements are prepared, so
+// the next create is one chunk of Bind/Execute messages, COMMIT included.
+func warmService(t *testing.T, url string, conns int32) (*notes.Service, string) {
+	t.Helper()
+	pool, err := db.Open(context.Background(), url, conns)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	svc := reviewService(t, pool, 2*time.Second)
+	tenant := reviewTenant()
+	_, err = svc.Create(t.Context(), notes.Request{Tenant: tenant, Key: "warm", Wait: -1, Render: httpapi.RenderWrite}, notes.CreateParams{Title: "warm"})
+	require.NoError(t, err)
+	return svc, tenant
 }
 
 // The recheck must not need a second pool slot: when every slot is held by
@@ -205,14 +211,8 @@ func TestRecheckWorksWithAFullPool(t *testing.T) {
 	t.Parallel()
 	_, u := dbtest.Pool(t, 2)
 	proxy, proxied := dbtest.NewProxy(t, u)
-	pool, err := db.Open(context.Background(), proxied, 1)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	svc := reviewService(t, pool, 2*time.Second)
-	tenant := reviewTenant()
+	svc, tenant := warmService(t, proxied, 1)
 	ctx := t.Context()
-	_, err = svc.Create(ctx, notes.Request{Tenant: tenant, Key: "warm", Wait: -1, Render: httpapi.RenderWrite}, notes.CreateParams{Title: "warm"})
-	require.NoError(t, err)
 
 	proxy.LoseNextReply()
 	start := time.Now()
