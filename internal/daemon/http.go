@@ -94,7 +94,8 @@ func (h HTTPSettings) Server(handler http.Handler) *http.Server {
 }
 
 // Listen listens on addr (TCP) and accepts at most h.MaxConnections
-// connections open at once. It returns the listen error, wrapped with addr.
+// connections open at once; a request net/http cannot read is answered as
+// a problem (RewritePlainError). It returns the listen error, wrapped with addr.
 func (h HTTPSettings) Listen(addr string) (net.Listener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -102,5 +103,5 @@ func (h HTTPSettings) Listen(addr string) (net.Listener, error) {
 	}
 	// Connections past the cap stay in the kernel's accept queue instead
 	// of each holding a goroutine and a buffer.
-	return netutil.LimitListener(ln, h.WithDefaults().MaxConnections), nil
+	return problemListener{netutil.LimitListener(ln, h.WithDefaults().MaxConnections)}, nil
 }

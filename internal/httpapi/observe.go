@@ -2,8 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"io"
 	"net/http"
@@ -36,12 +34,6 @@ func info(r *http.Request) *reqInfo {
 }
 
 var requestIDRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
-
-func newRequestID() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
 
 type statusWriter struct {
 	http.ResponseWriter
@@ -124,7 +116,7 @@ func (s *server) observe(next http.Handler) http.Handler {
 		start := time.Now()
 		ri := &reqInfo{id: r.Header.Get("X-Request-Id")}
 		if !requestIDRE.MatchString(ri.id) {
-			ri.id = newRequestID()
+			ri.id = problem.NewRequestID()
 		}
 		w.Header().Set("X-Request-Id", ri.id)
 		ctx, span := s.startSpan(context.WithValue(r.Context(), ctxKey{}, ri), r)

@@ -3,6 +3,8 @@
 package problem
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"net/http"
 	"strconv"
 
@@ -41,6 +43,11 @@ const (
 	CodeRateLimited      = "rate_limited"
 	CodeInternal         = "internal_error"
 	CodeMethodNotAllowed = "method_not_allowed"
+	// The request could not be read as HTTP at all (decision 0066):
+	// answered by the server before any handler runs.
+	CodeBadRequest                  = "bad_request"
+	CodeHeadersTooLarge             = "headers_too_large"
+	CodeUnsupportedTransferEncoding = "unsupported_transfer_encoding"
 )
 
 // FieldError names one invalid field of a request.
@@ -81,6 +88,8 @@ func retryFor(status int, code string) string {
 	switch {
 	case code == CodeOpNotFound:
 		return RetrySameKey
+	case code == CodeBadRequest, code == CodeHeadersTooLarge, code == CodeUnsupportedTransferEncoding:
+		return RetryAfterFixing
 	case status == http.StatusConflict, status == http.StatusTooManyRequests, status == http.StatusServiceUnavailable, status >= 500:
 		return RetrySameKey
 	case status == http.StatusBadRequest, status == http.StatusUnauthorized,
@@ -90,6 +99,13 @@ func retryFor(status int, code string) string {
 	default:
 		return RetryNo
 	}
+}
+
+// NewRequestID returns a new X-Request-Id value: 24 random hex digits.
+func NewRequestID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // JSON returns the problem's body. Marshaling a Problem cannot fail.
