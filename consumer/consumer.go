@@ -358,8 +358,7 @@ func (c *Consumer) lastDelivery(h message.HandlerFunc) message.HandlerFunc {
 		case n >= c.cfg.MaxDeliver:
 			return out, d.dead(fmt.Errorf("delivery %d of at most %d: %w", n, c.cfg.MaxDeliver, err))
 		}
-		c.log.Warn("handling failed; the message will be redelivered", "event_id", d.event.ID,
-			"deliveries", n, "error", err)
+		c.log.Warn("handling failed; the message will be redelivered", d.event.logAttrs("deliveries", n, "error", err)...)
 		return out, err
 	}
 }

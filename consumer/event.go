@@ -198,3 +198,28 @@ func IsPermanent(err error) bool {
 	var inv *InvalidEventError
 	return errors.As(err, &p) || errors.As(err, &inv)
 }
+
+// TraceID returns the W3C trace id of the message's traceparent header
+// (the relay's publish span), or "" when it has none that parses.
+func (e Event) TraceID() string {
+	tp := e.Delivery.Header.Get("traceparent")
+	// version "-" trace-id(32 hex) "-" parent-id(16 hex) "-" flags(2 hex)
+	if len(tp) < 55 || tp[2] != '-' || tp[35] != '-' || tp[52] != '-' {
+		return ""
+	}
+	id := tp[3:35]
+	if strings.Trim(id, "0") == "" || strings.Trim(id, "0123456789abcdef") != "" {
+		return ""
+	}
+	return id
+}
+
+// logAttrs are the attributes of a log line about e: its id and, when the
+// message carries one, its trace id.
+func (e Event) logAttrs(attrs ...any) []any {
+	out := append([]any{"event_id", e.ID}, attrs...)
+	if id := e.TraceID(); id != "" {
+		out = append(out, "trace_id", id)
+	}
+	return out
+}

@@ -267,7 +267,7 @@ wait:
 		ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
 		if err := d.msg.DoubleAck(ctx); err != nil {
 			// Committed: a redelivery will be a duplicate.
-			p.c.log.Warn("ack failed; the event will be redelivered and found in the inbox", "event_id", d.event.ID, "error", err)
+			p.c.log.Warn("ack failed; the event will be redelivered and found in the inbox", d.event.logAttrs("error", err)...)
 		}
 		cancel()
 	case p.stopping() || !emitted:

@@ -203,7 +203,7 @@ func (c *Consumer) done(items []*Item) {
 		}
 		c.m.count(it.Result)
 		if it.Duplicate {
-			c.log.Debug("duplicate event", "event_id", it.Event.ID, "deliveries", it.Event.Delivery.Deliveries)
+			c.log.Debug("duplicate event", it.Event.logAttrs("deliveries", it.Event.Delivery.Deliveries)...)
 		}
 	}
 	if c.st.Committed != nil {

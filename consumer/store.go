@@ -164,8 +164,8 @@ func (dl deadLetters) Publish(_ string, msgs ...*message.Message) error {
 			return err
 		}
 		c.m.count(ResultDeadLettered)
-		c.log.Warn("dead letter recorded", "event_id", d.event.ID, "subject", d.event.Delivery.Subject,
-			"stream_seq", d.event.Delivery.StreamSeq, "deliveries", d.event.Delivery.Deliveries, "reason", reason)
+		c.log.Warn("dead letter recorded", d.event.logAttrs("subject", d.event.Delivery.Subject,
+			"stream_seq", d.event.Delivery.StreamSeq, "deliveries", d.event.Delivery.Deliveries, "reason", reason)...)
 	}
 	return nil
 }
