@@ -168,9 +168,10 @@ const Claimed db.Flag = "quill.claimed"
 type Claim struct {
 	// Locked: this transaction holds the operation's lock.
 	Locked bool
-	// Claimed: it holds the lock and no live record exists (none, or one
-	// past its key retention, which the transaction replaces); the guarded
-	// statements that follow execute.
+	// Claimed: it holds the lock and no live record exists — none, or,
+	// for QueueClaimGuarded only, one past its key retention, which the
+	// transaction replaces (ClaimWrite claims a key with no record at
+	// all); the guarded writes execute.
 	Claimed bool
 	// Record is the committed record, if any (also a forgotten one).
 	Record *Record
@@ -188,18 +189,19 @@ LEFT JOIN (SELECT * FROM operations WHERE tenant = $2 AND key = $3) rec ON true`
 // QueueClaimGuarded queues, into b inside a transaction, the statement that
 // claims the operation: it tries the advisory lock, reads the record, and
 // turns Claimed on or off. A record committed between the statement's
-// snapshot and the lock is caught by the primary key: the guarded record
-// insert then fails with a unique violation.
+// snapshot and the lock is caught by a unique constraint: the guarded
+// record's primary key, or, first, the unique id of a row the effect
+// derives from the key (a note's), failing the attempt.
 func QueueClaimGuarded(b *pgx.Batch, tenant, key string, now time.Time, c *Claim) {
 	b.Queue(sqlClaimGuarded, LockID(tenant, key), tenant, key, now, string(Claimed)).QueryRow(func(row pgx.Row) error {
-		return scanClaim(row, tenant, c)
+		return scanClaim(row, "claim operation", tenant, c)
 	})
 	b.Queue(sqlOperationDeleteForgotten, tenant, key, now, string(Claimed))
 }
 
 // scanClaim reads a claim's row: locked, claimed, then the record's
-// columns, all NULL when there is none.
-func scanClaim(row pgx.Row, tenant string, c *Claim) error {
+// columns, all NULL when there is none. A failure is wrapped with what.
+func scanClaim(row pgx.Row, what, tenant string, c *Claim) error {
 	var (
 		r                               Record
 		rkey, action, resource, loc     *string
@@ -209,7 +211,7 @@ func scanClaim(row pgx.Row, tenant string, c *Claim) error {
 	err := row.Scan(&c.Locked, &c.Claimed, &rkey, &action, &version, &r.Fingerprint, &r.Fields,
 		&resource, &status, &r.Body, &loc, &created, &completed, &exp, &forget, &r.CompactedAt)
 	if err != nil {
-		return fmt.Errorf("claim operation: %w", err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	if rkey == nil {
 		c.Record = nil
@@ -240,8 +242,10 @@ func recordArgs(r *Record) []any {
 }
 
 // fieldsJSON is the JSON object of the field hashes, members sorted, as
-// bytes: pgx sends bytes to a jsonb parameter as they are, where it would
-// marshal a map through encoding/json's reflection on every write. Names
+// text: pgx sends a string to a jsonb parameter as it is, where it would
+// marshal a map through encoding/json's reflection on every write — and in
+// every query mode, where bytes would go as bytea text in the exec and
+// simple protocol modes. Names
 // are parameter names and values hex digests, so quoting cannot fail; a
 // name that would not quote falls back to the map (pgx marshals it).
 func fieldsJSON(fields map[string]string) any {
@@ -264,7 +268,7 @@ func fieldsJSON(fields map[string]string) any {
 			return fields
 		}
 	}
-	return append(out, '}')
+	return string(append(out, '}'))
 }
 
 // TryLock takes the operation's transaction-scoped advisory lock if it is
