@@ -96,7 +96,7 @@ func TestMCPHTTPBadFlagsAreUsageErrors(t *testing.T) {
 func TestMCPCancelledCallAndRestartMakeOneNote(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	arrived, release := b.api.HoldFirstCreate()
+	arrived, release := b.api.HoldFirstCreate(t)
 	args := map[string]any{"title": "cancelled, restarted"}
 
 	cs, stop := b.startStdio(t)

@@ -82,8 +82,17 @@ func (a *API) Wrap(f func(http.Handler) http.Handler) {
 // until release is closed, and then execute it even though its caller has
 // gone: a host that cancels a call whose request is on the wire still gets
 // its note created. arrived is closed when that request reaches the API.
-func (a *API) HoldFirstCreate() (arrived <-chan struct{}, release chan struct{}) {
+// A test that ends without closing release (it failed first) has it closed
+// when it ends, so that the held request does not hold the server's Close.
+func (a *API) HoldFirstCreate(t testing.TB) (arrived <-chan struct{}, release chan struct{}) {
 	in, out := make(chan struct{}), make(chan struct{})
+	t.Cleanup(func() {
+		select {
+		case <-out:
+		default:
+			close(out)
+		}
+	})
 	var first atomic.Bool
 	a.Wrap(func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

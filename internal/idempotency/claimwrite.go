@@ -42,7 +42,9 @@ func NewClaimWrite(effects ...db.Insert) *ClaimWrite {
 	// (as it would be anyway, being read more than once, and volatile)
 	// so that the lock is tried exactly once. The record's snapshot is
 	// the statement's, as in sqlClaimGuarded; a record committed after it
-	// is caught by the record insert's primary key.
+	// is caught by a unique constraint — the record's primary key, or
+	// whichever PostgreSQL checks first of the ids the effect derives
+	// from the key — and the attempt fails, writing nothing.
 	sql := []byte(`WITH lk AS (SELECT pg_try_advisory_xact_lock($1) AS locked),
 rec AS (SELECT * FROM operations WHERE tenant = $2 AND key = $3),
 claim AS MATERIALIZED (SELECT lk.locked, lk.locked AND NOT EXISTS (SELECT 1 FROM rec) AS claimed FROM lk),
@@ -83,7 +85,7 @@ func (w *ClaimWrite) Queue(b *pgx.Batch, rec *Record, c *Claim, args ...[]any) e
 		all = append(all, a...)
 	}
 	tenant := rec.Tenant
-	b.Queue(w.sql, all...).QueryRow(func(row pgx.Row) error { return scanClaim(row, tenant, c) })
+	b.Queue(w.sql, all...).QueryRow(func(row pgx.Row) error { return scanClaim(row, "claim and write operation", tenant, c) })
 	return nil
 }
 

@@ -14,7 +14,7 @@ import (
 // that abandoned request.
 func (b *testBundle) cancelMidFlight(args map[string]any) {
 	b.t.Helper()
-	arrived, release := b.api.HoldFirstCreate()
+	arrived, release := b.api.HoldFirstCreate(b.t)
 	ctx, cancel := context.WithCancel(b.t.Context())
 	done := make(chan error, 1)
 	go func() {

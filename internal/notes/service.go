@@ -516,7 +516,7 @@ func (s *Service) unavailable(err error, unknown bool) error {
 // In the common case — a create with a new key — it is one round trip of
 // one statement: BEGIN, the claim that writes the note, its event and the
 // record only when it claimed (plan.write), COMMIT. A key whose record is
-// forgotten takes a second attempt, the guarded one (attemptGuarded), which
+// forgotten takes a second attempt, the guarded one (attemptOnce's guarded), which
 // replaces the record.
 func (s *Service) attempt(reqCtx context.Context, r Request, fp idempotency.Fingerprint, planFn planFunc) (Outcome, error) {
 	out, err := s.attemptOnce(reqCtx, r, fp, planFn, false)
