@@ -367,8 +367,8 @@ func (l *loadGen) run(ctx context.Context, o *op, rng *rand.Rand) {
 }
 
 // sendUntilDecided sends one copy of o until it gets a decided answer
-// (2xx, or a 4xx other than 409), retrying with the same key after
-// transport errors, 409 and 5xx with a jittered backoff and Retry-After. It
+// (2xx, or a 4xx other than 409 and 429), retrying with the same key after
+// transport errors, 409, 429 and 5xx with a jittered backoff and Retry-After. It
 // reports false when opDeadline passed first.
 func (l *loadGen) sendUntilDecided(ctx context.Context, o *op, copyIdx int, seed uint64) bool {
 	rng := rand.New(rand.NewPCG(seed, uint64(copyIdx)))
@@ -425,7 +425,11 @@ func (l *loadGen) send(ctx context.Context, o *op) (*answer, string, time.Durati
 	l.stats.mu.Lock()
 	l.stats.status[resp.StatusCode]++
 	l.stats.mu.Unlock()
-	if resp.StatusCode == http.StatusConflict || resp.StatusCode >= 500 {
+	// 429 too: the tenant's limit refused it and nothing was executed
+	// (SPEC §3: retry same_key) — under the soak's load, with resends of
+	// one key in flight at once and PostgreSQL restarting, a tenant's
+	// requests in flight can pass QUILL_TENANT_CONCURRENCY.
+	if resp.StatusCode == http.StatusConflict || resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500 {
 		ra, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
 		return nil, "http_" + strconv.Itoa(resp.StatusCode), time.Duration(ra) * time.Second
 	}
