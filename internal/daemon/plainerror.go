@@ -54,14 +54,17 @@ func (c problemConn) Write(p []byte) (int, error) {
 // code is bad_request (400), headers_too_large (431) or
 // unsupported_transfer_encoding (501), the detail is net/http's reason.
 func RewritePlainError(reply []byte) ([]byte, bool) {
+	// Only the status line is read, and the headers right after it
+	// compared: every response's first write passes here.
 	rest, ok := bytes.CutPrefix(reply, []byte("HTTP/1.1 "))
 	if !ok {
 		return nil, false
 	}
-	line, _, ok := bytes.Cut(rest, []byte(plainErrorHeaders))
-	if !ok || len(line) < 4 || line[3] != ' ' || bytes.ContainsAny(line, "\r\n") {
+	i := bytes.IndexByte(rest, '\r')
+	if i < 4 || rest[3] != ' ' || bytes.IndexByte(rest[:i], '\n') >= 0 || !bytes.HasPrefix(rest[i:], []byte(plainErrorHeaders)) {
 		return nil, false
 	}
+	line := rest[:i]
 	status, err := strconv.Atoi(string(line[:3]))
 	if err != nil {
 		return nil, false
