@@ -80,7 +80,7 @@ func (w *ClaimWrite) Queue(b *pgx.Batch, rec *Record, c *Claim, args ...[]any) e
 	}
 	all := make([]any, 0, n)
 	all = append(all, LockID(rec.Tenant, rec.Key), rec.Tenant, rec.Key)
-	all = append(all, recordArgs(rec)...)
+	all = appendRecordArgs(all, rec)
 	for _, a := range args {
 		all = append(all, a...)
 	}

@@ -231,14 +231,15 @@ var sqlOperationInsertGuarded = operationInsert.WhenFlag()
 
 // QueueInsertGuarded queues the insert of r into b, guarded by Claimed.
 func QueueInsertGuarded(b *pgx.Batch, r *Record) {
-	b.Queue(sqlOperationInsertGuarded, append(recordArgs(r), string(Claimed))...)
+	b.Queue(sqlOperationInsertGuarded, append(appendRecordArgs(make([]any, 0, len(operationInsert.Columns)+1), r), string(Claimed))...)
 }
 
-// recordArgs are the parameters of r's insert, in operationInsert's order.
-func recordArgs(r *Record) []any {
-	return []any{r.Tenant, r.Key, r.Action, r.Version, r.Fingerprint,
+// appendRecordArgs appends the parameters of r's insert, in
+// operationInsert's order, to dst.
+func appendRecordArgs(dst []any, r *Record) []any {
+	return append(dst, r.Tenant, r.Key, r.Action, r.Version, r.Fingerprint,
 		fieldsJSON(r.Fields), r.Resource, r.Status, r.Body, r.Location,
-		r.CreatedAt, r.CompletedAt, r.ExpiresAt, r.ForgetAt}
+		r.CreatedAt, r.CompletedAt, r.ExpiresAt, r.ForgetAt)
 }
 
 // fieldsJSON is the JSON object of the field hashes, members sorted, as
