@@ -52,7 +52,21 @@ func (ins Insert) WhenFlag() string {
 	return string(sql)
 }
 
+// Values returns the insert as a plain statement of its own:
+//
+//	INSERT INTO table (c1, ...) VALUES ($1::type1, ...)
+func (ins Insert) Values() string {
+	sql, _ := ins.appendColumns(nil, " VALUES (", 1)
+	return string(append(sql, ')'))
+}
+
 func (ins Insert) appendSelect(sql []byte, first int) ([]byte, int) {
+	return ins.appendColumns(sql, " SELECT ", first)
+}
+
+// appendColumns appends INSERT INTO table (names), then between, then the
+// columns' parameters from first on.
+func (ins Insert) appendColumns(sql []byte, between string, first int) ([]byte, int) {
 	sql = append(sql, "INSERT INTO "...)
 	sql = append(sql, ins.Table...)
 	sql = append(sql, " ("...)
@@ -62,7 +76,8 @@ func (ins Insert) appendSelect(sql []byte, first int) ([]byte, int) {
 		}
 		sql = append(sql, c.Name...)
 	}
-	sql = append(sql, ") SELECT "...)
+	sql = append(sql, ')')
+	sql = append(sql, between...)
 	n := first
 	for i, c := range ins.Columns {
 		if i > 0 {

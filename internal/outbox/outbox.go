@@ -104,13 +104,10 @@ func Envelope(e Event) ([]byte, error) {
 	}, json.Deterministic(true))
 }
 
-const (
-	sqlEventInsert = `INSERT INTO outbox_events
-		(id, tenant, operation_key, aggregate_id, type, payload, traceparent, created_at, tracestate)
-	VALUES ($1, $2, nullif($3, ''), $4, $5, $6, nullif($7, ''), $8, nullif($9, ''))`
+// sqlEventInsert writes an event as its own statement.
+var sqlEventInsert = EventInsert.Values()
 
-	sqlNotify = `SELECT pg_notify('` + NotifyChannel + `', '')`
-)
+const sqlNotify = `SELECT pg_notify('` + NotifyChannel + `', '')`
 
 // Queue adds the insert of e to b; b must run inside the transaction that
 // writes the business effect. It sends no NOTIFY: a transaction that
