@@ -33,6 +33,9 @@ var operationInsert = db.Insert{Table: "operations", Columns: []db.Column{
 type ClaimWrite struct {
 	sql     string
 	effects []db.Insert
+	// guarded is each effect insert as a statement of its own guarded by
+	// Claimed, for QueueEffectsGuarded.
+	guarded []string
 }
 
 // NewClaimWrite returns the ClaimWrite whose effect is one row of each
@@ -59,7 +62,11 @@ SELECT claim.locked, claim.claimed, rec.key, rec.action, rec.version, rec.finger
 	coalesce(rec.resource, ''), rec.response_status, rec.response_body, coalesce(rec.response_location, ''),
 	rec.created_at, rec.completed_at, rec.expires_at, rec.forget_at, rec.compacted_at
 FROM claim LEFT JOIN rec ON true`...)
-	return &ClaimWrite{sql: string(sql), effects: effects}
+	w := &ClaimWrite{sql: string(sql), effects: effects}
+	for _, e := range effects {
+		w.guarded = append(w.guarded, e.WhenFlag())
+	}
+	return w
 }
 
 // Queue queues into b, inside a transaction, the statement that claims
@@ -68,14 +75,11 @@ FROM claim LEFT JOIN rec ON true`...)
 // c says whether it claimed (and so wrote). It returns an error, queueing
 // nothing, when args does not match the inserts.
 func (w *ClaimWrite) Queue(b *pgx.Batch, rec *Record, c *Claim, args ...[]any) error {
-	if len(args) != len(w.effects) {
-		return fmt.Errorf("claim-write: %d argument lists for %d inserts", len(args), len(w.effects))
+	if err := w.check(args); err != nil {
+		return err
 	}
 	n := 3 + len(operationInsert.Columns)
-	for i, a := range args {
-		if len(a) != len(w.effects[i].Columns) {
-			return fmt.Errorf("claim-write: %d arguments for the %d columns of %s", len(a), len(w.effects[i].Columns), w.effects[i].Table)
-		}
+	for _, a := range args {
 		n += len(a)
 	}
 	all := make([]any, 0, n)
@@ -86,6 +90,36 @@ func (w *ClaimWrite) Queue(b *pgx.Batch, rec *Record, c *Claim, args ...[]any) e
 	}
 	tenant := rec.Tenant
 	b.Queue(w.sql, all...).QueryRow(func(row pgx.Row) error { return scanClaim(row, "claim and write operation", tenant, c) })
+	return nil
+}
+
+// QueueEffectsGuarded queues into b, after QueueClaimGuarded, the rows
+// Queue would write, each insert a statement of its own guarded by Claimed
+// (args as for Queue): the same effect for the guarded attempt, which a
+// key with a forgotten record takes. The record is QueueInsertGuarded's.
+// It returns an error, queueing nothing, when args does not match the
+// inserts.
+func (w *ClaimWrite) QueueEffectsGuarded(b *pgx.Batch, args ...[]any) error {
+	if err := w.check(args); err != nil {
+		return err
+	}
+	for i, a := range args {
+		b.Queue(w.guarded[i], append(a[:len(a):len(a)], string(Claimed))...)
+	}
+	return nil
+}
+
+// check reports whether args holds one list of parameters per effect
+// insert, each as long as its insert's columns.
+func (w *ClaimWrite) check(args [][]any) error {
+	if len(args) != len(w.effects) {
+		return fmt.Errorf("claim-write: %d argument lists for %d inserts", len(args), len(w.effects))
+	}
+	for i, a := range args {
+		if len(a) != len(w.effects[i].Columns) {
+			return fmt.Errorf("claim-write: %d arguments for the %d columns of %s", len(a), len(w.effects[i].Columns), w.effects[i].Table)
+		}
+	}
 	return nil
 }
 

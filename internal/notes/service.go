@@ -345,13 +345,12 @@ type effect struct {
 // COMMIT travel in one round trip; an effect that depends on what the
 // database holds (a delete) runs once the claim is known.
 type plan struct {
-	// eff and queue: the effect and its guarded statements, known before
-	// the transaction.
-	eff   *effect
-	queue func(b *pgx.Batch) error
-	// write: the same effect as rows of one statement that also claims
-	// the operation and writes its record (idempotency.ClaimWrite), args
-	// one list per insert. Nil for a write with no such form.
+	// eff: the effect, known before the transaction when write is set.
+	eff *effect
+	// write: the effect as rows of one statement that also claims the
+	// operation and writes its record (idempotency.ClaimWrite), args one
+	// list per insert; the guarded attempt queues the same rows as
+	// statements of their own. Nil for a write with no such form.
 	write     *idempotency.ClaimWrite
 	writeArgs [][]any
 	// run: executes the effect inside the claimed transaction, queueing
@@ -566,8 +565,8 @@ func (s *Service) attemptOnce(reqCtx context.Context, r Request, fp idempotency.
 		return s.commit(ctx, reqCtx, tx, r, fp, &claim, record, eff)
 	}
 	idempotency.QueueClaimGuarded(tx.Batch(), r.Tenant, r.Key, now, &claim)
-	if p.queue != nil {
-		if err := p.queue(tx.Batch()); err != nil {
+	if p.write != nil {
+		if err := p.write.QueueEffectsGuarded(tx.Batch(), p.writeArgs...); err != nil {
 			return Outcome{}, err
 		}
 	}
@@ -728,18 +727,7 @@ var (
 	// attachment), its event and the record.
 	createWrite               = idempotency.NewClaimWrite(noteInsert, outbox.EventInsert)
 	createWithAttachmentWrite = idempotency.NewClaimWrite(noteInsert, attachmentInsert, outbox.EventInsert)
-
-	// The same rows guarded by the flag passed last (idempotency.Claimed),
-	// for the guarded attempt: they write only when the transaction
-	// claimed the operation.
-	sqlNoteInsert       = noteInsert.WhenFlag()
-	sqlAttachmentInsert = attachmentInsert.WhenFlag()
 )
-
-// withClaimed is args with idempotency.Claimed after them, in a new slice.
-func withClaimed(args []any) []any {
-	return append(args[:len(args):len(args)], string(idempotency.Claimed))
-}
 
 const sqlNoteDelete = `UPDATE notes SET deleted_at = $3 WHERE tenant = $1 AND id = $2 AND deleted_at IS NULL`
 
@@ -768,18 +756,10 @@ func (s *Service) planCreate(r Request, p CreateParams, secret []byte, generatio
 	if err != nil {
 		return nil, err
 	}
-	pl := &plan{eff: eff, write: createWrite, writeArgs: [][]any{noteArgs, event}, queue: func(b *pgx.Batch) error {
-		b.Queue(sqlNoteInsert, withClaimed(noteArgs)...)
-		if attArgs != nil {
-			b.Queue(sqlAttachmentInsert, withClaimed(attArgs)...)
-		}
-		outbox.QueueArgsGuarded(b, event, idempotency.Claimed)
-		return nil
-	}}
 	if attArgs != nil {
-		pl.write, pl.writeArgs = createWithAttachmentWrite, [][]any{noteArgs, attArgs, event}
+		return &plan{eff: eff, write: createWithAttachmentWrite, writeArgs: [][]any{noteArgs, attArgs, event}}, nil
 	}
-	return pl, nil
+	return &plan{eff: eff, write: createWrite, writeArgs: [][]any{noteArgs, event}}, nil
 }
 
 // notePathPrefix starts the path that names a note in operation records

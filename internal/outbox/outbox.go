@@ -127,12 +127,6 @@ func QueueGuarded(b *pgx.Batch, e Event, guard db.Flag) error {
 	return queue(b, sqlEventInsertGuarded, e, string(guard))
 }
 
-// QueueArgsGuarded is QueueGuarded for an event whose parameters InsertArgs
-// already made.
-func QueueArgsGuarded(b *pgx.Batch, args []any, guard db.Flag) {
-	b.Queue(sqlEventInsertGuarded, append(args[:len(args):len(args)], string(guard))...)
-}
-
 func queue(b *pgx.Batch, sql string, e Event, extra ...any) error {
 	args, err := InsertArgs(e)
 	if err != nil {
