@@ -318,11 +318,18 @@ func (c *Console) deadRetry(w http.ResponseWriter, r *http.Request) {
 		}
 		// Only an open dead letter of this console's consumer is
 		// retried: the list shows those, and a retried one would be
-		// published again.
-		if _, ok := k.row(ctx, c, w, r, id); !ok {
+		// published again. The one read serves the check and the
+		// republish.
+		l, err := deadletter.Get(ctx, c.pool, id)
+		switch {
+		case errors.Is(err, deadletter.ErrNotFound), err == nil && (l.Consumer != c.cfg.Audit.Consumer || l.RetriedAt != nil):
+			k.gone(c, w, r)
+			return
+		case err != nil:
+			c.failErr(w, r, "read the "+k.noun, err)
 			return
 		}
-		_, ack, err := deadletter.Redrive(ctx, c.pool, js, id, c.cfg.Now())
+		ack, err := deadletter.Republish(ctx, c.pool, js, l, c.cfg.Now())
 		logged := c.actionLog(s, "retry_dead_letter").Int64("dead_letter", id)
 		if k.failed(c, w, r, logged, err, deadletter.ErrNotFound, k.unknown) {
 			return

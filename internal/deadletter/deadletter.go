@@ -178,15 +178,23 @@ func RedriveMsgID(l Letter) string {
 	return l.EventID + ":redrive:" + strconv.FormatInt(l.ID, 10)
 }
 
-// Redrive republishes dead letter id's payload to its subject, with its
-// headers and a new Nats-Msg-Id (RedriveMsgID), waits for the stream's
-// acknowledgement, and marks it retried. It returns the letter, or
-// ErrNotFound.
+// Redrive republishes dead letter id (Republish). It returns the letter,
+// or ErrNotFound.
 func Redrive(ctx context.Context, q Querier, js jetstream.JetStream, id int64, now time.Time) (Letter, *jetstream.PubAck, error) {
 	l, err := Get(ctx, q, id)
 	if err != nil {
 		return l, nil, err
 	}
+	ack, err := Republish(ctx, q, js, l, now)
+	return l, ack, err
+}
+
+// Republish publishes letter l, as Get read it, to its subject with its
+// headers and a new Nats-Msg-Id (RedriveMsgID), waits for the stream's
+// acknowledgement, and marks it retried. It returns the publish's or the
+// mark's error, wrapped.
+func Republish(ctx context.Context, q Querier, js jetstream.JetStream, l Letter, now time.Time) (*jetstream.PubAck, error) {
+	id := l.ID
 	msg := nats.NewMsg(l.Subject)
 	msg.Data = l.Payload
 	for k, vs := range l.Headers {
@@ -197,10 +205,10 @@ func Redrive(ctx context.Context, q Querier, js jetstream.JetStream, id int64, n
 	msg.Header.Set(nats.MsgIdHdr, RedriveMsgID(l))
 	ack, err := js.PublishMsg(ctx, msg)
 	if err != nil {
-		return l, nil, fmt.Errorf("republish dead letter %d to %s: %w", id, l.Subject, err)
+		return nil, fmt.Errorf("republish dead letter %d to %s: %w", id, l.Subject, err)
 	}
 	if _, err := q.Exec(ctx, sqlDeadLetterMarkRetried, id, now.UTC()); err != nil {
-		return l, ack, fmt.Errorf("mark dead letter %d retried (it was republished): %w", id, db.Translate(err))
+		return ack, fmt.Errorf("mark dead letter %d retried (it was republished): %w", id, db.Translate(err))
 	}
-	return l, ack, nil
+	return ack, nil
 }
