@@ -99,6 +99,15 @@ const maxRecordBytes = 8 << 20
 // record also carries its length and SHA-256, so a damaged file is reported
 // rather than trusted.
 //
+// Unsettled operations live in the directory itself and settled ones in
+// its subdirectory settled/, so that Unsettled — which every MCP
+// create_note without a key calls — reads only the unsettled records,
+// however many operations were settled (decision 0067). Settle writes the
+// settled record there and then removes the unsettled one; where both
+// exist (a crash between the two steps), the unsettled one is the record,
+// as if Settle had not happened. Prune moves aside the settled records that
+// a journal written by an earlier version keeps beside the unsettled ones.
+//
 // Every change (Begin, Settle, Prune) is a read-modify-write done under an
 // exclusive flock(2) of the file .lock in the directory, taken anew for each
 // change, so concurrent quill processes (and goroutines) over one journal
@@ -143,7 +152,7 @@ func OpenFileJournal(dir string) (*FileJournal, error) {
 	if dir == "" {
 		return nil, errors.New("journal directory is empty")
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Join(dir, settledDir), 0o700); err != nil {
 		return nil, fmt.Errorf("create journal directory: %w", err)
 	}
 	j := &FileJournal{dir: dir, LockWait: DefaultLockWait}
@@ -164,15 +173,17 @@ func (j *FileJournal) removeStaleTemps(now time.Time) {
 	if tryLock(f) != nil {
 		return
 	}
-	temps, _ := filepath.Glob(filepath.Join(j.dir, tempPattern))
-	removed := false
-	for _, p := range temps {
-		if fi, err := os.Lstat(p); err == nil && fi.Mode().IsRegular() && now.Sub(fi.ModTime()) >= staleTempAge {
-			removed = os.Remove(p) == nil || removed
+	for _, dir := range []string{j.dir, filepath.Join(j.dir, settledDir)} {
+		temps, _ := filepath.Glob(filepath.Join(dir, tempPattern))
+		removed := false
+		for _, p := range temps {
+			if fi, err := os.Lstat(p); err == nil && fi.Mode().IsRegular() && now.Sub(fi.ModTime()) >= staleTempAge {
+				removed = os.Remove(p) == nil || removed
+			}
 		}
-	}
-	if removed {
-		_ = syncDir(j.dir)
+		if removed {
+			_ = syncDir(dir)
+		}
 	}
 }
 
@@ -225,6 +236,25 @@ func (j *FileJournal) path(key string) string {
 	return filepath.Join(j.dir, hex.EncodeToString(sum[:16])+".op")
 }
 
+// settledDir is the subdirectory of settled records.
+const settledDir = "settled"
+
+// settledPath is where key's record lives once settled.
+func (j *FileJournal) settledPath(key string) string {
+	return filepath.Join(j.dir, settledDir, filepath.Base(j.path(key)))
+}
+
+// current reads key's record: the unsettled one when there is one, else
+// the settled one. It returns an error wrapping fs.ErrNotExist when there
+// is neither.
+func (j *FileJournal) current(key string) (JournalEntry, error) {
+	e, err := j.read(j.path(key))
+	if errors.Is(err, fs.ErrNotExist) {
+		return j.read(j.settledPath(key))
+	}
+	return e, err
+}
+
 // Begin implements Journal.
 func (j *FileJournal) Begin(ctx context.Context, e JournalEntry) (JournalEntry, error) {
 	if err := checkEntry(e); err != nil {
@@ -235,24 +265,29 @@ func (j *FileJournal) Begin(ctx context.Context, e JournalEntry) (JournalEntry, 
 		return JournalEntry{}, err
 	}
 	defer unlock()
-	if old, err := j.read(j.path(e.Key)); err == nil && old.Key == e.Key && !old.CreatedAt.IsZero() {
+	if old, err := j.current(e.Key); err == nil && old.Key == e.Key && !old.CreatedAt.IsZero() {
 		e.CreatedAt = old.CreatedAt
 	}
 	e.Settled = nil
-	if err := j.write(e); err != nil {
+	if err := j.write(j.dir, j.path(e.Key), e); err != nil {
 		return JournalEntry{}, err
 	}
+	// The unsettled record now wins over a settled one of the key; the
+	// settled one is removed only for tidiness, so no fsync is owed.
+	_ = os.Remove(j.settledPath(e.Key))
 	return e, nil
 }
 
-// Settle implements Journal.
+// Settle implements Journal: the settled record is written (fsynced) into
+// settled/ before the unsettled one is removed (and that removal fsynced),
+// so a crash between the two leaves the operation unsettled, never lost.
 func (j *FileJournal) Settle(ctx context.Context, key string, s Settlement) error {
 	unlock, err := j.lock(ctx)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	e, err := j.read(j.path(key))
+	e, err := j.current(key)
 	if errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("%w: %q", ErrNotJournalled, key)
 	}
@@ -260,12 +295,21 @@ func (j *FileJournal) Settle(ctx context.Context, key string, s Settlement) erro
 		return err
 	}
 	e.Settled = &s
-	return j.write(e)
+	if err := j.write(filepath.Join(j.dir, settledDir), j.settledPath(key), e); err != nil {
+		return err
+	}
+	if err := os.Remove(j.path(key)); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil // settled already: its settled record was rewritten
+		}
+		return fmt.Errorf("journal: %w", err)
+	}
+	return syncDir(j.dir)
 }
 
 // Get implements Journal.
 func (j *FileJournal) Get(_ context.Context, key string) (JournalEntry, error) {
-	e, err := j.read(j.path(key))
+	e, err := j.current(key)
 	if errors.Is(err, fs.ErrNotExist) {
 		return JournalEntry{}, fmt.Errorf("%w: %q", ErrNotJournalled, key)
 	}
@@ -275,8 +319,10 @@ func (j *FileJournal) Get(_ context.Context, key string) (JournalEntry, error) {
 	return e, err
 }
 
-// Unsettled implements Journal. Temporary files left by a crash mid-write
-// are ignored (their rename never happened, so the previous record stands).
+// Unsettled implements Journal. It reads the journal's directory alone,
+// never settled/, so its cost follows the number of unsettled operations.
+// Temporary files left by a crash mid-write are ignored (their rename
+// never happened, so the previous record stands).
 func (j *FileJournal) Unsettled(_ context.Context) ([]JournalEntry, error) {
 	des, err := os.ReadDir(j.dir)
 	if err != nil {
@@ -320,55 +366,119 @@ type PruneResult struct {
 // Unsettled operations first sent before expiredBefore (now − the key
 // retention) are listed in Expired, or removed when abandon is true — the
 // caller's explicit decision to stop tracking an outcome that may never be
-// known. Records that cannot be read are kept and reported in the error.
+// known. Settled records it keeps that lie beside the unsettled ones (a
+// journal of an earlier version) are moved into settled/. Records that
+// cannot be read are kept and reported in the error.
+//
+// A settled record whose file was written at or after settledBefore is
+// not read: it was settled since (Settle writes it then), so the pass
+// costs a directory listing plus the records it removes. The lock is
+// taken for pruneBatch records at a time, so that the writes of other
+// calls and processes wait for one batch at most, not for the whole pass.
 func (j *FileJournal) Prune(ctx context.Context, settledBefore, expiredBefore time.Time, abandon bool) (PruneResult, error) {
 	res := PruneResult{Removed: []string{}, Abandoned: []string{}, Expired: []JournalEntry{}}
-	unlock, err := j.lock(ctx)
-	if err != nil {
-		return res, err
-	}
-	defer unlock()
-	des, err := os.ReadDir(j.dir)
-	if err != nil {
-		return res, fmt.Errorf("read journal: %w", err)
-	}
 	var errs []error
-	removed := false
-	for _, de := range des {
-		if de.IsDir() || !strings.HasSuffix(de.Name(), ".op") {
-			continue
-		}
-		path := filepath.Join(j.dir, de.Name())
-		e, err := j.read(path)
+	for _, dir := range []string{j.dir, filepath.Join(j.dir, settledDir)} {
+		des, err := os.ReadDir(dir)
 		if err != nil {
-			errs = append(errs, err)
-			continue
+			return res, errors.Join(append(errs, fmt.Errorf("read journal: %w", err))...)
 		}
-		switch {
-		case e.Settled != nil && e.Settled.At.Before(settledBefore):
-			res.Removed = append(res.Removed, e.Key)
-		case e.Settled == nil && e.CreatedAt.Before(expiredBefore) && abandon:
-			res.Abandoned = append(res.Abandoned, e.Key)
-		case e.Settled == nil && e.CreatedAt.Before(expiredBefore):
-			res.Expired = append(res.Expired, e)
-			continue
-		default:
-			continue
+		var names []string
+		for _, de := range des {
+			if de.IsDir() || !strings.HasSuffix(de.Name(), ".op") {
+				continue
+			}
+			if dir != j.dir {
+				if fi, err := de.Info(); err == nil && !fi.ModTime().Before(settledBefore) {
+					continue
+				}
+			}
+			names = append(names, de.Name())
 		}
-		if err := os.Remove(path); err != nil {
-			return res, errors.Join(append(errs, fmt.Errorf("prune journal: %w", err))...)
-		}
-		removed = true
-	}
-	if removed {
-		if err := syncDir(j.dir); err != nil {
-			errs = append(errs, err)
+		for len(names) > 0 {
+			n := min(len(names), pruneBatch)
+			if err := j.pruneBatch(ctx, dir, names[:n], settledBefore, expiredBefore, abandon, &res, &errs); err != nil {
+				return res, errors.Join(append(errs, err)...)
+			}
+			names = names[n:]
 		}
 	}
 	sort.Strings(res.Removed)
 	sort.Strings(res.Abandoned)
 	sort.SliceStable(res.Expired, func(a, b int) bool { return res.Expired[a].CreatedAt.Before(res.Expired[b].CreatedAt) })
 	return res, errors.Join(errs...)
+}
+
+// pruneBatch is the number of records Prune handles under one taking of
+// the lock.
+const pruneBatch = 64
+
+// pruneBatch prunes the named records of dir (the journal's directory or
+// settled/) under the lock, reading each anew: it may have changed since
+// the listing. Unreadable records are appended to errs; the error is one
+// that stops the pass (the lock, a removal that fails).
+func (j *FileJournal) pruneBatch(ctx context.Context, dir string, names []string, settledBefore, expiredBefore time.Time,
+	abandon bool, res *PruneResult, errs *[]error) error {
+	unlock, err := j.lock(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	top, settled := j.dir, filepath.Join(j.dir, settledDir)
+	changed := map[string]bool{}
+	for _, name := range names {
+		path := filepath.Join(dir, name)
+		e, err := j.read(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // settled or removed since the listing
+		}
+		if err != nil {
+			*errs = append(*errs, err)
+			continue
+		}
+		remove := false
+		switch {
+		case e.Settled != nil && e.Settled.At.Before(settledBefore):
+			res.Removed, remove = append(res.Removed, e.Key), true
+		case e.Settled != nil && dir == top:
+			// Kept, but not where every call reads: a rename replaces
+			// any settled copy, which the unsettled path outranked.
+			if err := os.Rename(path, filepath.Join(settled, name)); err != nil {
+				return fmt.Errorf("prune journal: %w", err)
+			}
+			changed[top], changed[settled] = true, true
+		case e.Settled != nil:
+		case dir != top:
+			// An unsettled record in settled/ is none of Settle's; the
+			// journal does not read it, and prune leaves it alone.
+		case e.CreatedAt.Before(expiredBefore) && abandon:
+			res.Abandoned, remove = append(res.Abandoned, e.Key), true
+		case e.CreatedAt.Before(expiredBefore):
+			res.Expired = append(res.Expired, e)
+		}
+		if !remove {
+			continue
+		}
+		if err := os.Remove(path); err != nil {
+			return fmt.Errorf("prune journal: %w", err)
+		}
+		changed[dir] = true
+		if dir == top {
+			// A settled copy beside a removed record must not come back
+			// as its record.
+			if os.Remove(filepath.Join(settled, name)) == nil {
+				changed[settled] = true
+			}
+		}
+	}
+	for _, d := range []string{settled, top} {
+		if changed[d] {
+			if err := syncDir(d); err != nil {
+				*errs = append(*errs, err)
+			}
+		}
+	}
+	return nil
 }
 
 func (j *FileJournal) read(path string) (JournalEntry, error) {
@@ -383,13 +493,13 @@ func (j *FileJournal) read(path string) (JournalEntry, error) {
 	return e, nil
 }
 
-// write replaces e's record atomically and durably.
-func (j *FileJournal) write(e JournalEntry) error {
+// write replaces e's record at path, in dir, atomically and durably.
+func (j *FileJournal) write(dir, path string, e JournalEntry) error {
 	rec, err := MarshalRecord(e)
 	if err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(j.dir, tempPattern)
+	f, err := os.CreateTemp(dir, tempPattern)
 	if err != nil {
 		return fmt.Errorf("journal: %w", err)
 	}
@@ -410,11 +520,11 @@ func (j *FileJournal) write(e JournalEntry) error {
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("journal close: %w", err)
 	}
-	if err := os.Rename(tmp, j.path(e.Key)); err != nil {
+	if err := os.Rename(tmp, path); err != nil {
 		return fmt.Errorf("journal rename: %w", err)
 	}
 	ok = true
-	return syncDir(j.dir)
+	return syncDir(dir)
 }
 
 func syncDir(dir string) error {

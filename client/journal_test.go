@@ -186,6 +186,8 @@ func TestFileJournalPrune(t *testing.T) {
 		require.NoError(t, err)
 		if settled != nil {
 			require.NoError(t, j.Settle(ctx, key, Settlement{State: StateCompleted, Status: 201, At: *settled}))
+			// Settled then, as a real clock would have written it.
+			require.NoError(t, os.Chtimes(recordFile(t, j, key), *settled, *settled))
 		}
 	}
 	at := func(d time.Duration) *time.Time { x := now.Add(-d); return &x }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Resumed is the result of resuming one journalled operation.
@@ -74,4 +75,40 @@ func (c *Client) Resume(ctx context.Context) ([]Resumed, error) {
 		out = append(out, r)
 	}
 	return out, jerr
+}
+
+// ErrJournalNotPrunable is returned by PruneJournal for a Journal that has
+// no Prune method (FileJournal has one).
+var ErrJournalNotPrunable = errors.New("the client's journal cannot be pruned")
+
+// prunable is a Journal that forgets settled operations, as FileJournal
+// does.
+type prunable interface {
+	Prune(ctx context.Context, settledBefore, expiredBefore time.Time, abandon bool) (PruneResult, error)
+}
+
+// PruneJournal prunes the client's journal by the key retention
+// (Config.KeyRetention, else the server's from GET /v1/limits): it removes
+// the records of operations settled longer ago than the retention and lists
+// in Expired the unsettled ones first sent longer ago, which it keeps (they
+// are never sent again, and only an explicit abandon, quill ops prune
+// --abandon, removes them). Until the retention can be read nothing is
+// pruned and the error wraps ErrLimitsUnavailable: a guessed horizon could
+// forget a key the server still remembers. It returns ErrNoJournal or
+// ErrJournalNotPrunable for a client without a prunable journal, and the
+// journal's errors (records it cannot read, which it keeps).
+func (c *Client) PruneJournal(ctx context.Context) (PruneResult, error) {
+	if c.cfg.Journal == nil {
+		return PruneResult{}, ErrNoJournal
+	}
+	p, ok := c.cfg.Journal.(prunable)
+	if !ok {
+		return PruneResult{}, ErrJournalNotPrunable
+	}
+	retention, err := c.keyRetention(ctx)
+	if err != nil {
+		return PruneResult{}, err
+	}
+	before := c.cfg.Now().Add(-retention)
+	return p.Prune(ctx, before, before, false)
 }

@@ -83,10 +83,14 @@ func TestCreateGetListDelete(t *testing.T) {
 	require.Equal(t, "Groceries", note["title"])
 	require.Equal(t, "text/plain; charset=utf-8", note["attachment"].(map[string]any)["content_type"])
 
-	// The journal holds it, settled (beside it only the lock file).
-	ents, err := filepath.Glob(filepath.Join(b.journal, "*.op"))
+	// The journal holds it, settled: moved aside into settled/, where the
+	// per-call path does not read (beside it only the lock file).
+	ents, err := filepath.Glob(filepath.Join(b.journal, "settled", "*.op"))
 	require.NoError(t, err)
 	require.Len(t, ents, 1)
+	ents, err = filepath.Glob(filepath.Join(b.journal, "*.op"))
+	require.NoError(t, err)
+	require.Empty(t, ents)
 	require.FileExists(t, filepath.Join(b.journal, ".lock"))
 
 	out, _, code = b.quill("notes", "get", id, "--json")

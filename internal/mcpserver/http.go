@@ -55,6 +55,9 @@ type HTTPConfig struct {
 	// ShutdownGrace bounds the wait for calls in flight once ctx ends.
 	// Default DefaultShutdownGrace.
 	ShutdownGrace time.Duration
+	// PruneInterval is how often each token's journal is pruned, from its
+	// first session on (Config.PruneInterval). Default DefaultPruneInterval.
+	PruneInterval time.Duration
 }
 
 // TokenDigest names a token's journal directory: the first 128 bits of
@@ -244,9 +247,10 @@ func (rs *remote) tenant(ctx context.Context, token string) (*Server, error) {
 		return s, nil
 	}
 	log := rs.cfg.Log.With().Str("journal", j.Dir()).Logger()
-	s = New(c, Config{Version: rs.cfg.Version, Log: log})
+	s = New(c, Config{Version: rs.cfg.Version, Log: log, PruneInterval: rs.cfg.PruneInterval})
 	rs.tenants[digest] = s
 	rs.resumes.Go(func() { s.Resume(rs.resumeCtx) })
+	rs.resumes.Go(func() { s.KeepPruned(rs.resumeCtx) })
 	return s, nil
 }
 

@@ -90,7 +90,21 @@ type Config struct {
 	// Log receives the start-up resume's lines (never stdout, which
 	// carries the stdio protocol). Default: no logging.
 	Log zerolog.Logger
+	// PruneInterval is how often Run prunes the journal by the server's
+	// key retention, beginning at start-up (client.Client.PruneJournal).
+	// Default DefaultPruneInterval.
+	PruneInterval time.Duration
 }
+
+// DefaultPruneInterval is how often the journal is pruned: settled records
+// are kept for the key retention (720h by default), so an hour late is
+// nothing, and a pass reads only the records it removes.
+const DefaultPruneInterval = time.Hour
+
+// pruneRetry is the wait before pruning again after the key retention
+// could not be read (the API unreachable at start-up), when shorter than
+// the interval.
+const pruneRetry = time.Minute
 
 // Server is the MCP server of one client (one token, one journal).
 type Server struct {
@@ -112,7 +126,10 @@ func New(c *client.Client, cfg Config) *Server {
 			"If a call of yours was cancelled or timed out before you saw its result, call list_operations (or simply call create_note again " +
 			"with the same arguments and no operation_key: it answers the unfinished operation instead of creating a second note).",
 	})
-	h := &handlers{c: c, log: cfg.Log, recovered: map[string]client.JournalEntry{}}
+	if cfg.PruneInterval <= 0 {
+		cfg.PruneInterval = DefaultPruneInterval
+	}
+	h := &handlers{c: c, log: cfg.Log, recovered: map[string]client.JournalEntry{}, pruneEvery: cfg.PruneInterval}
 	notDestructive, destructive, idempotent := false, true, true
 	mcp.AddTool(s, &mcp.Tool{
 		Name: "create_note",
@@ -153,20 +170,19 @@ func New(c *client.Client, cfg Config) *Server {
 // MCP returns the server's protocol side, to connect to a transport.
 func (s *Server) MCP() *mcp.Server { return s.mcp }
 
-// Run resumes the journal's unsettled operations in the background (the
-// handshake does not wait for them) and serves the tools over t until the
-// client disconnects or ctx ends; it returns the session's error, after the
-// resume has stopped.
+// Run resumes the journal's unsettled operations and prunes the journal
+// (now and every PruneInterval) in the background — the handshake waits
+// for neither — and serves the tools over t until the client disconnects
+// or ctx ends; it returns the session's error, after the resume and the
+// pruning have stopped.
 func (s *Server) Run(ctx context.Context, t mcp.Transport) error {
 	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		s.Resume(ctx)
-	}()
+	var bg sync.WaitGroup
+	bg.Go(func() { s.Resume(ctx) })
+	bg.Go(func() { s.KeepPruned(ctx) })
 	err := s.mcp.Run(ctx, t)
 	cancel()
-	<-done
+	bg.Wait()
 	return err
 }
 
@@ -181,6 +197,8 @@ type handlers struct {
 	// settled: no model has seen their outcome, so an identical call
 	// without a key is answered with them (once) instead of writing again.
 	recovered map[string]client.JournalEntry
+	// pruneEvery is Config.PruneInterval.
+	pruneEvery time.Duration
 }
 
 func text(s string, isError bool) *mcp.CallToolResult {

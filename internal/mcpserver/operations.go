@@ -11,6 +11,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/quillhq/quill/client"
+	"github.com/quillhq/quill/internal/wait"
 )
 
 // ListOperationsInput is list_operations' arguments (none).
@@ -159,4 +160,53 @@ func (h *handlers) resumeOne(ctx context.Context, e client.JournalEntry) (state,
 		return StateRefused, err.Error()
 	}
 	return StateUnknown, err.Error()
+}
+
+// KeepPruned prunes the journal by the server's key retention now and then
+// every PruneInterval until ctx ends (after a pass that could not read the
+// retention, again within a minute), logging what each pass removed and
+// the unsettled operations past the retention, which it keeps. A client
+// without a journal has nothing to prune. The per-call path never prunes:
+// a create_note reads only the unsettled records however many are settled,
+// and the pruning keeps the settled ones from filling the disk.
+func (s *Server) KeepPruned(ctx context.Context) {
+	if s.h.c.Config().Journal == nil {
+		return
+	}
+	for {
+		next := s.h.pruneEvery
+		if !s.Prune(ctx) {
+			next = min(next, pruneRetry)
+		}
+		if !wait.For(ctx, next) {
+			return
+		}
+	}
+}
+
+// Prune prunes the journal once by the server's key retention
+// (client.Client.PruneJournal) and logs the outcome; it reports whether
+// the retention could be read.
+func (s *Server) Prune(ctx context.Context) bool {
+	h := s.h
+	res, err := h.c.PruneJournal(ctx)
+	switch {
+	case errors.Is(err, client.ErrLimitsUnavailable):
+		if ctx.Err() == nil {
+			h.log.Warn().Err(err).Msg("journal not pruned: the server's key retention could not be read")
+		}
+		return false
+	case errors.Is(err, client.ErrNoJournal), errors.Is(err, client.ErrJournalNotPrunable):
+		return true
+	case err != nil && ctx.Err() == nil:
+		h.log.Warn().Err(err).Msg("journal: pruning met records it cannot read (they are kept)")
+	}
+	if len(res.Removed) > 0 {
+		h.log.Info().Int("removed", len(res.Removed)).Msg("pruned settled operations past the key retention from the journal")
+	}
+	if n := len(res.Expired); n > 0 {
+		h.log.Warn().Int("operations", n).Str("oldest_operation_key", res.Expired[0].Key).
+			Msg("unsettled operations past the key retention are kept in the journal: their outcome may stay unknown (quill ops get KEY; quill ops prune --abandon removes them)")
+	}
+	return true
 }
