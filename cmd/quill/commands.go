@@ -455,12 +455,17 @@ func (e *env) mcp(ctx context.Context, args []string) error {
 	var (
 		c    common
 		addr string
+		h    mcpHTTPSettings
 	)
 	s := e.set("quill mcp", "quill mcp [--http ADDR] — an MCP server on stdin/stdout (with --http, over MCP's streamable HTTP at http://ADDR/mcp) "+
 		"with the tools create_note, delete_note, get_note, get_operation and list_operations")
 	e.define(s, &c, true)
 	s.FlagSet().StringVar(&addr, "http", "", "serve over MCP's streamable HTTP on ADDR (host:port), path /mcp, instead of stdio; "+
 		"each caller's Authorization header is its token, and each token has its own journal under --journal")
+	s.String(&h.origins, "allowed-origins", "QUILL_MCP_ALLOWED_ORIGINS", "",
+		"with --http: comma-separated origins (scheme://host[:port]) whose browser pages may call the server, besides its own address's; a request with any other Origin is answered 403")
+	s.Duration(&h.sessionTimeout, "session-timeout", "QUILL_MCP_SESSION_TIMEOUT", mcpserver.DefaultSessionTimeout,
+		"with --http: a session without a request for this long is closed (its Mcp-Session-Id then answers 404 and the client opens a new session)")
 	if err := parseNone(s, args); err != nil {
 		return err
 	}
@@ -469,7 +474,7 @@ func (e *env) mcp(ctx context.Context, args []string) error {
 	httpGiven := false
 	s.FlagSet().Visit(func(f *flag.Flag) { httpGiven = httpGiven || f.Name == "http" })
 	if httpGiven {
-		return e.mcpHTTP(ctx, c, addr, log)
+		return e.mcpHTTP(ctx, c, addr, h, log)
 	}
 	cl, err := e.newClient(c, true)
 	if err != nil {
@@ -487,9 +492,15 @@ type nopWriteCloser struct{ io.Writer }
 
 func (nopWriteCloser) Close() error { return nil }
 
+// mcpHTTPSettings are the settings of quill mcp --http alone.
+type mcpHTTPSettings struct {
+	origins        string
+	sessionTimeout time.Duration
+}
+
 // mcpHTTP serves quill mcp --http ADDR until ctx ends (SIGTERM, SIGINT).
 // No token of its own is used: each caller brings its own (decision 0049).
-func (e *env) mcpHTTP(ctx context.Context, c common, addr string, log zerolog.Logger) error {
+func (e *env) mcpHTTP(ctx context.Context, c common, addr string, h mcpHTTPSettings, log zerolog.Logger) error {
 	given := map[string]bool{}
 	c.flags.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	if given["token"] || given["token-file"] {
@@ -505,6 +516,10 @@ func (e *env) mcpHTTP(ctx context.Context, c common, addr string, log zerolog.Lo
 	if _, err := client.New(probe); err != nil {
 		return cli.UsageError{Msg: err.Error()}
 	}
+	origins, err := mcpserver.ParseAllowedOrigins(h.origins)
+	if err != nil {
+		return cli.UsageError{Msg: "--allowed-origins (QUILL_MCP_ALLOWED_ORIGINS): " + err.Error()}
+	}
 	if c.token != "" || c.tokenFile != "" {
 		fmt.Fprintln(e.stderr, "quill mcp: QUILL_TOKEN and QUILL_TOKEN_FILE are ignored with --http: each caller's Authorization header is its token")
 	}
@@ -512,5 +527,6 @@ func (e *env) mcpHTTP(ctx context.Context, c common, addr string, log zerolog.Lo
 	if err != nil {
 		return fmt.Errorf("mcp --http: %w", err)
 	}
-	return mcpserver.ServeHTTP(ctx, ln, mcpserver.HTTPConfig{Client: tmpl, JournalDir: c.journal, Version: version, Log: log})
+	return mcpserver.ServeHTTP(ctx, ln, mcpserver.HTTPConfig{Client: tmpl, JournalDir: c.journal, Version: version, Log: log,
+		AllowedOrigins: origins, SessionTimeout: h.sessionTimeout})
 }

@@ -36,7 +36,8 @@ func TestMCPOverHTTP(t *testing.T) {
 	var stderr clitest.SyncBuffer
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"mcp", "--http", "127.0.0.1:0"}, func(k string) string { return b.env[k] }, strings.NewReader(""), io.Discard, &stderr)
+		done <- run(ctx, []string{"mcp", "--http", "127.0.0.1:0", "--allowed-origins", "https://agent.example.com, http://localhost:3000", "--session-timeout", "10m"},
+			func(k string) string { return b.env[k] }, strings.NewReader(""), io.Discard, &stderr)
 	}()
 	var addr string
 	require.Eventually(t, func() bool {
@@ -61,6 +62,22 @@ func TestMCPOverHTTP(t *testing.T) {
 	require.False(t, res.IsError)
 	require.Equal(t, 1, b.api.Notes(t, "over http"))
 
+	// --allowed-origins: browser pages of those origins may call, others not.
+	for origin, want := range map[string]int{"https://agent.example.com": http.StatusOK, "http://localhost:3000": http.StatusOK, "https://evil.example": http.StatusForbidden} {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, strings.NewReader(
+			`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Authorization", "Bearer "+b.api.Token)
+		req.Header.Set("Origin", origin)
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, res.Body)
+		_ = res.Body.Close()
+		require.Equal(t, want, res.StatusCode, origin)
+	}
+
 	cancel() // what SIGTERM does in main
 	select {
 	case err := <-done:
@@ -80,6 +97,10 @@ func TestMCPHTTPBadFlagsAreUsageErrors(t *testing.T) {
 		{"mcp", "--http", "127.0.0.1:99999"},
 		{"mcp", "--http", "127.0.0.1:0", "--token", "qt_x"},
 		{"mcp", "--http", "127.0.0.1:0", "--url", "ftp://x"},
+		{"mcp", "--http", "127.0.0.1:0", "--allowed-origins", "agent.example.com"},
+		{"mcp", "--http", "127.0.0.1:0", "--allowed-origins", "https://a.example/path"},
+		{"mcp", "--http", "127.0.0.1:0", "--session-timeout", "0s"},
+		{"mcp", "--http", "127.0.0.1:0", "--session-timeout", "soon"},
 		{"mcp", "extra"},
 	} {
 		_, errOut, code := b.quill(args...)

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,6 +29,10 @@ const (
 	// DefaultShutdownGrace bounds the wait for the tool calls in flight
 	// when the server stops.
 	DefaultShutdownGrace = 10 * time.Second
+	// DefaultSessionTimeout is how long a session may go without a
+	// request before it is closed and its Mcp-Session-Id answers 404;
+	// the MCP client then opens a new one.
+	DefaultSessionTimeout = 30 * time.Minute
 	// readHeaderTimeout bounds a request's headers (slowloris).
 	readHeaderTimeout = 10 * time.Second
 	// tokenCheckKey is the operation key whose lookup checks a new
@@ -58,6 +63,16 @@ type HTTPConfig struct {
 	// PruneInterval is how often each token's journal is pruned, from its
 	// first session on (Config.PruneInterval). Default DefaultPruneInterval.
 	PruneInterval time.Duration
+	// AllowedOrigins are the origins (scheme://host[:port]) whose browser
+	// pages may call the server, besides its own (see ServeHTTP). Default
+	// none.
+	AllowedOrigins []string
+	// SessionTimeout closes a session that had no request for this long.
+	// Default DefaultSessionTimeout.
+	SessionTimeout time.Duration
+	// AuthLimits bound what callers' bearer tokens cost the API. Zero
+	// fields take their defaults.
+	AuthLimits AuthLimits
 }
 
 // TokenDigest names a token's journal directory: the first 128 bits of
@@ -73,10 +88,22 @@ func TokenDigest(token string) string {
 // waits up to ShutdownGrace for tool calls in flight, closes the sessions
 // and stops the start-up resumes (what they did not finish stays unsettled
 // in the journals, for the next start). Each session's bearer token is its
-// caller's Authorization header; a request without one is answered 401, a
-// new session with a token the API refuses 401, and a request of a session
-// with another token 403. It returns an error for a bad configuration or
-// when serving fails; nil after a shutdown.
+// caller's Authorization header; a request without one, or with one that
+// is not of the API's form, is answered 401, a new session with a token
+// the API refuses 401, and a request of a session with another token 403.
+//
+// Against hostile callers (decision 0067): a request with an Origin header
+// other than the server's own — http://ADDR of ln's address, and for a
+// loopback address http://localhost:PORT, http://127.0.0.1:PORT and
+// http://[::1]:PORT — or one of AllowedOrigins is answered 403 (requests
+// without Origin, from programs rather than browser pages, pass); a
+// session without a request for SessionTimeout is closed; a token the API
+// refused is refused without asking it again for AuthLimits.NegativeTTL,
+// and the checks of new tokens are rationed per client address and in
+// all (429 with Retry-After past them), below the API's own budget.
+//
+// It returns an error for a bad configuration or when serving fails; nil
+// after a shutdown.
 func ServeHTTP(ctx context.Context, ln net.Listener, cfg HTTPConfig) error {
 	if cfg.JournalDir == "" {
 		return errors.New("mcp http: JournalDir is required")
@@ -93,19 +120,29 @@ func ServeHTTP(ctx context.Context, ln net.Listener, cfg HTTPConfig) error {
 	if cfg.ShutdownGrace <= 0 {
 		cfg.ShutdownGrace = DefaultShutdownGrace
 	}
+	if cfg.SessionTimeout <= 0 {
+		cfg.SessionTimeout = DefaultSessionTimeout
+	}
+	allowed, err := newOrigins(ln.Addr(), cfg.AllowedOrigins)
+	if err != nil {
+		return fmt.Errorf("mcp http: %w", err)
+	}
 	resumeCtx, stopResumes := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopResumes()
-	rs := &remote{cfg: cfg, resumeCtx: resumeCtx, tenants: map[string]*Server{}}
+	rs := &remote{cfg: cfg, resumeCtx: resumeCtx, tenants: map[string]*Server{}, gate: newGate(cfg.AuthLimits)}
 
-	sdk := mcp.NewStreamableHTTPHandler(rs.server, &mcp.StreamableHTTPOptions{})
+	sdk := mcp.NewStreamableHTTPHandler(rs.server, &mcp.StreamableHTTPOptions{SessionTimeout: cfg.SessionTimeout})
 	verify := func(_ context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
+		if !tokenForm.MatchString(token) {
+			return nil, fmt.Errorf("%w: not a Quill token", auth.ErrInvalidToken)
+		}
 		// The session is bound to the token's digest: the SDK answers
 		// 403 to a request of the session under another token.
 		return &auth.TokenInfo{UserID: TokenDigest(token)}, nil
 	}
 	authed := auth.RequireBearerToken(verify, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})
 	mux := http.NewServeMux()
-	mux.Handle(cfg.Path, rs.count(authed(rs.admit(sdk))))
+	mux.Handle(cfg.Path, rs.count(allowed.check(authed(rs.admit(sdk)))))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: readHeaderTimeout,
 		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) }}
 
@@ -152,6 +189,8 @@ type remote struct {
 	resumes   sync.WaitGroup
 	calls     atomic.Int64 // requests other than event streams (GET) in flight
 
+	gate *gate
+
 	mu      sync.Mutex
 	tenants map[string]*Server // by TokenDigest
 }
@@ -170,26 +209,66 @@ func (rs *remote) count(next http.Handler) http.Handler {
 // admit makes sure that a request opening a session (one without
 // Mcp-Session-Id) comes with a token the API accepts, and sets up that
 // token's Server the first time: its client, its journal and its resume.
-// A refused token gets no journal directory.
+// A refused token gets no journal directory. A token accepted before in
+// this process costs the API nothing; one it refused within the negative
+// TTL is refused at once; any other is checked with the API only within
+// the budgets of the caller's address and of the server.
 func (rs *remote) admit(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" {
-			token := bearer(r)
-			if _, err := rs.tenant(r.Context(), token); err != nil {
-				var p *client.Problem
-				if errors.As(err, &p) && p.Status == http.StatusUnauthorized {
-					w.Header().Set("WWW-Authenticate", "Bearer")
-					http.Error(w, "the Quill API does not accept this bearer token", http.StatusUnauthorized)
-					return
-				}
-				rs.cfg.Log.Warn().Err(err).Msg("cannot open a session")
-				w.Header().Set("Retry-After", "5")
-				http.Error(w, "cannot open a session: "+err.Error(), http.StatusServiceUnavailable)
-				return
-			}
+		if r.Method != http.MethodPost || r.Header.Get("Mcp-Session-Id") != "" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		token := bearer(r)
+		if rs.known(token) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		unknownToken := func() {
+			w.Header().Set("WWW-Authenticate", "Bearer")
+			refuse(w, http.StatusUnauthorized, "the Quill API does not accept this bearer token")
+		}
+		if rs.gate.refused(token) {
+			unknownToken()
+			return
+		}
+		hold, wait := rs.gate.admit(clientAddress(r))
+		if hold == nil {
+			w.Header().Set("Retry-After", strconv.Itoa(int(wait/time.Second)))
+			refuse(w, http.StatusTooManyRequests, "too many bearer tokens the Quill API refused, from this address or in all; retry after "+wait.String())
+			return
+		}
+		_, err := rs.tenant(r.Context(), token)
+		var p *client.Problem
+		switch {
+		case err == nil:
+			hold.release()
+		case errors.As(err, &p) && p.Status == http.StatusUnauthorized:
+			rs.gate.remember(token)
+			unknownToken()
+			return
+		case errors.As(err, &p) && p.Status == http.StatusTooManyRequests:
+			hold.release()
+			retry := max(time.Second, p.RetryAfter.Round(time.Second))
+			w.Header().Set("Retry-After", strconv.Itoa(int(retry/time.Second)))
+			refuse(w, http.StatusTooManyRequests, "the Quill API is rate-limiting this server; retry after "+retry.String())
+			return
+		default:
+			hold.release()
+			rs.cfg.Log.Warn().Err(err).Msg("cannot open a session")
+			w.Header().Set("Retry-After", "5")
+			refuse(w, http.StatusServiceUnavailable, "cannot open a session: "+err.Error())
+			return
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// known reports whether token's Server is set up: the API accepted it.
+func (rs *remote) known(token string) bool {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	return rs.tenants[TokenDigest(token)] != nil
 }
 
 // bearer returns the request's bearer token (RequireBearerToken has

@@ -43,18 +43,23 @@ func setupRemote(t *testing.T) *remoteBundle {
 }
 
 // start serves MCP over HTTP until the test ends or stop is called.
-func (b *remoteBundle) start() {
+func (b *remoteBundle) start() { b.startWith(nil) }
+
+// startWith is start with the configuration changed by adjust.
+func (b *remoteBundle) startWith(adjust func(*mcpserver.HTTPConfig)) {
 	t := b.t
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
+	cfg := mcpserver.HTTPConfig{
+		Client:     client.Config{BaseURL: b.api.URL, Attempts: 2, Deadline: 3 * time.Second, BaseDelay: 5 * time.Millisecond},
+		JournalDir: b.journalDir, Version: "test", ShutdownGrace: 2 * time.Second,
+	}
+	if adjust != nil {
+		adjust(&cfg)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() {
-		done <- mcpserver.ServeHTTP(ctx, ln, mcpserver.HTTPConfig{
-			Client:     client.Config{BaseURL: b.api.URL, Attempts: 2, Deadline: 3 * time.Second, BaseDelay: 5 * time.Millisecond},
-			JournalDir: b.journalDir, Version: "test", ShutdownGrace: 2 * time.Second,
-		})
-	}()
+	go func() { done <- mcpserver.ServeHTTP(ctx, ln, cfg) }()
 	b.endpoint = "http://" + ln.Addr().String() + mcpserver.DefaultHTTPPath
 	stopped := false
 	var result error
