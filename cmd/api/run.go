@@ -20,6 +20,7 @@ import (
 	"github.com/quillhq/quill/internal/daemon"
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/httpapi"
+	"github.com/quillhq/quill/internal/httpserve"
 	"github.com/quillhq/quill/internal/logging"
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/notes"
@@ -78,7 +79,7 @@ type serveConfig struct {
 	maxBody, maxAttachment, dbMaxConns    int
 	tokenCacheTTL                         time.Duration
 	replayCacheBytes                      int
-	http                                  daemon.HTTPSettings
+	http                                  httpserve.Settings
 	maxConcurrency, tenantConcurrency     int
 	tenantRate                            float64
 	tenantBurst                           int
@@ -217,7 +218,7 @@ type server struct {
 // meanwhile is logged and ignored.
 //
 // Every server has hs's timeouts, header limit and connection cap.
-func serveHTTP(ctx context.Context, log zerolog.Logger, hs daemon.HTTPSettings, servers map[string]server, notify func(context.Context) error) error {
+func serveHTTP(ctx context.Context, log zerolog.Logger, hs httpserve.Settings, servers map[string]server, notify func(context.Context) error) error {
 	defer daemon.LogHangups(log)()
 	g, gctx := errgroup.WithContext(ctx)
 	for name, s := range servers {
@@ -226,7 +227,7 @@ func serveHTTP(ctx context.Context, log zerolog.Logger, hs daemon.HTTPSettings, 
 			log.Error().Err(err).Str("listener", name).Msg("cannot listen")
 			return cli.LoggedError{Err: fmt.Errorf("listen %s: %w", name, err)}
 		}
-		srv := hs.Server(s.handler)
+		srv := ln.Server(s.handler)
 		log.Info().Str("listener", name).Str("addr", ln.Addr().String()).Msg("listening")
 		g.Go(func() error { return daemon.Serve(gctx, name, srv, ln) })
 	}
