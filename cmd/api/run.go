@@ -33,6 +33,8 @@ const overview = `usage: api [serve] [flags]     run the HTTP API (default)
        api token create --operator --name NAME
                                       print a new operator token (the console's sign-in)
        api token revoke TOKEN_PREFIX  revoke a token (its qt_xxxxxxxx prefix, or the token)
+       api console rotate-key [--end-sessions]
+                                      a new session key for the operator console
        api audit [--tenant T [--key K]] [--json]
                                reconcile operations, notes, events, stream and inbox;
                                exit 0 consistent, 1 anomalies, 3 incomplete
@@ -56,6 +58,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		"serve":   serve,
 		"migrate": migrate,
 		"token":   token,
+		"console": consoleCmd,
 		"audit":   auditCmd,
 	}, args, getenv, stdout, stderr)
 }
