@@ -17,6 +17,7 @@ import (
 	"github.com/quillhq/quill/internal/auth"
 	"github.com/quillhq/quill/internal/cli"
 	"github.com/quillhq/quill/internal/config"
+	"github.com/quillhq/quill/internal/console"
 	"github.com/quillhq/quill/internal/daemon"
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/httpapi"
@@ -34,6 +35,8 @@ const overview = `usage: api [serve] [flags]     run the HTTP API (default)
        api token create --operator --name NAME
                                       print a new operator token (the console's sign-in)
        api token revoke TOKEN_PREFIX  revoke a token (its qt_xxxxxxxx prefix, or the token)
+       api console rotate-key [--end-sessions]
+                                      a new session key for the operator console
        api audit [--tenant T [--key K]] [--json]
                                reconcile operations, notes, events, stream and inbox;
                                exit 0 consistent, 1 anomalies, 3 incomplete
@@ -57,6 +60,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		"serve":   serve,
 		"migrate": migrate,
 		"token":   token,
+		"console": consoleCmd,
 		"audit":   auditCmd,
 	}, args, getenv, stdout, stderr)
 }
@@ -173,6 +177,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 			TenantRate: c.tenantRate, TenantBurst: c.tenantBurst}})
 	ready := map[string]metrics.ReadyFunc{"postgres": metrics.PingReady(pool)}
 	admin := metrics.AdminHandler(log, reg, ready)
+	c.console.proxies = console.TrustedProxies(c.http.TrustedProxies)
 	con, closeConsole, err := newConsole(&c.console, pool, log, audit.Config{
 		ResponseRetention: c.responseRetention, KeyRetention: c.keyRetention})
 	if err != nil {

@@ -478,9 +478,7 @@ func (a *Authenticator) mayLookUpKnown(prefix string, now time.Time) bool {
 // limited is the RateLimitedError of lim at now: Retry-After is when the
 // bucket holds one token again, in whole seconds, at least one.
 func (a *Authenticator) limited(lim *rate.Limiter, now time.Time) error {
-	missing := 1 - lim.TokensAt(now)
-	wait := time.Duration(missing / float64(lim.Limit()) * float64(time.Second))
-	return &RateLimitedError{RetryAfter: max(time.Second, wait.Round(time.Second))}
+	return limitedAt(lim, now)
 }
 
 // addressKey is the limit's key for a RemoteAddr: the IP address, or for

@@ -237,7 +237,7 @@ func TestParsePrefixes(t *testing.T) {
 		{"::ffff:192.0.2.7", []string{"192.0.2.7/32"}, ""},
 		{"fd00::/8,2001:db8::1", []string{"fd00::/8", "2001:db8::1/128"}, ""},
 		{"10.0.0.0/33", nil, `"10.0.0.0/33"`},
-		{"lb.internal", nil, `"lb.internal" is neither a CIDR nor an address`},
+		{"lb.internal", nil, `"lb.internal" is neither an IP address nor a CIDR prefix`},
 	} {
 		t.Run(tc.in, func(t *testing.T) {
 			got, err := httpserve.ParsePrefixes(tc.in)

@@ -103,7 +103,7 @@ func ParsePrefixes(v string) ([]netip.Prefix, error) {
 		}
 		a, err := netip.ParseAddr(item)
 		if err != nil {
-			return nil, fmt.Errorf("%q is neither a CIDR nor an address", item)
+			return nil, fmt.Errorf("%q is neither an IP address nor a CIDR prefix (such as 10.0.0.0/8)", item)
 		}
 		a = a.Unmap()
 		out = append(out, netip.PrefixFrom(a, a.BitLen()))
