@@ -49,6 +49,10 @@ const (
 	// DefaultMaxBatchWait is how long a batch waits for more deliveries
 	// after its first: short, since every event of the batch waits with it.
 	DefaultMaxBatchWait = 2 * time.Millisecond
+	// DefaultPendingInterval is how often Run reads the durable
+	// consumer's backlog from JetStream (quill_consumer_pending_messages):
+	// Prometheus's usual scrape interval.
+	DefaultPendingInterval = 15 * time.Second
 )
 
 // Config configures a Consumer. Every zero field takes its default.
@@ -115,6 +119,10 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
+	// PendingInterval is how often Run reads the durable consumer's
+	// info from JetStream for quill_consumer_pending_messages (only with a
+	// Registerer). Default 15s.
+	PendingInterval time.Duration
 
 	// MaxBatch is the most events a consumer made by NewBatch commits in
 	// one transaction (group commit). Default 32; 1 turns batching off.
@@ -175,6 +183,7 @@ func (c Config) WithDefaults() Config {
 	c.MaxBatch = cmp.Or(c.MaxBatch, DefaultMaxBatch)
 	c.MaxBatchWait = cmp.Or(c.MaxBatchWait, DefaultMaxBatchWait)
 	c.BatchTimeout = cmp.Or(c.BatchTimeout, c.HandlerTimeout/4)
+	c.PendingInterval = cmp.Or(c.PendingInterval, DefaultPendingInterval)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -217,6 +226,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("consumer: Config.MaxConcurrentBatches %d must not be negative", c.MaxConcurrentBatches)
 	case c.MaxBatchWeight < 0:
 		return fmt.Errorf("consumer: Config.MaxBatchWeight %d must not be negative", c.MaxBatchWeight)
+	case c.PendingInterval < 0:
+		return fmt.Errorf("consumer: Config.PendingInterval %s must not be negative", c.PendingInterval)
 	}
 	for _, s := range c.FilterSubjects {
 		if s == "" || strings.ContainsAny(s, " \t\r\n") || strings.Contains(s, "..") {

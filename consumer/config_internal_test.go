@@ -37,6 +37,7 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 		{"max batch", Config{Durable: "d", MaxBatch: -1}, "Config.MaxBatch"},
 		{"max batch wait", Config{Durable: "d", MaxBatchWait: -time.Millisecond}, "Config.MaxBatchWait"},
 		{"batch timeout", Config{Durable: "d", BatchTimeout: 2 * time.Minute}, "Config.BatchTimeout"},
+		{"pending interval", Config{Durable: "d", PendingInterval: -time.Second}, "Config.PendingInterval"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -87,7 +87,7 @@ func newConsumer(pool *pgxpool.Pool, js jetstream.JetStream, cfg Config, st Stag
 		return nil, errors.New("consumer: no handler")
 	}
 	t, _ := tablesOf(cfg.TablePrefix) // validated above
-	m, err := newMetrics(cfg.Registerer, cfg.Durable, batched)
+	m, err := newMetrics(cfg.Registerer, cfg.Durable, cfg.Stream, batched)
 	if err != nil {
 		return nil, err
 	}
@@ -209,12 +209,26 @@ const routerCloseTimeout = 5 * time.Second
 // handlers finish for up to Config.ShutdownTimeout, cancels the contexts of
 // those still running (their messages are Nak'ed, to be redelivered), and
 // returns nil. Until the durable consumer can be provisioned (the stream
-// missing, NATS away) it retries with backoff, and Ready says why. It
-// returns an error when it is called a second time, or when the router
-// cannot start or stops on its own.
+// missing, NATS away) it retries with backoff, and Ready says why. With a
+// Config.Registerer it also reads the durable consumer's backlog from
+// JetStream into quill_consumer_pending_messages, at once and then every
+// Config.PendingInterval, for as long as it runs. It returns an error when
+// it is called a second time, or when the router cannot start or stops on
+// its own.
 func (c *Consumer) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
 		return errors.New("consumer: Run called twice")
+	}
+	if c.m != nil {
+		// From the start, before the consumer is provisioned: a durable
+		// consumer left by an earlier run shows its backlog at once.
+		pctx, stopPolling := context.WithCancel(ctx)
+		polled := make(chan struct{})
+		go func() {
+			defer close(polled)
+			c.pollPending(pctx)
+		}()
+		defer func() { stopPolling(); <-polled }()
 	}
 	cons, ok := c.awaitConsumer(ctx)
 	if !ok {

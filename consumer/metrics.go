@@ -28,6 +28,11 @@ type metrics struct {
 	messages *prometheus.CounterVec
 	duration prometheus.Histogram
 	running  prometheus.Gauge
+	// acks counts the acknowledgements the server confirmed; pending is
+	// the durable consumer's backlog as JetStream last reported it
+	// (pending.go).
+	acks    prometheus.Counter
+	pending prometheus.Gauge
 
 	// Group commit (NewBatch) only.
 	batchSize *prometheus.HistogramVec
@@ -39,7 +44,7 @@ const (
 	batchFellBack  = "fell_back"
 )
 
-func newMetrics(reg prometheus.Registerer, durable string, batched bool) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, durable, stream string, batched bool) (*metrics, error) {
 	if reg == nil {
 		return nil, nil
 	}
@@ -61,12 +66,26 @@ func newMetrics(reg prometheus.Registerer, durable string, batched bool) (*metri
 			Help:        "Handlers running now.",
 			ConstLabels: labels,
 		}),
+		acks: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "quill_consumer_acks_total",
+			Help: "Messages acknowledged to JetStream (the server confirmed): committed, duplicate, skipped or dead-lettered. " +
+				"A backlog and no increase is a stalled consumer.",
+			ConstLabels: labels,
+		}),
+		// Exported from New on, at 0 until the first read.
+		pending: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "quill_consumer_pending_messages",
+			Help: "Messages the durable consumer has not acknowledged, as JetStream last reported them: " +
+				"not yet delivered (num_pending) plus delivered and unacknowledged (num_ack_pending). " +
+				"The same on every process of the consumer: aggregate with max.",
+			ConstLabels: prometheus.Labels{"consumer": durable, "stream": stream},
+		}),
 	}
 	// Every result is exported from the start, at 0.
 	for _, r := range []string{ResultProcessed, ResultDuplicate, ResultDeadLettered, ResultFailed} {
 		m.messages.WithLabelValues(r)
 	}
-	cs := []prometheus.Collector{m.messages, m.duration, m.running}
+	cs := []prometheus.Collector{m.messages, m.duration, m.running, m.acks, m.pending}
 	if batched {
 		m.batchSize = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "quill_consumer_batch_size",
@@ -112,5 +131,17 @@ func (m *metrics) runningAdd(d float64) {
 func (m *metrics) batch(outcome string, size int) {
 	if m != nil && m.batchSize != nil {
 		m.batchSize.WithLabelValues(outcome).Observe(float64(size))
+	}
+}
+
+func (m *metrics) acked() {
+	if m != nil {
+		m.acks.Inc()
+	}
+}
+
+func (m *metrics) setPending(n float64) {
+	if m != nil {
+		m.pending.Set(n)
 	}
 }

@@ -268,6 +268,8 @@ wait:
 		if err := d.msg.DoubleAck(ctx); err != nil {
 			// Committed: a redelivery will be a duplicate.
 			p.c.log.Warn("ack failed; the event will be redelivered and found in the inbox", d.event.logAttrs("error", err)...)
+		} else {
+			p.c.m.acked()
 		}
 		cancel()
 	case p.stopping() || !emitted:

@@ -7,9 +7,11 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+	"unicode"
 
 	"github.com/compose-spec/compose-go/v2/types"
 	"github.com/stretchr/testify/require"
@@ -250,4 +252,114 @@ func TestComposeGrafanaProvisioning(t *testing.T) {
 		}
 	}
 	require.Greater(t, queries, 10)
+}
+
+// alertRule is an alerting rule of quill.rules.yml, as far as it is
+// checked here.
+type alertRule struct {
+	Alert       string            `yaml:"alert"`
+	Expr        string            `yaml:"expr"`
+	Annotations map[string]string `yaml:"annotations"`
+}
+
+// alertRules returns every alerting rule of quill.rules.yml.
+func alertRules(t *testing.T) []alertRule {
+	t.Helper()
+	var file struct {
+		Groups []struct {
+			Rules []alertRule `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	require.NoError(t, yaml.Unmarshal([]byte(readFile(t, prometheusRulesRel)), &file))
+	var out []alertRule
+	for _, g := range file.Groups {
+		for _, r := range g.Rules {
+			if r.Alert != "" {
+				out = append(out, r)
+			}
+		}
+	}
+	require.NotEmpty(t, out)
+	return out
+}
+
+// runbookBase is where the rules' runbook links point: the repository's
+// documentation on GitHub.
+const runbookBase = "https://github.com/quillhq/quill/blob/main/"
+
+// headingAnchor is the anchor GitHub gives a Markdown heading's text:
+// lower case, punctuation but '-' and '_' dropped, spaces as '-'.
+func headingAnchor(heading string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(strings.TrimSpace(heading)) {
+		switch {
+		case r == ' ':
+			b.WriteByte('-')
+		case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// TestRulesLinkTheirRunbooks: every alert has a runbook_url into docs/,
+// to the section named after the alert, and that section exists — a
+// renamed heading or alert breaks this test, not the page an operator
+// opens at night.
+func TestRulesLinkTheirRunbooks(t *testing.T) {
+	t.Parallel()
+	anchors := map[string]map[string]bool{} // docs file → its headings' anchors
+	for _, r := range alertRules(t) {
+		u := r.Annotations["runbook_url"]
+		require.Truef(t, strings.HasPrefix(u, runbookBase+"docs/"), "alert %s: runbook_url %q must point into %sdocs/", r.Alert, u, runbookBase)
+		file, anchor, ok := strings.Cut(strings.TrimPrefix(u, runbookBase), "#")
+		require.Truef(t, ok, "alert %s: runbook_url %q names no section", r.Alert, u)
+		require.Equalf(t, strings.ToLower(r.Alert), anchor, "alert %s: its runbook is the section named after it", r.Alert)
+		if anchors[file] == nil {
+			anchors[file] = map[string]bool{}
+			fenced := false // a "# comment" in a code block is no heading
+			for _, line := range strings.Split(readFile(t, file), "\n") {
+				if strings.HasPrefix(line, "```") {
+					fenced = !fenced
+				}
+				if h, ok := strings.CutPrefix(line, "#"); ok && !fenced {
+					anchors[file][headingAnchor(strings.TrimLeft(h, "#"))] = true
+				}
+			}
+		}
+		require.Truef(t, anchors[file][anchor], "alert %s: %s has no heading for #%s", r.Alert, file, anchor)
+	}
+}
+
+// jobMatcher finds the jobs a rule's expression names.
+var jobMatcher = regexp.MustCompile(`job="([^"]*)"`)
+
+// TestRulesWatchEveryScrapeJob: each job of prometheus.yml has an alert
+// for a target that fails its scrapes (up == 0) and one for a job with no
+// target at all (absent), and the rules name no job prometheus.yml lacks.
+func TestRulesWatchEveryScrapeJob(t *testing.T) {
+	t.Parallel()
+	var conf prometheusConfig
+	require.NoError(t, yaml.Unmarshal([]byte(readFile(t, prometheusConfRel)), &conf))
+	jobs := map[string]bool{}
+	for _, sc := range conf.ScrapeConfigs {
+		jobs[sc.JobName] = true
+	}
+	require.Len(t, jobs, len(adminPorts), "one job per process")
+	rules := alertRules(t)
+	for job := range jobs {
+		var down, absent bool
+		for _, r := range rules {
+			expr := strings.Join(strings.Fields(r.Expr), " ")
+			down = down || expr == `up{job="`+job+`"} == 0`
+			absent = absent || expr == `absent(up{job="`+job+`"})`
+		}
+		require.Truef(t, down, "no alert has the expression up{job=%q} == 0", job)
+		require.Truef(t, absent, "no alert has the expression absent(up{job=%q})", job)
+	}
+	for _, r := range rules {
+		for _, m := range jobMatcher.FindAllStringSubmatch(r.Expr, -1) {
+			require.Truef(t, jobs[m[1]], "alert %s names job %q, which prometheus.yml does not scrape", r.Alert, m[1])
+		}
+	}
 }

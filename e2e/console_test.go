@@ -31,7 +31,8 @@ import (
 // console on its admin address), relay and attachment-worker — on a fresh
 // database and their own nats-server: sign in (a tenant token refused),
 // look up a key created through the API and see every link of its chain,
-// see a parked event and retry it, refuse an action without its CSRF token.
+// see a parked event and retry it, refuse an action posted from another
+// site, and refuse a signed-out session's cookie put back.
 //
 // It needs node, npm and Chromium (scripts/ensure-playwright.sh installs
 // them when run as root); without them it is skipped, except under CI=true,
@@ -68,7 +69,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	common := slices.Concat(withDB, []string{"NATS_URL=" + ns.URL(), "QUILL_LOG_LEVEL=info"})
 	daemons := []*daemon{
 		newDaemon("api", bins.api, consoleAddr, filepath.Join(dir, "api.log"),
-			slices.Concat(common, []string{"QUILL_HTTP_ADDR=" + httpAddr, "QUILL_ADMIN_ADDR=" + consoleAddr}), "serve"),
+			slices.Concat(common, []string{"QUILL_HTTP_ADDR=" + httpAddr, "QUILL_ADMIN_ADDR=" + consoleAddr, "QUILL_CONSOLE=true"}), "serve"),
 	}
 	for _, role := range []struct{ name, bin string }{{"relay", bins.relay}, {"attachment-worker", bins.worker}} {
 		admin := port()
@@ -165,6 +166,6 @@ func TestConsoleInABrowser(t *testing.T) {
 		require.Contains(t, string(apiLog), `"console_action":"`+action+`"`)
 	}
 	require.Contains(t, string(apiLog), `"operator":"e2e-operator"`)
-	require.Contains(t, string(apiLog), `"error_category":"console_csrf"`)
+	require.Contains(t, string(apiLog), `"error_category":"console_cross_origin"`)
 	require.Contains(t, string(apiLog), `"error_category":"console_tenant_token"`)
 }

@@ -23,6 +23,8 @@ token=$(./bin/api token create --tenant demo)
 cat <<TXT
 
   Quill is starting.  API:   http://127.0.0.1:8080   (admin :9090)
+                      console: http://127.0.0.1:9090/console/
+                        (sign in with: ./bin/api token create --operator --name you)
                       relay: admin http://127.0.0.1:9091/metrics
                       attachment-worker: admin http://127.0.0.1:9092/metrics
   Demo tenant token:  export QUILL_TOKEN=$token
@@ -41,7 +43,9 @@ stop() {
 }
 trap stop INT TERM EXIT
 
-./bin/api serve 2> >(logs >&2) &
+# The console is off by default; make dev turns it on (plain HTTP on
+# :9090, for this machine only).
+QUILL_CONSOLE=true ./bin/api serve 2> >(logs >&2) &
 pids+=($!)
 ./bin/relay run 2> >(logs >&2) &
 pids+=($!)

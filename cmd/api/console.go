@@ -1,14 +1,23 @@
 package main
 
 import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/quillhq/quill/internal/audit"
+	"github.com/quillhq/quill/internal/cli"
 	"github.com/quillhq/quill/internal/config"
 	"github.com/quillhq/quill/internal/console"
+	"github.com/quillhq/quill/internal/db"
+	"github.com/quillhq/quill/internal/logging"
 	"github.com/quillhq/quill/internal/natsconn"
 	"github.com/quillhq/quill/internal/retention"
 )
@@ -18,12 +27,19 @@ import (
 // retries dead letters through — the settings "api audit" takes.
 type consoleSettings struct {
 	enabled bool
+	// proxies are QUILL_TRUSTED_PROXIES, read with the HTTP settings
+	// (httpserve.Settings), which the connection share exempts too.
+	proxies console.TrustedProxies
 	nats    natsconn.Settings
 	audit   audit.Config
 }
 
+// defaultConsole is off: a default install serves no sign-in page on its
+// admin address (make dev and compose turn it on).
+const defaultConsole = false
+
 func (c *consoleSettings) define(s *config.Set) {
-	s.Bool(&c.enabled, "console", "QUILL_CONSOLE", true, "serve the operator console at /console/ on the admin address (true or false)")
+	s.Bool(&c.enabled, "console", "QUILL_CONSOLE", defaultConsole, "serve the operator console at /console/ on the admin address (true or false)")
 	c.nats.Define(s, "NATS with JetStream, for the operator console only (stream checks, dead-letter retries); the API serves without it")
 	c.audit.Stream.DefineSubjects(s)
 	s.String(&c.audit.Consumer, "consumer", "QUILL_CONSUMER", audit.DefaultConsumer, "the attachment worker's durable consumer (its inbox and dead letters), for the console")
@@ -51,7 +67,7 @@ func newConsole(c *consoleSettings, pool *pgxpool.Pool, log zerolog.Logger, cfg 
 	}
 	cfg.Stream, cfg.Consumer = c.audit.Stream, c.audit.Consumer
 	cfg.OutboxRetention, cfg.InboxRetention = c.audit.OutboxRetention, c.audit.InboxRetention
-	con, err := console.New(console.Deps{Pool: pool, Log: log, Config: console.Config{Audit: cfg},
+	con, err := console.New(console.Deps{Pool: pool, Log: log, Config: console.Config{Audit: cfg, TrustedProxies: c.proxies},
 		JetStream: func() jetstream.JetStream {
 			if !nc.IsConnected() {
 				return nil
@@ -63,4 +79,44 @@ func newConsole(c *consoleSettings, pool *pgxpool.Pool, log zerolog.Logger, cfg 
 		return nil, nil, err
 	}
 	return con, nc.Close, nil
+}
+
+// consoleCmd is "api console rotate-key [--end-sessions]": a new session
+// key for the operator console.
+func consoleCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	const usage = "usage: api console rotate-key [--end-sessions]"
+	if len(args) == 0 || args[0] != "rotate-key" {
+		if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+			return cli.UsageError{Msg: fmt.Sprintf("unknown console command %q; %s", args[0], usage)}
+		}
+		return cli.UsageError{Msg: usage}
+	}
+	var c common
+	var end bool
+	s := config.New("api console rotate-key", usage+"\n\nMakes a new session key for the operator console: new sessions are signed with it (on a running API within 30 s), the previous key still verifies its sessions until they expire (12 h), and keys that verify no session any more are dropped. --end-sessions drops every older key, ending every session within 30 s (after a key leaked).", getenv, stdout)
+	c.define(s)
+	s.FlagSet().BoolVar(&end, "end-sessions", false, "drop every older key: every console session ends (within 30 s on a running API)")
+	if err := cli.Parse(s, args[1:]); err != nil {
+		return err
+	}
+	if len(s.Args()) > 0 {
+		return cli.UsageError{Msg: fmt.Sprintf("unexpected arguments %q; %s", s.Args(), usage)}
+	}
+	log, err := logging.New(stderr, c.logLevel, "api")
+	if err != nil {
+		return cli.UsageError{Msg: err.Error()}
+	}
+	pool, err := db.Open(ctx, c.databaseURL, 2)
+	if err != nil {
+		log.Error().Err(err).Str("error_category", "database_unreachable").Msg("PostgreSQL is not reachable at DATABASE_URL")
+		return cli.LoggedError{Err: err}
+	}
+	defer pool.Close()
+	rot, err := console.RotateSessionKey(ctx, pool, time.Now(), end)
+	if err != nil {
+		return err
+	}
+	log.Info().Int32("session_key", rot.ID).Int64("dropped_keys", rot.Dropped).Bool("end_sessions", end).Msg("console session key rotated")
+	fmt.Fprintf(stdout, "console session key %d signs new sessions from now on; %d older key(s) dropped\n", rot.ID, rot.Dropped)
+	return nil
 }

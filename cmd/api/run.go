@@ -17,9 +17,11 @@ import (
 	"github.com/quillhq/quill/internal/auth"
 	"github.com/quillhq/quill/internal/cli"
 	"github.com/quillhq/quill/internal/config"
+	"github.com/quillhq/quill/internal/console"
 	"github.com/quillhq/quill/internal/daemon"
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/httpapi"
+	"github.com/quillhq/quill/internal/httpserve"
 	"github.com/quillhq/quill/internal/logging"
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/notes"
@@ -33,6 +35,8 @@ const overview = `usage: api [serve] [flags]     run the HTTP API (default)
        api token create --operator --name NAME
                                       print a new operator token (the console's sign-in)
        api token revoke TOKEN_PREFIX  revoke a token (its qt_xxxxxxxx prefix, or the token)
+       api console rotate-key [--end-sessions]
+                                      a new session key for the operator console
        api audit [--tenant T [--key K]] [--json]
                                reconcile operations, notes, events, stream and inbox;
                                exit 0 consistent, 1 anomalies, 3 incomplete
@@ -56,6 +60,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		"serve":   serve,
 		"migrate": migrate,
 		"token":   token,
+		"console": consoleCmd,
 		"audit":   auditCmd,
 	}, args, getenv, stdout, stderr)
 }
@@ -78,7 +83,7 @@ type serveConfig struct {
 	maxBody, maxAttachment, dbMaxConns    int
 	tokenCacheTTL                         time.Duration
 	replayCacheBytes                      int
-	http                                  daemon.HTTPSettings
+	http                                  httpserve.Settings
 	maxConcurrency, tenantConcurrency     int
 	tenantRate                            float64
 	tenantBurst                           int
@@ -172,6 +177,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 			TenantRate: c.tenantRate, TenantBurst: c.tenantBurst}})
 	ready := map[string]metrics.ReadyFunc{"postgres": metrics.PingReady(pool)}
 	admin := metrics.AdminHandler(log, reg, ready)
+	c.console.proxies = console.TrustedProxies(c.http.TrustedProxies)
 	con, closeConsole, err := newConsole(&c.console, pool, log, audit.Config{
 		ResponseRetention: c.responseRetention, KeyRetention: c.keyRetention})
 	if err != nil {
@@ -217,7 +223,7 @@ type server struct {
 // meanwhile is logged and ignored.
 //
 // Every server has hs's timeouts, header limit and connection cap.
-func serveHTTP(ctx context.Context, log zerolog.Logger, hs daemon.HTTPSettings, servers map[string]server, notify func(context.Context) error) error {
+func serveHTTP(ctx context.Context, log zerolog.Logger, hs httpserve.Settings, servers map[string]server, notify func(context.Context) error) error {
 	defer daemon.LogHangups(log)()
 	g, gctx := errgroup.WithContext(ctx)
 	for name, s := range servers {
@@ -226,7 +232,7 @@ func serveHTTP(ctx context.Context, log zerolog.Logger, hs daemon.HTTPSettings, 
 			log.Error().Err(err).Str("listener", name).Msg("cannot listen")
 			return cli.LoggedError{Err: fmt.Errorf("listen %s: %w", name, err)}
 		}
-		srv := hs.Server(s.handler)
+		srv := ln.Server(s.handler)
 		log.Info().Str("listener", name).Str("addr", ln.Addr().String()).Msg("listening")
 		g.Go(func() error { return daemon.Serve(gctx, name, srv, ln) })
 	}

@@ -118,14 +118,14 @@ func TestTokenRevoke(t *testing.T) {
 }
 
 // TestOperatorTokenAndConsole: "api token create --operator" makes a token
-// the console takes, the console answers on the admin address (and not on
-// the API's), QUILL_CONSOLE=false turns it off, and "api token revoke"
-// revokes an operator token too.
+// the console takes; QUILL_CONSOLE=true serves the console on the admin
+// address (and not on the API's); by default there is none (404); "api
+// token revoke" revokes an operator token too.
 func TestOperatorTokenAndConsole(t *testing.T) {
 	t.Parallel()
 	schema := dbtest.Schema(t)
 	vars := map[string]string{"DATABASE_URL": schema, "QUILL_HTTP_ADDR": clitest.FreeAddr(t), "QUILL_ADMIN_ADDR": clitest.FreeAddr(t),
-		"NATS_URL": "nats://127.0.0.1:1"} // no NATS: the console serves without it
+		"QUILL_CONSOLE": "true", "NATS_URL": "nats://127.0.0.1:1"} // no NATS: the console serves without it
 	getenv := clitest.Env(vars)
 	tok, _, err := clitest.RunOut(t, run, getenv, "token", "create", "--operator", "--name", "alice")
 	require.NoError(t, err)
@@ -142,8 +142,11 @@ func TestOperatorTokenAndConsole(t *testing.T) {
 	require.Equal(t, "/console/signin?next=%2Fconsole%2F", res.Header.Get("Location"))
 	res, err = http.Get(admin + "/console/signin")
 	require.NoError(t, err)
+	page, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
 	res.Body.Close()
 	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Contains(t, string(page), `action="/console/signin"`, "the sign-in page")
 	require.Contains(t, res.Header.Get("Content-Security-Policy"), "script-src 'self'")
 	res, err = http.Get("http://" + vars["QUILL_HTTP_ADDR"] + "/console/")
 	require.NoError(t, err)
@@ -152,13 +155,38 @@ func TestOperatorTokenAndConsole(t *testing.T) {
 	_, _, err = clitest.RunOut(t, run, getenv, "token", "revoke", tok[:11])
 	require.NoError(t, err)
 
-	off := map[string]string{"DATABASE_URL": schema, "QUILL_HTTP_ADDR": clitest.FreeAddr(t), "QUILL_ADMIN_ADDR": clitest.FreeAddr(t), "QUILL_CONSOLE": "false"}
+	// The default: no console, no sign-in page.
+	off := map[string]string{"DATABASE_URL": schema, "QUILL_HTTP_ADDR": clitest.FreeAddr(t), "QUILL_ADMIN_ADDR": clitest.FreeAddr(t)}
 	clitest.Start(t, run, clitest.Env(off), "serve")
 	waitReady(t, "http://"+off["QUILL_ADMIN_ADDR"]+"/readyz")
-	res, err = http.Get("http://" + off["QUILL_ADMIN_ADDR"] + "/console/")
+	for _, p := range []string{"/console/", "/console/signin", "/console"} {
+		res, err = noRedirect.Get("http://" + off["QUILL_ADMIN_ADDR"] + p)
+		require.NoError(t, err)
+		res.Body.Close()
+		require.Equal(t, http.StatusNotFound, res.StatusCode, p)
+	}
+}
+
+// TestConsoleRotateKey: "api console rotate-key" adds a session key and
+// says which; --end-sessions drops every older one.
+func TestConsoleRotateKey(t *testing.T) {
+	t.Parallel()
+	schema := dbtest.Schema(t)
+	getenv := clitest.Env(map[string]string{"DATABASE_URL": schema})
+	out, _, err := clitest.RunOut(t, run, getenv, "console", "rotate-key")
 	require.NoError(t, err)
-	res.Body.Close()
-	require.Equal(t, http.StatusNotFound, res.StatusCode)
+	require.Regexp(t, `^console session key 2 signs new sessions from now on; 0 older key\(s\) dropped\n$`, out)
+	out, _, err = clitest.RunOut(t, run, getenv, "console", "rotate-key", "--end-sessions")
+	require.NoError(t, err)
+	require.Contains(t, out, "console session key 3 signs new sessions from now on; 2 older key(s) dropped")
+	conn, err := pgx.Connect(t.Context(), schema)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	rows, err := conn.Query(t.Context(), `SELECT id FROM console_session_keys`)
+	require.NoError(t, err)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	require.NoError(t, err)
+	require.Equal(t, []int32{3}, ids)
 }
 
 func TestCommandLineErrors(t *testing.T) {
@@ -183,6 +211,10 @@ func TestCommandLineErrors(t *testing.T) {
 		{args: []string{"token", "create", "--operator", "--name", "bad name"}, want: "operator names are", code: 2},
 		{args: []string{"token", "create", "--tenant", "acme", "--name", "alice"}, want: "--name is for --operator", code: 2},
 		{args: []string{"serve"}, env: map[string]string{"QUILL_CONSOLE": "maybe"}, want: `invalid QUILL_CONSOLE "maybe"`, code: 2},
+		{args: []string{"serve"}, env: map[string]string{"QUILL_TRUSTED_PROXIES": "10.0.0.0/8,proxy"}, want: `invalid QUILL_TRUSTED_PROXIES "10.0.0.0/8,proxy": "proxy" is neither an IP address nor a CIDR prefix`, code: 2},
+		{args: []string{"console"}, want: "usage: api console rotate-key", code: 2},
+		{args: []string{"console", "bogus"}, want: `unknown console command "bogus"`, code: 2},
+		{args: []string{"console", "rotate-key", "extra"}, want: "unexpected arguments", code: 2},
 		{args: []string{"serve"}, env: map[string]string{"NATS_URL": "http://x"}, want: "NATS_URL", code: 2},
 		{args: []string{"serve", "--idempotency-wait", "soon"}, want: `invalid --idempotency-wait "soon"`, code: 2},
 		{args: []string{"serve"}, env: map[string]string{"QUILL_IDEMPOTENCY_RETENTION": "3"}, want: `invalid QUILL_IDEMPOTENCY_RETENTION "3"`, code: 2},

@@ -107,7 +107,7 @@ func (c *settings) start(ctx context.Context, ds daemon.Settings, stderr io.Writ
 	notifier := outbox.NewNotifier(d.Pool, func(err error) { log.Warn().Err(err).Msg("notify relays") })
 	w, err := worker.New(d.Pool, d.NATS, cfg, log, metrics.NewWorker(d.Registry),
 		append(c.opts, worker.WithNotifier(notifier), worker.WithDecodeMemoryGauge(metrics.NewDecodeMemory(d.Registry)),
-			worker.WithTracer(tp.Tracer()))...)
+			worker.WithConsumerMetrics(d.Registry), worker.WithTracer(tp.Tracer()))...)
 	if err != nil {
 		return cli.UsageError{Msg: err.Error()}
 	}

@@ -71,8 +71,12 @@ func TestRunProcessesAndDeadLetters(t *testing.T) {
 	testkit.WaitFor(t, 30*time.Second, func() bool {
 		_, b, ok := getAdmin(admin, "/metrics")
 		return ok && strings.Contains(b, `quill_worker_messages_total{result="dead_lettered"} 1`) &&
-			strings.Contains(b, `quill_worker_messages_total{result="processed"} 1`)
-	}, "metrics show one processed and one dead letter")
+			strings.Contains(b, `quill_worker_messages_total{result="processed"} 1`) &&
+			// The consumer package's, which show a worker that stopped
+			// consuming: both messages acknowledged, the backlog exported.
+			strings.Contains(b, `quill_consumer_acks_total{consumer="w-`+suffix+`"} 2`) &&
+			strings.Contains(b, `quill_consumer_pending_messages{consumer="w-`+suffix+`",stream="CMD_`+suffix+`"} `)
+	}, "metrics show one processed and one dead letter, acknowledged")
 
 	var out bytes.Buffer
 	cli := map[string]string{"DATABASE_URL": dbURL, "NATS_URL": srv.URL(), "QUILL_CONSUMER": "w-" + suffix}

@@ -115,6 +115,9 @@ var tableOwners = map[string]string{
 	"inbox":          "internal/inbox",
 	"dead_letters":   "internal/deadletter",
 	"api_tokens":     "internal/auth",
+
+	"console_session_keys": "internal/console",
+	"console_signouts":     "internal/console",
 }
 
 var writeRE = regexp.MustCompile(`(?i)\b(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM|TRUNCATE(?:\s+TABLE)?|COPY)\s+([a-z_]+)`)

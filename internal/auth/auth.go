@@ -178,6 +178,12 @@ const (
 	// bucket of each client address for lookups that find no valid token.
 	DefaultFailuresPerSecond = 1.0
 	DefaultFailureBurst      = 20
+	// DefaultUntrustedLookups bounds the lookups of tokens not known
+	// valid in flight at once: a lookup is one indexed query of well
+	// under a millisecond, so four serve a legitimate crowd of new tokens,
+	// and an attack from many addresses holds at most four of the pool's
+	// connections.
+	DefaultUntrustedLookups = 4
 )
 
 // ErrRateLimited is wrapped by RateLimitedError.
@@ -189,9 +195,15 @@ var ErrRateLimited = errors.New("too many failed authentications from this addre
 type RateLimitedError struct {
 	// RetryAfter is when the address's budget has room for a lookup again.
 	RetryAfter time.Duration
+	// AllAddresses says that the lookups of all addresses together were
+	// at their bound (Limits.UntrustedLookups), not this address's budget.
+	AllAddresses bool
 }
 
 func (e *RateLimitedError) Error() string {
+	if e.AllAddresses {
+		return fmt.Sprintf("too many lookups of unknown tokens at once; retry after %s", e.RetryAfter)
+	}
 	return fmt.Sprintf("%v; retry after %s", ErrRateLimited, e.RetryAfter)
 }
 
@@ -209,6 +221,13 @@ type Limits struct {
 	// address, of lookups that find no valid token.
 	FailuresPerSecond float64
 	FailureBurst      int
+	// UntrustedLookups is how many lookups of tokens not known valid run
+	// at once, from all addresses together (default
+	// DefaultUntrustedLookups): they run before admission, on the pool
+	// the writes use, and many addresses each within their bucket must
+	// not take it. Past it the token is not looked up: a RateLimitedError
+	// with AllAddresses set.
+	UntrustedLookups int
 }
 
 func (l Limits) withDefaults() Limits {
@@ -220,6 +239,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.FailureBurst <= 0 {
 		l.FailureBurst = DefaultFailureBurst
+	}
+	if l.UntrustedLookups <= 0 {
+		l.UntrustedLookups = DefaultUntrustedLookups
 	}
 	return l
 }
@@ -249,6 +271,8 @@ type Authenticator struct {
 	known    *lru[string, knownPrefix]
 
 	flight singleflight.Group // lookups in flight, by address and token
+	// untrusted holds a place per lookup of a token not known valid.
+	untrusted chan struct{}
 }
 
 // knownPrefix is what is remembered of a prefix of a token seen valid.
@@ -272,10 +296,11 @@ func NewAuthenticator(q idempotency.Querier, ttl time.Duration) *Authenticator {
 // default Limits.
 func NewAuthenticatorWithLimits(q idempotency.Querier, ttl time.Duration, lim Limits) *Authenticator {
 	return &Authenticator{q: q, ttl: ttl, lim: lim.withDefaults(), now: time.Now,
-		tokens:   make(map[[sha256.Size]byte]cached),
-		negative: newLRU[[sha256.Size]byte, time.Time](maxNegative),
-		limiters: newLRU[string, *rate.Limiter](maxAddresses),
-		known:    newLRU[string, knownPrefix](maxKnownPrefixes),
+		tokens:    make(map[[sha256.Size]byte]cached),
+		negative:  newLRU[[sha256.Size]byte, time.Time](maxNegative),
+		limiters:  newLRU[string, *rate.Limiter](maxAddresses),
+		known:     newLRU[string, knownPrefix](maxKnownPrefixes),
+		untrusted: make(chan struct{}, lim.withDefaults().UntrustedLookups),
 	}
 }
 
@@ -368,6 +393,19 @@ func (a *Authenticator) lookup(ctx context.Context, addr, prefix string, key [sh
 	}
 	a.mu.Unlock()
 
+	if !trusted {
+		select {
+		case a.untrusted <- struct{}{}:
+			defer func() { <-a.untrusted }()
+		default:
+			if held != nil {
+				a.mu.Lock()
+				held.CancelAt(now) // not looked up: not the address's failure
+				a.mu.Unlock()
+			}
+			return "", &RateLimitedError{RetryAfter: time.Second, AllAddresses: true}
+		}
+	}
 	tenant, err := Authenticate(ctx, a.q, header)
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -440,9 +478,7 @@ func (a *Authenticator) mayLookUpKnown(prefix string, now time.Time) bool {
 // limited is the RateLimitedError of lim at now: Retry-After is when the
 // bucket holds one token again, in whole seconds, at least one.
 func (a *Authenticator) limited(lim *rate.Limiter, now time.Time) error {
-	missing := 1 - lim.TokensAt(now)
-	wait := time.Duration(missing / float64(lim.Limit()) * float64(time.Second))
-	return &RateLimitedError{RetryAfter: max(time.Second, wait.Round(time.Second))}
+	return limitedAt(lim, now)
 }
 
 // addressKey is the limit's key for a RemoteAddr: the IP address, or for

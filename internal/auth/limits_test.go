@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -188,7 +189,7 @@ func TestFailedLookupsAreLimitedPerAddress(t *testing.T) {
 func TestConcurrentBadTokensCostAtMostTheBurst(t *testing.T) {
 	t.Parallel()
 	const burst = 5
-	a, q, _ := newCounted(t, 5*time.Second, Limits{FailuresPerSecond: 0.001, FailureBurst: burst})
+	a, q, _ := newCounted(t, 5*time.Second, Limits{FailuresPerSecond: 0.001, FailureBurst: burst, UntrustedLookups: 64})
 	ctx := t.Context()
 	var wg sync.WaitGroup
 	var limited atomic.Int64
@@ -259,7 +260,7 @@ func TestLRUEvictsTheLeastRecentlyUsed(t *testing.T) {
 func TestConcurrentValidRequestsFromOneAddressAreNotLimited(t *testing.T) {
 	t.Parallel()
 	const burst = 5
-	a, q, _ := newCounted(t, 0, Limits{FailuresPerSecond: 0.001, FailureBurst: burst})
+	a, q, _ := newCounted(t, 0, Limits{FailuresPerSecond: 0.001, FailureBurst: burst, UntrustedLookups: 64})
 	ctx := t.Context()
 	tok, err := Create(ctx, q.Querier, "acme", time.Now())
 	require.NoError(t, err)
@@ -281,7 +282,7 @@ func TestConcurrentValidRequestsFromOneAddressAreNotLimited(t *testing.T) {
 func TestWrongSecretsWithAKnownPrefixPayUpFront(t *testing.T) {
 	t.Parallel()
 	const burst = 3
-	a, q, _ := newCounted(t, 0, Limits{FailuresPerSecond: 0.001, FailureBurst: burst})
+	a, q, _ := newCounted(t, 0, Limits{FailuresPerSecond: 0.001, FailureBurst: burst, UntrustedLookups: 64})
 	ctx := t.Context()
 	tok, err := Create(ctx, q.Querier, "acme", time.Now())
 	require.NoError(t, err)
@@ -301,4 +302,52 @@ func TestWrongSecretsWithAKnownPrefixPayUpFront(t *testing.T) {
 	// known prefix per TTL (here 1 s; the clock does not move).
 	require.LessOrEqual(t, q.lookups.Load()-base, int64(burst+1))
 	require.GreaterOrEqual(t, limited, 20-burst-1)
+}
+
+// Lookups of tokens not known valid run before admission, on the pool the
+// writes use: from many addresses at once, each well within its own
+// bucket, at most Limits.UntrustedLookups of them reach the database; the
+// others are refused at once, without a query and without costing their
+// address's budget. The lookups are held in the database (the table is
+// locked) so that they are all in flight together.
+func TestUnknownTokensFromManyAddressesHoldFewConnections(t *testing.T) {
+	t.Parallel()
+	pool, _ := dbtest.Pool(t, 16)
+	q := &countingQuerier{Querier: pool}
+	a := NewAuthenticatorWithLimits(q, time.Second, Limits{UntrustedLookups: 3})
+	ctx := t.Context()
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	_, err = tx.Exec(ctx, `LOCK TABLE api_tokens IN ACCESS EXCLUSIVE MODE`)
+	require.NoError(t, err)
+
+	const callers = 12
+	errs := make(chan error, callers)
+	for i := range callers {
+		go func() {
+			_, err := a.AuthenticateFrom(ctx, fmt.Sprintf("192.0.2.%d:4000", i+1), "Bearer "+randomToken(t))
+			errs <- err
+		}()
+	}
+	refused := 0
+	for range callers - 3 {
+		err := <-errs
+		var limited *RateLimitedError
+		require.ErrorAs(t, err, &limited, "refused at once while three lookups wait")
+		require.True(t, limited.AllAddresses)
+		refused++
+	}
+	require.Equal(t, callers-3, refused)
+	require.EqualValues(t, 3, q.lookups.Load(), "three queries in flight, no more")
+
+	require.NoError(t, tx.Rollback(ctx))
+	for range 3 {
+		require.ErrorIs(t, <-errs, ErrUnauthenticated)
+	}
+	// The refused addresses' budgets were not charged: each may look up
+	// a token now.
+	_, err = a.AuthenticateFrom(ctx, "192.0.2.200:4000", "Bearer "+randomToken(t))
+	require.ErrorIs(t, err, ErrUnauthenticated)
 }

@@ -9,12 +9,18 @@
 // loaded from elsewhere and no inline script runs (the Content-Security-Policy
 // forbids it).
 //
-// Security: an operator signs in with an operator token (qo_…; a tenant
-// token is refused). The session is a signed cookie (HttpOnly, SameSite=Strict,
-// Secure over TLS) naming the token's prefix, trusted for Config.ValidityTTL
-// at a time before the token is checked again, so a revoked token's sessions
-// end within it. Every action is a POST carrying a CSRF token bound to the
-// session, and every action is logged with the operator's name.
+// Security (decisions 0062, 0068): the console is served only when the
+// operator turns it on (QUILL_CONSOLE). An operator signs in with an
+// operator token (qo_…; a tenant token is refused); failed sign-ins cost
+// the client address's budget (auth.AddressBudget), past which sign-in is
+// refused with 429 before any lookup. The session is a cookie (HttpOnly,
+// SameSite=Strict; over TLS, directly or behind a trusted proxy, Secure and
+// named __Host-) signed with the newest of the console's own session keys
+// (RotateSessionKey), naming the token's prefix; it is trusted for
+// Config.ValidityTTL at a time before the database is asked again whether
+// it was signed out or its token revoked. Signing out records the session
+// as ended. Every action is a POST, refused when it comes from another
+// origin (http.CrossOriginProtection), and logged with the operator's name.
 //
 // The data is the audit's (internal/audit): a lookup is a key audit, and the
 // chain it shows is the audit's chain, anomalies included — one source, not
@@ -41,6 +47,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/quillhq/quill/internal/audit"
+	"github.com/quillhq/quill/internal/auth"
 )
 
 //go:embed templates/*.html
@@ -54,6 +61,11 @@ const (
 	DefaultSessionTTL  = 12 * time.Hour
 	DefaultValidityTTL = 30 * time.Second
 	DefaultPageSize    = 50
+	// DefaultSigninFailureBurst and DefaultSigninFailureRefill are each
+	// client address's budget of failed sign-ins: 10 at once, then one per
+	// 10 seconds.
+	DefaultSigninFailureBurst  = 10
+	DefaultSigninFailureRefill = 10 * time.Second
 	// MaxPageSize bounds ?limit= on the list pages.
 	MaxPageSize = 500
 	// queryTimeout bounds the database work of one page.
@@ -69,6 +81,15 @@ type Config struct {
 	ValidityTTL time.Duration
 	// PageSize is the rows of a list page. Default 50.
 	PageSize int
+	// TrustedProxies are the peers whose X-Forwarded-Proto and
+	// X-Forwarded-For are believed (QUILL_TRUSTED_PROXIES). Default none.
+	TrustedProxies TrustedProxies
+	// SigninFailureBurst is how many failed sign-ins an address may make
+	// at once. Default 10.
+	SigninFailureBurst int
+	// SigninFailureRefill is how long an address waits for one more
+	// failed sign-in once its burst is spent. Default 10s.
+	SigninFailureRefill time.Duration
 	// Audit holds the horizons, stream and consumer the lookups use (as
 	// "api audit" would be given them).
 	Audit audit.Config
@@ -80,6 +101,8 @@ func (c Config) withDefaults() Config {
 	c.SessionTTL = cmp.Or(c.SessionTTL, DefaultSessionTTL)
 	c.ValidityTTL = cmp.Or(c.ValidityTTL, DefaultValidityTTL)
 	c.PageSize = cmp.Or(c.PageSize, DefaultPageSize)
+	c.SigninFailureBurst = cmp.Or(c.SigninFailureBurst, DefaultSigninFailureBurst)
+	c.SigninFailureRefill = cmp.Or(c.SigninFailureRefill, DefaultSigninFailureRefill)
 	c.Audit = c.Audit.WithDefaults()
 	if c.Now == nil {
 		c.Now = time.Now
@@ -106,13 +129,17 @@ type Console struct {
 	log   zerolog.Logger
 	cfg   Config
 	pages map[string]*template.Template
-	mux   *http.ServeMux
+	// handler is the mux behind http.CrossOriginProtection.
+	handler http.Handler
 
-	keyMu sync.Mutex
-	key   []byte // the session key, loaded on first use
+	keyMu    sync.Mutex
+	keyring  []sessionKey // the session keys, oldest first, read on first use
+	keysRead time.Time
 
 	validMu sync.Mutex
-	valid   map[string]time.Time // operator prefix → trusted until
+	valid   map[string]time.Time // session id → trusted until
+
+	signins *auth.AddressBudget // failed sign-ins per client address
 
 	samples *sampler
 }
@@ -123,8 +150,10 @@ const Prefix = "/console/"
 // New returns the console. Errors: a template that does not parse (a
 // build defect).
 func New(d Deps) (*Console, error) {
-	c := &Console{pool: d.Pool, js: d.JetStream, log: d.Log, cfg: d.Config.withDefaults(),
-		valid: map[string]time.Time{}, samples: newSampler(360)}
+	cfg := d.Config.withDefaults()
+	c := &Console{pool: d.Pool, js: d.JetStream, log: d.Log, cfg: cfg,
+		valid: map[string]time.Time{}, samples: newSampler(360),
+		signins: auth.NewAddressBudget(float64(time.Second)/float64(cfg.SigninFailureRefill), cfg.SigninFailureBurst)}
 	if c.js == nil {
 		c.js = func() jetstream.JetStream { return nil }
 	}
@@ -153,7 +182,9 @@ func New(d Deps) (*Console, error) {
 	m.HandleFunc("/console/", func(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusNotFound, "There is no such page.")
 	})
-	c.mux = m
+	cop := http.NewCrossOriginProtection()
+	cop.SetDenyHandler(http.HandlerFunc(c.crossOrigin))
+	c.handler = cop.Handler(m)
 	return c, nil
 }
 
@@ -164,10 +195,14 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("X-Frame-Options", "DENY")
-	// Lookups carry tenants and keys in their URLs: no Referer leaks them.
-	h.Set("Referrer-Policy", "no-referrer")
+	// Lookups carry tenants and keys in their URLs: no Referer leaks them
+	// to another origin. (Not no-referrer: under it a browser sends
+	// "Origin: null" with the console's own forms, which
+	// CrossOriginProtection must refuse where no Sec-Fetch-Site comes
+	// along, as over plain HTTP to a host other than localhost.)
+	h.Set("Referrer-Policy", "same-origin")
 	h.Set("Cache-Control", "no-store")
-	c.mux.ServeHTTP(w, r)
+	c.handler.ServeHTTP(w, r)
 }
 
 // Mount returns a handler that serves the console under Prefix and
@@ -222,7 +257,6 @@ func (c *Console) parse() error {
 type page struct {
 	Title    string
 	Operator string
-	CSRF     string
 	Nav      string
 	Data     any
 	// Message is a line shown above the content (an action's outcome).
@@ -238,7 +272,7 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, nam
 		return
 	}
 	if s, ok := sessionOf(r); ok {
-		p.Operator, p.CSRF = s.Name, c.csrfToken(s)
+		p.Operator = s.Name
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(status)

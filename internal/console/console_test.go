@@ -34,25 +34,57 @@ import (
 // harness is a real API (apitest) and a console over its database.
 type harness struct {
 	api     *apitest.API
+	con     *console.Console
 	srv     *httptest.Server
 	opToken string
 	now     atomic.Pointer[time.Time]
 	logs    *strings.Builder
 }
 
-func start(t *testing.T) *harness {
+func start(t *testing.T) *harness { return startWith(t, options{}) }
+
+// options vary the harness's console.
+type options struct {
+	// cfg is the console's Config; Now and ValidityTTL (10s) are set.
+	cfg console.Config
+	// tls serves the console with httptest.NewTLSServer.
+	tls bool
+	// pool is the console's pool (default: the API's).
+	pool *pgxpool.Pool
+}
+
+func startWith(t *testing.T, o options) *harness {
 	t.Helper()
 	h := &harness{api: apitest.Start(t), logs: &strings.Builder{}}
 	now := time.Now()
 	h.now.Store(&now)
-	con, err := console.New(console.Deps{Pool: h.api.Pool, Log: zerolog.New(syncWriter{h.logs}),
-		Config: console.Config{Now: func() time.Time { return *h.now.Load() }, ValidityTTL: 10 * time.Second}})
-	require.NoError(t, err)
-	h.srv = httptest.NewServer(con.Mount(http.NotFoundHandler()))
+	h.con = h.newConsole(t, o)
+	if o.tls {
+		h.srv = httptest.NewTLSServer(h.con.Mount(http.NotFoundHandler()))
+	} else {
+		h.srv = httptest.NewServer(h.con.Mount(http.NotFoundHandler()))
+	}
 	t.Cleanup(h.srv.Close)
+	var err error
 	h.opToken, err = auth.CreateOperator(t.Context(), h.api.Pool, "alice", time.Now())
 	require.NoError(t, err)
 	return h
+}
+
+// newConsole returns a console over h's database, on h's clock, as
+// another API process would run it.
+func (h *harness) newConsole(t *testing.T, o options) *console.Console {
+	t.Helper()
+	cfg := o.cfg
+	cfg.Now = func() time.Time { return *h.now.Load() }
+	cfg.ValidityTTL = 10 * time.Second
+	pool := o.pool
+	if pool == nil {
+		pool = h.api.Pool
+	}
+	con, err := console.New(console.Deps{Pool: pool, Log: zerolog.New(syncWriter{h.logs}), Config: cfg})
+	require.NoError(t, err)
+	return con
 }
 
 type syncWriter struct{ b *strings.Builder }
@@ -97,26 +129,21 @@ func post(t *testing.T, c *http.Client, u string, form url.Values) (int, string,
 	return resp.StatusCode, string(b), resp.Header
 }
 
-var csrfRE = regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`)
-
-func csrfOf(t *testing.T, body string) string {
-	t.Helper()
-	m := csrfRE.FindStringSubmatch(body)
-	require.NotNil(t, m, "the page has a CSRF field:\n%s", body)
-	return m[1]
-}
-
-// signIn signs c in with tok and returns the CSRF token of its session.
+// signIn signs c in with tok; it returns the sign-in's status (200 when
+// signed in, the overview then answering) and the page's body.
 func (h *harness) signIn(t *testing.T, c *http.Client, tok string) (int, string) {
 	t.Helper()
-	_, body, _ := get(t, c, h.srv.URL+"/console/signin")
-	code, body, hdr := post(t, c, h.srv.URL+"/console/signin", url.Values{"csrf": {csrfOf(t, body)}, "token": {tok}})
+	code, body, _ := get(t, c, h.srv.URL+"/console/signin")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, `action="/console/signin"`)
+	code, body, hdr := post(t, c, h.srv.URL+"/console/signin", url.Values{"token": {tok}})
 	if code != http.StatusSeeOther {
 		return code, body
 	}
 	require.Equal(t, "/console/", hdr.Get("Location"))
-	_, body, _ = get(t, c, h.srv.URL+"/console/")
-	return http.StatusOK, csrfOf(t, body)
+	code, body, _ = get(t, c, h.srv.URL+"/console/")
+	require.Equal(t, http.StatusOK, code)
+	return http.StatusOK, body
 }
 
 // createNote creates a note through the API with an attachment when att
@@ -129,10 +156,10 @@ func (h *harness) createNote(t *testing.T, tenant, token, key, title string) str
 	return strings.TrimPrefix(resp.Header.Get("Location"), "/v1/notes/")
 }
 
-// TestSignIn: pages need a session; the sign-in refuses a tenant token, a
-// wrong token and a form without its CSRF token; the session cookie is
-// HttpOnly and SameSite=Strict; a revoked token's session ends within the
-// validity TTL.
+// TestSignIn: pages need a session; the sign-in refuses a tenant token and
+// a wrong token; over plain HTTP the session cookie is HttpOnly,
+// SameSite=Strict, scoped to /console/ and not Secure; a revoked token's
+// session ends within the validity TTL.
 func TestSignIn(t *testing.T) {
 	t.Parallel()
 	h := start(t)
@@ -151,12 +178,7 @@ func TestSignIn(t *testing.T) {
 	require.Equal(t, http.StatusUnauthorized, code)
 	require.Contains(t, body, "not a valid operator token")
 
-	// The sign-in form's CSRF token is bound to its cookie.
-	code, _, _ = post(t, browser(t), h.srv.URL+"/console/signin", url.Values{"csrf": {strings.Repeat("0", 32)}, "token": {h.opToken}})
-	require.Equal(t, http.StatusForbidden, code)
-
-	_, body, _ = get(t, c, h.srv.URL+"/console/signin")
-	resp, err := c.PostForm(h.srv.URL+"/console/signin", url.Values{"csrf": {csrfOf(t, body)}, "token": {h.opToken}, "next": {"/console/parked"}})
+	resp, err := c.PostForm(h.srv.URL+"/console/signin", url.Values{"token": {h.opToken}, "next": {"/console/parked"}})
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
@@ -181,8 +203,10 @@ func TestSignIn(t *testing.T) {
 	// A tampered cookie is no session.
 	tampered := browser(t)
 	u, _ := url.Parse(h.srv.URL + "/console/")
-	payload, _ := base64.RawURLEncoding.DecodeString(strings.Split(session.Value, ".")[0])
-	forged := base64.RawURLEncoding.EncodeToString([]byte(strings.Replace(string(payload), "alice", "mallo", 1))) + "." + strings.Split(session.Value, ".")[1]
+	parts := strings.Split(session.Value, ".")
+	require.Len(t, parts, 3, "key id, body, MAC")
+	payload, _ := base64.RawURLEncoding.DecodeString(parts[1])
+	forged := parts[0] + "." + base64.RawURLEncoding.EncodeToString([]byte(strings.Replace(string(payload), "alice", "mallo", 1))) + "." + parts[2]
 	tampered.Jar.SetCookies(u, []*http.Cookie{{Name: "quill_console", Value: forged, Path: "/console/"}})
 	code, _, _ = get(t, tampered, h.srv.URL+"/console/")
 	require.Equal(t, http.StatusSeeOther, code)
@@ -211,8 +235,7 @@ func TestSecurityHeaders(t *testing.T) {
 	t.Parallel()
 	h := start(t)
 	c := browser(t)
-	_, csrf := h.signIn(t, c, h.opToken)
-	_ = csrf
+	_, _ = h.signIn(t, c, h.opToken)
 	inline := regexp.MustCompile(`(?i)<script(?:\s[^>]*)?>\s*[^<\s]|\son[a-z]+\s*=|javascript:`)
 	for _, p := range []string{"/console/", "/console/signin", "/console/lookup", "/console/lookup?tenant=x&q=k",
 		"/console/parked", "/console/dead-letters", "/console/nope", "/console/static/console.js"} {
@@ -304,13 +327,13 @@ func TestLookup(t *testing.T) {
 }
 
 // TestParkedPagesAndRetry: 10,000 parked events page by page, each page one
-// bounded query; a retry needs its CSRF token, goes through outbox.Unpark
-// and is logged with the operator.
+// bounded query; a retry from another origin is refused, one from the
+// console goes through outbox.Unpark and is logged with the operator.
 func TestParkedPagesAndRetry(t *testing.T) {
 	t.Parallel()
 	h := start(t)
 	c := browser(t)
-	_, csrf := h.signIn(t, c, h.opToken)
+	_, _ = h.signIn(t, c, h.opToken)
 	ctx := t.Context()
 	_, err := h.api.Pool.Exec(ctx, `INSERT INTO outbox_events (id, tenant, aggregate_id, type, payload, created_at, parked_at, parked_reason, attempts)
 		SELECT gen_random_uuid(), 'acme', gen_random_uuid(), 'note.created', '{}', now(), now(), 'payload too large', 1
@@ -355,12 +378,7 @@ func TestParkedPagesAndRetry(t *testing.T) {
 		require.NoError(t, h.api.Pool.QueryRow(ctx, `SELECT parked_at IS NOT NULL FROM outbox_events WHERE id = $1`, id).Scan(&p))
 		return p
 	}
-	code, body, _ = post(t, c, h.srv.URL+"/console/parked/retry", url.Values{"id": {id}})
-	require.Equal(t, http.StatusForbidden, code, "no CSRF token")
-	require.Contains(t, body, "CSRF")
-	code, _, _ = post(t, c, h.srv.URL+"/console/parked/retry", url.Values{"id": {id}, "csrf": {strings.Repeat("0", 32)}})
-	require.Equal(t, http.StatusForbidden, code, "a wrong CSRF token")
-	req, _ := http.NewRequest(http.MethodPost, h.srv.URL+"/console/parked/retry", strings.NewReader(url.Values{"id": {id}, "csrf": {csrf}}.Encode()))
+	req, _ := http.NewRequest(http.MethodPost, h.srv.URL+"/console/parked/retry", strings.NewReader(url.Values{"id": {id}}.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set("Origin", "https://evil.example")
 	resp, err := c.Do(req)
@@ -368,15 +386,16 @@ func TestParkedPagesAndRetry(t *testing.T) {
 	resp.Body.Close()
 	require.Equal(t, http.StatusForbidden, resp.StatusCode, "another origin")
 	require.True(t, parked(), "nothing refused changed anything")
+	require.Contains(t, h.logs.String(), `"error_category":"console_cross_origin"`)
 
-	code, _, hdr := post(t, c, h.srv.URL+"/console/parked/retry", url.Values{"id": {id}, "csrf": {csrf}})
+	code, _, hdr := post(t, c, h.srv.URL+"/console/parked/retry", url.Values{"id": {id}})
 	require.Equal(t, http.StatusSeeOther, code)
 	require.False(t, parked())
 	_, body, _ = get(t, c, h.srv.URL+hdr.Get("Location"))
 	require.Contains(t, body, "Event "+id+" is queued again")
 	require.Contains(t, h.logs.String(), `"console_action":"retry_parked"`)
 	require.Contains(t, h.logs.String(), `"operator":"alice"`)
-	code, _, _ = post(t, c, h.srv.URL+"/console/parked/retry", url.Values{"id": {id}, "csrf": {csrf}})
+	code, _, _ = post(t, c, h.srv.URL+"/console/parked/retry", url.Values{"id": {id}})
 	require.Equal(t, http.StatusNotFound, code, "retried already")
 	// The retry's message is made from an id, never taken from the URL.
 	code, body, _ = get(t, c, h.srv.URL+"/console/parked?retried="+url.QueryEscape("<script>x</script>"))
@@ -459,7 +478,7 @@ func TestLookupCostsNoMoreQueriesThanTheAudit(t *testing.T) {
 }
 
 // TestDeadLetterRetry: an open dead letter is listed and republished
-// through deadletter.Redrive with its CSRF token, once; without NATS the
+// through deadletter.Redrive, once; without NATS the
 // page says so and the action is refused with 503.
 func TestDeadLetterRetry(t *testing.T) {
 	t.Parallel()
@@ -491,7 +510,7 @@ func TestDeadLetterRetry(t *testing.T) {
 	h.opToken, err = auth.CreateOperator(ctx, api.Pool, "bob", time.Now())
 	require.NoError(t, err)
 	c := browser(t)
-	_, csrf := h.signIn(t, c, h.opToken)
+	_, _ = h.signIn(t, c, h.opToken)
 
 	code, body, _ := get(t, c, srv.URL+"/console/dead-letters")
 	require.Equal(t, http.StatusOK, code)
@@ -505,13 +524,11 @@ func TestDeadLetterRetry(t *testing.T) {
 	code, body, _ = get(t, c, srv.URL+"/console/dead-letters")
 	require.Equal(t, http.StatusOK, code)
 	require.Contains(t, body, "not connected to NATS")
-	code, _, _ = post(t, c, srv.URL+"/console/dead-letters/retry", url.Values{"id": {fmt.Sprint(id)}, "csrf": {csrf}})
+	code, _, _ = post(t, c, srv.URL+"/console/dead-letters/retry", url.Values{"id": {fmt.Sprint(id)}})
 	require.Equal(t, http.StatusServiceUnavailable, code)
 	connected.Store(true)
 
-	code, _, _ = post(t, c, srv.URL+"/console/dead-letters/retry", url.Values{"id": {fmt.Sprint(id)}})
-	require.Equal(t, http.StatusForbidden, code, "no CSRF token")
-	code, _, hdr := post(t, c, srv.URL+"/console/dead-letters/retry", url.Values{"id": {fmt.Sprint(id)}, "csrf": {csrf}})
+	code, _, hdr := post(t, c, srv.URL+"/console/dead-letters/retry", url.Values{"id": {fmt.Sprint(id)}})
 	require.Equal(t, http.StatusSeeOther, code)
 	_, body, _ = get(t, c, srv.URL+hdr.Get("Location"))
 	require.Contains(t, body, fmt.Sprintf("Dead letter %d is republished (stream sequence 1)", id))
@@ -523,7 +540,7 @@ func TestDeadLetterRetry(t *testing.T) {
 	msg, err := s.GetMsg(ctx, 1)
 	require.NoError(t, err)
 	require.Equal(t, event+":redrive:"+fmt.Sprint(id), msg.Header.Get("Nats-Msg-Id"))
-	code, _, _ = post(t, c, srv.URL+"/console/dead-letters/retry", url.Values{"id": {fmt.Sprint(id)}, "csrf": {csrf}})
+	code, _, _ = post(t, c, srv.URL+"/console/dead-letters/retry", url.Values{"id": {fmt.Sprint(id)}})
 	require.Equal(t, http.StatusNotFound, code, "retried already: not published twice")
 }
 

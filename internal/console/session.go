@@ -4,8 +4,6 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/rand"
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
@@ -13,6 +11,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -20,21 +20,26 @@ import (
 	"github.com/quillhq/quill/internal/db"
 )
 
-// Cookie names. The session cookie is scoped to the console's path; the
-// sign-in cookie only carries the sign-in form's CSRF nonce.
+// Cookie names. Over TLS (directly or behind a trusted proxy) the session
+// cookie has the __Host- prefix, which a browser keeps only when it is
+// Secure, for the whole host (Path=/) and without a Domain, so that no
+// other site or plain-HTTP page can set or shadow it; over plain HTTP it
+// keeps the console's own path.
 const (
-	sessionCookie = "quill_console"
-	signinCookie  = "quill_console_signin"
+	sessionCookie       = "quill_console"
+	secureSessionCookie = "__Host-quill_console"
 )
 
 // session is what the signed session cookie holds.
 type session struct {
+	// ID names the session in console_signouts once it is signed out.
+	ID      string `json:"i"`
 	Prefix  string `json:"p"`
 	Name    string `json:"n"`
 	Expires int64  `json:"e"`
-	// raw is the cookie's value, the CSRF token's input.
-	raw string
 }
+
+var sessionIDRE = regexp.MustCompile(`^[0-9a-f]{32}$`)
 
 type ctxKey struct{}
 
@@ -43,82 +48,81 @@ func sessionOf(r *http.Request) (session, bool) {
 	return s, ok
 }
 
-// sqlSessionKey derives the session key from the database's id secret
-// (migration 00009) under a label of its own, so that sessions survive a
-// restart and hold across the API's instances without a setting, and the
-// key is never the secret that makes note ids.
-const sqlSessionKey = `SELECT secret FROM id_secret`
+// Signed-out sessions (migration 00012), kept until they would have
+// expired; each sign-out removes those past it.
+const (
+	sqlSignout = `WITH gone AS (DELETE FROM console_signouts WHERE expires_at < $3)
+		INSERT INTO console_signouts (session_id, expires_at) VALUES ($1, $2) ON CONFLICT (session_id) DO NOTHING`
+	sqlSignedOut = `SELECT EXISTS (SELECT 1 FROM console_signouts WHERE session_id = $1)`
+)
 
-// sessionKey returns the key that signs sessions and CSRF tokens, read
-// once. Errors: database errors.
-func (c *Console) sessionKey(ctx context.Context) ([]byte, error) {
-	c.keyMu.Lock()
-	defer c.keyMu.Unlock()
-	if c.key != nil {
-		return c.key, nil
-	}
-	var secret []byte
-	if err := c.pool.QueryRow(ctx, sqlSessionKey).Scan(&secret); err != nil {
-		return nil, fmt.Errorf("read the session key: %w", db.Translate(err))
-	}
-	m := hmac.New(sha256.New, secret)
-	m.Write([]byte("quill console session v1"))
-	c.key = m.Sum(nil)
-	return c.key, nil
-}
+// maxCookie bounds a session cookie's value: a longer one is no session
+// and costs no work.
+const maxCookie = 1024
 
-func mac(key []byte, parts ...string) []byte {
-	m := hmac.New(sha256.New, key)
-	for _, p := range parts {
-		m.Write([]byte(p))
-		m.Write([]byte{0})
-	}
-	return m.Sum(nil)
-}
-
-// encodeSession returns the cookie value for s: its JSON and its MAC.
-func encodeSession(key []byte, s session) string {
+// encodeSession returns the cookie value for s signed with key id:
+// "<key id>.<base64url JSON>.<base64url HMAC>".
+func encodeSession(id int32, key []byte, s session) string {
 	body, _ := json.Marshal(s)
+	kid := strconv.FormatInt(int64(id), 10)
 	b := base64.RawURLEncoding.EncodeToString(body)
-	return b + "." + base64.RawURLEncoding.EncodeToString(mac(key, "session", b))
+	return kid + "." + b + "." + base64.RawURLEncoding.EncodeToString(mac(key, "session", kid, b))
 }
 
-// decodeSession checks a cookie value's MAC and expiry.
-func decodeSession(key []byte, v string, now time.Time) (session, bool) {
-	b, sig, ok := strings.Cut(v, ".")
-	if !ok || len(v) > 1024 {
+// splitSession returns a cookie value's key id, body and MAC, unchecked.
+func splitSession(v string) (id int32, kid, body string, sig []byte, ok bool) {
+	if len(v) > maxCookie {
+		return 0, "", "", nil, false
+	}
+	kid, rest, ok1 := strings.Cut(v, ".")
+	body, sigText, ok2 := strings.Cut(rest, ".")
+	n, err := strconv.ParseInt(kid, 10, 32)
+	if !ok1 || !ok2 || err != nil || n <= 0 || kid != strconv.FormatInt(n, 10) {
+		return 0, "", "", nil, false
+	}
+	sig, err = base64.RawURLEncoding.DecodeString(sigText)
+	if err != nil {
+		return 0, "", "", nil, false
+	}
+	return int32(n), kid, body, sig, true
+}
+
+// decodeSession checks a cookie value's MAC under key and its expiry: not
+// past, and no further off than a session lasts.
+func decodeSession(key []byte, kid, body string, sig []byte, now time.Time, ttl time.Duration) (session, bool) {
+	if !hmac.Equal(sig, mac(key, "session", kid, body)) {
 		return session{}, false
 	}
-	got, err := base64.RawURLEncoding.DecodeString(sig)
-	if err != nil || !hmac.Equal(got, mac(key, "session", b)) {
-		return session{}, false
-	}
-	body, err := base64.RawURLEncoding.DecodeString(b)
+	raw, err := base64.RawURLEncoding.DecodeString(body)
 	if err != nil {
 		return session{}, false
 	}
 	var s session
-	if json.Unmarshal(body, &s) != nil || now.Unix() >= s.Expires || s.Prefix == "" {
+	if json.Unmarshal(raw, &s) != nil || s.Prefix == "" || !sessionIDRE.MatchString(s.ID) ||
+		now.Unix() >= s.Expires || s.Expires > now.Add(ttl).Unix()+1 {
 		return session{}, false
 	}
-	s.raw = v
 	return s, true
 }
 
-// csrfToken is the CSRF token of a session: a MAC of its cookie, so it
-// changes with every sign-in and cannot be made without the key.
-func (c *Console) csrfToken(s session) string {
-	return hex.EncodeToString(mac(c.key, "csrf", s.raw)[:16])
+// cookieName is the session cookie's name for r.
+func (c *Console) cookieName(r *http.Request) string {
+	if c.cfg.TrustedProxies.Secure(r) {
+		return secureSessionCookie
+	}
+	return sessionCookie
 }
 
-// signinToken is the CSRF token of the sign-in form, bound to the nonce in
-// the sign-in cookie (login CSRF: nobody else can sign a browser in as
-// them).
-func signinToken(key []byte, nonce string) string {
-	return hex.EncodeToString(mac(key, "signin", nonce)[:16])
+// sessionCookieFor returns the session cookie for r with value and
+// expiry (a negative maxAge deletes it).
+func (c *Console) sessionCookieFor(r *http.Request, value string, expires time.Time, maxAge int) *http.Cookie {
+	ck := &http.Cookie{Name: sessionCookie, Value: value, Path: Prefix, Expires: expires, MaxAge: maxAge,
+		HttpOnly: true, SameSite: http.SameSiteStrictMode}
+	if c.cfg.TrustedProxies.Secure(r) {
+		ck.Name, ck.Path, ck.Secure = secureSessionCookie, "/", true
+	}
+	return ck
 }
-
-func secure(r *http.Request) bool { return r.TLS != nil }
 
 // signedIn runs h for a request with a valid session, and sends anyone else
 // to the sign-in page (a GET) or refuses them (403 for anything else).
@@ -141,82 +145,89 @@ func (c *Console) signedIn(h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-// session returns the request's session when its cookie is valid and its
-// operator token still is.
+// session returns the request's session when its cookie is signed with a
+// key that may still verify it, it has not expired or been signed out,
+// and its operator token is still valid.
 func (c *Console) session(r *http.Request) (session, bool, error) {
-	ck, err := r.Cookie(sessionCookie)
+	ck, err := r.Cookie(c.cookieName(r))
 	if err != nil {
 		return session{}, false, nil
 	}
-	key, err := c.sessionKey(r.Context())
-	if err != nil {
-		return session{}, false, err
-	}
-	s, ok := decodeSession(key, ck.Value, c.cfg.Now())
+	id, kid, body, sig, ok := splitSession(ck.Value)
 	if !ok {
 		return session{}, false, nil
 	}
-	ok, err = c.tokenValid(r.Context(), s.Prefix)
+	ks, err := c.keys(r.Context(), id)
+	if err != nil {
+		return session{}, false, err
+	}
+	now := c.cfg.Now()
+	key, ok := c.verifier(ks, id, now)
+	if !ok {
+		return session{}, false, nil
+	}
+	s, ok := decodeSession(key, kid, body, sig, now, c.cfg.SessionTTL)
+	if !ok {
+		return session{}, false, nil
+	}
+	ok, err = c.sessionValid(r.Context(), s)
 	return s, ok, err
 }
 
-// tokenValid reports whether the operator token with prefix is valid,
-// asking the database at most once per ValidityTTL.
-func (c *Console) tokenValid(ctx context.Context, prefix string) (bool, error) {
+// sessionValid reports whether s is not signed out and its operator token
+// is valid, asking the database at most once per ValidityTTL.
+func (c *Console) sessionValid(ctx context.Context, s session) (bool, error) {
 	now := c.cfg.Now()
 	c.validMu.Lock()
-	until, ok := c.valid[prefix]
+	until, ok := c.valid[s.ID]
 	c.validMu.Unlock()
 	if ok && now.Before(until) {
 		return true, nil
 	}
-	valid, err := auth.OperatorValid(ctx, c.pool, prefix)
-	if err != nil {
-		return false, err
+	var out bool
+	if err := c.pool.QueryRow(ctx, sqlSignedOut, s.ID).Scan(&out); err != nil {
+		return false, fmt.Errorf("check the console session: %w", db.Translate(err))
+	}
+	valid := !out
+	if valid {
+		var err error
+		if valid, err = auth.OperatorValid(ctx, c.pool, s.Prefix); err != nil {
+			return false, err
+		}
 	}
 	c.validMu.Lock()
 	defer c.validMu.Unlock()
 	if !valid {
-		delete(c.valid, prefix)
+		delete(c.valid, s.ID)
 		return false, nil
 	}
-	if len(c.valid) > 10000 { // operators' tokens are few; bound it anyway
-		clear(c.valid)
-	}
-	c.valid[prefix] = now.Add(c.cfg.ValidityTTL)
+	c.trust(s.ID, now)
 	return true, nil
 }
 
-// action checks a POST's CSRF token (and, when the browser sends them, its
-// Origin and Sec-Fetch-Site) before h runs.
+// trust remembers session id as valid for ValidityTTL from now. Callers
+// hold c.validMu.
+func (c *Console) trust(id string, now time.Time) {
+	if len(c.valid) > 10000 { // operators' sessions are few; bound it anyway
+		clear(c.valid)
+	}
+	c.valid[id] = now.Add(c.cfg.ValidityTTL)
+}
+
+// action bounds a POST's form before h runs. Cross-origin POSTs never get
+// here: http.CrossOriginProtection refuses them in ServeHTTP.
 func (c *Console) action(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		s, _ := sessionOf(r)
 		r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
-		if !sameOrigin(r) || subtle.ConstantTimeCompare([]byte(r.PostFormValue("csrf")), []byte(c.csrfToken(s))) != 1 {
-			c.log.Warn().Str("operator", s.Name).Str("token_prefix", s.Prefix).Str("path", r.URL.Path).
-				Str("error_category", "console_csrf").Msg("console action refused: missing or wrong CSRF token")
-			c.fail(w, r, http.StatusForbidden, "This action was refused: its form is not from this console (missing or wrong CSRF token). Reload the page and try again.")
-			return
-		}
 		h(w, r)
 	}
 }
 
-// sameOrigin is false when the browser says the request comes from another
-// site. Browsers that send neither header are judged by the CSRF token
-// alone.
-func sameOrigin(r *http.Request) bool {
-	if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" && site != "none" {
-		return false
-	}
-	if o := r.Header.Get("Origin"); o != "" && o != "null" {
-		u, err := url.Parse(o)
-		if err != nil || u.Host != r.Host {
-			return false
-		}
-	}
-	return true
+// crossOrigin answers a POST that http.CrossOriginProtection refused.
+func (c *Console) crossOrigin(w http.ResponseWriter, r *http.Request) {
+	c.log.Warn().Str("path", r.URL.Path).Str("error_category", "console_cross_origin").
+		Msg("console request refused: sent from another origin")
+	c.fail(w, r, http.StatusForbidden, "This request was refused: it was sent from another site or origin, not from this console's own pages. Open the console and try again.")
 }
 
 func (c *Console) signinPage(w http.ResponseWriter, r *http.Request) {
@@ -228,18 +239,8 @@ func (c *Console) signinPage(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *Console) showSignin(w http.ResponseWriter, r *http.Request, status int, msg string) {
-	key, err := c.sessionKey(r.Context())
-	if err != nil {
-		c.failErr(w, r, "show the sign-in page", err)
-		return
-	}
-	var raw [16]byte
-	_, _ = rand.Read(raw[:])
-	nonce := hex.EncodeToString(raw[:])
-	http.SetCookie(w, &http.Cookie{Name: signinCookie, Value: nonce, Path: Prefix, MaxAge: 3600,
-		HttpOnly: true, Secure: secure(r), SameSite: http.SameSiteStrictMode})
 	c.render(w, r, status, "signin", page{Title: "Sign in", Message: msg,
-		Data: map[string]string{"CSRF": signinToken(key, nonce), "Next": safeNext(r.FormValue("next"))}})
+		Data: map[string]string{"Next": safeNext(r.FormValue("next"))}})
 }
 
 // safeNext keeps a post-sign-in destination inside the console.
@@ -250,17 +251,21 @@ func safeNext(next string) string {
 	return next
 }
 
+// signin checks an operator token. Each failed attempt costs the client
+// address's budget; while it is spent, the answer is 429 with Retry-After
+// and no token is looked up.
 func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 16<<10)
-	key, err := c.sessionKey(r.Context())
-	if err != nil {
-		c.failErr(w, r, "sign in", err)
-		return
-	}
-	ck, cerr := r.Cookie(signinCookie)
-	if cerr != nil || !sameOrigin(r) || subtle.ConstantTimeCompare([]byte(r.PostFormValue("csrf")), []byte(signinToken(key, ck.Value))) != 1 {
-		c.log.Warn().Str("error_category", "console_csrf").Msg("console sign-in refused: missing or wrong CSRF token")
-		c.showSignin(w, r, http.StatusForbidden, "The sign-in form was not from this console, or it expired. Try again.")
+	now := c.cfg.Now()
+	addr := c.cfg.TrustedProxies.ClientAddr(r)
+	giveBack, err := c.signins.Take(addr, now)
+	var limited *auth.RateLimitedError
+	if errors.As(err, &limited) {
+		secs := int64(limited.RetryAfter / time.Second)
+		c.log.Warn().Str("client_addr", addr).Str("error_category", "console_rate_limited").
+			Msg("console sign-in refused: too many failed sign-ins from this address")
+		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+		c.showSignin(w, r, http.StatusTooManyRequests, fmt.Sprintf("Too many failed sign-ins from this address. Try again in %d seconds.", secs))
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), queryTimeout)
@@ -268,33 +273,52 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 	op, err := auth.AuthenticateOperator(ctx, c.pool, r.PostFormValue("token"))
 	switch {
 	case errors.Is(err, auth.ErrTenantToken):
-		c.log.Warn().Str("error_category", "console_tenant_token").Msg("console sign-in refused: a tenant token")
+		c.log.Warn().Str("client_addr", addr).Str("error_category", "console_tenant_token").Msg("console sign-in refused: a tenant token")
 		c.showSignin(w, r, http.StatusUnauthorized, "A tenant token cannot sign in to the console. Use an operator token (made with \"api token create --operator\").")
 		return
 	case errors.Is(err, auth.ErrUnauthenticated):
-		c.log.Warn().Str("error_category", "console_unauthenticated").Msg("console sign-in refused: not a valid operator token")
+		c.log.Warn().Str("client_addr", addr).Str("error_category", "console_unauthenticated").Msg("console sign-in refused: not a valid operator token")
 		c.showSignin(w, r, http.StatusUnauthorized, "This is not a valid operator token (it may have been revoked).")
 		return
 	case err != nil:
+		giveBack() // the database's failure, not the client's
 		c.failErr(w, r, "sign in", err)
 		return
 	}
-	s := session{Prefix: op.Prefix, Name: op.Name, Expires: c.cfg.Now().Add(c.cfg.SessionTTL).Unix()}
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: encodeSession(key, s), Path: Prefix,
-		Expires: time.Unix(s.Expires, 0), HttpOnly: true, Secure: secure(r), SameSite: http.SameSiteStrictMode})
-	http.SetCookie(w, &http.Cookie{Name: signinCookie, Value: "", Path: Prefix, MaxAge: -1,
-		HttpOnly: true, Secure: secure(r), SameSite: http.SameSiteStrictMode})
+	giveBack()
+	ks, err := c.keys(ctx, 0)
+	if err != nil {
+		c.failErr(w, r, "sign in", err)
+		return
+	}
+	var raw [16]byte
+	_, _ = rand.Read(raw[:])
+	s := session{ID: hex.EncodeToString(raw[:]), Prefix: op.Prefix, Name: op.Name, Expires: now.Add(c.cfg.SessionTTL).Unix()}
+	newest := ks[len(ks)-1]
+	http.SetCookie(w, c.sessionCookieFor(r, encodeSession(newest.id, newest.secret, s), time.Unix(s.Expires, 0), 0))
 	c.validMu.Lock()
-	c.valid[op.Prefix] = c.cfg.Now().Add(c.cfg.ValidityTTL)
+	c.trust(s.ID, now)
 	c.validMu.Unlock()
-	c.actionLog(s, "signin").Msg("console: operator signed in")
+	c.actionLog(s, "signin").Int32("session_key", newest.id).Msg("console: operator signed in")
 	http.Redirect(w, r, safeNext(r.PostFormValue("next")), http.StatusSeeOther)
 }
 
+// signout ends the session for good: it is recorded as signed out until it
+// would have expired, so its cookie, replayed, is refused — at once by this
+// process, within ValidityTTL by another API's.
 func (c *Console) signout(w http.ResponseWriter, r *http.Request) {
 	s, _ := sessionOf(r)
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: Prefix, MaxAge: -1,
-		HttpOnly: true, Secure: secure(r), SameSite: http.SameSiteStrictMode})
+	now := c.cfg.Now()
+	ctx, cancel := context.WithTimeout(r.Context(), queryTimeout)
+	defer cancel()
+	if _, err := c.pool.Exec(ctx, sqlSignout, s.ID, time.Unix(s.Expires, 0), now); err != nil {
+		c.failErr(w, r, "sign out", fmt.Errorf("record the sign-out: %w", db.Translate(err)))
+		return
+	}
+	c.validMu.Lock()
+	delete(c.valid, s.ID)
+	c.validMu.Unlock()
+	http.SetCookie(w, c.sessionCookieFor(r, "", time.Time{}, -1))
 	c.actionLog(s, "signout").Msg("console: operator signed out")
 	http.Redirect(w, r, Prefix+"signin", http.StatusSeeOther)
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/quillhq/quill/internal/cli"
 	"github.com/quillhq/quill/internal/config"
 	"github.com/quillhq/quill/internal/db"
+	"github.com/quillhq/quill/internal/httpserve"
 	"github.com/quillhq/quill/internal/logging"
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/natsconn"
@@ -55,7 +56,7 @@ type Settings struct {
 	// HTTP are the admin server's timeouts and connection cap
 	// (QUILL_READ_TIMEOUT, QUILL_WRITE_TIMEOUT, QUILL_IDLE_TIMEOUT,
 	// QUILL_MAX_CONNECTIONS); zero fields take their defaults.
-	HTTP HTTPSettings
+	HTTP httpserve.Settings
 	// Pprof serves Go's runtime profiles on the admin address
 	// (QUILL_PPROF, default false).
 	Pprof bool
@@ -147,7 +148,7 @@ type Daemon struct {
 
 	adminAddr    string
 	pprof        bool
-	http         HTTPSettings
+	http         httpserve.Settings
 	notifySocket string
 }
 
@@ -231,7 +232,7 @@ func (d *Daemon) Run(ctx context.Context, ready map[string]metrics.ReadyFunc, se
 	if d.pprof {
 		handler = metrics.WithProfiling(handler)
 	}
-	admin := d.http.Server(handler)
+	admin := ln.Server(handler)
 	d.Log.Info().Str("listener", "admin").Str("addr", ln.Addr().String()).Msg("listening")
 	defer LogHangups(d.Log)()
 

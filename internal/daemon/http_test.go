@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/http"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/quillhq/quill/internal/clitest"
 	"github.com/quillhq/quill/internal/config"
 	"github.com/quillhq/quill/internal/daemon"
+	"github.com/quillhq/quill/internal/httpserve"
 	"github.com/quillhq/quill/internal/metrics"
 )
 
@@ -30,7 +32,7 @@ func TestProgramReadsTheHTTPSettings(t *testing.T) {
 	}}
 	env := clitest.Env(map[string]string{"QUILL_READ_TIMEOUT": "2s", "QUILL_WRITE_TIMEOUT": "3s", "QUILL_IDLE_TIMEOUT": "4s", "QUILL_MAX_CONNECTIONS": "5"})
 	require.NoError(t, prog.Main(t.Context(), []string{"run"}, env, io.Discard, io.Discard))
-	require.Equal(t, daemon.HTTPSettings{ReadTimeout: 2 * time.Second, WriteTimeout: 3 * time.Second, IdleTimeout: 4 * time.Second, MaxConnections: 5}, got.HTTP)
+	require.Equal(t, httpserve.Settings{ReadTimeout: 2 * time.Second, WriteTimeout: 3 * time.Second, IdleTimeout: 4 * time.Second, MaxConnections: 5}, got.HTTP)
 
 	err := prog.Main(t.Context(), []string{"run"}, clitest.Env(map[string]string{"QUILL_READ_TIMEOUT": "soon"}), io.Discard, io.Discard)
 	require.ErrorAs(t, err, new(cli.UsageError))
@@ -42,7 +44,7 @@ func TestProgramReadsTheHTTPSettings(t *testing.T) {
 func TestAdminServerClosesSlowConnections(t *testing.T) {
 	t.Parallel()
 	s := settings(t)
-	s.HTTP = daemon.HTTPSettings{ReadTimeout: 500 * time.Millisecond}
+	s.HTTP = httpserve.Settings{ReadTimeout: 500 * time.Millisecond}
 	var logs clitest.SyncBuffer
 	d, err := daemon.Start(t.Context(), s, daemon.Process{Name: "test", PoolSize: 2, Disconnected: "lost"}, &logs)
 	require.NoError(t, err)
@@ -65,41 +67,62 @@ func TestAdminServerClosesSlowConnections(t *testing.T) {
 	require.Less(t, time.Since(start), 2*time.Second)
 }
 
-// A server's listener accepts at most MaxConnections connections open at
-// once: the next waits until one of them is closed.
-func TestListenLimitsConnections(t *testing.T) {
+// One host's idle connections to the admin address never keep a health
+// probe from another host waiting: with the connection cap filled by
+// connections from 127.0.0.1 (keep-alives and connections that send
+// nothing), /healthz from 127.0.0.2 is answered at once — not after the
+// idle host's 10s header or 120s idle timeouts.
+func TestAdminServerAnswersProbesBesideAnIdleHost(t *testing.T) {
 	t.Parallel()
-	ln, err := daemon.HTTPSettings{MaxConnections: 2}.Listen("127.0.0.1:0")
+	s := settings(t)
+	s.HTTP = httpserve.Settings{MaxConnections: 16}
+	var logs clitest.SyncBuffer
+	d, err := daemon.Start(t.Context(), s, daemon.Process{Name: "test", PoolSize: 2, Disconnected: "lost"}, &logs)
 	require.NoError(t, err)
-	defer ln.Close()
-	accepted := make(chan net.Conn, 3)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			accepted <- c
-		}
-	}()
-	for range 3 {
-		c, err := net.Dial("tcp", ln.Addr().String())
+	defer d.Close()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx, map[string]metrics.ReadyFunc{}) }()
+	defer func() { cancel(); <-done }()
+	addr := listeningAddr(t, &logs)
+
+	dial := func(from string) net.Conn {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: waitLong}
+		c, err := d.Dial("tcp", addr)
 		require.NoError(t, err)
-		defer c.Close()
+		t.Cleanup(func() { _ = c.Close() })
+		return c
 	}
-	first, second := <-accepted, <-accepted
-	defer second.Close()
-	select {
-	case c := <-accepted:
-		c.Close()
-		t.Fatal("a third connection was accepted while two were open")
-	case <-time.After(100 * time.Millisecond):
+	probe := func(c net.Conn) error {
+		_ = c.SetDeadline(time.Now().Add(3 * time.Second))
+		if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			return err
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return errors.New(resp.Status)
+		}
+		_, err = io.Copy(io.Discard, resp.Body)
+		return err
 	}
-	require.NoError(t, first.Close())
-	select {
-	case c := <-accepted:
-		c.Close()
-	case <-time.After(waitLong):
-		t.Fatal("the third connection was not accepted after one closed")
+	var idle []net.Conn
+	for i := range 40 {
+		c := dial("127.0.0.1")
+		if i%4 == 0 {
+			_ = probe(c) // a keep-alive; past the host's share it may be refused
+		}
+		idle = append(idle, c)
+	}
+	for range 3 {
+		require.NoError(t, probe(dial("127.0.0.2")), "another host's probe is answered beside the idle host")
+	}
+	// Closed before the shutdown, which counts a connection that never
+	// sent anything as busy for its first 5 seconds.
+	for _, c := range idle {
+		_ = c.Close()
 	}
 }

@@ -145,15 +145,16 @@ func (s *server) observe(next http.Handler) http.Handler {
 			if route == "" || route == "/" {
 				route = "unmatched"
 			}
+			method := s.methodLabel(r)
 			if s.Metrics != nil {
-				s.Metrics.HTTPRequest(route, r.Method, sw.status, time.Since(start))
+				s.Metrics.HTTPRequest(route, method, sw.status, time.Since(start))
 			}
-			endSpan(span, r.Method, route, sw.status, ri)
+			endSpan(span, r, method, route, sw.status, ri)
 			ev := s.Log.Info()
 			if sw.status >= 500 {
 				ev = s.Log.Error()
 			}
-			ev = ev.Ctx(r.Context()).Str("request_id", ri.id).Str("method", r.Method).Str("route", route).
+			ev = ev.Ctx(r.Context()).Str("request_id", ri.id).Str("method", method).Str("route", route).
 				Int("status", sw.status).Float64("duration_ms", since(start)).Int("bytes", sw.bytes)
 			if ri.tenant != "" {
 				ev = ev.Str("tenant", ri.tenant)

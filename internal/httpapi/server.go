@@ -106,6 +106,24 @@ type Deps struct {
 type server struct {
 	Deps
 	admit *admission
+	// routed is every method some route serves (HEAD wherever GET is):
+	// the method label's values besides methodOther.
+	routed map[string]bool
+}
+
+// methodOther is the method label of a request whose method no route
+// serves (SPEC §8), as OpenTelemetry names such a method: the raw method
+// is the caller's invention, and a label or log value made of it would be
+// a series, and memory, that any caller mints.
+const methodOther = "_OTHER"
+
+// methodLabel is r's method as metrics, spans and log lines name it: a
+// method some route serves, or methodOther.
+func (s *server) methodLabel(r *http.Request) string {
+	if s.routed[r.Method] {
+		return r.Method
+	}
+	return methodOther
 }
 
 // NewServer returns the API's handler.
@@ -114,10 +132,17 @@ func NewServer(d Deps) http.Handler {
 	if d.Auth == nil {
 		d.Auth = auth.NewAuthenticator(d.Pool, 0)
 	}
-	s := &server{Deps: d, admit: newAdmission(d.Config.MaxConcurrency, d.Config.TenantConcurrency, d.Config.TenantRate, d.Config.TenantBurst)}
+	s := &server{Deps: d, admit: newAdmission(d.Config.MaxConcurrency, d.Config.TenantConcurrency, d.Config.TenantRate, d.Config.TenantBurst),
+		routed: map[string]bool{}}
 	mux := http.NewServeMux()
 	var operations http.Handler
 	for _, rt := range s.routes() {
+		for m := range rt.methods {
+			s.routed[m] = true
+		}
+		if rt.methods[http.MethodGet] != nil {
+			s.routed[http.MethodHead] = true
+		}
 		// MaxConcurrency's slot is taken after the tenant's: a request
 		// its tenant's limit refuses takes none, so that one tenant
 		// flooding past its limit cannot fill the server's slots and turn
@@ -239,10 +264,22 @@ func (m methods) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		allow := m.allow()
 		w.Header().Set("Allow", allow)
-		writeProblem(w, r, problem.New(http.StatusMethodNotAllowed, problem.CodeMethodNotAllowed, r.Method+" is not allowed here; allowed: "+allow))
+		writeProblem(w, r, problem.New(http.StatusMethodNotAllowed, problem.CodeMethodNotAllowed, methodName(r.Method)+" is not allowed here; allowed: "+allow))
 		return
 	}
 	h(w, r)
+}
+
+// methodName is how a 405's detail names a method: a method HTTP
+// defines by its name, any other — which may be 60 KiB of a caller's
+// invention — as "this method".
+func methodName(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions, http.MethodConnect, http.MethodTrace:
+		return m
+	}
+	return "this method"
 }
 
 // authed resolves the bearer token to the request's tenant before h runs.
@@ -256,6 +293,13 @@ func (s *server) authed(h http.Handler) http.Handler {
 				p := problem.New(http.StatusTooManyRequests, problem.CodeRateLimited,
 					"too many failed authentications from this address; nothing was executed: send the same request again after Retry-After")
 				p.RetryAfter = int((limited.RetryAfter + time.Second - 1) / time.Second)
+				if limited.AllAddresses {
+					// Not this address's budget: no RateLimit fields
+					// describe it.
+					p.Detail = "too many lookups of unknown tokens at once; nothing was executed: send the same request again after Retry-After"
+					writeProblem(w, r, p)
+					return
+				}
 				// The per-address budget of failed lookups, in the
 				// RateLimit fields' syntax (decision 0040): a quota of
 				// FailureBurst refilled over its window.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"strings"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -26,18 +27,50 @@ func (s *server) startSpan(ctx context.Context, r *http.Request) (context.Contex
 	if r.TLS != nil {
 		scheme = "https"
 	}
-	// Named by the method until the route is known (endSpan); no URL
-	// attribute, as a path may hold an operation key, which the API
-	// never records.
-	return s.Tracer.Start(ctx, r.Method, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(
-		methodAttr(r.Method), semconv.URLScheme(scheme),
-		semconv.NetworkProtocolVersion(protocolVersion(r)), semconv.UserAgentOriginal(r.UserAgent())))
+	// Named by the method until the route is known (endSpan), which also
+	// sets url.path, redacted.
+	method := s.methodLabel(r)
+	return s.Tracer.Start(ctx, method, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(
+		methodAttr(method), semconv.URLScheme(scheme),
+		semconv.NetworkProtocolVersion(protocolVersion(r)), semconv.UserAgentOriginal(capped(r.UserAgent()))))
+}
+
+// maxSpanText bounds a span attribute taken from what the caller sent
+// (the user agent, an unmatched path): headers may be 64 KiB.
+const maxSpanText = 256
+
+// capped is v cut to maxSpanText bytes, at a rune boundary, marked with "…"
+// when cut, and made valid UTF-8.
+func capped(v string) string {
+	v = strings.ToValidUTF8(v, "\uFFFD")
+	if len(v) <= maxSpanText {
+		return v
+	}
+	cut := maxSpanText
+	for cut > 0 && !utf8.RuneStart(v[cut]) {
+		cut--
+	}
+	return v[:cut] + "…"
+}
+
+// redactedPath is url.path for a request of route: the path as sent, but
+// an operation key — which the API never records — replaced by REDACTED
+// (OpenTelemetry's word for a value withheld), and an unmatched path
+// capped.
+func redactedPath(r *http.Request, route string) string {
+	switch route {
+	case operationsPattern:
+		return operationsPrefix + "REDACTED"
+	case "unmatched":
+		return capped(r.URL.EscapedPath())
+	}
+	return r.URL.EscapedPath()
 }
 
 // endSpan names the request's span by its route, as OpenTelemetry's HTTP
 // conventions do ("POST /v1/notes"), records the outcome and ends it. A
 // server error marks it failed; a 4xx is the client's and does not.
-func endSpan(span trace.Span, method, route string, status int, ri *reqInfo) {
+func endSpan(span trace.Span, r *http.Request, method, route string, status int, ri *reqInfo) {
 	if span == nil {
 		return
 	}
@@ -45,6 +78,7 @@ func endSpan(span trace.Span, method, route string, status int, ri *reqInfo) {
 		span.SetName(method + " " + route)
 		span.SetAttributes(semconv.HTTPRoute(route))
 	}
+	span.SetAttributes(semconv.URLPath(redactedPath(r, route)))
 	span.SetAttributes(semconv.HTTPResponseStatusCode(status), attribute.String("quill.request_id", ri.id))
 	if ri.tenant != "" {
 		span.SetAttributes(attribute.String("quill.tenant", ri.tenant))

@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -112,7 +113,7 @@ func TestCreateIsATraceOfRequestAndTransaction(t *testing.T) {
 	require.Equal(t, "/v1/notes", attrs["http.route"])
 	require.Equal(t, "POST", attrs["http.request.method"])
 	require.EqualValues(t, http.StatusCreated, attrs["http.response.status_code"])
-	require.NotContains(t, attrs, "url.path", "a path may hold an operation key")
+	require.Equal(t, "/v1/notes", attrs["url.path"])
 
 	tx, ok := byName["transaction"]
 	require.True(t, ok, "spans: %v", spans)
@@ -137,6 +138,59 @@ func TestCreateIsATraceOfRequestAndTransaction(t *testing.T) {
 	require.Regexp(t, `^00-[0-9a-f]{32}-[0-9a-f]{16}-01$`, tp)
 	require.NotContains(t, tp, "4bf92f3577b34da6a3ce929d0e0e4736")
 	require.Empty(t, ts)
+}
+
+// A span holds nothing a caller invents or keeps secret: an operation
+// key's lookup has url.path with the key REDACTED; an invented method is
+// _OTHER in the span's name and attribute; an unmatched path and the user
+// agent are capped.
+func TestSpansHoldNoInventedOrSecretValues(t *testing.T) {
+	t.Parallel()
+	exp := tracetest.NewInMemoryExporter()
+	b := traceSetup(t, exp)
+	send := func(method, path, ua string) {
+		t.Helper()
+		req, err := http.NewRequest(method, b.srv.URL+path, nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+b.token)
+		req.Header.Set("User-Agent", ua)
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		require.NoError(t, res.Body.Close())
+	}
+	secret := "key-that-must-not-be-recorded"
+	send(http.MethodGet, "/v1/operations/"+secret, "agent/1")
+	invented := "QUILL" + strings.Repeat("X", 2000)
+	send(invented, "/v1/notes", "agent/1")
+	long := "/" + strings.Repeat("p", 5000)
+	send(http.MethodGet, long, strings.Repeat("u", 5000))
+
+	spans := exp.GetSpans()
+	require.Len(t, spans, 3)
+	attrsOf := func(s tracetest.SpanStub) map[string]any {
+		m := map[string]any{}
+		for _, kv := range s.Attributes {
+			m[string(kv.Key)] = kv.Value.AsInterface()
+		}
+		return m
+	}
+	for _, s := range spans {
+		require.NotContains(t, fmt.Sprint(s.Name, s.Attributes), secret)
+		require.NotContains(t, fmt.Sprint(s.Name, s.Attributes), "XXXX")
+	}
+	lookup := attrsOf(spans[0])
+	require.Equal(t, "GET /v1/operations/{key}", spans[0].Name)
+	require.Equal(t, "/v1/operations/REDACTED", lookup["url.path"])
+
+	other := attrsOf(spans[1])
+	require.Equal(t, "_OTHER /v1/notes", spans[1].Name)
+	require.Equal(t, "_OTHER", other["http.request.method"])
+
+	unmatched := attrsOf(spans[2])
+	require.Equal(t, "GET", spans[2].Name)
+	require.LessOrEqual(t, len(unmatched["url.path"].(string)), 260)
+	require.True(t, strings.HasPrefix(unmatched["url.path"].(string), "/ppp"))
+	require.LessOrEqual(t, len(unmatched["user_agent.original"].(string)), 260)
 }
 
 // With tracing off nothing changes: no span, the client's traceparent is

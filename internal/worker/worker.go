@@ -274,6 +274,9 @@ type Worker struct {
 	// memInUse is the weight admitted now (quill_worker_decode_memory_bytes).
 	mem      *semaphore.Weighted
 	memInUse prometheus.Gauge
+	// consumerMetrics receives the consumer package's quill_consumer_*
+	// metrics; nil: none.
+	consumerMetrics prometheus.Registerer
 
 	// kept holds, by event id, the processing of the events whose effect
 	// has not committed yet: a later attempt — put off by its batch, the
@@ -312,6 +315,16 @@ func WithNotifier(n *outbox.Notifier) Option { return func(w *Worker) { w.notifi
 // moment (metrics.NewDecodeMemory). Without it the weight is not exported.
 func WithDecodeMemoryGauge(g prometheus.Gauge) Option { return func(w *Worker) { w.memInUse = g } }
 
+// WithConsumerMetrics registers the consumer package's metrics on reg,
+// labelled with the consumer's name: above all
+// quill_consumer_pending_messages, the backlog JetStream holds for it, and
+// quill_consumer_acks_total, which together show a worker fleet that
+// stopped consuming (SPEC §8). New returns an error when they are on reg
+// already. Without it they are not exported.
+func WithConsumerMetrics(reg prometheus.Registerer) Option {
+	return func(w *Worker) { w.consumerMetrics = reg }
+}
+
 // New returns a worker over pool and nc. It returns an error when the
 // configuration does not validate.
 func New(pool *pgxpool.Pool, nc *nats.Conn, cfg Config, log zerolog.Logger, m *metrics.Worker, opts ...Option) (*Worker, error) {
@@ -336,6 +349,7 @@ func New(pool *pgxpool.Pool, nc *nats.Conn, cfg Config, log zerolog.Logger, m *m
 	ccfg := cfg.consumerConfig(slog.New(zerolog.NewSlogHandler(log)))
 	ccfg.Now = w.now
 	ccfg.Validate = w.validate
+	ccfg.Registerer = w.consumerMetrics
 	ccfg.Inbox = inboxTable{consumer: cfg.Consumer, now: w.now}
 	ccfg.DeadLetters = deadLetterTable{dl: deadletter.New(pool, cfg.Consumer, w.now), m: m, log: log}
 	w.c, err = consumer.NewStaged(pool, js, ccfg, consumer.Stages{Prepare: w.prepare, Apply: w.apply, Committed: w.committed})

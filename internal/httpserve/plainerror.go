@@ -1,4 +1,4 @@
-package daemon
+package httpserve
 
 import (
 	"bytes"
@@ -21,18 +21,8 @@ import (
 // error to be (decision 0066).
 const plainErrorHeaders = "\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n"
 
-// problemListener hands out connections whose net/http plain-text error
-// replies are rewritten as problems.
-type problemListener struct{ net.Listener }
-
-func (l problemListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	return problemConn{c}, nil
-}
-
+// problemConn is a connection whose net/http plain-text error replies are
+// rewritten as problems.
 type problemConn struct{ net.Conn }
 
 // Write sends p, or its problem form when p is net/http's plain-text reply

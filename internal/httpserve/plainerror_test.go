@@ -1,4 +1,4 @@
-package daemon_test
+package httpserve_test
 
 import (
 	"bufio"
@@ -14,7 +14,7 @@ import (
 	"github.com/go-json-experiment/json"
 	"github.com/stretchr/testify/require"
 
-	"github.com/quillhq/quill/internal/daemon"
+	"github.com/quillhq/quill/internal/httpserve"
 	"github.com/quillhq/quill/internal/problem"
 )
 
@@ -42,7 +42,7 @@ func TestRewritePlainError(t *testing.T) {
 		{"empty", "", 0, "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			out, ok := daemon.RewritePlainError([]byte(tc.reply))
+			out, ok := httpserve.RewritePlainError([]byte(tc.reply))
 			if tc.code == "" {
 				require.False(t, ok)
 				return
@@ -68,7 +68,7 @@ func FuzzRewritePlainError(f *testing.F) {
 	f.Add([]byte("HTTP/1.1 400 Bad Request: x\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n400"))
 	f.Add([]byte("HTTP/1.1 200 OK\r\nDate: x\r\n\r\n"))
 	f.Fuzz(func(t *testing.T, reply []byte) {
-		out, ok := daemon.RewritePlainError(reply)
+		out, ok := httpserve.RewritePlainError(reply)
 		if !ok {
 			return
 		}
@@ -88,10 +88,10 @@ func FuzzRewritePlainError(f *testing.F) {
 // cannot read are answered as problems, and a good request after one on
 // another connection is served as usual.
 func TestServersAnswerUnreadableRequestsAsProblems(t *testing.T) {
-	var hs daemon.HTTPSettings
+	var hs httpserve.Settings
 	ln, err := hs.Listen("127.0.0.1:0")
 	require.NoError(t, err)
-	srv := hs.Server(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") }))
+	srv := ln.Server(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") }))
 	go func() { _ = srv.Serve(ln) }()
 	// Shutdown, not Close: it waits for the connection net/http lingers on
 	// after a 431 (closeWriteAndWait), which goleak would see.
@@ -121,7 +121,7 @@ func TestServersAnswerUnreadableRequestsAsProblems(t *testing.T) {
 	}{
 		{"a header without a colon", "GET / HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n", 400, problem.CodeBadRequest},
 		{"no Host", "GET / HTTP/1.1\r\n\r\n", 400, problem.CodeBadRequest},
-		{"headers past the limit", "GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", daemon.MaxHeaderBytes+8192) + "\r\n\r\n", 431, problem.CodeHeadersTooLarge},
+		{"headers past the limit", "GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", httpserve.MaxHeaderBytes+8192) + "\r\n\r\n", 431, problem.CodeHeadersTooLarge},
 		{"a Transfer-Encoding it does not know", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", 501, problem.CodeUnsupportedTransferEncoding},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
