@@ -21,6 +21,7 @@ import (
 	"github.com/quillhq/quill/client"
 	"github.com/quillhq/quill/internal/cli"
 	"github.com/quillhq/quill/internal/config"
+	"github.com/quillhq/quill/internal/httpserve"
 	"github.com/quillhq/quill/internal/mcpserver"
 	"github.com/quillhq/quill/internal/opkey"
 )
@@ -466,6 +467,8 @@ func (e *env) mcp(ctx context.Context, args []string) error {
 		"with --http: comma-separated origins (scheme://host[:port]) whose browser pages may call the server, besides its own address's; a request with any other Origin is answered 403")
 	s.Duration(&h.sessionTimeout, "session-timeout", "QUILL_MCP_SESSION_TIMEOUT", mcpserver.DefaultSessionTimeout,
 		"with --http: a session without a request for this long is closed (its Mcp-Session-Id then answers 404 and the client opens a new session)")
+	// With --http, the server's connections have every server's limits.
+	h.conns.Define(s)
 	if err := parseNone(s, args); err != nil {
 		return err
 	}
@@ -496,6 +499,7 @@ func (nopWriteCloser) Close() error { return nil }
 type mcpHTTPSettings struct {
 	origins        string
 	sessionTimeout time.Duration
+	conns          httpserve.Settings
 }
 
 // mcpHTTP serves quill mcp --http ADDR until ctx ends (SIGTERM, SIGINT).
@@ -523,10 +527,10 @@ func (e *env) mcpHTTP(ctx context.Context, c common, addr string, h mcpHTTPSetti
 	if c.token != "" || c.tokenFile != "" {
 		fmt.Fprintln(e.stderr, "quill mcp: QUILL_TOKEN and QUILL_TOKEN_FILE are ignored with --http: each caller's Authorization header is its token")
 	}
-	ln, err := net.Listen("tcp", net.JoinHostPort(host, port))
+	ln, err := h.conns.Listen(net.JoinHostPort(host, port))
 	if err != nil {
 		return fmt.Errorf("mcp --http: %w", err)
 	}
 	return mcpserver.ServeHTTP(ctx, ln, mcpserver.HTTPConfig{Client: tmpl, JournalDir: c.journal, Version: version, Log: log,
-		AllowedOrigins: origins, SessionTimeout: h.sessionTimeout})
+		AllowedOrigins: origins, SessionTimeout: h.sessionTimeout, TrustedProxies: h.conns.TrustedProxies})
 }

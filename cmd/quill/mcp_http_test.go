@@ -36,7 +36,8 @@ func TestMCPOverHTTP(t *testing.T) {
 	var stderr clitest.SyncBuffer
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"mcp", "--http", "127.0.0.1:0", "--allowed-origins", "https://agent.example.com, http://localhost:3000", "--session-timeout", "10m"},
+		done <- run(ctx, []string{"mcp", "--http", "127.0.0.1:0", "--allowed-origins", "https://agent.example.com, http://localhost:3000", "--session-timeout", "10m",
+			"--read-timeout", "20s", "--write-timeout", "40s", "--idle-timeout", "1m", "--max-connections", "64"},
 			func(k string) string { return b.env[k] }, strings.NewReader(""), io.Discard, &stderr)
 	}()
 	var addr string
@@ -101,6 +102,8 @@ func TestMCPHTTPBadFlagsAreUsageErrors(t *testing.T) {
 		{"mcp", "--http", "127.0.0.1:0", "--allowed-origins", "https://a.example/path"},
 		{"mcp", "--http", "127.0.0.1:0", "--session-timeout", "0s"},
 		{"mcp", "--http", "127.0.0.1:0", "--session-timeout", "soon"},
+		{"mcp", "--http", "127.0.0.1:0", "--max-connections", "0"},
+		{"mcp", "--http", "127.0.0.1:0", "--trusted-proxies", "10.0.0.0/33"},
 		{"mcp", "extra"},
 	} {
 		_, errOut, code := b.quill(args...)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"regexp"
 	"strconv"
@@ -195,22 +196,60 @@ func (a *admission) release() {
 }
 
 // clientAddress is the budget's key for a request: the connection's IP
-// address, for IPv6 its /64 (one host usually holds a whole /64).
-// X-Forwarded-For and Forwarded are not read: any caller can send them.
-func clientAddress(r *http.Request) string {
+// address, for IPv6 its /64 (one host usually holds a whole /64). When the
+// connection comes from a trusted proxy it is the last X-Forwarded-For
+// hop that is not itself one (each proxy appends the address it was
+// reached from; those to its left are the caller's to invent); from any
+// other peer X-Forwarded-For is not read.
+func clientAddress(r *http.Request, trusted []netip.Prefix) string {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
 		host = r.RemoteAddr
 	}
-	ip := net.ParseIP(host)
-	switch {
-	case ip == nil:
+	a, err := netip.ParseAddr(host)
+	if err != nil {
 		return host
-	case ip.To4() != nil:
-		return ip.To4().String()
-	default:
-		return ip.Mask(net.CIDRMask(64, 128)).String() + "/64"
 	}
+	a = a.Unmap()
+	if isTrusted(trusted, a) {
+		hops := strings.Split(strings.Join(r.Header.Values("X-Forwarded-For"), ","), ",")
+		for i := len(hops) - 1; i >= 0; i-- {
+			hop, ok := parseHop(strings.TrimSpace(hops[i]))
+			if !ok {
+				break
+			}
+			a = hop
+			if !isTrusted(trusted, hop) {
+				break
+			}
+		}
+	}
+	if a.Is6() {
+		p, _ := a.Prefix(64)
+		return p.String()
+	}
+	return a.String()
+}
+
+func isTrusted(trusted []netip.Prefix, a netip.Addr) bool {
+	for _, p := range trusted {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// parseHop parses an X-Forwarded-For entry: an IP address, or one with a
+// port as some proxies write it.
+func parseHop(h string) (netip.Addr, bool) {
+	if a, err := netip.ParseAddr(h); err == nil {
+		return a.Unmap(), true
+	}
+	if ap, err := netip.ParseAddrPort(h); err == nil {
+		return ap.Addr().Unmap(), true
+	}
+	return netip.Addr{}, false
 }
 
 // origins decides which Origin headers are accepted: the server's own

@@ -1,15 +1,18 @@
 package mcpserver_test
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -20,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quillhq/quill/internal/auth"
+	"github.com/quillhq/quill/internal/httpserve"
 	"github.com/quillhq/quill/internal/mcpserver"
 	"github.com/quillhq/quill/internal/wait"
 )
@@ -255,3 +259,130 @@ func (r *statusRecorder) Write(p []byte) (int, error) {
 }
 
 func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+// rawConn dials the server from ip (127.0.0.1 when empty).
+func (b *remoteBundle) rawConn(t *testing.T, ip string) net.Conn {
+	t.Helper()
+	d := net.Dialer{}
+	if ip != "" {
+		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(ip)}
+	}
+	u, err := url.Parse(b.endpoint)
+	require.NoError(t, err)
+	c, err := d.DialContext(t.Context(), "tcp", u.Host)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// closedWithin reports whether the server closed c within d: a read ends
+// in EOF (after whatever the server still sent) rather than the deadline.
+func closedWithin(c net.Conn, d time.Duration) bool {
+	_ = c.SetReadDeadline(time.Now().Add(d))
+	_, err := io.Copy(io.Discard, c)
+	var ne net.Error
+	return !(errors.As(err, &ne) && ne.Timeout())
+}
+
+// unauthorized sends a request without a token on c and reads its 401,
+// leaving c an idle keep-alive connection.
+func unauthorized(t *testing.T, c net.Conn, br *bufio.Reader) {
+	t.Helper()
+	_, err := fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}", mcpserver.DefaultHTTPPath, c.RemoteAddr())
+	require.NoError(t, err)
+	res, err := http.ReadResponse(br, nil)
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, res.Body)
+	_ = res.Body.Close()
+	require.Equal(t, http.StatusUnauthorized, res.StatusCode)
+}
+
+// SPEC §2's timeouts hold on the MCP server's connections: a body that
+// never comes is given up after the read timeout, an idle keep-alive is
+// closed after the idle timeout, and headers past 64 KiB are refused.
+func TestHTTPTimeoutsAndHeaderLimit(t *testing.T) {
+	t.Parallel()
+	b := setupRemote(t)
+	b.http = httpserve.Settings{ReadTimeout: 300 * time.Millisecond, IdleTimeout: 300 * time.Millisecond}
+	b.start()
+
+	silent := b.rawConn(t, "")
+	_, err := fmt.Fprintf(silent, "POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: 100\r\n\r\n{",
+		mcpserver.DefaultHTTPPath, b.api.Token)
+	require.NoError(t, err)
+	require.True(t, closedWithin(silent, 5*time.Second), "a body that never comes ends its connection")
+
+	idle := b.rawConn(t, "")
+	unauthorized(t, idle, bufio.NewReader(idle))
+	require.True(t, closedWithin(idle, 5*time.Second), "an idle keep-alive connection is closed")
+
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, b.endpoint, strings.NewReader(initializeBody()))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+b.api.Token)
+	req.Header.Set("X-Padding", strings.Repeat("a", 70<<10))
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	_ = res.Body.Close()
+	require.Equal(t, http.StatusRequestHeaderFieldsTooLarge, res.StatusCode)
+}
+
+// One address's idle connections hold no more than its share of the
+// connection cap: its own idle ones make room for its new ones, and
+// another caller is served at once.
+func TestHTTPOneAddressHoldsItsShareOfConnections(t *testing.T) {
+	t.Parallel()
+	b := setupRemote(t)
+	b.http = httpserve.Settings{MaxConnections: 8} // a share of 2
+	b.start()
+	var conns []net.Conn
+	for range 8 {
+		c := b.rawConn(t, "127.0.0.2")
+		unauthorized(t, c, bufio.NewReader(c))
+		conns = append(conns, c)
+	}
+	require.Eventually(t, func() bool {
+		closed := 0
+		for _, c := range conns {
+			if closedWithin(c, 20*time.Millisecond) {
+				closed++
+			}
+		}
+		return closed >= 8-b.http.AddressShare()
+	}, 5*time.Second, 50*time.Millisecond, "the address keeps at most its share open")
+
+	start := time.Now()
+	cs, err := b.connect(b.api.Token)
+	require.NoError(t, err)
+	_, out := callOn(t, cs, "create_note", map[string]any{"title": "another address"})
+	require.Equal(t, "completed", out["state"])
+	require.Less(t, time.Since(start), 3*time.Second)
+}
+
+// The write timeout bounds each write, not a whole response: a tool call
+// that takes longer than it still gets its answer.
+func TestHTTPWriteTimeoutBoundsEachWrite(t *testing.T) {
+	t.Parallel()
+	b := setupRemote(t)
+	const timeout = 300 * time.Millisecond
+	b.http = httpserve.Settings{WriteTimeout: timeout}
+	b.start()
+	cs, err := b.connect(b.api.Token)
+	require.NoError(t, err)
+	arrived, release := b.api.HoldFirstCreate(t)
+	type answer struct {
+		res *mcp.CallToolResult
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "create_note", Arguments: map[string]any{"title": "slower than the write timeout"}})
+		done <- answer{res, err}
+	}()
+	<-arrived
+	wait.For(t.Context(), 3*timeout) // the call outlasts the write timeout
+	close(release)
+	a := <-done
+	require.NoError(t, a.err)
+	require.False(t, a.res.IsError, textOf(a.res))
+	require.Equal(t, 1, b.notes(b.api.Tenant, "slower than the write timeout"))
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -19,6 +20,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/quillhq/quill/client"
+	"github.com/quillhq/quill/internal/httpserve"
 	"github.com/quillhq/quill/internal/wait"
 )
 
@@ -33,8 +35,6 @@ const (
 	// request before it is closed and its Mcp-Session-Id answers 404;
 	// the MCP client then opens a new one.
 	DefaultSessionTimeout = 30 * time.Minute
-	// readHeaderTimeout bounds a request's headers (slowloris).
-	readHeaderTimeout = 10 * time.Second
 	// tokenCheckKey is the operation key whose lookup checks a new
 	// caller's token: any answer after authentication (404 or 200) means
 	// the API knows the token.
@@ -73,6 +73,10 @@ type HTTPConfig struct {
 	// AuthLimits bound what callers' bearer tokens cost the API. Zero
 	// fields take their defaults.
 	AuthLimits AuthLimits
+	// TrustedProxies are the proxies in front of the server
+	// (httpserve.Settings.TrustedProxies): from them, a caller's address
+	// for AuthLimits is the last X-Forwarded-For hop that is not one.
+	TrustedProxies []netip.Prefix
 }
 
 // TokenDigest names a token's journal directory: the first 128 bits of
@@ -104,7 +108,15 @@ func TokenDigest(token string) string {
 //
 // It returns an error for a bad configuration or when serving fails; nil
 // after a shutdown.
-func ServeHTTP(ctx context.Context, ln net.Listener, cfg HTTPConfig) error {
+//
+// The connections are ln's (httpserve: SPEC §2's read and idle timeouts, a
+// header limit, the connection cap where an idle connection makes room and
+// each address's share). Its write timeout bounds each write of a response
+// rather than the whole response: the deadline is set anew before every
+// write and flush, so an event stream or a long tool call lives as long as
+// its reader takes what it is sent, and a reader that stops is cut off
+// within the timeout (decision 0067).
+func ServeHTTP(ctx context.Context, ln *httpserve.Listener, cfg HTTPConfig) error {
 	if cfg.JournalDir == "" {
 		return errors.New("mcp http: JournalDir is required")
 	}
@@ -142,9 +154,11 @@ func ServeHTTP(ctx context.Context, ln net.Listener, cfg HTTPConfig) error {
 	}
 	authed := auth.RequireBearerToken(verify, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})
 	mux := http.NewServeMux()
+	var perWrite time.Duration
 	mux.Handle(cfg.Path, rs.count(allowed.check(authed(rs.admit(sdk)))))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: readHeaderTimeout,
-		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) }}
+	srv := ln.Server(writeDeadlines(&perWrite, mux))
+	perWrite = srv.WriteTimeout
+	srv.BaseContext = func(net.Listener) context.Context { return context.WithoutCancel(ctx) }
 
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
@@ -232,7 +246,7 @@ func (rs *remote) admit(next http.Handler) http.Handler {
 			unknownToken()
 			return
 		}
-		hold, wait := rs.gate.admit(clientAddress(r))
+		hold, wait := rs.gate.admit(clientAddress(r, rs.cfg.TrustedProxies))
 		if hold == nil {
 			w.Header().Set("Retry-After", strconv.Itoa(int(wait/time.Second)))
 			refuse(w, http.StatusTooManyRequests, "too many bearer tokens the Quill API refused, from this address or in all; retry after "+wait.String())
@@ -347,3 +361,46 @@ func (rs *remote) closeSessions() {
 		}
 	}
 }
+
+// writeDeadlines sets the connection's write deadline to *timeout from now
+// before every write and flush of a response (and at its start), in place
+// of the server's one deadline for the whole response.
+func writeDeadlines(timeout *time.Duration, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		dw := &deadlineWriter{ResponseWriter: w, rc: http.NewResponseController(w), timeout: *timeout}
+		dw.extend()
+		next.ServeHTTP(dw, r)
+	})
+}
+
+// deadlineWriter is a ResponseWriter whose every write must end within
+// timeout.
+type deadlineWriter struct {
+	http.ResponseWriter
+	rc      *http.ResponseController
+	timeout time.Duration
+}
+
+func (d *deadlineWriter) extend() {
+	if d.timeout > 0 {
+		_ = d.rc.SetWriteDeadline(time.Now().Add(d.timeout))
+	}
+}
+
+// Write implements http.ResponseWriter.
+func (d *deadlineWriter) Write(p []byte) (int, error) {
+	d.extend()
+	return d.ResponseWriter.Write(p)
+}
+
+// FlushError flushes the response (http.ResponseController calls it).
+func (d *deadlineWriter) FlushError() error {
+	d.extend()
+	return d.rc.Flush()
+}
+
+// Flush implements http.Flusher.
+func (d *deadlineWriter) Flush() { _ = d.FlushError() }
+
+// Unwrap gives http.ResponseController the underlying writer.
+func (d *deadlineWriter) Unwrap() http.ResponseWriter { return d.ResponseWriter }

@@ -3,7 +3,6 @@ package mcpserver_test
 import (
 	"context"
 	"encoding/json"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -18,6 +17,7 @@ import (
 	"github.com/quillhq/quill/client"
 	"github.com/quillhq/quill/internal/apitest"
 	"github.com/quillhq/quill/internal/auth"
+	"github.com/quillhq/quill/internal/httpserve"
 	"github.com/quillhq/quill/internal/mcpserver"
 )
 
@@ -31,6 +31,8 @@ type remoteBundle struct {
 	journalDir string
 	endpoint   string
 	stop       func() error
+	// http are the connections' settings; set them before start.
+	http httpserve.Settings
 }
 
 func setupRemote(t *testing.T) *remoteBundle {
@@ -48,7 +50,7 @@ func (b *remoteBundle) start() { b.startWith(nil) }
 // startWith is start with the configuration changed by adjust.
 func (b *remoteBundle) startWith(adjust func(*mcpserver.HTTPConfig)) {
 	t := b.t
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := b.http.Listen("127.0.0.1:0")
 	require.NoError(t, err)
 	cfg := mcpserver.HTTPConfig{
 		Client:     client.Config{BaseURL: b.api.URL, Attempts: 2, Deadline: 3 * time.Second, BaseDelay: 5 * time.Millisecond},
