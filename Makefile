@@ -68,7 +68,7 @@ bench-relay: ## relay throughput vs raw JetStream, and commit → ack latency (s
 bench-worker: ## attachments/s through JetStream → worker → commit vs the raw processing rate, with the ratio
 	bash scripts/bench-worker.sh
 
-bench-hostile: ## a legitimate workload alone, then beside slowloris, bad tokens, a flooding tenant and image bombs: its p99, throughput, lost/duplicated operations, 429s and peak RSS side by side (see bench/README.md)
+bench-hostile: ## a legitimate workload alone, then beside slowloris, bad tokens, a flooding tenant, image bombs, invented methods and one host's idle connections, each from its own address: its p99, throughput, lost/duplicated operations, 429s, peak RSS, the API's series and health probe side by side (see bench/README.md)
 	bash scripts/bench-hostile.sh
 
 bench-scaleout: ## 2 vs 1 relays and workers, each under a cgroup CPU cap, and the relay on a three-node R3 cluster (see bench/README.md)

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # bench-hostile.sh: `make bench-hostile` — the overload benchmark of issue
 # 13: a legitimate agent workload alone, then the same beside slowloris
-# connections, bad tokens, a flooding tenant and image bombs, reported side
-# by side (see bench/README.md).
+# connections, bad tokens, a flooding tenant, image bombs, invented HTTP
+# methods and one host's idle connections (issue 24), each attacker from a
+# loopback address of its own, reported side by side (see bench/README.md).
 #
 #   1. builds ./bin (api, relay, attachment-worker, hostile) and (once) the
 #      nats-server go.mod pins into .data/bin; drops and recreates the
@@ -14,7 +15,9 @@
 #   3. runs tools/hostile: the quiet phase, the hostile phase, the resend
 #      of the creates left unanswered, the wait for the legitimate
 #      attachments, the check of every legitimate key in PostgreSQL; it
-#      reads the API's and the worker's peak RSS (VmHWM) per phase;
+#      reads the API's and the worker's peak RSS (VmHWM) per phase, counts
+#      the series of the API's HTTP metrics on its admin /metrics at each
+#      measured window's start and end, and probes its admin /healthz;
 #   4. notes whether each process survived, stops the survivors (each must
 #      exit 0 on SIGTERM), prints the report and writes it to
 #      bench/results/hostile-latest.txt. Everything it started is stopped
@@ -45,6 +48,12 @@
 #                                        non-2xx (it ignores Retry-After)
 #   BENCH_HOSTILE_BOMB_RATE (1)          image bombs per second, a decimal
 #                                        such as 0.5 (0: none)
+#   BENCH_HOSTILE_INVENTED_METHOD_RATE (200) requests per second with a
+#                                        fresh invented method, no token
+#                                        (0: none)
+#   BENCH_HOSTILE_IDLE_CONNS (1100)      idle connections one host holds to
+#                                        the API and to its admin server,
+#                                        each (0: none)
 #   BENCH_HOSTILE_TIMEOUT (10)           per-request timeout, seconds
 #   BENCH_HOSTILE_RECOVER (30)           seconds to resend unanswered creates
 #   BENCH_HOSTILE_DRAIN (30)             seconds to wait for the legitimate
@@ -78,6 +87,8 @@ BAD_TOKEN_RATE=${BENCH_HOSTILE_BAD_TOKEN_RATE:-500}
 FLOOD_FACTOR=${BENCH_HOSTILE_FLOOD_FACTOR:-10}
 FLOOD_PAUSE_MS=${BENCH_HOSTILE_FLOOD_PAUSE_MS:-20}
 BOMB_RATE=${BENCH_HOSTILE_BOMB_RATE:-1}
+INVENTED_RATE=${BENCH_HOSTILE_INVENTED_METHOD_RATE:-200}
+IDLE_CONNS=${BENCH_HOSTILE_IDLE_CONNS:-1100}
 TIMEOUT=${BENCH_HOSTILE_TIMEOUT:-10}
 RECOVER=${BENCH_HOSTILE_RECOVER:-30}
 DRAIN=${BENCH_HOSTILE_DRAIN:-30}
@@ -111,12 +122,26 @@ rate BENCH_HOSTILE_BAD_TOKEN_RATE "$BAD_TOKEN_RATE"
 count BENCH_HOSTILE_FLOOD_FACTOR "$FLOOD_FACTOR"
 count BENCH_HOSTILE_FLOOD_PAUSE_MS "$FLOOD_PAUSE_MS"
 rate BENCH_HOSTILE_BOMB_RATE "$BOMB_RATE"
+rate BENCH_HOSTILE_INVENTED_METHOD_RATE "$INVENTED_RATE"
+count BENCH_HOSTILE_IDLE_CONNS "$IDLE_CONNS"
+((IDLE_CONNS <= 20000)) || die "BENCH_HOSTILE_IDLE_CONNS must be at most 20000, got '$IDLE_CONNS'"
 posint BENCH_HOSTILE_TIMEOUT "$TIMEOUT"
 seconds BENCH_HOSTILE_RECOVER "$RECOVER"
 seconds BENCH_HOSTILE_DRAIN "$DRAIN"
 posint QUILL_TENANT_CONCURRENCY "$QUILL_TENANT_CONCURRENCY"
 rate QUILL_TENANT_RATE "$QUILL_TENANT_RATE"
 posint QUILL_WORKER_DECODE_MEMORY "$QUILL_WORKER_DECODE_MEMORY"
+
+# The attackers' process holds 2 × BENCH_HOSTILE_IDLE_CONNS idle
+# connections besides the others' hundreds, and the API up to
+# QUILL_MAX_CONNECTIONS on each of its two servers: raise the soft limit
+# on open files towards the hard one when it is lower than that.
+NEED_FDS=$((2 * IDLE_CONNS + SLOWLORIS + 4096))
+if [[ $(ulimit -n) != unlimited ]] && (($(ulimit -n) < NEED_FDS)); then
+	ulimit -n "$NEED_FDS" 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+	[[ $(ulimit -n) == unlimited ]] || (($(ulimit -n) >= NEED_FDS)) ||
+		die "the limit on open files is $(ulimit -n) (hard $(ulimit -Hn)), the run needs $NEED_FDS: lower BENCH_HOSTILE_IDLE_CONNS or raise it (ulimit -n)"
+fi
 
 bench_db quill_bench_hostile
 work_dir quill-bench-hostile
@@ -156,6 +181,8 @@ else
 		LEGIT_TOKENS+=",$(token "legit-$i")" LEGIT_NAMES+=",legit-$i"
 	done
 fi
+API_ADMIN_URL="http://$(log_addr "$WORK/api.log" admin)"
+[[ $API_ADMIN_URL != http:// ]] || die "the API did not report its admin address: $(tail -3 "$WORK/api.log")"
 FLOOD_TOKEN=$(token flood)
 BOMB_TOKEN=$(token bomber)
 
@@ -177,7 +204,7 @@ RELAY_PID=$DAEMON_PID
 daemon worker ./bin/attachment-worker run
 WORKER_PID=$DAEMON_PID
 
-API_NOTE="pid $API_PID, $(setting_note ./bin/api serve QUILL_TENANT_CONCURRENCY), $(setting_note ./bin/api serve QUILL_TENANT_RATE), $(setting_note ./bin/api serve QUILL_MAX_CONCURRENCY), $(setting_note ./bin/api serve QUILL_READ_TIMEOUT)"
+API_NOTE="pid $API_PID, admin $API_ADMIN_URL, $(setting_note ./bin/api serve QUILL_TENANT_CONCURRENCY), $(setting_note ./bin/api serve QUILL_TENANT_RATE), $(setting_note ./bin/api serve QUILL_MAX_CONCURRENCY), $(setting_note ./bin/api serve QUILL_READ_TIMEOUT), $(setting_note ./bin/api serve QUILL_MAX_CONNECTIONS), $(setting_note ./bin/api serve QUILL_TRUSTED_PROXIES)"
 WORKER_NOTE="pid $WORKER_PID, $(setting_note ./bin/attachment-worker run QUILL_WORKER_DECODE_MEMORY), $(setting_note ./bin/attachment-worker run QUILL_MAX_PIXELS)"
 
 # The attackers run in a process of their own (tools/hostile starts it),
@@ -197,7 +224,7 @@ wait_quiet_start
 share() { awk -v p="$1" 'BEGIN { printf "%.2f", p / 100 }'; }
 log "running tools/hostile: 2 × (${WARMUP}s + ${DURATION}s), then up to ${RECOVER}s of resends and ${DRAIN}s for attachments"
 rc=0
-./bin/hostile --url "$API_URL" --database-url "$BENCH_URL" \
+./bin/hostile --url "$API_URL" --admin-url "$API_ADMIN_URL" --database-url "$BENCH_URL" \
 	--token "$LEGIT_TOKENS" --flood-token "$FLOOD_TOKEN" --bomb-token "$BOMB_TOKEN" \
 	--legit-tenant "$LEGIT_NAMES" --flood-tenant flood --bomb-tenant bomber \
 	--api-pid "$API_PID" --worker-pid "$WORKER_PID" \
@@ -206,6 +233,7 @@ rc=0
 	--duration "${DURATION}s" --warmup "${WARMUP}s" --timeout "${TIMEOUT}s" --recover "${RECOVER}s" --drain "${DRAIN}s" \
 	--legit-clients "$CLIENTS" --legit-think "${THINK_MS}ms" --resend-share "$(share "$RESEND_PERCENT")" --attach-share "$(share "$ATTACH_PERCENT")" \
 	--slowloris "$SLOWLORIS" --bad-token-rate "$BAD_TOKEN_RATE" --bomb-rate "$BOMB_RATE" \
+	--invented-method-rate "$INVENTED_RATE" --idle-conns "$IDLE_CONNS" \
 	--tenant-concurrency "$QUILL_TENANT_CONCURRENCY" --flood-factor "$FLOOD_FACTOR" --flood-pause "${FLOOD_PAUSE_MS}ms" \
 	--decode-budget "$QUILL_WORKER_DECODE_MEMORY" --api-note "$API_NOTE" --worker-note "$WORKER_NOTE" \
 	>"$WORK/hostile.txt" 2> >(tee "$WORK/hostile.err" >&2) || rc=$?

@@ -47,10 +47,11 @@ type lorisStats struct {
 	Answers counts
 }
 
-// slowloris keeps n connections open, each announcing a body of
-// slowlorisLength bytes after headers without a token and then sending
-// nothing, until ctx ends; a connection the server closes is replaced.
-func slowloris(ctx context.Context, addr string, n int) lorisStats {
+// slowloris keeps n connections to addr open, made by d, each announcing
+// a body of slowlorisLength bytes after headers without a token and then
+// sending nothing, until ctx ends; a connection the server closes is
+// replaced.
+func slowloris(ctx context.Context, d *net.Dialer, addr string, n int) lorisStats {
 	per := make([]lorisStats, n)
 	var wg sync.WaitGroup
 	head := fmt.Sprintf("POST /v1/notes HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nIdempotency-Key: loris\r\nContent-Length: %d\r\n\r\n", addr, slowlorisLength)
@@ -58,7 +59,6 @@ func slowloris(ctx context.Context, addr string, n int) lorisStats {
 		wg.Go(func() {
 			st := &per[i]
 			st.Answers = counts{}
-			d := net.Dialer{Timeout: 5 * time.Second}
 			for ctx.Err() == nil {
 				c, err := d.DialContext(ctx, "tcp", addr)
 				if err != nil {
@@ -179,7 +179,7 @@ func badToken() string {
 
 // badTokens lists notes with a fresh random token rate times a second.
 func badTokens(ctx context.Context, cfg config) rateStats {
-	hc := newHTTPClient(badTokenInFlight, cfg.timeout)
+	hc := newHTTPClient(cfg.dialer(fromBadTokens), badTokenInFlight, cfg.timeout)
 	defer hc.CloseIdleConnections()
 	u := cfg.notesURL() + "?limit=1"
 	return atRate(ctx, cfg.badTokenRate, badTokenInFlight, func(ctx context.Context) string {
@@ -195,7 +195,7 @@ func badTokens(ctx context.Context, cfg config) rateStats {
 // bombs uploads a note with the bomb as its attachment rate times a
 // second, with the bomb tenant's token.
 func bombs(ctx context.Context, cfg config, bomb []byte) rateStats {
-	hc := newHTTPClient(bombInFlight, cfg.timeout)
+	hc := newHTTPClient(cfg.dialer(fromBombs), bombInFlight, cfg.timeout)
 	defer hc.CloseIdleConnections()
 	head := `{"title":"bomb","attachment":{"filename":"bomb.png","content_type":"image/png","data":"`
 	data := base64.StdEncoding.EncodeToString(bomb)
@@ -215,7 +215,7 @@ type floodStats struct {
 // flood runs n clients of the flooding tenant, each creating a note as
 // soon as its previous create was answered, until ctx ends.
 func flood(ctx context.Context, cfg config, n int) floodStats {
-	hc := newHTTPClient(n, cfg.timeout)
+	hc := newHTTPClient(cfg.dialer(fromFlood), n, cfg.timeout)
 	defer hc.CloseIdleConnections()
 	per := make([]counts, n)
 	body := []byte(`{"title":"flood","body":"one tenant asking for far more than its share"}`)

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"os/exec"
 	"strings"
@@ -37,15 +36,17 @@ type attackReport struct {
 	BadTokens *rateStats  `json:"bad_tokens,omitempty"`
 	Flood     *floodStats `json:"flood,omitempty"`
 	Bombs     *rateStats  `json:"bombs,omitempty"`
+	Invented  *rateStats  `json:"invented,omitempty"`
+	Idle      []idleStats `json:"idle,omitempty"`
 }
 
 // attack runs every attacker that is on until ctx ends.
 func attack(ctx context.Context, c config, bomb []byte) attackReport {
 	r := attackReport{BombBytes: len(bomb)}
 	var wg sync.WaitGroup
+	api, _ := hostPort(c.url) // validated: an http(s) URL
 	if c.slowloris > 0 {
-		u, _ := url.Parse(c.url)
-		wg.Go(func() { s := slowloris(ctx, u.Host, c.slowloris); r.Loris = &s })
+		wg.Go(func() { s := slowloris(ctx, c.dialer(fromSlowloris), api, c.slowloris); r.Loris = &s })
 	}
 	if c.badTokenRate > 0 {
 		wg.Go(func() { s := badTokens(ctx, c); r.BadTokens = &s })
@@ -55,6 +56,17 @@ func attack(ctx context.Context, c config, bomb []byte) attackReport {
 	}
 	if c.bombRate > 0 {
 		wg.Go(func() { s := bombs(ctx, c, bomb); r.Bombs = &s })
+	}
+	if c.inventedRate > 0 {
+		wg.Go(func() { s := inventedMethods(ctx, c); r.Invented = &s })
+	}
+	if c.idleConns > 0 {
+		targets := []idleTarget{{name: "api", addr: api, path: notesPath + "?limit=1"}}
+		if c.adminURL != "" {
+			admin, _ := hostPort(c.adminURL)
+			targets = append(targets, idleTarget{name: "admin", addr: admin, path: "/healthz"})
+		}
+		wg.Go(func() { r.Idle = idleHost(ctx, c.dialer(fromIdle), targets, c.idleConns) })
 	}
 	wg.Wait()
 	return r

@@ -23,12 +23,12 @@ const (
 	maxAnswer = 1 << 20
 )
 
-// newHTTPClient is a client of conns keep-alive connections that never
-// goes through a proxy.
-func newHTTPClient(conns int, timeout time.Duration) *http.Client {
+// newHTTPClient is a client of conns keep-alive connections, made by d,
+// that never goes through a proxy.
+func newHTTPClient(d *net.Dialer, conns int, timeout time.Duration) *http.Client {
 	return &http.Client{Timeout: timeout, Transport: &http.Transport{
 		Proxy:               nil,
-		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		DialContext:         d.DialContext,
 		MaxIdleConns:        conns,
 		MaxIdleConnsPerHost: conns,
 		MaxConnsPerHost:     conns,

@@ -69,7 +69,7 @@ type legit struct {
 
 func newLegit(cfg config) *legit {
 	return &legit{
-		cfg: cfg, hc: newHTTPClient(cfg.legitClients, cfg.timeout),
+		cfg: cfg, hc: newHTTPClient(cfg.dialer(fromLegit), cfg.legitClients, cfg.timeout),
 		endpoint: cfg.notesURL(), auths: bearers(cfg.legitTokens),
 		attach: fmt.Sprintf(`,"attachment":{"filename":"legit.png","content_type":"image/png","data":"%s"}`,
 			base64.StdEncoding.EncodeToString(attachment.BenchFixturePNG64K())),

@@ -17,17 +17,22 @@
 // them), requests with random well-formed tokens at a fixed rate, one tenant
 // creating at --flood-factor × its concurrency limit, and image bombs (a
 // uniform 6320×6320 16-bit RGBA PNG: ~330 KB that decodes into ~305 MiB) at
-// a fixed rate.
+// a fixed rate, and (issue 24) requests with invented HTTP methods, one in
+// four 60 KiB long, and one host holding --idle-conns idle connections to
+// the API and to its admin server. Each attacker connects from a loopback
+// address of its own, the legitimate clients from 127.0.0.1 (addrs.go).
 //
 // Per phase it reports the legitimate throughput and latency, the peak RSS
-// (VmHWM, reset at the phase's start) of --api-pid and --worker-pid, and for
-// the hostile phase what each attacker was answered; the last line counts
-// the targets missed. A slow or failing API is measured, never fatal: only a
+// (VmHWM, reset at the phase's start) of --api-pid and --worker-pid, with
+// --admin-url the series of the API's HTTP metrics at the measured
+// window's start and end and a probe of its /healthz, and for the hostile
+// phase what each attacker was answered; the last line counts the targets
+// missed. A slow or failing API is measured, never fatal: only a
 // bad flag (exit 2) or an unreachable database (exit 1) stops the tool.
 //
 // Usage:
 //
-//	hostile --url http://127.0.0.1:8080 --database-url postgres://... \
+//	hostile --url http://127.0.0.1:8080 --admin-url http://127.0.0.1:9091 --database-url postgres://... \
 //	        --token qt_... --flood-token qt_... --bomb-token qt_... \
 //	        --api-pid 123 --worker-pid 456 [--duration 20s ...]
 //

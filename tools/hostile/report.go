@@ -194,6 +194,18 @@ func (r *report) write(w io.Writer) int {
 		adds = append(adds, fmt.Sprintf("image bombs at %g/s from tenant %s (%d×%d 16-bit RGBA PNG of %d bytes, decoding to %.0f MiB)",
 			c.bombRate, c.bombTenant, bombSide, bombSide, r.attack.BombBytes, float64(decodedBytes(bombSide, bombSide))/mib))
 	}
+	if c.inventedRate > 0 {
+		adds = append(adds, fmt.Sprintf("%g requests/s with a fresh invented method each (one in %d %d KiB long) and no token, half to %s, half to unmatched paths",
+			c.inventedRate, inventedLongEvery, inventedLongBytes>>10, notesPath))
+	}
+	if c.idleConns > 0 {
+		to := "the API"
+		if c.adminURL != "" {
+			to = "the API and to its admin server"
+		}
+		adds = append(adds, fmt.Sprintf("one host holding %d idle connections to %s each (half after one request, half sending nothing; reopened %s after the server closes one)",
+			c.idleConns, to, idleRedialPause))
+	}
 	if len(adds) == 0 {
 		adds = []string{"nothing (every attacker is off)"}
 	}
@@ -207,6 +219,7 @@ func (r *report) write(w io.Writer) int {
 	if c.noteAttack != "" {
 		fmt.Fprintf(w, "Attackers: %s\n", c.noteAttack)
 	}
+	fmt.Fprintf(w, "Sources: %s\n", sourcesLine(c.ownAddrs))
 	fmt.Fprintln(w)
 
 	row := func(name, quiet, hostile, rat, target string) {
@@ -242,7 +255,17 @@ func (r *report) write(w io.Writer) int {
 	row("worker peak RSS MiB", peakCell(r.quiet.worker), peakCell(r.hostile.worker), "",
 		fmt.Sprintf("hostile < %.0f (budget %.0f + %d): %s", float64(workerMax)/mib, float64(c.decodeBudget)/mib, workerRSSMargin/mib,
 			v.judge(r.hostile.worker.KiB > 0 && !r.hostile.worker.Exited && r.hostile.worker.KiB*1024 < workerMax)))
+	if c.adminURL != "" {
+		qp99, qmax := probeSummary(r.quiet.probe)
+		hp99, hmax := probeSummary(r.hostile.probe)
+		row("admin /healthz p99 / max ms", ff(qp99)+" / "+ff(qmax), ff(hp99)+" / "+ff(hmax), "",
+			fmt.Sprintf("hostile: each 2xx < %s: %s", probeTimeout, v.judge(r.hostile.probe.ok())))
+	}
 	fmt.Fprintf(w, "legit requests by answer: quiet %s; hostile %s\n", formatCounts(ql.Requests), formatCounts(hl.Requests))
+	if c.adminURL != "" {
+		fmt.Fprintf(w, "health probes (GET /healthz on the admin address, a new connection every %s, whole phase) by answer: quiet %s; hostile %s\n",
+			probeEvery, formatCounts(r.quiet.probe.Answers), formatCounts(r.hostile.probe.Answers))
+	}
 	fmt.Fprintln(w, "peak RSS: the highest VmHWM over the phase and the drain after it (the kernel's mark, reset at the phase's start)")
 	r.writeCPU(w)
 	unreset := func(p peak) bool { return p.KiB > 0 && !p.Reset }
@@ -260,6 +283,7 @@ func (r *report) write(w io.Writer) int {
 		}
 	}
 	fmt.Fprintln(w)
+	r.writeSeries(w, &v)
 
 	in := r.integrity
 	fmt.Fprintf(w, "Lost and duplicated operations (PostgreSQL, both phases, after resending the %d creates given up at a phase end: %d answered then):\n",
@@ -303,7 +327,103 @@ func (r *report) write(w io.Writer) int {
 		}
 		fmt.Fprintln(w)
 	}
+	if m := r.attack.Invented; m != nil {
+		fmt.Fprintf(w, "  invented methods: %d sent (%g/s asked), %d slots skipped (all %d in flight); answers %s\n",
+			m.Sent, c.inventedRate, m.Skipped, inventedInFlight, formatCounts(m.Answers))
+	}
+	for _, st := range r.attack.Idle {
+		fmt.Fprintf(w, "  idle host → %s: %d places, %d connections opened, at most %d open at once as the host saw them (the server's accept queue included); %d refused with 503 (past its share), %d closed by the server otherwise; %d still open at the end; keep-alive requests answered %s; %d dials failed\n",
+			st.Target, st.Places, st.Opened, st.MaxOpen, st.Refused, st.Closed, st.OpenAtEnd, formatCounts(st.Answers), st.DialErrs)
+	}
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "targets missed: %d of %d\n", v.missed, v.missed+v.met)
 	return v.missed
+}
+
+// maxAddedShown bounds the series listed as added: enough to see which
+// labels they carry, not a page of them when something mints one per
+// request.
+const maxAddedShown = 8
+
+// seriesLine is one scrape for the series block.
+func seriesLine(s series) string {
+	if s.Err != "" {
+		return "not read: " + s.Err
+	}
+	line := fmt.Sprintf("%s %d, %s %d, method values %d (%s)", requestsMetric, s.Requests, durationMetric, s.Durations,
+		len(s.methods), listAdded(s.Methods()))
+	if s.RSSKiB > 0 {
+		line += fmt.Sprintf("; API RSS %s MiB", fmtMiB(s.RSSKiB))
+	}
+	return line
+}
+
+// listAdded prints up to maxAddedShown of items and how many more.
+func listAdded(items []string) string {
+	n := min(len(items), maxAddedShown)
+	out := strings.Join(items[:n], " ")
+	if more := len(items) - n; more > 0 {
+		out += fmt.Sprintf(" … and %d more", more)
+	}
+	return out
+}
+
+// writeSeries prints the API's HTTP series at each phase's measured
+// window's start and end, judges them flat over the hostile window and
+// the method values bounded, and names the series the hostile phase
+// added to the quiet phase's (new status codes or routes of the attack's
+// requests: a bounded set, seen in its first seconds).
+func (r *report) writeSeries(w io.Writer, v *verdicts) {
+	if r.cfg.adminURL == "" {
+		fmt.Fprintln(w, "Series of the API's HTTP metrics: not measured (no --admin-url)")
+		fmt.Fprintln(w)
+		return
+	}
+	q, h := r.quiet, r.hostile
+	fmt.Fprintln(w, "Series of the API's HTTP metrics (its admin /metrics, scraped at each measured window's start and end):")
+	fmt.Fprintf(w, "  quiet start:   %s\n", seriesLine(q.start))
+	fmt.Fprintf(w, "  quiet end:     %s\n", seriesLine(q.end))
+	fmt.Fprintf(w, "  hostile start: %s\n", seriesLine(h.start))
+	fmt.Fprintf(w, "  hostile end:   %s\n", seriesLine(h.end))
+	sent := ""
+	if m := r.attack.Invented; m != nil {
+		sent = fmt.Sprintf(" while ~%d invented methods were sent", int(r.cfg.inventedRate*r.cfg.duration.Seconds()))
+	}
+	fmt.Fprintf(w, "  hostile window%s: %s — target flat (equal series counts and method values): %s\n",
+		sent, flatPhrase(h.start, h.end), v.judge(flat(h.start, h.end)))
+	if a := added(h.start, h.end); len(a) > 0 && h.start.Err == "" && h.end.Err == "" {
+		fmt.Fprintf(w, "    added in the hostile window: %s\n", listAdded(a))
+	}
+	if q.start.RSSKiB > 0 && q.end.RSSKiB > 0 && h.start.RSSKiB > 0 && h.end.RSSKiB > 0 {
+		delta := func(a, b series) string {
+			return fmt.Sprintf("%s → %s MiB (%+.1f)", fmtMiB(a.RSSKiB), fmtMiB(b.RSSKiB), float64(b.RSSKiB-a.RSSKiB)/1024)
+		}
+		fmt.Fprintf(w, "  API RSS over the measured window (VmRSS at the scrapes): quiet %s, hostile %s\n", delta(q.start, q.end), delta(h.start, h.end))
+	}
+	bad := unbounded(h.end)
+	verdict := v.judge(h.end.Err == "" && len(bad) == 0)
+	switch {
+	case h.end.Err != "":
+		fmt.Fprintf(w, "  method values at the hostile end: not read — target each routed or _OTHER: %s\n", verdict)
+	case len(bad) == 0:
+		fmt.Fprintf(w, "  method values at the hostile end: each a method the SPEC allows or _OTHER — target: %s\n", verdict)
+	default:
+		fmt.Fprintf(w, "  method values at the hostile end: %d a caller invented (%s) — target none: %s\n", len(bad), listAdded(bad), verdict)
+	}
+	if a := added(q.end, h.start); len(a) > 0 && q.end.Err == "" && h.start.Err == "" {
+		fmt.Fprintf(w, "  added by the attack's first seconds (quiet end → hostile start, %d): %s\n", len(a), listAdded(a))
+	}
+	fmt.Fprintln(w)
+}
+
+// flatPhrase compares two scrapes' counts: "flat (a, b, m)" or "a → a', ...".
+func flatPhrase(a, b series) string {
+	if a.Err != "" || b.Err != "" {
+		return "not compared (a scrape failed)"
+	}
+	if flat(a, b) {
+		return fmt.Sprintf("flat (%d, %d series, %d method values)", b.Requests, b.Durations, len(b.methods))
+	}
+	return fmt.Sprintf("%s %d → %d, %s %d → %d, method values %d → %d", requestsMetric, a.Requests, b.Requests,
+		durationMetric, a.Durations, b.Durations, len(a.methods), len(b.methods))
 }

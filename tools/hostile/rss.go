@@ -96,3 +96,13 @@ func watchRSS(ctx context.Context, pid int) (wait func() peak) {
 		return p
 	}
 }
+
+// readKiB reads one "kB" field of pid's /proc status now, 0 when it cannot.
+func readKiB(pid int, field string) int64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0
+	}
+	v, _ := statusKiB(b, field)
+	return v
+}

@@ -43,8 +43,16 @@ const (
 	// defaultFloodPause is how long a flooding client waits after a
 	// non-2xx: an attacker ignores Retry-After, but a tool spinning on
 	// instant 429s would take the cores the API needs on a small machine.
-	defaultFloodPause   = 20 * time.Millisecond
-	defaultBombRate     = 1
+	defaultFloodPause = 20 * time.Millisecond
+	defaultBombRate   = 1
+	// defaultInventedRate and defaultIdleConns are issue 24's attackers:
+	// invented methods a second, and one host's idle connections to each
+	// server (more than QUILL_MAX_CONNECTIONS, 1024, as in its review).
+	defaultInventedRate = 200
+	defaultIdleConns    = 1100
+	// maxIdleConns bounds --idle-conns: each is a descriptor of the
+	// attackers' process and an ephemeral port of one source address.
+	maxIdleConns        = 20000
 	defaultDecodeBudget = 268435456
 	defaultLegitTenant  = "legit"
 	defaultBombTenant   = "bomber"
@@ -57,7 +65,14 @@ const (
 
 // config is one run's settings.
 type config struct {
-	url, databaseURL                string
+	url, databaseURL string
+	// adminURL is the API's admin server: its /metrics is scraped, its
+	// /healthz probed and the idle host holds connections to it too (""
+	// for none of these).
+	adminURL string
+	// ownAddrs: the servers are on IPv4 loopback, so each client
+	// connects from a loopback address of its own (addrs.go).
+	ownAddrs                        bool
 	legitTokens                     []string // client w uses legitTokens[w % len]
 	legitTenants                    []string // the tenants of legitTokens, in order
 	floodToken, bombToken           string
@@ -73,6 +88,8 @@ type config struct {
 	resendShare, attachShare        float64
 	slowloris                       int
 	badTokenRate, bombRate          float64
+	inventedRate                    float64
+	idleConns                       int
 	tenantConcurrency, floodFactor  int
 	decodeBudget                    int64
 	runID                           string
@@ -99,6 +116,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	}
 	envOr := cli.EnvOr(getenv)
 	fs.StringVar(&c.url, "url", envOr("QUILL_URL", defaultURL), "API base URL (env QUILL_URL)")
+	fs.StringVar(&c.adminURL, "admin-url", "", "the API's admin server (its QUILL_ADMIN_ADDR as a URL): /metrics is scraped for the series counts, /healthz probed, and the idle host holds connections to it too (empty: none of these)")
 	fs.StringVar(&c.databaseURL, "database-url", envOr("DATABASE_URL", defaultDatabaseURL), "the API's database, where the legitimate notes are checked (env DATABASE_URL)")
 	var legitTokens, legitTenants string
 	fs.StringVar(&legitTokens, "token", getenv("QUILL_TOKEN"), "the legitimate tenants' tokens, comma-separated: client w uses the (w mod n)th (env QUILL_TOKEN)")
@@ -123,6 +141,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.IntVar(&c.tenantConcurrency, "tenant-concurrency", defaultTenantConcurrent, "the API's QUILL_TENANT_CONCURRENCY, which the flood exceeds")
 	fs.IntVar(&c.floodFactor, "flood-factor", defaultFloodFactor, "the flooding tenant's concurrent creates, as a multiple of --tenant-concurrency (0: no flood)")
 	fs.DurationVar(&c.floodPause, "flood-pause", defaultFloodPause, "how long a flooding client waits after a non-2xx answer (it ignores Retry-After)")
+	fs.Float64Var(&c.inventedRate, "invented-method-rate", defaultInventedRate, "requests per second with a fresh invented HTTP method (one in four 60 KiB long) and no token, to /v1/notes and to unmatched paths, in the hostile phase (0: none)")
+	fs.IntVar(&c.idleConns, "idle-conns", defaultIdleConns, "connections one host holds idle to the API (and to --admin-url) in the hostile phase, half after one request, half sending nothing; reopened when the server closes them (0: none)")
 	fs.Float64Var(&c.bombRate, "bomb-rate", defaultBombRate, "image bombs uploaded per second in the hostile phase (0: none)")
 	fs.Int64Var(&c.decodeBudget, "decode-budget", defaultDecodeBudget, "the worker's QUILL_WORKER_DECODE_MEMORY in bytes: its RSS target is this + 128 MiB")
 	fs.StringVar(&c.noteAPI, "api-note", "", "a line about the API's settings, printed in the report")
@@ -142,6 +162,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	if err := c.validate(); err != nil {
 		return c, cli.UsageError{Msg: err.Error()}
 	}
+	c.ownAddrs = loopbackV4(c.url) && (c.adminURL == "" || loopbackV4(c.adminURL))
 	var b [14]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return c, fmt.Errorf("random run id: %w", err)
@@ -156,11 +177,20 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 // validate names the first bad setting.
 func (c config) validate() error {
 	u, err := url.Parse(c.url)
+	var adminErr error
+	if c.adminURL != "" {
+		a, err := url.Parse(c.adminURL)
+		if err != nil || (a.Scheme != "http" && a.Scheme != "https") || a.Host == "" {
+			adminErr = fmt.Errorf("--admin-url %q is not an http(s) URL such as http://127.0.0.1:9091", c.adminURL)
+		}
+	}
 	share := func(v float64) bool { return v >= 0 && v <= 1 }
 	rate := func(v float64) bool { return v >= 0 && v <= 1e6 }
 	switch {
 	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
 		return fmt.Errorf("--url %q is not an http(s) URL such as %s", c.url, defaultURL)
+	case adminErr != nil:
+		return adminErr
 	case len(c.legitTokens) == 0 || c.floodToken == "" || c.bombToken == "":
 		return errors.New("--token (or QUILL_TOKEN), --flood-token and --bomb-token are required; create them with: api token create --tenant T")
 	case len(c.legitTenants) != len(c.legitTokens):
@@ -175,8 +205,10 @@ func (c config) validate() error {
 		return errors.New("--resend-share and --attach-share must be between 0 and 1")
 	case c.slowloris < 0 || c.floodFactor < 0 || c.tenantConcurrency < 1:
 		return errors.New("--slowloris and --flood-factor must not be negative, --tenant-concurrency at least 1")
-	case !rate(c.badTokenRate) || !rate(c.bombRate):
-		return errors.New("--bad-token-rate and --bomb-rate must be between 0 and 1000000 per second")
+	case !rate(c.badTokenRate) || !rate(c.bombRate) || !rate(c.inventedRate):
+		return errors.New("--bad-token-rate, --bomb-rate and --invented-method-rate must be between 0 and 1000000 per second")
+	case c.idleConns < 0 || c.idleConns > maxIdleConns:
+		return fmt.Errorf("--idle-conns must be from 0 to %d", maxIdleConns)
 	case c.decodeBudget < 1:
 		return errors.New("--decode-budget must be a positive number of bytes")
 	case c.apiPID < 0 || c.workerPID < 0:
@@ -236,8 +268,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return drainErr
 	}
 
-	logf("hostile phase: the same beside %d slowloris connections, %g bad tokens/s, %d flooding creates, %g bombs/s",
-		c.slowloris, c.badTokenRate, c.tenantConcurrency*c.floodFactor, c.bombRate)
+	logf("hostile phase: the same beside %d slowloris connections, %g bad tokens/s, %d flooding creates, %g bombs/s, %g invented methods/s, %d idle connections",
+		c.slowloris, c.badTokenRate, c.tenantConcurrency*c.floodFactor, c.bombRate, c.inventedRate, c.idleConns)
 	if err := atk.start(); err != nil {
 		return fmt.Errorf("start the attack: %w", err)
 	}
@@ -280,12 +312,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 // checkTokens lists one note with every token the run uses, so that a bad
 // token stops the run before it starts, and so that the API has seen each
-// valid once: under the bad-token attack every request comes from the
-// same address as theirs, and a token first seen then would wait for that
-// address's budget of failed lookups (decision 0042), which is the
-// attack's, not the tenant's, doing.
+// valid once: under the bad-token attack the lookups of tokens not known
+// valid are bounded across all addresses (4 at once, 429 past it), and a
+// token first seen then would wait behind the attack's lookups, which is
+// the attack's, not the tenant's, doing.
 func checkTokens(ctx context.Context, c config) error {
-	hc := newHTTPClient(1, c.timeout)
+	hc := newHTTPClient(c.dialer(fromLegit), 1, c.timeout)
 	defer hc.CloseIdleConnections()
 	toks := append(slices.Clone(c.legitTokens), c.floodToken, c.bombToken)
 	names := append(slices.Clone(c.legitTenants), c.floodTenant, c.bombTenant)
@@ -337,23 +369,57 @@ type phaseResult struct {
 	api, worker peak
 	// cpu is the cores each process used over the measured window.
 	cpu cpuUse
+	// start and end are the API's series at the measured window's start
+	// and end; probe the health probe over the whole phase (both only
+	// with --admin-url).
+	start, end series
+	probe      probeStats
 }
 
 // phase runs the legitimate workload once and then after, while watching
-// the processes' peak RSS over both.
+// the processes' peak RSS over both, and with --admin-url probing the
+// API's /healthz during the workload and counting its series at the
+// measured window's start and end.
 func phase(ctx context.Context, c config, legit func(context.Context) legitPhase, after func()) phaseResult {
 	wctx, stop := context.WithCancel(ctx)
 	apiPeak, workerPeak := watchRSS(wctx, c.apiPID), watchRSS(wctx, c.workerPID)
+	admin := c.adminURL != ""
+	hc := newHTTPClient(c.dialer(fromProbe), 1, probeTimeout)
+	hc.Transport.(*http.Transport).DisableKeepAlives = true
+	sc := newHTTPClient(c.dialer(fromProbe), 1, scrapeTimeout)
+	defer sc.CloseIdleConnections()
+	pctx, stopProbe := context.WithCancel(ctx)
+	probed := make(chan probeStats, 1)
+	if admin {
+		go func() { probed <- probe(pctx, hc, strings.TrimRight(c.adminURL, "/")+"/healthz") }()
+	}
 	// The CPU window is the legitimate clients' measured one: from the
 	// warmup's end to the end of legit.
 	from := make(chan cpuTimes, 1)
-	t := time.AfterFunc(c.warmup, func() { from <- readCPU(c.cpuPIDs) })
+	start := make(chan series, 1)
+	t := time.AfterFunc(c.warmup, func() {
+		from <- readCPU(c.cpuPIDs)
+		if admin {
+			start <- scrape(ctx, sc, c.adminURL, c.apiPID)
+		}
+	})
 	r := phaseResult{legit: legit(ctx)}
 	to := readCPU(c.cpuPIDs)
+	if admin {
+		r.end = scrape(ctx, sc, c.adminURL, c.apiPID)
+	}
+	stopProbe()
 	if t.Stop() {
 		close(from) // the phase ended within its warmup: no window
+		r.start = series{Err: "the phase ended within its warmup"}
 	} else {
 		r.cpu = to.since(<-from)
+		if admin {
+			r.start = <-start
+		}
+	}
+	if admin {
+		r.probe = <-probed
 	}
 	after()
 	stop()
