@@ -92,5 +92,5 @@ func works(t *testing.T, pool *pgxpool.Pool) {
 	require.NotZero(t, b.Pending)
 	c, err := retention.New(pool, retention.Config{}, zerolog.Nop())
 	require.NoError(t, err)
-	require.NoError(t, c.Clean(ctx, time.Now()))
+	require.NoError(t, c.Clean(ctx))
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -232,6 +233,14 @@ func namesQueryMode(url string) (bool, error) {
 	}
 	_, ok := pc.RuntimeParams["default_query_exec_mode"]
 	return ok, nil
+}
+
+// AsOf returns t as a statement's parameter, NULL for the zero time, for
+// SQL that compares with coalesce($n, now()): the zero time stands for the
+// database's clock, which every process reads alike whatever its host's
+// clock says.
+func AsOf(t time.Time) pgtype.Timestamptz {
+	return pgtype.Timestamptz{Time: t, Valid: !t.IsZero()}
 }
 
 // Beginner is what WithTx needs: a pool or a connection.
