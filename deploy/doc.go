@@ -5,7 +5,8 @@
 // Prometheus configuration and alerting rules, with the rules' promtool unit
 // tests), deploy/grafana (Grafana's provisioning and the dashboard; its
 // PromQL is checked against the running programs by the nested module in
-// deploy/dashboard), and the tests that check the
+// deploy/dashboard), deploy/postgres (roles.sql, the owner and runtime
+// roles, run by its tests), and the tests that check the
 // invariants of the repository's compose.yaml (its observability profile
 // included), Dockerfile and NATS configurations. It has no exported API.
 package deploy

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
-	"strings"
 	"time"
 
 	"github.com/go-json-experiment/json"
@@ -122,7 +120,7 @@ func auditCmd(ctx context.Context, args []string, getenv func(string) string, st
 	} else {
 		nc, err := natsCfg.Connect(nats.Name("quill-audit"), nats.Timeout(natsConnectTimeout), nats.NoReconnect())
 		if err != nil {
-			notChecked = fmt.Sprintf("NATS is not reachable at %s: %v", redactURLs(natsCfg.Servers()), err)
+			notChecked = fmt.Sprintf("NATS is not reachable at %s: %v", natsCfg.Servers(), err)
 		} else {
 			defer nc.Close()
 			if js, err = jetstream.New(nc); err != nil {
@@ -161,26 +159,6 @@ func keyErr(key string) error {
 		return err
 	}
 	return nil
-}
-
-// redactURL drops a URL's user information (a password or token) from what
-// is printed.
-// redactURLs is redactURL of each URL of a comma-separated list.
-func redactURLs(list string) string {
-	urls := strings.Split(list, ",")
-	for i, u := range urls {
-		urls[i] = redactURL(strings.TrimSpace(u))
-	}
-	return strings.Join(urls, ",")
-}
-
-func redactURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil || u.User == nil {
-		return s
-	}
-	u.User = nil
-	return u.String()
 }
 
 // auditExitCode returns the exit status of an auditExit, printing its

@@ -58,7 +58,7 @@ func newConsole(c *consoleSettings, pool *pgxpool.Pool, log zerolog.Logger, cfg 
 	}
 	nc, err := c.nats.Connect(nats.Name("quill-api-console"), nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1))
 	if err != nil {
-		return nil, nil, c.nats.Explain(err)
+		return nil, nil, err // explained and scrubbed by Connect
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {

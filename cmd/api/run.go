@@ -37,6 +37,8 @@ const overview = `usage: api [serve] [flags]     run the HTTP API (default)
        api token revoke TOKEN_PREFIX  revoke a token (its qt_xxxxxxxx prefix, or the token)
        api console rotate-key [--end-sessions]
                                       a new session key for the operator console
+       api token revoked [--since TIME]
+                                      list the tokens revoked since TIME (RFC 3339): prefix, time
        api audit [--tenant T [--key K]] [--json]
                                reconcile operations, notes, events, stream and inbox;
                                exit 0 consistent, 1 anomalies, 3 incomplete
@@ -266,13 +268,13 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 }
 
 func token(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	const usage = "usage: api token create --tenant T | api token create --operator --name NAME | api token revoke TOKEN_PREFIX"
+	const usage = "usage: api token create --tenant T | api token create --operator --name NAME | api token revoke TOKEN_PREFIX | api token revoked [--since TIME]"
 	if len(args) == 0 {
 		return cli.UsageError{Msg: usage}
 	}
 	sub, args := args[0], args[1:]
 	var c common
-	var tenant, name string
+	var tenant, name, since string
 	var operator bool
 	s := config.New("api token "+sub, usage, getenv, stdout)
 	c.define(s)
@@ -281,6 +283,9 @@ func token(ctx context.Context, args []string, getenv func(string) string, stdou
 		s.FlagSet().BoolVar(&operator, "operator", false, "make an operator token (qo_…) for the operator console instead of a tenant's")
 		s.FlagSet().StringVar(&name, "name", "", "with --operator: who holds the token, as the console's log lines name them")
 	}
+	if sub == "revoked" {
+		s.FlagSet().StringVar(&since, "since", "", "list revocations at or after this time (RFC 3339, such as 2026-05-01T12:00:00Z); default all")
+	}
 	if err := cli.Parse(s, args); err != nil {
 		return err
 	}
@@ -288,6 +293,7 @@ func token(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err != nil {
 		return cli.UsageError{Msg: err.Error()}
 	}
+	var sinceTime time.Time
 	switch sub {
 	case "create":
 		if len(s.Args()) > 0 {
@@ -315,6 +321,15 @@ func token(ctx context.Context, args []string, getenv func(string) string, stdou
 		if _, err := auth.PrefixOf(s.Args()[0]); err != nil {
 			return cli.UsageError{Msg: err.Error()}
 		}
+	case "revoked":
+		if len(s.Args()) > 0 {
+			return cli.UsageError{Msg: fmt.Sprintf("unexpected arguments %q; %s", s.Args(), usage)}
+		}
+		if since != "" {
+			if sinceTime, err = time.Parse(time.RFC3339, since); err != nil {
+				return cli.UsageError{Msg: fmt.Sprintf("--since %q is not an RFC 3339 time such as 2026-05-01T12:00:00Z", since)}
+			}
+		}
 	default:
 		return cli.UsageError{Msg: fmt.Sprintf("unknown token command %q; %s", sub, usage)}
 	}
@@ -335,6 +350,16 @@ func token(ctx context.Context, args []string, getenv func(string) string, stdou
 			return err
 		}
 		fmt.Fprintln(stdout, tok)
+		return nil
+	}
+	if sub == "revoked" {
+		revs, err := auth.RevokedSince(ctx, pool, sinceTime)
+		if err != nil {
+			return err
+		}
+		for _, r := range revs {
+			fmt.Fprintf(stdout, "%s\t%s\n", r.Prefix, r.RevokedAt.UTC().Format(time.RFC3339Nano))
+		}
 		return nil
 	}
 	if err := auth.Revoke(ctx, pool, s.Args()[0], time.Now()); err != nil {

@@ -33,6 +33,8 @@ type setting struct {
 	flag, env, def, usage string
 	raw                   *string
 	parse                 func(string) error
+	// show is how a bad value is quoted in Parse's error (nil: as given).
+	show func(string) string
 }
 
 // New returns a set for the command name ("api serve": its first word names
@@ -67,10 +69,11 @@ func (s *Set) usage() {
 // FlagSet exposes the underlying flags, for flags without a variable.
 func (s *Set) FlagSet() *flag.FlagSet { return s.fs }
 
-func (s *Set) add(name, env, def, usage string, parse func(string) error) {
+func (s *Set) add(name, env, def, usage string, parse func(string) error) *setting {
 	st := &setting{flag: name, env: env, def: def, usage: usage, parse: parse}
 	st.raw = s.fs.String(name, "", usage)
 	s.settings = append(s.settings, st)
+	return st
 }
 
 // String defines a string setting.
@@ -144,6 +147,13 @@ func (s *Set) Func(name, env, def, usage string, parse func(string) error) {
 	s.add(name, env, def, usage, parse)
 }
 
+// FuncRedacted is Func for a setting whose value may hold a secret (a URL
+// with a password): a bad value is quoted in Parse's error as redact
+// returns it, never as given. parse's own error must not quote it either.
+func (s *Set) FuncRedacted(name, env, def, usage string, redact func(string) string, parse func(string) error) {
+	s.add(name, env, def, usage, parse).show = redact
+}
+
 // OptionalInt defines an integer setting that may be left unset (then *p
 // stays 0), and when set must be minimum to maximum: for the settings whose
 // absence means something else than any value (keep what is there).
@@ -188,6 +198,9 @@ func (s *Set) Parse(args []string) error {
 			v, from = s.getenv(st.env), st.env
 		}
 		if err := st.parse(strings.TrimSpace(v)); err != nil {
+			if st.show != nil {
+				v = st.show(v)
+			}
 			return fmt.Errorf("invalid %s %q: %w", from, v, err)
 		}
 	}

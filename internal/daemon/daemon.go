@@ -174,20 +174,24 @@ func Start(ctx context.Context, s Settings, p Process, stderr io.Writer) (*Daemo
 	// A server list is a cluster: the client fails over to the next
 	// server, and to those the cluster announces, keeping its
 	// subscriptions; the durable consumer and the outbox keep the position.
-	opts := append(s.NATS.Options(), nats.Name("quill-"+p.Name), nats.MaxReconnects(-1),
+	opts := []nats.Option{nats.Name("quill-" + p.Name), nats.MaxReconnects(-1),
 		nats.ReconnectWait(time.Second), nats.RetryOnFailedConnect(false),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err == nil {
 				return // our own Close at shutdown
 			}
-			log.Warn().Err(err).Str("error_category", "nats_disconnected").Msg(p.Disconnected)
+			log.Warn().Err(s.NATS.Scrub(err)).Str("error_category", "nats_disconnected").Msg(p.Disconnected)
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
-			log.Info().Str("server", nc.ConnectedUrlRedacted()).Msg("NATS connection restored")
-		}))
-	nc, err := nats.Connect(s.NATS.Servers(), append(opts, p.NATSOptions...)...)
+			// nats.go's ConnectedUrlRedacted keeps a token (a user
+			// name without a password): Redact takes it out too.
+			log.Info().Str("server", natsconn.Redact(nc.ConnectedUrl())).Msg("NATS connection restored")
+		}),
+	}
+	// Connect explains a refusal by the setting it concerns (decision
+	// 0044) and scrubs NATS_URL's secrets from its error.
+	nc, err := s.NATS.Connect(append(opts, p.NATSOptions...)...)
 	if err != nil {
-		err = s.NATS.Explain(err) // which setting a refusal concerns (decision 0044)
 		pool.Close()
 		log.Error().Err(err).Str("error_category", "nats_unreachable").Msg("cannot start: NATS is not reachable at NATS_URL")
 		return nil, cli.LoggedError{Err: err}

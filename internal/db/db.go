@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -29,17 +30,27 @@ const DefaultURL = "postgres://postgres@127.0.0.1:5432/quill?sslmode=disable"
 // and every retry would answer 409; the server ends such sessions itself.
 const idleInTxTimeout = "60s"
 
-// sqlSessionSettings applies idleInTxTimeout to the transaction it runs in
-// (set_config's true: transaction-local) unless the session has a timeout
-// already (the startup parameter of a direct connection, or the server's or
-// role's setting). Behind a pooler, which refuses the startup parameter and
-// would hand a session-level SET to the next client, it is how the
-// protection holds. It also returns the backend's pid, which behind a
-// pooler differs from the connection's backend key, and the transaction's
-// start (now()), which tells this transaction from a later one of another
-// client on the same backend (see Recheck).
+// StatementTimeout is the statement_timeout of Quill's sessions when the
+// operator set none (in the URL, or on the role or database): longer than
+// any statement of Quill's takes, and shorter than QUILL_WRITE_TIMEOUT, so
+// that a runaway statement is ended by the server while its request can
+// still be answered, instead of holding a connection and its locks for as
+// long as it runs (decision 0070). Migrations run without one.
+const StatementTimeout = "30s"
+
+// sqlSessionSettings applies idleInTxTimeout and StatementTimeout to the
+// transaction it runs in (set_config's true: transaction-local), each
+// unless the session has one already (the startup parameter of a direct
+// connection, or the server's, database's or role's setting). Behind a
+// pooler, which refuses the startup parameters and would hand a
+// session-level SET to the next client, it is how the protections hold. It
+// also returns the backend's pid, which behind a pooler differs from the
+// connection's backend key, and the transaction's start (now()), which
+// tells this transaction from a later one of another client on the same
+// backend (see Recheck).
 const sqlSessionSettings = `SELECT pg_backend_pid(), now(), CASE WHEN current_setting('idle_in_transaction_session_timeout') = '0'
-	THEN set_config('idle_in_transaction_session_timeout', '` + idleInTxTimeout + `', true) END`
+	THEN set_config('idle_in_transaction_session_timeout', '` + idleInTxTimeout + `', true) END,
+	CASE WHEN current_setting('statement_timeout') = '0' THEN set_config('statement_timeout', '` + StatementTimeout + `', true) END`
 
 // pooledKey marks, in a connection's CustomData, a connection that reaches
 // PostgreSQL through a pooler: its transactions apply sqlSessionSettings.
@@ -91,11 +102,16 @@ var ErrLockTimeout = fmt.Errorf("%w: lock timeout", ErrUnavailable)
 var ErrPoolTimeout = fmt.Errorf("%w: no free connection in the pool", ErrUnavailable)
 
 // Open connects a pool to url and verifies the connection. It probes the
-// route first (ProbeRoute). A direct connection gets Quill's session
-// settings as startup parameters and pgx's default query mode, which
-// caches prepared statements per connection. Behind a pooler — which
-// refuses those startup parameters — the settings are applied per
-// transaction instead (WithTx, Pipeline), and a transaction pooler gets
+// route first (ProbeRoute). A direct connection gets Quill's
+// idle_in_transaction_session_timeout as a startup parameter (unless url
+// sets one), StatementTimeout for its session right after connecting
+// (unless url, the role or the database sets one), and pgx's default query
+// mode, which caches prepared statements per connection. Behind a pooler —
+// which refuses startup parameters — the settings are applied per
+// transaction instead (WithTx, Pipeline), and to the whole session behind
+// a session pooler; behind a transaction pooler a statement run outside a
+// transaction has the role's or database's statement_timeout (the runtime
+// role of docs/operations.md sets one). A transaction pooler gets
 // transactionPoolerMode, whose statements need no prepared statement to
 // outlive their transaction. A query mode named in url (pgx's
 // default_query_exec_mode parameter) always wins. It returns an error
@@ -122,15 +138,28 @@ func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error
 	if err != nil {
 		return nil, unreachable(err)
 	}
+	// The session's statement_timeout is set after connecting, not as a
+	// startup parameter, so that the role's or database's own value is
+	// kept; one named in url is a startup parameter and is kept too.
+	_, timeoutNamed := cc.RuntimeParams["statement_timeout"]
 	switch route {
 	case RouteDirect:
 		if _, ok := cc.RuntimeParams["idle_in_transaction_session_timeout"]; !ok {
 			cc.RuntimeParams["idle_in_transaction_session_timeout"] = idleInTxTimeout
 		}
-		cfg.AfterConnect = recordSessionStart
+		cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+			return startSession(ctx, c, !timeoutNamed)
+		}
 	default:
-		cfg.AfterConnect = func(_ context.Context, c *pgx.Conn) error {
+		cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
 			c.PgConn().CustomData()[pooledKey] = true
+			if route == RouteSessionPooler && !timeoutNamed {
+				// The session is this client's until it ends, and the
+				// pooler resets it then (server_reset_query).
+				if _, err := c.Exec(ctx, sqlSessionStatementTimeout, pgx.QueryExecModeSimpleProtocol); err != nil {
+					return fmt.Errorf("session settings: %w", Translate(err))
+				}
+			}
 			return nil
 		}
 		if route == RouteTransactionPooler && !explicitMode {
@@ -155,14 +184,29 @@ func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error
 const sessionStartKey = "quill.session_start"
 
 // sqlSessionStart reads the database's clock; in a statement of its own,
-// now() is the time the statement started.
-const sqlSessionStart = `SELECT now()`
+// now() is the time the statement started. sqlSessionStartWithTimeout
+// also gives the session StatementTimeout unless the role or database gave
+// it one, as sqlSessionStatementTimeout does alone.
+const (
+	sqlSessionStart            = `SELECT now()`
+	sqlSessionStatementTimeout = `SELECT CASE WHEN current_setting('statement_timeout') = '0'
+	THEN set_config('statement_timeout', '` + StatementTimeout + `', false) END`
+	sqlSessionStartWithTimeout = `SELECT now(), (` + sqlSessionStatementTimeout + `)`
+)
 
-// recordSessionStart stores the database's clock at the session's start
-// under sessionStartKey, one round trip per new connection.
-func recordSessionStart(ctx context.Context, c *pgx.Conn) error {
+// startSession stores the database's clock at the session's start under
+// sessionStartKey and, with timeout, applies StatementTimeout to the
+// session: one round trip per new connection.
+func startSession(ctx context.Context, c *pgx.Conn, timeout bool) error {
 	var t time.Time
-	if err := c.QueryRow(ctx, sqlSessionStart, pgx.QueryExecModeSimpleProtocol).Scan(&t); err != nil {
+	var err error
+	if timeout {
+		var discard any
+		err = c.QueryRow(ctx, sqlSessionStartWithTimeout, pgx.QueryExecModeSimpleProtocol).Scan(&t, &discard)
+	} else {
+		err = c.QueryRow(ctx, sqlSessionStart, pgx.QueryExecModeSimpleProtocol).Scan(&t)
+	}
+	if err != nil {
 		return fmt.Errorf("read the session's start: %w", Translate(err))
 	}
 	c.PgConn().CustomData()[sessionStartKey] = t
@@ -189,6 +233,14 @@ func namesQueryMode(url string) (bool, error) {
 	}
 	_, ok := pc.RuntimeParams["default_query_exec_mode"]
 	return ok, nil
+}
+
+// AsOf returns t as a statement's parameter, NULL for the zero time, for
+// SQL that compares with coalesce($n, now()): the zero time stands for the
+// database's clock, which every process reads alike whatever its host's
+// clock says.
+func AsOf(t time.Time) pgtype.Timestamptz {
+	return pgtype.Timestamptz{Time: t, Valid: !t.IsZero()}
 }
 
 // Beginner is what WithTx needs: a pool or a connection.

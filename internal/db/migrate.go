@@ -15,6 +15,10 @@ import (
 	"github.com/quillhq/quill/migrations"
 )
 
+// sqlMigrationSettings are the migrations' session settings: no
+// statement_timeout.
+const sqlMigrationSettings = "SET statement_timeout = 0"
+
 // MigrateResult says what Migrate did.
 type MigrateResult struct {
 	CreatedDatabase bool
@@ -50,6 +54,15 @@ func Migrate(ctx context.Context, url string) (MigrateResult, error) {
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
 		return res, fmt.Errorf("parse DATABASE_URL: %w", err)
+	}
+	if _, ok := cfg.RuntimeParams["statement_timeout"]; !ok {
+		// A migration may rewrite or index a large table: it is not cut
+		// short by the role's or database's statement_timeout (decision
+		// 0070). SET, not a startup parameter, which a session pooler
+		// refuses.
+		cfg.AfterConnect = func(ctx context.Context, c *pgconn.PgConn) error {
+			return c.Exec(ctx, sqlMigrationSettings).Close()
+		}
 	}
 	sqlDB := stdlib.OpenDB(*cfg)
 	defer sqlDB.Close()

@@ -132,8 +132,8 @@ func BeginPipeline(ctx context.Context, pool *pgxpool.Pool, opts ...PipelineOpti
 	p.b.Queue(sqlBegin)
 	if conn.Conn().PgConn().CustomData()[pooledKey] == true {
 		p.b.Queue(sqlSessionSettings).QueryRow(func(row pgx.Row) error {
-			var discard any
-			return row.Scan(&p.pid, &p.xactStart, &discard)
+			var discard1, discard2 any
+			return row.Scan(&p.pid, &p.xactStart, &discard1, &discard2)
 		})
 	}
 	if o.lockTimeout > 0 {

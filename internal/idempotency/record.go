@@ -98,16 +98,16 @@ const (
 
 	sqlAdvisoryTryLockShared = `SELECT pg_try_advisory_xact_lock_shared($1)`
 
-	sqlOperationsCompact = `UPDATE operations SET response_body = NULL, response_location = NULL, compacted_at = $1
+	sqlOperationsCompact = `UPDATE operations SET response_body = NULL, response_location = NULL, compacted_at = coalesce($1, now())
 	WHERE (tenant, key) IN (
 		SELECT tenant, key FROM operations
-		WHERE compacted_at IS NULL AND expires_at <= $1
+		WHERE compacted_at IS NULL AND expires_at <= coalesce($1, now())
 		ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)`
 
 	sqlOperationsForget = `DELETE FROM operations
 	WHERE (tenant, key) IN (
 		SELECT tenant, key FROM operations
-		WHERE forget_at <= $1
+		WHERE forget_at <= coalesce($1, now())
 		ORDER BY forget_at LIMIT $2 FOR UPDATE SKIP LOCKED)`
 )
 
@@ -299,17 +299,19 @@ func AddReplays(ctx context.Context, q Querier, tenants, keys []string, created 
 	return nil
 }
 
-// Compact turns up to batch records whose response retention ended by now
-// into tombstones, and returns how many it compacted. Safe to run from
-// several processes at once.
-func Compact(ctx context.Context, q Querier, now time.Time, batch int) (int64, error) {
-	tag, err := q.Exec(ctx, sqlOperationsCompact, now, batch)
+// Compact turns up to batch records whose response retention ended by
+// asOf into tombstones, and returns how many it compacted; the zero asOf
+// is the database's clock, which the retention service uses (db.AsOf).
+// Safe to run from several processes at once.
+func Compact(ctx context.Context, q Querier, asOf time.Time, batch int) (int64, error) {
+	tag, err := q.Exec(ctx, sqlOperationsCompact, db.AsOf(asOf), batch)
 	return db.Affected("compact operations", tag, err)
 }
 
-// Forget deletes up to batch records whose key retention ended by now, and
-// returns how many it deleted. Safe to run from several processes at once.
-func Forget(ctx context.Context, q Querier, now time.Time, batch int) (int64, error) {
-	tag, err := q.Exec(ctx, sqlOperationsForget, now, batch)
+// Forget deletes up to batch records whose key retention ended by asOf
+// (zero: the database's clock, as for Compact), and returns how many it
+// deleted. Safe to run from several processes at once.
+func Forget(ctx context.Context, q Querier, asOf time.Time, batch int) (int64, error) {
+	tag, err := q.Exec(ctx, sqlOperationsForget, db.AsOf(asOf), batch)
 	return db.Affected("forget operations", tag, err)
 }

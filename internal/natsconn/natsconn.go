@@ -6,6 +6,12 @@
 // them together; Options turns them into nats.Options. A bad value is a
 // usage error naming its setting, caught before anything connects. Connect
 // connects; Explain says which setting a refused connection concerns.
+//
+// NATS_URL may carry a password (nats://user:secret@host) or a token
+// (nats://token@host). It is never printed as given: Redact takes the user
+// information out of every message, log line and error this package makes,
+// Servers returns the redacted list, and Connect's errors are scrubbed of
+// the secrets.
 package natsconn
 
 import (
@@ -50,7 +56,7 @@ type Settings struct {
 // Define registers NATS_URL, QUILL_NATS_CREDS and QUILL_NATS_TLS_* on s;
 // what names the role of NATS for the process, in NATS_URL's help.
 func (c *Settings) Define(s *config.Set, what string) {
-	s.Func("nats-url", "NATS_URL", DefaultURL, what+"; one URL or a cluster's comma-separated server list", func(v string) error {
+	s.FuncRedacted("nats-url", "NATS_URL", DefaultURL, what+"; one URL or a cluster's comma-separated server list", Redact, func(v string) error {
 		if err := checkURLs(v); err != nil {
 			return err
 		}
@@ -91,7 +97,7 @@ func (c Settings) Validate() error {
 		}
 	}
 	if err := checkURLs(c.server()); err != nil {
-		return fmt.Errorf("invalid NATS_URL %q: %w", c.URL, err)
+		return fmt.Errorf("invalid NATS_URL %q: %w", Redact(c.URL), err)
 	}
 	return nil
 }
@@ -103,8 +109,9 @@ func (c Settings) server() string {
 	return c.URL
 }
 
-// Servers returns the server list, for nats.Connect and for logs.
-func (c Settings) Servers() string { return c.server() }
+// Servers returns the server list with its passwords and tokens redacted
+// (Redact), for messages and logs; Connect connects with the list itself.
+func (c Settings) Servers() string { return Redact(c.server()) }
 
 // Options returns the connection's nats.Options for the credentials and
 // TLS files. Call Validate first.
@@ -123,16 +130,124 @@ func (c Settings) Options() []nats.Option {
 }
 
 // Connect validates the settings and connects with Options, then opts. It
-// returns Validate's error, or nats.Connect's passed through Explain.
+// returns Validate's error, or nats.Connect's passed through Explain and
+// Scrub.
 func (c Settings) Connect(opts ...nats.Option) (*nats.Conn, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
 	nc, err := nats.Connect(c.server(), append(c.Options(), opts...)...)
 	if err != nil {
-		return nil, c.Explain(err)
+		return nil, c.Scrub(c.Explain(err))
 	}
 	return nc, nil
+}
+
+// Scrub returns err with every password and token of NATS_URL replaced in
+// its message, for an error of nats.go that may quote a server URL; it
+// unwraps to err, so errors.Is and errors.As still see what it wraps. An
+// error whose message holds no secret, and nil, is returned as it is.
+func (c Settings) Scrub(err error) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	clean := msg
+	for _, s := range secrets(c.server()) {
+		clean = strings.ReplaceAll(clean, s, redacted)
+	}
+	if clean == msg {
+		return err
+	}
+	return scrubbed{msg: clean, err: err}
+}
+
+// scrubbed is an error whose message had secrets taken out.
+type scrubbed struct {
+	msg string
+	err error
+}
+
+func (e scrubbed) Error() string { return e.msg }
+func (e scrubbed) Unwrap() error { return e.err }
+
+// redacted stands for a password or a token, as net/url's and nats.go's
+// own redaction write it.
+const redacted = "xxxxx"
+
+// Redact returns a NATS_URL value — one URL or a comma-separated list, well
+// formed or not — with the user information of every entry replaced: a
+// password by xxxxx (the user name kept: it is no secret), a token (user
+// information without a colon, which nats.go sends as a token) by xxxxx
+// alone. The rest is kept as written, so that a message still names the
+// servers. Entries are told apart as an operator may write them wrongly:
+// the user information runs from the scheme's "://" (or the entry's start)
+// to the last "@" before the host, so a password holding "@", "," or
+// characters a URL may not hold is still taken out whole.
+func Redact(list string) string {
+	var b strings.Builder
+	done := 0
+	for _, r := range userinfos(list) {
+		b.WriteString(list[done:r.start])
+		if user, _, ok := strings.Cut(list[r.start:r.end], ":"); ok {
+			b.WriteString(user + ":" + redacted)
+		} else {
+			b.WriteString(redacted)
+		}
+		done = r.end
+	}
+	b.WriteString(list[done:])
+	return b.String()
+}
+
+// secrets returns the passwords and tokens of a server list, as written.
+func secrets(list string) []string {
+	var out []string
+	for _, r := range userinfos(list) {
+		info := list[r.start:r.end]
+		if _, pass, ok := strings.Cut(info, ":"); ok {
+			info = pass
+		}
+		if info != "" {
+			out = append(out, info)
+		}
+	}
+	return out
+}
+
+// span is a byte range [start, end) of a string.
+type span struct{ start, end int }
+
+// userinfos returns where the user information of each entry of list is:
+// the text before an "@", back to the "://" before it — unless an earlier
+// entry ended in between (an "@" and then a "," lie between them), when it
+// starts after that ",". Spans of one entry's several "@" are merged.
+func userinfos(list string) []span {
+	var out []span
+	for at := 0; at < len(list); at++ {
+		if list[at] != '@' {
+			continue
+		}
+		start := 0
+		if c := strings.LastIndexByte(list[:at], ','); c >= 0 {
+			start = c + 1
+		}
+		if sch := strings.LastIndex(list[:at], "://"); sch >= 0 {
+			between := list[sch+3 : at]
+			if !strings.Contains(between, "@") || !strings.Contains(between, ",") {
+				start = sch + 3
+			}
+		}
+		for start < at && list[start] == ' ' {
+			start++
+		}
+		if n := len(out); n > 0 && start < out[n-1].end+1 {
+			out[n-1].end = at
+			continue
+		}
+		out = append(out, span{start, at})
+	}
+	return out
 }
 
 // Explain wraps a connection error from nats.go in what it means for the
@@ -182,6 +297,7 @@ func checkURLs(list string) error {
 	entries := strings.Split(list, ",")
 	for i, e := range entries {
 		e = strings.TrimSpace(e)
+		shown := Redact(e) // an entry's password never reaches a message
 		where := ""
 		if len(entries) > 1 {
 			where = fmt.Sprintf("server %d of %d ", i+1, len(entries))
@@ -195,20 +311,20 @@ func checkURLs(list string) error {
 		}
 		u, err := url.Parse(raw)
 		if err != nil {
-			return fmt.Errorf("%s%q is not a URL", where, e)
+			return fmt.Errorf("%s%q is not a URL", where, shown)
 		}
 		if !schemes[u.Scheme] {
-			return fmt.Errorf("%s%q: scheme %q is not nats, tls, ws or wss", where, e, u.Scheme)
+			return fmt.Errorf("%s%q: scheme %q is not nats, tls, ws or wss", where, shown, u.Scheme)
 		}
 		if u.Hostname() == "" {
-			return fmt.Errorf("%s%q has no host", where, e)
+			return fmt.Errorf("%s%q has no host", where, shown)
 		}
 		if p := u.Port(); p != "" {
 			if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
-				return fmt.Errorf("%s%q: port %q is not 1 to 65535", where, e, p)
+				return fmt.Errorf("%s%q: port %q is not 1 to 65535", where, shown, p)
 			}
 		} else if strings.HasSuffix(u.Host, ":") {
-			return fmt.Errorf("%s%q has an empty port", where, e)
+			return fmt.Errorf("%s%q has an empty port", where, shown)
 		}
 	}
 	return nil

@@ -213,3 +213,101 @@ func TestExplain(t *testing.T) {
 	}
 	require.NoError(t, all.Explain(nil))
 }
+
+// TestRedact: every password and token of a NATS_URL value is taken out,
+// in a list, without a scheme, and when the entry is no valid URL at all;
+// the rest stays as written.
+func TestRedact(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, in, want string
+		secrets        []string // none of them may be left
+	}{
+		{name: "empty", in: "", want: ""},
+		{name: "no user information", in: "nats://127.0.0.1:4222", want: "nats://127.0.0.1:4222"},
+		{name: "a list without user information", in: "nats://n1:4222, n2:4222,tls://n3", want: "nats://n1:4222, n2:4222,tls://n3"},
+		{name: "user and password", in: "nats://user:s3cret@host:4222", want: "nats://user:xxxxx@host:4222", secrets: []string{"s3cret"}},
+		{name: "a token", in: "nats://t0ken@host", want: "nats://xxxxx@host", secrets: []string{"t0ken"}},
+		{name: "a user only is a token", in: "tls://alice@host:4443", want: "tls://xxxxx@host:4443", secrets: []string{"alice"}},
+		{name: "an empty password", in: "nats://user:@host", want: "nats://user:xxxxx@host"},
+		{name: "no scheme", in: "user:s3cret@host:4222", want: "user:xxxxx@host:4222", secrets: []string{"s3cret"}},
+		{name: "a token without a scheme", in: "t0ken@host", want: "xxxxx@host", secrets: []string{"t0ken"}},
+		{name: "a comma-separated list", in: "nats://a:p4ss1@n1:4222, nats://t0ken2@n2:4222,n3:4222,b:p4ss3@n4",
+			want: "nats://a:xxxxx@n1:4222, nats://xxxxx@n2:4222,n3:4222,b:xxxxx@n4", secrets: []string{"p4ss1", "t0ken2", "p4ss3"}},
+		{name: "tokens without schemes", in: "t0ken1@n1, t0ken2@n2", want: "xxxxx@n1, xxxxx@n2", secrets: []string{"t0ken1", "t0ken2"}},
+		{name: "websocket", in: "wss://user:s3cret@host/path", want: "wss://user:xxxxx@host/path", secrets: []string{"s3cret"}},
+		{name: "a password with @", in: "nats://user:s3c@ret@host", want: "nats://user:xxxxx@host", secrets: []string{"s3c", "ret@"}},
+		{name: "a password with a comma", in: "nats://user:s3c,ret@host", want: "nats://user:xxxxx@host", secrets: []string{"s3c", "ret"}},
+		{name: "malformed: a bad escape", in: "nats://user:s3c%zzret@host:1", want: "nats://user:xxxxx@host:1", secrets: []string{"s3c", "zzret"}},
+		{name: "malformed: a space", in: "nats://user:s3c ret@host", want: "nats://user:xxxxx@host", secrets: []string{"s3c", "ret"}},
+		{name: "malformed: no host", in: "nats://user:s3cret@", want: "nats://user:xxxxx@", secrets: []string{"s3cret"}},
+		{name: "malformed: a bad port", in: "nats://user:s3cret@host:http", want: "nats://user:xxxxx@host:http", secrets: []string{"s3cret"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got := natsconn.Redact(tc.in)
+			require.Equal(t, tc.want, got)
+			for _, s := range tc.secrets {
+				require.NotContains(t, got, s)
+			}
+		})
+	}
+}
+
+// A bad NATS_URL is refused naming the setting, with its passwords and
+// tokens taken out of the message, and Servers never shows them.
+func TestSettingsNeverShowTheURLsSecrets(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, url string
+		args      []string
+		err       string
+	}{
+		{name: "a bad port in a list", url: "nats://user:s3cret@n1:4222,nats://t0ken@n2:70000",
+			err: `invalid NATS_URL "nats://user:xxxxx@n1:4222,nats://xxxxx@n2:70000": server 2 of 2 "nats://xxxxx@n2:70000": port "70000" is not 1 to 65535`},
+		{name: "not a URL", url: "nats://user:s3c%zzret@n1:4222", err: `invalid NATS_URL "nats://user:xxxxx@n1:4222": "nats://user:xxxxx@n1:4222" is not a URL`},
+		{name: "no host", url: "nats://user:s3cret@", err: `has no host`},
+		{name: "another scheme", url: "http://user:s3cret@n1", err: `scheme "http"`},
+		{name: "a bad flag", args: []string{"--nats-url", "nats://t0ken@n1:0"}, err: `invalid --nats-url "nats://xxxxx@n1:0"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := parse(map[string]string{"NATS_URL": tc.url}, tc.args...)
+			require.ErrorContains(t, err, tc.err)
+			for _, s := range []string{"s3cret", "s3c", "zzret", "t0ken"} {
+				require.NotContains(t, err.Error(), s)
+			}
+			// Validate of settings made in code says the same.
+			if tc.args == nil {
+				err = natsconn.Settings{URL: tc.url}.Validate()
+				require.Error(t, err)
+				require.NotContains(t, err.Error(), "s3c")
+			}
+		})
+	}
+	c, err := parse(map[string]string{"NATS_URL": "nats://user:s3cret@n1:4222,t0ken@n2"})
+	require.NoError(t, err)
+	require.Equal(t, "nats://user:xxxxx@n1:4222,xxxxx@n2", c.Servers())
+}
+
+// Connect's errors, and Scrub's, hold no secret of NATS_URL, and still
+// wrap nats.go's error.
+func TestConnectErrorsHoldNoSecret(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close()) // a port that refuses
+	c := natsconn.Settings{URL: "nats://user:s3cret@" + addr + ",nats://t0ken@" + addr}
+	_, err = c.Connect(nats.Timeout(2 * time.Second))
+	require.ErrorIs(t, err, nats.ErrNoServers)
+	require.NotContains(t, err.Error(), "s3cret")
+	require.NotContains(t, err.Error(), "t0ken")
+
+	quoted := fmt.Errorf("parse %q: %w", "nats://user:s3cret@host", nats.ErrBadTimeout)
+	scrubbed := c.Scrub(quoted)
+	require.Equal(t, `parse "nats://user:xxxxx@host": nats: timeout invalid`, scrubbed.Error())
+	require.ErrorIs(t, scrubbed, nats.ErrBadTimeout)
+	require.Same(t, nats.ErrNoServers, c.Scrub(nats.ErrNoServers), "an error without a secret is kept")
+	require.NoError(t, c.Scrub(nil))
+}

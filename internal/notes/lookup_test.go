@@ -14,7 +14,9 @@ import (
 
 	"github.com/quillhq/quill/internal/dbtest"
 	"github.com/quillhq/quill/internal/httpapi"
+	"github.com/quillhq/quill/internal/idempotency"
 	"github.com/quillhq/quill/internal/notes"
+	"github.com/quillhq/quill/internal/outbox"
 	"github.com/quillhq/quill/internal/retention"
 )
 
@@ -29,11 +31,10 @@ func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
 func (c *clock) advance(d time.Duration) { c.mu.Lock(); defer c.mu.Unlock(); c.t = c.t.Add(d) }
 
 type lookupBundle struct {
-	pool    *pgxpool.Pool
-	svc     *notes.Service
-	clock   *clock
-	cleaner *retention.Cleaner
-	tenant  string
+	pool   *pgxpool.Pool
+	svc    *notes.Service
+	clock  *clock
+	tenant string
 }
 
 func setupLookup(t *testing.T) *lookupBundle {
@@ -42,9 +43,7 @@ func setupLookup(t *testing.T) *lookupBundle {
 	c := &clock{t: time.Now().UTC().Truncate(time.Microsecond)}
 	svc, err := notes.NewService(pool, notes.Config{}, zerolog.New(io.Discard), notes.WithClock(c.now))
 	require.NoError(t, err)
-	cleaner, err := retention.New(pool, retention.Config{}, zerolog.New(io.Discard))
-	require.NoError(t, err)
-	return &lookupBundle{pool: pool, svc: svc, clock: c, cleaner: cleaner, tenant: reviewTenant()}
+	return &lookupBundle{pool: pool, svc: svc, clock: c, tenant: reviewTenant()}
 }
 
 func (b *lookupBundle) create(t *testing.T, key string, p notes.CreateParams) {
@@ -65,7 +64,14 @@ func (b *lookupBundle) publishAll(t *testing.T) {
 // clean runs one retention pass at the clock's time.
 func (b *lookupBundle) clean(t *testing.T) {
 	t.Helper()
-	require.NoError(t, b.cleaner.Clean(t.Context(), b.clock.now()))
+	// The retention service's steps, as of the test's clock rather than
+	// the database's (whose time the test cannot move).
+	_, err := outbox.DeletePublished(t.Context(), b.pool, b.clock.now(), retention.DefaultOutboxRetention, retention.DefaultBatch)
+	require.NoError(t, err)
+	_, err = idempotency.Compact(t.Context(), b.pool, b.clock.now(), retention.DefaultBatch)
+	require.NoError(t, err)
+	_, err = idempotency.Forget(t.Context(), b.pool, b.clock.now(), retention.DefaultBatch)
+	require.NoError(t, err)
 }
 
 func (b *lookupBundle) outboxEvents(t *testing.T) int {

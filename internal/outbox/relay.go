@@ -12,6 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/quillhq/quill/internal/db"
 )
 
 // Pending is a committed, unpublished event as the relay claims it.
@@ -168,11 +170,11 @@ const (
 		SELECT seq, created_at, published_at FROM outbox_events WHERE seq > $1 ORDER BY seq LIMIT $2
 	), del AS (
 		DELETE FROM outbox_events e USING head h
-		WHERE e.seq = h.seq AND h.published_at < $3 AND e.published_at < $3
+		WHERE e.seq = h.seq AND h.published_at < coalesce($3, now()) - $4::interval AND e.published_at < coalesce($3, now()) - $4::interval
 		RETURNING e.seq
 	)
 	SELECT (SELECT count(*) FROM del), coalesce((SELECT max(seq) FROM head), 0),
-		(SELECT count(*) FROM head WHERE created_at < $3)`
+		(SELECT count(*) FROM head WHERE created_at < coalesce($3, now()) - $4::interval)`
 )
 
 // SessionParams returns the run-time parameters a claim session must be
@@ -446,17 +448,17 @@ func Backlog(ctx context.Context, q Querier) (BacklogStats, error) {
 	return b, nil
 }
 
-// DeletePublished deletes the events published before now − retention,
-// walking the outbox from its oldest event in windows of batch events (one
-// short statement each), and returns how many it deleted. Safe to run from
-// several relays at once: a row another relay is deleting is waited for,
-// then skipped.
-func DeletePublished(ctx context.Context, q Querier, now time.Time, retention time.Duration, batch int) (int64, error) {
-	cutoff := now.Add(-retention)
+// DeletePublished deletes the events published before asOf − retention —
+// the zero asOf is the database's clock, which the retention service uses
+// (db.AsOf) —, walking the outbox from its oldest event in windows of batch
+// events (one short statement each), and returns how many it deleted. Safe
+// to run from several relays at once: a row another relay is deleting is
+// waited for, then skipped.
+func DeletePublished(ctx context.Context, q Querier, asOf time.Time, retention time.Duration, batch int) (int64, error) {
 	var total, after int64
 	for {
 		var deleted, last, old int64
-		if err := q.QueryRow(ctx, sqlDeletePublished, after, batch, cutoff).Scan(&deleted, &last, &old); err != nil {
+		if err := q.QueryRow(ctx, sqlDeletePublished, after, batch, db.AsOf(asOf), retention).Scan(&deleted, &last, &old); err != nil {
 			return total, fmt.Errorf("delete published events: %w", err)
 		}
 		total += deleted

@@ -41,6 +41,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/outbox"
 	"github.com/quillhq/quill/internal/stream"
@@ -560,6 +561,13 @@ func (r *Relay) connect(ctx context.Context) (*pgx.Conn, int32, error) {
 // rarely, so the round trip costs nothing that matters.
 func (r *Relay) sessionConfig(settings map[string]string) *pgx.ConnConfig {
 	cc := r.session.Copy()
+	settings = maps.Clone(settings)
+	if _, ok := cc.RuntimeParams["statement_timeout"]; !ok {
+		// As every pool's sessions (db.StatementTimeout): a claim is an
+		// index walk, LISTEN returns at once, and waiting for a
+		// notification is no statement.
+		settings["statement_timeout"] = db.StatementTimeout
+	}
 	names := slices.Sorted(maps.Keys(settings))
 	var sql strings.Builder
 	for _, name := range names {

@@ -79,7 +79,6 @@ type Cleaner struct {
 	pool *pgxpool.Pool
 	cfg  Config
 	log  zerolog.Logger
-	now  func() time.Time
 }
 
 // New returns a Cleaner over pool. It returns Validate's error when the
@@ -89,14 +88,14 @@ func New(pool *pgxpool.Pool, cfg Config, log zerolog.Logger) (*Cleaner, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Cleaner{pool: pool, cfg: cfg, log: log, now: time.Now}, nil
+	return &Cleaner{pool: pool, cfg: cfg, log: log}, nil
 }
 
 // Run cleans every Interval until ctx ends, then returns nil. A failed pass
 // is logged and retried at the next interval: it never stops Run.
 func (c *Cleaner) Run(ctx context.Context) error {
 	for {
-		if err := c.Clean(ctx, c.now()); err != nil && ctx.Err() == nil {
+		if err := c.Clean(ctx); err != nil && ctx.Err() == nil {
 			c.log.Warn().Err(err).Str("error_category", "cleanup_failed").Msg("cleanup failed; it runs again later")
 		}
 		select {
@@ -107,13 +106,16 @@ func (c *Cleaner) Run(ctx context.Context) error {
 	}
 }
 
-// Clean is one pass as of now: it deletes published events past the outbox
+// Clean is one pass: it deletes published events past the outbox
 // retention, compacts operation records past their response retention to
 // tombstones, deletes records past their key retention, and deletes inbox
 // rows past the inbox retention — each in batches of Batch until nothing is
-// left or ctx ends. It returns the first step's failure, wrapped with the
-// step's name.
-func (c *Cleaner) Clean(ctx context.Context, now time.Time) error {
+// left or ctx ends. Every horizon is compared with the database's clock
+// (now() in the statements), never this host's: several cleaners on hosts
+// whose clocks disagree apply the same horizons (decision 0070). It returns
+// the first step's failure, wrapped with the step's name.
+func (c *Cleaner) Clean(ctx context.Context) error {
+	var dbClock time.Time // the zero time: the database's clock
 	batch := c.cfg.Batch
 	steps := []struct {
 		name string
@@ -122,10 +124,10 @@ func (c *Cleaner) Clean(ctx context.Context, now time.Time) error {
 		whole bool
 	}{
 		{"outbox", func() (int64, error) {
-			return outbox.DeletePublished(ctx, c.pool, now, c.cfg.OutboxRetention, batch)
+			return outbox.DeletePublished(ctx, c.pool, dbClock, c.cfg.OutboxRetention, batch)
 		}, true},
-		{"compact", func() (int64, error) { return idempotency.Compact(ctx, c.pool, now, batch) }, false},
-		{"forget", func() (int64, error) { return idempotency.Forget(ctx, c.pool, now, batch) }, false},
+		{"compact", func() (int64, error) { return idempotency.Compact(ctx, c.pool, dbClock, batch) }, false},
+		{"forget", func() (int64, error) { return idempotency.Forget(ctx, c.pool, dbClock, batch) }, false},
 		{"inbox", func() (int64, error) { return inbox.DeleteExpired(ctx, c.pool, c.cfg.InboxRetention, batch) }, false},
 	}
 	for _, s := range steps {

@@ -202,10 +202,9 @@ func TestCleanupHonoursRetention(t *testing.T) {
 		require.NoError(t, err, "inbox row %d", i)
 	}
 
-	now := time.Now()
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return a.Clean(gctx, now) })
-	g.Go(func() error { return b.Clean(gctx, now) })
+	g.Go(func() error { return a.Clean(gctx) })
+	g.Go(func() error { return b.Clean(gctx) })
 	require.NoError(t, g.Wait())
 
 	var left []uuid.UUID
@@ -225,7 +224,7 @@ func TestCleanupHonoursRetention(t *testing.T) {
 		"only the inbox row within the retention is kept")
 
 	// Nothing left to do is not an error.
-	require.NoError(t, a.Clean(ctx, time.Now()))
+	require.NoError(t, a.Clean(ctx))
 	require.Len(t, h.rows(), len(keep))
 }
 
@@ -259,7 +258,7 @@ func TestCleanupStepsOverOldUnpublishedEvents(t *testing.T) {
 	set(young, `published_at = now(), stream_seq = seq`)
 	stay = append(stay, young)
 
-	require.NoError(t, r.Clean(ctx, time.Now()))
+	require.NoError(t, r.Clean(ctx))
 	var left []uuid.UUID
 	for _, row := range h.rows() {
 		left = append(left, row.ID)
