@@ -26,6 +26,7 @@ import (
 
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/idempotency"
+	"github.com/quillhq/quill/internal/lru"
 )
 
 // tokenScheme starts every token, so that leaked tokens are recognisable by
@@ -266,9 +267,9 @@ type Authenticator struct {
 
 	mu       sync.Mutex
 	tokens   map[[sha256.Size]byte]cached
-	negative *lru[[sha256.Size]byte, time.Time] // expiry
-	limiters *lru[string, *rate.Limiter]
-	known    *lru[string, knownPrefix]
+	negative *lru.Cache[[sha256.Size]byte, time.Time] // expiry
+	limiters *lru.Cache[string, *rate.Limiter]
+	known    *lru.Cache[string, knownPrefix]
 
 	flight singleflight.Group // lookups in flight, by address and token
 	// untrusted holds a place per lookup of a token not known valid.
@@ -297,9 +298,9 @@ func NewAuthenticator(q idempotency.Querier, ttl time.Duration) *Authenticator {
 func NewAuthenticatorWithLimits(q idempotency.Querier, ttl time.Duration, lim Limits) *Authenticator {
 	return &Authenticator{q: q, ttl: ttl, lim: lim.withDefaults(), now: time.Now,
 		tokens:    make(map[[sha256.Size]byte]cached),
-		negative:  newLRU[[sha256.Size]byte, time.Time](maxNegative),
-		limiters:  newLRU[string, *rate.Limiter](maxAddresses),
-		known:     newLRU[string, knownPrefix](maxKnownPrefixes),
+		negative:  lru.New[[sha256.Size]byte, time.Time](maxNegative),
+		limiters:  lru.New[string, *rate.Limiter](maxAddresses),
+		known:     lru.New[string, knownPrefix](maxKnownPrefixes),
 		untrusted: make(chan struct{}, lim.withDefaults().UntrustedLookups),
 	}
 }
@@ -336,12 +337,12 @@ func (a *Authenticator) AuthenticateFrom(ctx context.Context, remoteAddr, header
 		a.mu.Unlock()
 		return c.tenant, nil
 	}
-	if exp, ok := a.negative.get(key); ok {
+	if exp, ok := a.negative.Get(key); ok {
 		if now.Before(exp) {
 			a.mu.Unlock()
 			return "", ErrUnauthenticated
 		}
-		a.negative.remove(key)
+		a.negative.Remove(key)
 	}
 	a.mu.Unlock()
 	// Concurrent requests with the same token from the same address (an
@@ -376,7 +377,7 @@ func (a *Authenticator) lookup(ctx context.Context, addr, prefix string, key [sh
 	// uncontested prefix is looked up without one, so that an agent's
 	// concurrent requests never queue behind the bucket.
 	lim := a.limiter(addr)
-	k, known := a.known.get(prefix)
+	k, known := a.known.Get(prefix)
 	trusted := known && !now.Before(k.contestedUntil)
 	var held *rate.Reservation
 	if lim != nil && !trusted {
@@ -417,24 +418,24 @@ func (a *Authenticator) lookup(ctx context.Context, addr, prefix string, key [sh
 		return "", err
 	case err != nil:
 		if a.lim.NegativeTTL > 0 {
-			a.negative.put(key, now.Add(a.lim.NegativeTTL))
+			a.negative.Put(key, now.Add(a.lim.NegativeTTL))
 		}
 		if held == nil && lim != nil {
 			lim.AllowN(now, 1) // a trusted lookup pays after failing
 		}
-		if k, ok := a.known.get(prefix); ok {
+		if k, ok := a.known.Get(prefix); ok {
 			// Someone tries secrets with a valid prefix: its lookups
 			// pay up front again for a while.
 			k.contestedUntil = now.Add(max(a.lim.NegativeTTL, time.Second))
-			a.known.put(prefix, k)
+			a.known.Put(prefix, k)
 		}
 		return "", err
 	}
 	if held != nil {
 		held.CancelAt(now)
 	}
-	if _, ok := a.known.get(prefix); !ok {
-		a.known.put(prefix, knownPrefix{})
+	if _, ok := a.known.Get(prefix); !ok {
+		a.known.Put(prefix, knownPrefix{})
 	}
 	if a.ttl > 0 {
 		if len(a.tokens) >= maxCached {
@@ -451,10 +452,10 @@ func (a *Authenticator) limiter(addr string) *rate.Limiter {
 	if addr == "" || a.lim.FailuresPerSecond < 0 {
 		return nil
 	}
-	lim, ok := a.limiters.get(addr)
+	lim, ok := a.limiters.Get(addr)
 	if !ok {
 		lim = rate.NewLimiter(rate.Limit(a.lim.FailuresPerSecond), a.lim.FailureBurst)
-		a.limiters.put(addr, lim)
+		a.limiters.Put(addr, lim)
 	}
 	return lim
 }
@@ -466,12 +467,12 @@ func (a *Authenticator) limiter(addr string) *rate.Limiter {
 // expires, while the attacker, even knowing a prefix, costs one query per
 // TTL for it. Callers hold a.mu.
 func (a *Authenticator) mayLookUpKnown(prefix string, now time.Time) bool {
-	k, ok := a.known.get(prefix)
+	k, ok := a.known.Get(prefix)
 	if !ok || now.Sub(k.lastLimited) < max(a.ttl, time.Second) {
 		return false
 	}
 	k.lastLimited = now
-	a.known.put(prefix, k)
+	a.known.Put(prefix, k)
 	return true
 }
 

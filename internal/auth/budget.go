@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/quillhq/quill/internal/lru"
 )
 
 // AddressBudget is decision 0042's budget of failures per client address,
@@ -19,14 +21,14 @@ type AddressBudget struct {
 	burst     int
 
 	mu       sync.Mutex
-	limiters *lru[string, *rate.Limiter]
+	limiters *lru.Cache[string, *rate.Limiter]
 }
 
 // NewAddressBudget returns a budget of burst failures per address, refilled
 // at perSecond.
 func NewAddressBudget(perSecond float64, burst int) *AddressBudget {
 	return &AddressBudget{perSecond: perSecond, burst: max(burst, 1),
-		limiters: newLRU[string, *rate.Limiter](maxAddresses)}
+		limiters: lru.New[string, *rate.Limiter](maxAddresses)}
 }
 
 // Take takes one failure's worth from addr's bucket (addr an IP address,
@@ -38,10 +40,10 @@ func (b *AddressBudget) Take(addr string, now time.Time) (giveBack func(), err e
 	key := addressKey(addr)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	lim, ok := b.limiters.get(key)
+	lim, ok := b.limiters.Get(key)
 	if !ok {
 		lim = rate.NewLimiter(rate.Limit(b.perSecond), b.burst)
-		b.limiters.put(key, lim)
+		b.limiters.Put(key, lim)
 	}
 	r := lim.ReserveN(now, 1)
 	if !r.OK() || r.DelayFrom(now) > 0 {

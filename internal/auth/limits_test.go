@@ -237,26 +237,6 @@ func TestAddressKey(t *testing.T) {
 	}
 }
 
-func TestLRUEvictsTheLeastRecentlyUsed(t *testing.T) {
-	t.Parallel()
-	l := newLRU[int, string](2)
-	l.put(1, "a")
-	l.put(2, "b")
-	_, _ = l.get(1)
-	l.put(3, "c") // evicts 2
-	_, ok := l.get(2)
-	require.False(t, ok)
-	v, ok := l.get(1)
-	require.True(t, ok)
-	require.Equal(t, "a", v)
-	l.put(1, "A")
-	v, _ = l.get(1)
-	require.Equal(t, "A", v)
-	require.Equal(t, 2, l.len())
-	l.remove(1)
-	require.Equal(t, 1, l.len())
-}
-
 func TestConcurrentValidRequestsFromOneAddressAreNotLimited(t *testing.T) {
 	t.Parallel()
 	const burst = 5

@@ -1,7 +1,6 @@
 package mcpserver
 
 import (
-	"container/list"
 	"crypto/sha256"
 	"fmt"
 	"net"
@@ -16,6 +15,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"golang.org/x/time/rate"
+
+	"github.com/quillhq/quill/internal/lru"
 )
 
 // What the HTTP server defends against hostile callers (decision 0067):
@@ -103,16 +104,16 @@ type gate struct {
 	now func() time.Time
 
 	mu        sync.Mutex
-	negative  *lru[[sha256.Size]byte, time.Time] // by token digest: expiry
-	addresses *lru[string, *rate.Limiter]
+	negative  *lru.Cache[[sha256.Size]byte, time.Time] // by token digest: expiry
+	addresses *lru.Cache[string, *rate.Limiter]
 	all       *rate.Limiter
 }
 
 func newGate(lim AuthLimits) *gate {
 	lim = lim.withDefaults()
 	g := &gate{lim: lim, now: time.Now,
-		negative:  newLRU[[sha256.Size]byte, time.Time](maxNegative),
-		addresses: newLRU[string, *rate.Limiter](maxAddresses)}
+		negative:  lru.New[[sha256.Size]byte, time.Time](maxNegative),
+		addresses: lru.New[string, *rate.Limiter](maxAddresses)}
 	if lim.AddressFailureEvery > 0 {
 		g.all = rate.NewLimiter(rate.Every(lim.FailureEvery), lim.FailureBurst)
 	}
@@ -124,12 +125,12 @@ func (g *gate) refused(token string) bool {
 	key := sha256.Sum256([]byte(token))
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	exp, ok := g.negative.get(key)
+	exp, ok := g.negative.Get(key)
 	if ok && g.now().Before(exp) {
 		return true
 	}
 	if ok {
-		g.negative.remove(key)
+		g.negative.Remove(key)
 	}
 	return false
 }
@@ -141,7 +142,7 @@ func (g *gate) remember(token string) {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.negative.put(sha256.Sum256([]byte(token)), g.now().Add(g.lim.NegativeTTL))
+	g.negative.Put(sha256.Sum256([]byte(token)), g.now().Add(g.lim.NegativeTTL))
 }
 
 // admission is one token check's hold on the buckets.
@@ -161,10 +162,10 @@ func (g *gate) admit(addr string) (*admission, time.Duration) {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	lim, ok := g.addresses.get(addr)
+	lim, ok := g.addresses.Get(addr)
 	if !ok {
 		lim = rate.NewLimiter(rate.Every(g.lim.AddressFailureEvery), g.lim.AddressFailureBurst)
-		g.addresses.put(addr, lim)
+		g.addresses.Put(addr, lim)
 	}
 	var wait time.Duration
 	for _, l := range []*rate.Limiter{lim, g.all} {
@@ -352,52 +353,4 @@ func refuse(w http.ResponseWriter, status int, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_, _ = w.Write(b)
-}
-
-// lru is a map bounded to max entries that evicts the least recently used
-// one. Not safe for concurrent use; the gate's mutex guards it.
-type lru[K comparable, V any] struct {
-	max   int
-	order *list.List // front: most recently used; values are *lruEntry
-	items map[K]*list.Element
-}
-
-type lruEntry[K comparable, V any] struct {
-	key K
-	val V
-}
-
-func newLRU[K comparable, V any](max int) *lru[K, V] {
-	return &lru[K, V]{max: max, order: list.New(), items: make(map[K]*list.Element, min(max, 1024))}
-}
-
-func (l *lru[K, V]) get(key K) (V, bool) {
-	el, ok := l.items[key]
-	if !ok {
-		var zero V
-		return zero, false
-	}
-	l.order.MoveToFront(el)
-	return el.Value.(*lruEntry[K, V]).val, true
-}
-
-func (l *lru[K, V]) put(key K, val V) {
-	if el, ok := l.items[key]; ok {
-		el.Value.(*lruEntry[K, V]).val = val
-		l.order.MoveToFront(el)
-		return
-	}
-	if l.order.Len() >= l.max {
-		oldest := l.order.Back()
-		l.order.Remove(oldest)
-		delete(l.items, oldest.Value.(*lruEntry[K, V]).key)
-	}
-	l.items[key] = l.order.PushFront(&lruEntry[K, V]{key: key, val: val})
-}
-
-func (l *lru[K, V]) remove(key K) {
-	if el, ok := l.items[key]; ok {
-		l.order.Remove(el)
-		delete(l.items, key)
-	}
 }
