@@ -1,111 +1,14 @@
 package console
 
-import (
-	"net"
-	"net/http"
-	"net/netip"
-	"strings"
+import "github.com/quillhq/quill/internal/httpserve"
 
-	"github.com/quillhq/quill/internal/httpserve"
-)
-
-// TrustedProxies are the peers (reverse proxies, load balancers) whose
-// X-Forwarded-Proto and X-Forwarded-For the console believes: only from
-// them is a request taken to have reached the proxy over TLS, and to come
-// from the address the proxy names. From any other peer those headers are
-// ignored, as anyone can send them. The zero value trusts no peer.
-type TrustedProxies []netip.Prefix
+// TrustedProxies are the peers whose X-Forwarded-Proto and X-Forwarded-For
+// the console believes (QUILL_TRUSTED_PROXIES).
+type TrustedProxies = httpserve.TrustedProxies
 
 // ParseTrustedProxies parses QUILL_TRUSTED_PROXIES: a comma-separated list
 // of CIDR prefixes or single IP addresses ("" for none), such as
 // "10.0.0.0/8, 192.0.2.7". Errors: an entry that is neither, named.
 func ParseTrustedProxies(s string) (TrustedProxies, error) {
-	ps, err := httpserve.ParsePrefixes(s)
-	return TrustedProxies(ps), err
-}
-
-func (ps TrustedProxies) contains(a netip.Addr) bool {
-	a = a.Unmap()
-	for _, p := range ps {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
-}
-
-// peer returns the address of the connection's other end.
-func peer(r *http.Request) (netip.Addr, bool) {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		host = r.RemoteAddr
-	}
-	a, err := netip.ParseAddr(host)
-	if err != nil {
-		return netip.Addr{}, false
-	}
-	return a.Unmap(), true
-}
-
-// fromProxy reports whether r's peer is a trusted proxy.
-func (ps TrustedProxies) fromProxy(r *http.Request) bool {
-	if len(ps) == 0 {
-		return false
-	}
-	a, ok := peer(r)
-	return ok && ps.contains(a)
-}
-
-// Secure reports whether r reached the console over TLS: its own
-// connection is TLS, or its peer is a trusted proxy whose
-// X-Forwarded-Proto (the last value, which the nearest proxy set) is
-// https.
-func (ps TrustedProxies) Secure(r *http.Request) bool {
-	if r.TLS != nil {
-		return true
-	}
-	if !ps.fromProxy(r) {
-		return false
-	}
-	vals := strings.Split(strings.Join(r.Header.Values("X-Forwarded-Proto"), ","), ",")
-	return strings.EqualFold(strings.TrimSpace(vals[len(vals)-1]), "https")
-}
-
-// ClientAddr returns the address r comes from: its peer's, or when the
-// peer is a trusted proxy, the last address of X-Forwarded-For that is not
-// itself a trusted proxy (each proxy appends the address it was reached
-// from, so the addresses to its left are the client's to invent). A
-// malformed last entry, or none, leaves the peer's address.
-func (ps TrustedProxies) ClientAddr(r *http.Request) string {
-	a, ok := peer(r)
-	if !ok {
-		return r.RemoteAddr
-	}
-	if !ps.contains(a) {
-		return a.String()
-	}
-	hops := strings.Split(strings.Join(r.Header.Values("X-Forwarded-For"), ","), ",")
-	for i := len(hops) - 1; i >= 0; i-- {
-		hop, ok := parseHop(strings.TrimSpace(hops[i]))
-		if !ok {
-			break
-		}
-		if !ps.contains(hop) {
-			return hop.String()
-		}
-		a = hop
-	}
-	return a.String()
-}
-
-// parseHop parses an X-Forwarded-For entry: an IP address, or one with a
-// port as some proxies write it.
-func parseHop(h string) (netip.Addr, bool) {
-	if a, err := netip.ParseAddr(h); err == nil {
-		return a.Unmap(), true
-	}
-	if ap, err := netip.ParseAddrPort(h); err == nil {
-		return ap.Addr().Unmap(), true
-	}
-	return netip.Addr{}, false
+	return httpserve.ParsePrefixes(s)
 }

@@ -124,7 +124,7 @@ func (l *Listener) admit(raw net.Conn) (*conn, []*conn, error) {
 	defer l.mu.Unlock()
 	var victims []*conn
 	p := l.peers[addr]
-	if p != nil && len(p.conns) >= l.share && !l.trusted(addr) {
+	if p != nil && len(p.conns) >= l.share && !l.settings.TrustedProxies.Contains(addr) {
 		v, _ := p.longestIdle(time.Now())
 		if v == nil {
 			return nil, nil, nil
@@ -264,15 +264,6 @@ func (p *peer) longestIdle(now time.Time) (*conn, time.Time) {
 		}
 	}
 	return best, ripe
-}
-
-func (l *Listener) trusted(a netip.Addr) bool {
-	for _, p := range l.settings.TrustedProxies {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
 }
 
 // remoteAddr is c's peer address, IPv4-mapped addresses unmapped; the zero

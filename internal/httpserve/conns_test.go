@@ -272,7 +272,7 @@ func TestDefineReadsTrustedProxies(t *testing.T) {
 	}
 	hs, err := parse("10.0.0.0/8, 192.0.2.1")
 	require.NoError(t, err)
-	require.Equal(t, []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.0.2.1/32")}, hs.TrustedProxies)
+	require.Equal(t, httpserve.TrustedProxies{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.0.2.1/32")}, hs.TrustedProxies)
 	require.Equal(t, httpserve.DefaultMaxConnections, hs.MaxConnections)
 	_, err = parse("10.0.0.0/8,bad")
 	require.ErrorContains(t, err, "QUILL_TRUSTED_PROXIES")

@@ -70,7 +70,7 @@ type Settings struct {
 	// in front of the server (QUILL_TRUSTED_PROXIES, comma-separated
 	// CIDRs or addresses; default none). Their connections carry many
 	// clients, so they are exempt from the per-address share.
-	TrustedProxies []netip.Prefix
+	TrustedProxies TrustedProxies
 }
 
 // Define registers QUILL_READ_TIMEOUT, QUILL_WRITE_TIMEOUT,
@@ -90,8 +90,8 @@ func (h *Settings) Define(s *config.Set) {
 // ParsePrefixes parses a comma-separated list of CIDRs or single addresses
 // (an address is its own /32 or /128); blanks around items are ignored and
 // an empty list is none. Errors: the first item that is neither, named.
-func ParsePrefixes(v string) ([]netip.Prefix, error) {
-	var out []netip.Prefix
+func ParsePrefixes(v string) (TrustedProxies, error) {
+	var out TrustedProxies
 	for item := range strings.SplitSeq(v, ",") {
 		item = strings.TrimSpace(item)
 		if item == "" {

@@ -16,6 +16,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"golang.org/x/time/rate"
 
+	"github.com/quillhq/quill/internal/httpserve"
 	"github.com/quillhq/quill/internal/lru"
 )
 
@@ -202,55 +203,13 @@ func (a *admission) release() {
 // hop that is not itself one (each proxy appends the address it was
 // reached from; those to its left are the caller's to invent); from any
 // other peer X-Forwarded-For is not read.
-func clientAddress(r *http.Request, trusted []netip.Prefix) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		host = r.RemoteAddr
-	}
-	a, err := netip.ParseAddr(host)
-	if err != nil {
-		return host
-	}
-	a = a.Unmap()
-	if isTrusted(trusted, a) {
-		hops := strings.Split(strings.Join(r.Header.Values("X-Forwarded-For"), ","), ",")
-		for i := len(hops) - 1; i >= 0; i-- {
-			hop, ok := parseHop(strings.TrimSpace(hops[i]))
-			if !ok {
-				break
-			}
-			a = hop
-			if !isTrusted(trusted, hop) {
-				break
-			}
-		}
-	}
-	if a.Is6() {
+func clientAddress(r *http.Request, trusted httpserve.TrustedProxies) string {
+	c := trusted.ClientAddr(r)
+	if a, err := netip.ParseAddr(c); err == nil && a.Is6() {
 		p, _ := a.Prefix(64)
 		return p.String()
 	}
-	return a.String()
-}
-
-func isTrusted(trusted []netip.Prefix, a netip.Addr) bool {
-	for _, p := range trusted {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
-}
-
-// parseHop parses an X-Forwarded-For entry: an IP address, or one with a
-// port as some proxies write it.
-func parseHop(h string) (netip.Addr, bool) {
-	if a, err := netip.ParseAddr(h); err == nil {
-		return a.Unmap(), true
-	}
-	if ap, err := netip.ParseAddrPort(h); err == nil {
-		return ap.Addr().Unmap(), true
-	}
-	return netip.Addr{}, false
+	return c
 }
 
 // origins decides which Origin headers are accepted: the server's own

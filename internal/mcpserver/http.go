@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/netip"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -76,7 +75,7 @@ type HTTPConfig struct {
 	// TrustedProxies are the proxies in front of the server
 	// (httpserve.Settings.TrustedProxies): from them, a caller's address
 	// for AuthLimits is the last X-Forwarded-For hop that is not one.
-	TrustedProxies []netip.Prefix
+	TrustedProxies httpserve.TrustedProxies
 }
 
 // TokenDigest names a token's journal directory: the first 128 bits of
