@@ -177,7 +177,7 @@ func TestCountSeries(t *testing.T) {
 	}
 }
 
-// TestFlat: flat is equal counts and method values; added names the new
+// TestFlat: flat is no method value and no _OTHER series added; added names the new
 // series; unbounded names the method values the SPEC does not allow.
 func TestFlat(t *testing.T) {
 	t.Parallel()
@@ -199,6 +199,16 @@ func TestFlat(t *testing.T) {
 	// A method value replaced by another at the same counts is not flat.
 	d := parse(requestsMetric + `{code="201",method="PUT",route="/v1/notes"} 9`)
 	require.False(t, flat(b, d))
+	// A routed method's series new to the window (a legitimate 503) is
+	// bounded: flat, though not unchanged. A series of _OTHER new to the
+	// window is what an invented method mints: not flat.
+	o := parse(requestsMetric + `{code="201",method="POST",route="/v1/notes"} 9` + "\n" + requestsMetric + `{code="401",method="_OTHER",route="/v1/notes"} 1`)
+	o503 := parse(requestsMetric + `{code="201",method="POST",route="/v1/notes"} 9` + "\n" + requestsMetric + `{code="401",method="_OTHER",route="/v1/notes"} 1` + "\n" + requestsMetric + `{code="503",method="POST",route="/v1/notes"} 1`)
+	require.True(t, flat(o, o503))
+	require.False(t, unchanged(o, o503))
+	require.True(t, unchanged(o, o))
+	oNew := parse(requestsMetric + `{code="201",method="POST",route="/v1/notes"} 9` + "\n" + requestsMetric + `{code="401",method="_OTHER",route="/v1/notes"} 1` + "\n" + requestsMetric + `{code="404",method="_OTHER",route="unmatched"} 1`)
+	require.False(t, flat(o, oNew))
 	// Long values are kept by their hash and shown cut; two long methods
 	// with the same start are two values.
 	long := func(end string) string { return strings.Repeat("A", 1000) + end }
@@ -330,7 +340,7 @@ func TestIssue24Report(t *testing.T) {
 			"one host holding 1100 idle connections to the API and to its admin server each",
 			"admin /healthz p99 / max ms        |                4 / 4 |                4 / 4 |         | hostile: each 2xx < 3s: met",
 			"quiet end:     quill_http_requests_total 1, quill_http_request_duration_seconds 1, method values 1 (POST); API RSS 51.0 MiB",
-			"hostile window while ~2000 invented methods were sent: flat (2, 1 series, 2 method values) — target flat (equal series counts and method values): met",
+			"hostile window while ~2000 invented methods were sent: unchanged (2, 1 series, 2 method values) — target flat (no method value and no _OTHER series added): met",
 			"each a method the SPEC allows or _OTHER — target: met",
 			"API RSS over the measured window (VmRSS at the scrapes): quiet 50.0 → 51.0 MiB (+1.0), hostile 60.0 → 61.0 MiB (+1.0)",
 			`added by the attack's first seconds (quiet end → hostile start, 1): quill_http_requests_total{code="401",method="_OTHER",route="/v1/notes"}`,
@@ -338,7 +348,7 @@ func TestIssue24Report(t *testing.T) {
 			"idle host → admin: 1100 places, 2900 connections opened, at most 290 open at once as the host saw them (the server's accept queue included); 1700 refused with 503 (past its share), 944 closed by the server otherwise; 256 still open at the end; keep-alive requests answered 2xx=600",
 			"targets missed: 0 of 12"}},
 		{"an invented method minted a series", func(r *report) { withAdmin(r); r.hostile.end = scr(invented, 0) }, 2, []string{
-			"quill_http_requests_total 2 → 3, quill_http_request_duration_seconds 1 → 1, method values 2 → 3 — target flat (equal series counts and method values): MISSED",
+			"quill_http_requests_total 2 → 3, quill_http_request_duration_seconds 1 → 1, method values 2 → 3 — target flat (no method value and no _OTHER series added): MISSED",
 			`added in the hostile window: quill_http_requests_total{code="401",method="AAAAAAAAAAAAAAAA…(`,
 			"method values at the hostile end: 1 a caller invented (AAAAAAAAAAAAAAAA…(100 bytes)) — target none: MISSED"}},
 		{"a failed scrape", func(r *report) { withAdmin(r); r.hostile.end = series{Err: "connection refused"} }, 2, []string{

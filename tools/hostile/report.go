@@ -389,7 +389,7 @@ func (r *report) writeSeries(w io.Writer, v *verdicts) {
 	if m := r.attack.Invented; m != nil {
 		sent = fmt.Sprintf(" while ~%d invented methods were sent", int(r.cfg.inventedRate*r.cfg.duration.Seconds()))
 	}
-	fmt.Fprintf(w, "  hostile window%s: %s — target flat (equal series counts and method values): %s\n",
+	fmt.Fprintf(w, "  hostile window%s: %s — target flat (no method value and no _OTHER series added): %s\n",
 		sent, flatPhrase(h.start, h.end), v.judge(flat(h.start, h.end)))
 	if a := added(h.start, h.end); len(a) > 0 && h.start.Err == "" && h.end.Err == "" {
 		fmt.Fprintf(w, "    added in the hostile window: %s\n", listAdded(a))
@@ -421,8 +421,8 @@ func flatPhrase(a, b series) string {
 	if a.Err != "" || b.Err != "" {
 		return "not compared (a scrape failed)"
 	}
-	if flat(a, b) {
-		return fmt.Sprintf("flat (%d, %d series, %d method values)", b.Requests, b.Durations, len(b.methods))
+	if unchanged(a, b) {
+		return fmt.Sprintf("unchanged (%d, %d series, %d method values)", b.Requests, b.Durations, len(b.methods))
 	}
 	return fmt.Sprintf("%s %d → %d, %s %d → %d, method values %d → %d", requestsMetric, a.Requests, b.Requests,
 		durationMetric, a.Durations, b.Durations, len(a.methods), len(b.methods))

@@ -52,6 +52,9 @@ type series struct {
 	// method minted per request would otherwise be kept whole, 60 KiB a
 	// series, by the tool too.
 	methods, keys map[uint64]string
+	// other holds the keys of the series whose method is _OTHER: the
+	// series an invented method reaches.
+	other map[uint64]bool
 	// RSSKiB is the API's resident set (VmRSS) read with the scrape, 0
 	// when not read.
 	RSSKiB int64
@@ -81,7 +84,7 @@ func hashOf(v string) uint64 {
 // the two metrics' series; an error for a line it cannot parse or a read
 // that fails.
 func countSeries(in io.Reader) (series, error) {
-	s := series{methods: map[uint64]string{}, keys: map[uint64]string{}}
+	s := series{methods: map[uint64]string{}, keys: map[uint64]string{}, other: map[uint64]bool{}}
 	br := bufio.NewReaderSize(in, 64<<10)
 	for {
 		line, rerr := br.ReadString('\n')
@@ -120,10 +123,14 @@ func (s *series) addLine(line string) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
+	key := hashOf(seriesKey(kind, labels, false))
 	if m, ok := labels["method"]; ok {
 		s.methods[hashOf(m)] = shortValue(m)
+		if m == "_OTHER" {
+			s.other[key] = true
+		}
 	}
-	s.keys[hashOf(seriesKey(kind, labels, false))] = seriesKey(kind, labels, true)
+	s.keys[key] = seriesKey(kind, labels, true)
 	return nil
 }
 
@@ -204,11 +211,27 @@ func shortValue(v string) string {
 	return fmt.Sprintf("%s…(%d bytes)", v[:16], len(v))
 }
 
-// flat says b has the series and method values a had: no label value was
-// minted between the two scrapes.
+// flat says no series was minted by an invented method between the two
+// scrapes: b has a's method values and no series with method _OTHER that a
+// lacks. A series of a routed method can still appear (a legitimate
+// request answered with a code new to the window, 503 from the pool's
+// share say): routes × routed methods × codes bound those, and unchanged
+// says whether any appeared.
 func flat(a, b series) bool {
-	return a.Err == "" && b.Err == "" && a.Requests == b.Requests && a.Durations == b.Durations &&
-		len(a.methods) == len(b.methods) && len(added(a, b)) == 0 && len(addedMethods(a, b)) == 0
+	if a.Err != "" || b.Err != "" || len(a.methods) != len(b.methods) || len(addedMethods(a, b)) > 0 {
+		return false
+	}
+	for h := range b.other {
+		if !a.other[h] {
+			return false
+		}
+	}
+	return true
+}
+
+// unchanged says b has exactly a's series.
+func unchanged(a, b series) bool {
+	return a.Err == "" && b.Err == "" && a.Requests == b.Requests && a.Durations == b.Durations && len(added(a, b)) == 0
 }
 
 // added are b's series that a lacks, long values cut, sorted.
