@@ -249,7 +249,7 @@ func TestParseStatus(t *testing.T) {
 		{"Status: accepted but stale", ""},
 		{"Status: superseded", ""},
 		{"Status: superseded by 0030", ""},
-		{"Status: superseded by [0040](0040-d.md)", ""},     // no such record
+		{"Status: superseded by [0050](0050-e.md)", ""},     // no such record
 		{"Status: superseded by [0030](0020-b.md)", ""},     // label and file disagree
 		{"Status: superseded by [0010](0010-a.md)", ""},     // an earlier record
 		{"Status: superseded by [0020](0020-b.md)", ""},     // itself
