@@ -47,18 +47,22 @@ type record struct {
 	status    status
 }
 
-// TestDecisionRecordsHaveStatus checks that every decision record has, right
-// under its title, a Status line in one of the three forms — "accepted",
-// "accepted, amended by [N](file)…" or "superseded by [N](file)…", each
-// optionally ending in a parenthesised note — and that every record named
-// there exists and is a later one.
+// TestDecisionRecordsHaveStatus checks that every decision record has, one
+// blank line under its title, a one-line Status line in one of three forms:
+//
+//	Status: accepted [(note)]
+//	Status: accepted, amended by [N](N-….md) [(which part)], [M](M-….md) … [; more]
+//	Status: superseded by [N](N-….md) … [; more]
+//
+// and that every record an "amended by" or "superseded by" names exists and
+// is a later one, so that a stale record never reads as current.
 func TestDecisionRecordsHaveStatus(t *testing.T) {
 	t.Parallel()
 	records, errs := readRecords(t)
 	for _, err := range errs {
 		t.Error(err)
 	}
-	if len(records) == 0 && len(errs) == 0 {
+	if len(records) == 0 {
 		t.Fatal("no decision records found: the scanner is broken")
 	}
 }
@@ -206,25 +210,65 @@ func parseStatus(line, num string, exists map[string]string) (status, error) {
 	default:
 		return s, fmt.Errorf(`want "Status: accepted", "Status: accepted, amended by [N](file)" or "Status: superseded by [N](file)"`)
 	}
-	if recordRef.FindStringIndex(rest) == nil || recordRef.FindStringIndex(rest)[0] != 0 {
-		return s, fmt.Errorf("%q must be followed by a link [N](N-….md)", s.kind+" by")
-	}
-	for _, m := range recordRef.FindAllStringSubmatch(rest, -1) {
-		label, file, fileNum := m[1], m[2], m[3]
-		if label != fileNum {
+	for {
+		m := recordRef.FindStringSubmatchIndex(rest)
+		if m == nil || m[0] != 0 {
+			return s, fmt.Errorf("%q must be followed by links [N](N-….md)", s.kind+" by")
+		}
+		label, file, fileNum := rest[m[2]:m[3]], rest[m[4]:m[5]], rest[m[6]:m[7]]
+		switch {
+		case label != fileNum:
 			return s, fmt.Errorf("the link [%s] goes to %s", label, file)
-		}
-		if exists[label] != file {
+		case exists[label] != file:
 			return s, fmt.Errorf("%s by %s: there is no record %s", s.kind, label, file)
-		}
-		if label <= num {
+		case label <= num:
 			return s, fmt.Errorf("%s by %s: only a later record can amend or supersede %s", s.kind, label, num)
 		}
 		if !slices.Contains(s.by, label) {
 			s.by = append(s.by, label)
 		}
+		rest = rest[m[1]:]
+		if strings.HasPrefix(rest, " (") {
+			n := closingParen(rest[1:])
+			if n < 0 {
+				return s, fmt.Errorf("a note after [%s] has no closing parenthesis", label)
+			}
+			rest = rest[1+n+1:]
+		}
+		sep := ""
+		for _, p := range []string{", and ", ", ", " and "} {
+			if strings.HasPrefix(rest, p) {
+				sep = p
+				break
+			}
+		}
+		if sep == "" {
+			break
+		}
+		rest = rest[len(sep):]
+	}
+	if rest != "" && !strings.HasPrefix(rest, "; ") {
+		return s, fmt.Errorf("after the links only a parenthesised note per link and a final \"; …\" clause may follow")
 	}
 	return s, nil
+}
+
+// closingParen returns the index in s, which begins with "(", of the
+// parenthesis that closes it, or -1.
+func closingParen(s string) int {
+	depth := 0
+	for i, r := range s {
+		switch r {
+		case '(':
+			depth++
+		case ')':
+			depth--
+			if depth == 0 {
+				return i
+			}
+		}
+	}
+	return -1
 }
 
 func TestParseStatus(t *testing.T) {
@@ -245,6 +289,11 @@ func TestParseStatus(t *testing.T) {
 		{"Status: accepted, amended by [0030](0030-c.md) (its cap)", "amended by 0030"},
 		{"Status: superseded by [0030](0030-c.md)", "superseded by 0030"},
 		{"Status: superseded by [0030](0030-c.md) and [0040](0040-d.md)", "superseded by 0030, 0040"},
+		{"Status: accepted, amended by [0030](0030-c.md) (its cap), [0040](0040-d.md) (its `x (y)`)", "amended by 0030, 0040"},
+		{"Status: accepted, amended by [0030](0030-c.md) (its cap); it replaces part of [0010](0010-a.md)", "amended by 0030"},
+		{"Status: accepted, amended by [0030](0030-c.md) (its cap", ""},
+		{"Status: accepted, amended by [0030](0030-c.md), see below", ""},
+		{"Status: accepted, amended by [0030](0030-c.md) and more", ""},
 		{"Status: Accepted", ""},
 		{"Status: accepted but stale", ""},
 		{"Status: superseded", ""},
