@@ -22,7 +22,7 @@
 # profile after it go to DIR), BENCH_CONCURRENCY ("1 16 64"), BENCH_DURATION (10, seconds),
 # BENCH_WARMUP (2, seconds), BENCH_PGBENCH_MODE (prepared), BENCH_STRICT=1 to
 # exit 1 when a target is missed, BENCH_WAIT_QUIET (0, seconds to wait for
-# an otherwise idle machine), QUILL_DB_MAX_CONNS (passed to the API),
+# an otherwise idle machine), DATABASE_URL (its pool_max_conns sizes the API's pool; default 16),
 # BENCH_API_GOGC (the API's GOGC; unset: Go's default, 100).
 set -euo pipefail
 
@@ -175,7 +175,7 @@ replays() { lg replay "$1" ops_per_sec; }
 	echo "Quill bench-api — $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 	host_line
 	pg_line synchronous_commit fsync wal_sync_method shared_buffers max_connections commit_delay
-	echo "API: GOMAXPROCS unset, GOGC ${BENCH_API_GOGC:-unset (100)}, pool QUILL_DB_MAX_CONNS=${QUILL_DB_MAX_CONNS:-16 (default)}, QUILL_TENANT_CONCURRENCY=$QUILL_TENANT_CONCURRENCY (one tenant), log level ${QUILL_LOG_LEVEL:-info}; loadgen: ${WARMUP}s warmup + ${DURATION}s per run, one keep-alive connection per client"
+	echo "API: GOMAXPROCS unset, GOGC ${BENCH_API_GOGC:-unset (100)}, pool 16 unless DATABASE_URL names pool_max_conns, QUILL_TENANT_CONCURRENCY=$QUILL_TENANT_CONCURRENCY (one tenant), log level ${QUILL_LOG_LEVEL:-info}; loadgen: ${WARMUP}s warmup + ${DURATION}s per run, one keep-alive connection per client"
 	echo "pgbench: -n -c C -j C -T $DURATION -M $PGBENCH_MODE (the API's pgx default also runs cached prepared statements; simple and extended re-parse every statement); tables truncated and CHECKPOINT before every run, API's and pgbench's alike"
 	echo "loadgen, API and PostgreSQL share the $NCPU CPUs; before the start, $BG cores were busy with other work"
 	echo

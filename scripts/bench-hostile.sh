@@ -270,7 +270,7 @@ TOTAL=$(sed -n 's/^targets missed: [0-9]* of \([0-9]*\)$/\1/p' "$WORK/hostile.tx
 	echo "Quill bench-hostile — $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 	host_line
 	pg_line max_connections shared_buffers synchronous_commit
-	echo "nats-server $NATS_SERVER_VERSION, fresh file store; the API (QUILL_DB_MAX_CONNS=${QUILL_DB_MAX_CONNS:-16 (default)}), one relay, one worker, the tool, PostgreSQL and NATS share the $NCPU CPUs; before the start, $BG cores were busy with other work"
+	echo "nats-server $NATS_SERVER_VERSION, fresh file store; the API (pool 16 unless DATABASE_URL names pool_max_conns), one relay, one worker, the tool, PostgreSQL and NATS share the $NCPU CPUs; before the start, $BG cores were busy with other work"
 	echo
 	cat "$WORK/hostile.txt"
 	echo "processes after the run: $STATE — target all running: $VERDICT"

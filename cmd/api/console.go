@@ -16,22 +16,22 @@ import (
 	"github.com/quillhq/quill/internal/cli"
 	"github.com/quillhq/quill/internal/config"
 	"github.com/quillhq/quill/internal/console"
-	"github.com/quillhq/quill/internal/db"
-	"github.com/quillhq/quill/internal/logging"
+	"github.com/quillhq/quill/internal/daemon"
 	"github.com/quillhq/quill/internal/natsconn"
 	"github.com/quillhq/quill/internal/retention"
 )
 
 // consoleSettings are api serve's settings for the operator console: the
-// horizons its lookups apply and the NATS it checks the stream with and
-// retries dead letters through — the settings "api audit" takes.
+// horizons its lookups apply — the settings "api audit" takes — and the
+// NATS it checks the stream with and retries dead letters through.
 type consoleSettings struct {
 	enabled bool
-	// proxies are QUILL_TRUSTED_PROXIES, read with the HTTP settings
-	// (httpserve.Settings), which the connection share exempts too.
-	proxies console.TrustedProxies
-	nats    natsconn.Settings
 	audit   audit.Config
+	// nats and proxies are the daemon's NATS_URL … and
+	// QUILL_TRUSTED_PROXIES (read with the HTTP settings, which the
+	// connection share exempts too), set before newConsole.
+	nats    natsconn.Settings
+	proxies console.TrustedProxies
 }
 
 // defaultConsole is off: a default install serves no sign-in page on its
@@ -40,7 +40,6 @@ const defaultConsole = false
 
 func (c *consoleSettings) define(s *config.Set) {
 	s.Bool(&c.enabled, "console", "QUILL_CONSOLE", defaultConsole, "serve the operator console at /console/ on the admin address (true or false)")
-	c.nats.Define(s, "NATS with JetStream, for the operator console only (stream checks, dead-letter retries); the API serves without it")
 	c.audit.Stream.DefineSubjects(s)
 	s.String(&c.audit.Consumer, "consumer", "QUILL_CONSUMER", audit.DefaultConsumer, "the attachment worker's durable consumer (its inbox and dead letters), for the console")
 	s.Duration(&c.audit.OutboxRetention, "outbox-retention", "QUILL_OUTBOX_RETENTION", retention.DefaultOutboxRetention, "how long published events stay in the outbox (the console's lookups judge by it)")
@@ -91,10 +90,10 @@ func consoleCmd(ctx context.Context, args []string, getenv func(string) string, 
 		}
 		return cli.UsageError{Msg: usage}
 	}
-	var c common
+	var c daemon.CommandSettings
 	var end bool
 	s := config.New("api console rotate-key", usage+"\n\nMakes a new session key for the operator console: new sessions are signed with it (on a running API within 30 s), the previous key still verifies its sessions until they expire (12 h), and keys that verify no session any more are dropped. --end-sessions drops every older key, ending every session within 30 s (after a key leaked).", getenv, stdout)
-	c.define(s)
+	c.Define(s)
 	s.FlagSet().BoolVar(&end, "end-sessions", false, "drop every older key: every console session ends (within 30 s on a running API)")
 	if err := cli.Parse(s, args[1:]); err != nil {
 		return err
@@ -102,14 +101,9 @@ func consoleCmd(ctx context.Context, args []string, getenv func(string) string, 
 	if len(s.Args()) > 0 {
 		return cli.UsageError{Msg: fmt.Sprintf("unexpected arguments %q; %s", s.Args(), usage)}
 	}
-	log, err := logging.New(stderr, c.logLevel, "api")
+	log, pool, err := c.Open(ctx, "api", stderr)
 	if err != nil {
-		return cli.UsageError{Msg: err.Error()}
-	}
-	pool, err := db.Open(ctx, c.databaseURL, 2)
-	if err != nil {
-		log.Error().Err(err).Str("error_category", "database_unreachable").Msg("PostgreSQL is not reachable at DATABASE_URL")
-		return cli.LoggedError{Err: err}
+		return err
 	}
 	defer pool.Close()
 	rot, err := console.RotateSessionKey(ctx, pool, time.Now(), end)

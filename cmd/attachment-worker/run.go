@@ -19,7 +19,6 @@ import (
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/natsconn"
 	"github.com/quillhq/quill/internal/outbox"
-	"github.com/quillhq/quill/internal/tracing"
 	"github.com/quillhq/quill/internal/worker"
 )
 
@@ -38,7 +37,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 // runWith is run with options for the worker (the tests' hooks).
 func runWith(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, opts ...worker.Option) error {
-	c := settings{opts: opts, getenv: getenv, stdout: stdout}
+	c := settings{opts: opts}
 	return daemon.Program{
 		Name:      "attachment-worker",
 		Overview:  overview,
@@ -58,10 +57,6 @@ type settings struct {
 	decodeMemory, maxPixels int
 	// opts are the worker's options beyond the settings (tests' hooks).
 	opts []worker.Option
-	// getenv and stdout are the program's, for the OTEL_* settings and
-	// the console exporter.
-	getenv func(string) string
-	stdout io.Writer
 }
 
 func (c *settings) define(s *config.Set) {
@@ -90,37 +85,25 @@ func (c *settings) start(ctx context.Context, ds daemon.Settings, stderr io.Writ
 	// the reads before processing, the events handled alone (a
 	// redelivery, a retry), dead letters, the notifier and the readiness
 	// check; beyond them an event waits for a connection.
-	d, err := daemon.Start(ctx, ds, daemon.Process{Name: "attachment-worker", PoolSize: int32(cfg.Committers + 4),
+	d, err := daemon.Start(ctx, ds, daemon.Process{Name: "attachment-worker", Service: "quill-worker", PoolSize: int32(cfg.Committers + 4),
 		Disconnected: "NATS connection lost; reconnecting"}, stderr)
 	if err != nil {
 		return err
 	}
 	defer d.Close()
-	d.Registry.MustRegister(metrics.NewPoolCollector(metrics.PoolMain, d.Pool))
 	deadLetters := metrics.NewDeadLetters(d.Registry, d.Pool, cfg.Consumer, d.Log)
 	log := d.Log
-	tp, err := tracing.Start(ctx, c.getenv, tracing.Process{Service: "quill-worker", Stdout: c.stdout}, log)
-	if err != nil {
-		return cli.UsageError{Msg: err.Error()}
-	}
-	defer tp.Stop(log)
 	notifier := outbox.NewNotifier(d.Pool, func(err error) { log.Warn().Err(err).Msg("notify relays") })
 	w, err := worker.New(d.Pool, d.NATS, cfg, log, metrics.NewWorker(d.Registry),
 		append(c.opts, worker.WithNotifier(notifier), worker.WithDecodeMemoryGauge(metrics.NewDecodeMemory(d.Registry)),
-			worker.WithConsumerMetrics(d.Registry), worker.WithTracer(tp.Tracer()))...)
+			worker.WithConsumerMetrics(d.Registry), worker.WithTracer(d.Tracer()))...)
 	if err != nil {
 		return cli.UsageError{Msg: err.Error()}
 	}
-	return d.Run(ctx, map[string]metrics.ReadyFunc{"worker": w.Ready}, deadLetters.Run, func(ctx context.Context) error {
-		// The notifier outlives the worker by a moment: it is stopped
-		// after the worker returned, so the last commits still wake the
-		// relays.
-		nctx, stopNotifier := context.WithCancel(context.WithoutCancel(ctx))
-		notified := make(chan struct{})
-		go func() { defer close(notified); _ = notifier.Run(nctx) }()
-		defer func() { stopNotifier(); <-notified }()
-		return w.Run(ctx)
-	})
+	// The notifier outlives the worker, so the last commits still wake
+	// the relays.
+	return d.Run(ctx, daemon.Services{Ready: map[string]metrics.ReadyFunc{"worker": w.Ready},
+		Loops: []func(context.Context) error{deadLetters.Run, w.Run}, Trailing: []func(context.Context) error{notifier.Run}})
 }
 
 func deadLetters(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {

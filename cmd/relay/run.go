@@ -18,7 +18,6 @@ import (
 	"github.com/quillhq/quill/internal/relay"
 	"github.com/quillhq/quill/internal/retention"
 	"github.com/quillhq/quill/internal/stream"
-	"github.com/quillhq/quill/internal/tracing"
 )
 
 const overview = `usage: relay [run] [flags]           publish committed outbox events to JetStream (default)
@@ -31,7 +30,7 @@ Run "relay run --help" for the settings.`
 const defaultAdminAddr = ":9091"
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	c := settings{getenv: getenv, stdout: stdout}
+	var c settings
 	return daemon.Program{
 		Name:      "relay",
 		Overview:  overview,
@@ -50,10 +49,6 @@ type settings struct {
 	// sessionURL is the claim and LISTEN sessions' URL
 	// (QUILL_RELAY_DATABASE_URL); empty means DATABASE_URL.
 	sessionURL string
-	// getenv and stdout are the program's, for the OTEL_* settings and
-	// the console exporter.
-	getenv func(string) string
-	stdout io.Writer
 }
 
 func (c *settings) define(s *config.Set) {
@@ -75,24 +70,18 @@ func (c *settings) start(ctx context.Context, ds daemon.Settings, stderr io.Writ
 			return cli.UsageError{Msg: err.Error()}
 		}
 	}
-	d, err := daemon.Start(ctx, ds, daemon.Process{Name: "relay", PoolSize: 8,
+	d, err := daemon.Start(ctx, ds, daemon.Process{Name: "relay", Service: "quill-relay", PoolSize: 8,
 		Disconnected: "NATS connection lost; events wait in the outbox", NATSOptions: relay.ConnOptions()}, stderr)
 	if err != nil {
 		return err
 	}
 	defer d.Close()
-	d.Registry.MustRegister(metrics.NewPoolCollector(metrics.PoolMain, d.Pool))
 	log := d.Log
-	tp, err := tracing.Start(ctx, c.getenv, tracing.Process{Service: "quill-relay", Stdout: c.stdout}, log)
-	if err != nil {
-		return cli.UsageError{Msg: err.Error()}
-	}
-	defer tp.Stop(log)
 	session, err := c.session(ctx, d, ds.DatabaseURL)
 	if err != nil {
 		return err
 	}
-	r, err := relay.New(d.Pool, d.NATS, cfg, log, metrics.NewRelay(d.Registry), relay.WithSessionConfig(session), relay.WithTracer(tp.Tracer()))
+	r, err := relay.New(d.Pool, d.NATS, cfg, log, metrics.NewRelay(d.Registry), relay.WithSessionConfig(session), relay.WithTracer(d.Tracer()))
 	if err != nil {
 		return cli.UsageError{Msg: err.Error()}
 	}
@@ -105,7 +94,7 @@ func (c *settings) start(ctx context.Context, ds daemon.Settings, stderr io.Writ
 	}
 	log.Info().Str("stream", cfg.Stream.Name).Str("subjects", stream.All(cfg.Stream.SubjectPrefix)).Dur("duplicate_window", cfg.Stream.DuplicateWindow).
 		Dur("max_age", cfg.Stream.MaxAge).Int("replicas", r.StreamReplicas()).Msg("stream provisioned")
-	return d.Run(ctx, map[string]metrics.ReadyFunc{"relay": r.Ready}, r.Run, cleaner.Run)
+	return d.Run(ctx, daemon.Services{Ready: map[string]metrics.ReadyFunc{"relay": r.Ready}, Loops: []func(context.Context) error{r.Run, cleaner.Run}})
 }
 
 // session returns the configuration of the relay's claim and LISTEN

@@ -27,6 +27,13 @@ type Set struct {
 	out      io.Writer
 	synopsis string
 	version  *bool
+	removed  []Removed
+}
+
+// Removed is a setting that no longer exists: its environment variable
+// and the value now fixed in its place.
+type Removed struct {
+	Env, Fixed string
 }
 
 type setting struct {
@@ -205,6 +212,23 @@ func (s *Set) Parse(args []string) error {
 		}
 	}
 	return nil
+}
+
+// Remove records settings that no longer exist, for StillSet. Their flags
+// are gone: a flag is refused as any unknown flag is.
+func (s *Set) Remove(r ...Removed) { s.removed = append(s.removed, r...) }
+
+// StillSet returns the removed settings (Remove) the environment still
+// sets, so that the process can say it ignores them rather than ignore
+// them silently.
+func (s *Set) StillSet() []Removed {
+	var set []Removed
+	for _, r := range s.removed {
+		if s.getenv(r.Env) != "" {
+			set = append(set, r)
+		}
+	}
+	return set
 }
 
 // Args returns the arguments left after the flags.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -336,5 +337,24 @@ func TestBool(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, tc.want, b)
 		})
+	}
+}
+
+// StillSet names the removed settings the environment still sets, and only
+// those.
+func TestStillSet(t *testing.T) {
+	t.Parallel()
+	gone, unset := config.Removed{Env: "QUILL_GONE", Fixed: "42"}, config.Removed{Env: "QUILL_UNSET", Fixed: "1"}
+	for _, tc := range []struct {
+		env  map[string]string
+		want []config.Removed
+	}{
+		{env: map[string]string{}, want: nil},
+		{env: map[string]string{"QUILL_GONE": "7"}, want: []config.Removed{gone}},
+	} {
+		s := config.New("x", "usage", func(k string) string { return tc.env[k] }, io.Discard)
+		s.Remove(gone, unset)
+		require.NoError(t, s.Parse(nil))
+		require.Equal(t, tc.want, s.StillSet())
 	}
 }

@@ -1,13 +1,16 @@
-// Package daemon is the start-up every Quill daemon shares. Main is the
-// main of the api, the relay and the attachment worker: SIGINT and SIGTERM
-// stop gracefully, SIGHUP is ignored (LogHangups logs it). For the relay
-// and the worker it also holds their command line (Program) and settings,
-// the JSON logger, the PostgreSQL pool, the NATS connection with its
-// reconnect logs, the admin server (/healthz, /readyz, /metrics) and the
-// errgroup that runs the daemon's services until the context ends, then
-// shuts everything down; NotifyReady tells systemd when a daemon is ready
-// and when it is stopping. A daemon's Program.Start builds its services
-// between Start and Run.
+// Package daemon is the start-up every Quill daemon (the api, the relay
+// and the attachment worker) shares, written once. Main is their main:
+// SIGINT and SIGTERM stop gracefully, SIGHUP is ignored (LogHangups logs
+// it). Program is their command line: the daemon's command (run, the
+// api's serve) with the shared Settings and the daemon's own, a warning
+// for each removed setting still set, and the operator commands. Start
+// builds the JSON logger, tracing, the PostgreSQL pool with its gauges and
+// the NATS connection with its reconnect logs; Run serves the admin server
+// (/healthz, /readyz, /metrics) and the daemon's own servers and runs its
+// loops in an errgroup until the context ends, then shuts everything down
+// in order; NotifyReady tells systemd when a daemon is ready and when it
+// is stopping. A daemon's Program.Start builds its services between Start
+// and Run.
 package daemon
 
 import (
@@ -17,12 +20,14 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/quillhq/quill/internal/cli"
@@ -32,10 +37,8 @@ import (
 	"github.com/quillhq/quill/internal/logging"
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/natsconn"
+	"github.com/quillhq/quill/internal/tracing"
 )
-
-// DefaultNATSURL is the NATS server used when NATS_URL is not set.
-const DefaultNATSURL = natsconn.DefaultURL
 
 // ShutdownTimeout bounds a server's graceful shutdown: in-flight requests
 // get this long to finish.
@@ -53,9 +56,10 @@ type Settings struct {
 	// AdminAddr is the address of /healthz, /readyz and /metrics
 	// (QUILL_ADMIN_ADDR).
 	AdminAddr string
-	// HTTP are the admin server's timeouts and connection cap
-	// (QUILL_READ_TIMEOUT, QUILL_WRITE_TIMEOUT, QUILL_IDLE_TIMEOUT,
-	// QUILL_MAX_CONNECTIONS); zero fields take their defaults.
+	// HTTP are the timeouts and connection cap of every HTTP server of
+	// the daemon (QUILL_READ_TIMEOUT, QUILL_WRITE_TIMEOUT,
+	// QUILL_IDLE_TIMEOUT, QUILL_MAX_CONNECTIONS, QUILL_TRUSTED_PROXIES);
+	// zero fields take their defaults.
 	HTTP httpserve.Settings
 	// Pprof serves Go's runtime profiles on the admin address
 	// (QUILL_PPROF, default false).
@@ -64,16 +68,23 @@ type Settings struct {
 	// when the daemon runs as a Type=notify service: Run tells it when the
 	// daemon is ready and when it is stopping. Empty otherwise.
 	NotifySocket string
+	// Getenv is the process's environment, for tracing's OTEL_* settings;
+	// nil reads as empty (tracing off). Stdout is where tracing's console
+	// exporter writes.
+	Getenv func(string) string
+	Stdout io.Writer
+	// removed are the removed settings the environment still sets, which
+	// Start warns about.
+	removed []config.Removed
 }
 
 // Define registers the shared settings on s (DATABASE_URL, NATS_URL,
-// QUILL_NATS_CREDS, QUILL_NATS_TLS_*, QUILL_ADMIN_ADDR, the HTTP server's
-// QUILL_READ_TIMEOUT, QUILL_WRITE_TIMEOUT, QUILL_IDLE_TIMEOUT and
-// QUILL_MAX_CONNECTIONS, QUILL_LOG_LEVEL); adminAddr is the process's
-// default admin address.
-func (d *Settings) Define(s *config.Set, adminAddr string) {
+// QUILL_NATS_CREDS, QUILL_NATS_TLS_*, QUILL_ADMIN_ADDR, the HTTP servers'
+// settings, QUILL_LOG_LEVEL, QUILL_PPROF); adminAddr is the process's
+// default admin address, nats says what NATS is for (--help).
+func (d *Settings) Define(s *config.Set, adminAddr, nats string) {
 	s.String(&d.DatabaseURL, "database-url", "DATABASE_URL", db.DefaultURL, "PostgreSQL URL")
-	d.NATS.Define(s, "NATS with JetStream")
+	d.NATS.Define(s, nats)
 	s.String(&d.AdminAddr, "admin-addr", "QUILL_ADMIN_ADDR", adminAddr, "/healthz, /readyz and /metrics listen address")
 	d.HTTP.Define(s)
 	s.String(&d.LogLevel, "log-level", "QUILL_LOG_LEVEL", "info", "log level: trace, debug, info, warn, error")
@@ -129,8 +140,14 @@ type Process struct {
 	// Name is the process's name in its logs; its NATS connection is
 	// named quill-<Name>.
 	Name string
-	// PoolSize is the most PostgreSQL connections of the pool.
+	// Service is the process's service.name in its traces (quill-api).
+	Service string
+	// PoolSize is the most PostgreSQL connections of the pool, unless
+	// DATABASE_URL names pool_max_conns.
 	PoolSize int32
+	// WithoutNATS is for a daemon that serves without NATS (the API):
+	// Start connects to none and Daemon.NATS is nil.
+	WithoutNATS bool
 	// Disconnected is the warning logged when the NATS connection is lost:
 	// it says what happens meanwhile.
 	Disconnected string
@@ -143,21 +160,23 @@ type Process struct {
 type Daemon struct {
 	Log      zerolog.Logger       // JSON on stderr, named after the process
 	Pool     *pgxpool.Pool        // PostgreSQL, Process.PoolSize connections
-	NATS     *nats.Conn           // reconnects forever
-	Registry *prometheus.Registry // served on /metrics by Run
+	NATS     *nats.Conn           // reconnects forever; nil WithoutNATS
+	Registry *prometheus.Registry // served on /metrics by Run, with the pool's gauges
 
+	tracing      *tracing.Provider
 	adminAddr    string
 	pprof        bool
 	http         httpserve.Settings
 	notifySocket string
 }
 
-// Start builds the logger on stderr and opens the pool and the NATS
+// Start builds the logger on stderr, warns about removed settings the
+// environment still sets, starts tracing and opens the pool and the NATS
 // connection, which reconnects forever once made. It returns a
-// cli.UsageError for bad NATS settings (before anything is written) or a
-// bad log level, and a cli.LoggedError (logged as one
-// line with its error_category) when PostgreSQL or NATS is not reachable;
-// then nothing stays open. The caller must Close the Daemon.
+// cli.UsageError for bad NATS or tracing settings (before anything is
+// written) or a bad log level, and a cli.LoggedError (logged as one line
+// with its error_category) when PostgreSQL or NATS is not reachable; then
+// nothing stays open. The caller must Close the Daemon.
 func Start(ctx context.Context, s Settings, p Process, stderr io.Writer) (*Daemon, error) {
 	if err := s.NATS.Validate(); err != nil {
 		return nil, cli.UsageError{Msg: err.Error()}
@@ -166,10 +185,32 @@ func Start(ctx context.Context, s Settings, p Process, stderr io.Writer) (*Daemo
 	if err != nil {
 		return nil, cli.UsageError{Msg: err.Error()}
 	}
+	for _, r := range s.removed {
+		log.Warn().Str("setting", r.Env).Str("fixed", r.Fixed).Msg("a removed setting is set: it is ignored, the value is fixed; unset it")
+	}
+	getenv := s.Getenv
+	if getenv == nil {
+		getenv = func(string) string { return "" }
+	}
+	stdout := s.Stdout
+	if stdout == nil {
+		stdout = io.Discard
+	}
+	tp, err := tracing.Start(ctx, getenv, tracing.Process{Service: p.Service, Stdout: stdout}, log)
+	if err != nil {
+		return nil, cli.UsageError{Msg: err.Error()}
+	}
 	pool, err := db.Open(ctx, s.DatabaseURL, p.PoolSize)
 	if err != nil {
+		tp.Stop(log)
 		log.Error().Err(err).Str("error_category", "database_unreachable").Msg("cannot start: PostgreSQL is not reachable at DATABASE_URL")
 		return nil, cli.LoggedError{Err: err}
+	}
+	d := &Daemon{Log: log, Pool: pool, Registry: metrics.NewRegistry(), tracing: tp,
+		adminAddr: s.AdminAddr, http: s.HTTP, notifySocket: s.NotifySocket, pprof: s.Pprof}
+	d.Registry.MustRegister(metrics.NewPoolCollector(metrics.PoolMain, pool))
+	if p.WithoutNATS {
+		return d, nil
 	}
 	// A server list is a cluster: the client fails over to the next
 	// server, and to those the cluster announces, keeping its
@@ -190,18 +231,24 @@ func Start(ctx context.Context, s Settings, p Process, stderr io.Writer) (*Daemo
 	}
 	// Connect explains a refusal by the setting it concerns (decision
 	// 0044) and scrubs NATS_URL's secrets from its error.
-	nc, err := s.NATS.Connect(append(opts, p.NATSOptions...)...)
-	if err != nil {
-		pool.Close()
+	if d.NATS, err = s.NATS.Connect(append(opts, p.NATSOptions...)...); err != nil {
+		d.Close()
 		log.Error().Err(err).Str("error_category", "nats_unreachable").Msg("cannot start: NATS is not reachable at NATS_URL")
 		return nil, cli.LoggedError{Err: err}
 	}
-	return &Daemon{Log: log, Pool: pool, NATS: nc, Registry: metrics.NewRegistry(), adminAddr: s.AdminAddr, http: s.HTTP, notifySocket: s.NotifySocket, pprof: s.Pprof}, nil
+	return d, nil
 }
 
-// Close closes the NATS connection and the pool.
+// Tracer is the daemon's tracer: a no-op one when tracing is off.
+func (d *Daemon) Tracer() trace.Tracer { return d.tracing.Tracer() }
+
+// Close sends the spans not exported yet, then closes the NATS connection
+// and the pool.
 func (d *Daemon) Close() {
-	d.NATS.Close()
+	d.tracing.Stop(d.Log)
+	if d.NATS != nil {
+		d.NATS.Close()
+	}
 	d.Pool.Close()
 }
 
@@ -218,35 +265,88 @@ func (d *Daemon) Provision(ctx context.Context, category, msg string, step func(
 	return nil
 }
 
-// Run serves the admin address, with ready as /readyz's checks, and runs
-// services until ctx ends or one of them fails; then it shuts the admin
-// server down, waits for every service to return and logs "stopped". Under
-// systemd (Settings.NotifySocket) it reports READY=1 once ready's checks
-// pass and STOPPING=1 when the shutdown begins (NotifyReady); a SIGHUP is
-// logged and ignored (LogHangups). It returns the first service's or
-// server's error, or a cli.LoggedError when the admin address cannot be
-// listened on (then nothing ran).
-func (d *Daemon) Run(ctx context.Context, ready map[string]metrics.ReadyFunc, services ...func(context.Context) error) error {
-	ln, err := d.http.Listen(d.adminAddr)
-	if err != nil {
-		d.Log.Error().Err(err).Msg("cannot listen on the admin address")
-		return cli.LoggedError{Err: err}
+// Services are what Run runs.
+type Services struct {
+	// Ready are /readyz's checks, and systemd's readiness.
+	Ready map[string]metrics.ReadyFunc
+	// Admin, when set, wraps the admin handler (/healthz, /readyz,
+	// /metrics): the API mounts its console with it.
+	Admin func(http.Handler) http.Handler
+	// Servers are HTTP servers beside the admin server (the API's), with
+	// its timeouts and connection cap.
+	Servers []Server
+	// Loops are the daemon's work; they run until ctx ends.
+	Loops []func(context.Context) error
+	// Trailing run beside the others, but their context ends only once
+	// the servers and the loops returned, so that work finishing during
+	// the shutdown (a write's wake-up of the relays, a replay counted)
+	// still reaches them.
+	Trailing []func(context.Context) error
+}
+
+// Server is an HTTP server Run serves.
+type Server struct {
+	Name, Addr string
+	Handler    http.Handler
+}
+
+// Run listens on the admin address and the servers' and runs the services
+// until ctx ends or one of them fails; then it shuts the servers down —
+// new connections are refused, requests in flight get ShutdownTimeout to
+// finish —, waits for the loops, then stops the trailing services and logs
+// "stopped". Under systemd (Settings.NotifySocket) it reports READY=1 once
+// the ready checks pass and STOPPING=1 when the shutdown begins
+// (NotifyReady); a SIGHUP is logged and ignored (LogHangups). It returns
+// the first service's or server's error, or a cli.LoggedError when an
+// address cannot be listened on (then nothing ran).
+func (d *Daemon) Run(ctx context.Context, s Services) error {
+	admin := metrics.AdminHandler(d.Log, d.Registry, s.Ready)
+	if s.Admin != nil {
+		admin = s.Admin(admin)
 	}
-	handler := metrics.AdminHandler(d.Log, d.Registry, ready)
 	if d.pprof {
-		handler = metrics.WithProfiling(handler)
+		admin = metrics.WithProfiling(admin)
 	}
-	admin := ln.Server(handler)
-	d.Log.Info().Str("listener", "admin").Str("addr", ln.Addr().String()).Msg("listening")
+	type listening struct {
+		name string
+		srv  *http.Server
+		ln   net.Listener
+	}
+	var servers []listening
+	for _, sv := range append([]Server{{Name: "admin", Addr: d.adminAddr, Handler: admin}}, s.Servers...) {
+		ln, err := d.http.Listen(sv.Addr)
+		if err != nil {
+			for _, l := range servers {
+				l.ln.Close()
+			}
+			d.Log.Error().Err(err).Str("listener", sv.Name).Msg("cannot listen on the " + sv.Name + " address")
+			return cli.LoggedError{Err: fmt.Errorf("listen %s: %w", sv.Name, err)}
+		}
+		servers = append(servers, listening{sv.Name, ln.Server(sv.Handler), ln})
+		d.Log.Info().Str("listener", sv.Name).Str("addr", ln.Addr().String()).Msg("listening")
+	}
 	defer LogHangups(d.Log)()
 
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return Serve(gctx, "admin", admin, ln) })
-	g.Go(func() error { return NotifyReady(gctx, d.Log, d.notifySocket, ready) })
-	for _, run := range services {
-		g.Go(func() error { return run(gctx) })
+	tctx, stopTrailing := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopTrailing()
+	var leading sync.WaitGroup
+	lead := func(run func() error) {
+		leading.Add(1)
+		g.Go(func() error { defer leading.Done(); return run() })
 	}
-	err = g.Wait()
+	for _, l := range servers {
+		lead(func() error { return Serve(gctx, l.name, l.srv, l.ln) })
+	}
+	lead(func() error { return NotifyReady(gctx, d.Log, d.notifySocket, s.Ready) })
+	for _, run := range s.Loops {
+		lead(func() error { return run(gctx) })
+	}
+	for _, run := range s.Trailing {
+		g.Go(func() error { return run(tctx) })
+	}
+	g.Go(func() error { leading.Wait(); stopTrailing(); return nil })
+	err := g.Wait()
 	d.Log.Info().Msg("stopped")
 	return err
 }

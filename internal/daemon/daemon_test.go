@@ -79,11 +79,11 @@ func TestRunServesAndStops(t *testing.T) {
 	returned := make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
-		done <- d.Run(ctx, map[string]metrics.ReadyFunc{"postgres": d.Pool.Ping}, func(ctx context.Context) error {
+		done <- d.Run(ctx, daemon.Services{Ready: map[string]metrics.ReadyFunc{"postgres": d.Pool.Ping}, Loops: []func(context.Context) error{func(ctx context.Context) error {
 			<-ctx.Done()
 			close(returned)
 			return nil
-		})
+		}}})
 	}()
 	addr := listeningAddr(t, &logs)
 	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
@@ -100,11 +100,72 @@ func TestRunServesAndStops(t *testing.T) {
 	require.Error(t, err, "the admin server is shut down")
 
 	failure := errors.New("service failed")
-	err = d.Run(t.Context(), nil, func(context.Context) error { return failure }, func(ctx context.Context) error {
+	err = d.Run(t.Context(), daemon.Services{Loops: []func(context.Context) error{func(context.Context) error { return failure }, func(ctx context.Context) error {
 		<-ctx.Done()
 		return nil
-	})
+	}}})
 	require.ErrorIs(t, err, failure)
+}
+
+// A daemon's own server is served beside the admin server and shut down
+// with it, the admin handler takes the daemon's wrapper, and a trailing
+// service's context ends only after the servers and the loops returned.
+func TestRunServersAndTrailing(t *testing.T) {
+	t.Parallel()
+	var logs clitest.SyncBuffer
+	d, err := daemon.Start(t.Context(), settings(t), daemon.Process{Name: "test", PoolSize: 2, WithoutNATS: true}, &logs)
+	require.NoError(t, err)
+	defer d.Close()
+	require.Nil(t, d.NATS, "WithoutNATS connects to none")
+	own := clitest.FreeAddr(t)
+	loopDone, trailingDone := make(chan struct{}), make(chan struct{})
+	var loopReturned bool
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		done <- d.Run(ctx, daemon.Services{
+			Admin: func(next http.Handler) http.Handler {
+				return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					w.Header().Set("X-Wrapped", "yes")
+					next.ServeHTTP(w, r)
+				})
+			},
+			Servers: []daemon.Server{{Name: "own", Addr: own, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusTeapot) })}},
+			Loops: []func(context.Context) error{func(ctx context.Context) error {
+				<-ctx.Done()
+				time.Sleep(100 * time.Millisecond) // work finishing during the shutdown
+				loopReturned = true
+				close(loopDone)
+				return nil
+			}},
+			Trailing: []func(context.Context) error{func(ctx context.Context) error {
+				<-ctx.Done()
+				select {
+				case <-loopDone:
+				default:
+					t.Error("a trailing service was stopped before the loops returned")
+				}
+				close(trailingDone)
+				return nil
+			}},
+		})
+	}()
+	addr := listeningAddr(t, &logs)
+	res, err := http.Get("http://" + addr + "/healthz")
+	require.NoError(t, err)
+	res.Body.Close()
+	require.Equal(t, "yes", res.Header.Get("X-Wrapped"))
+	testkit.WaitFor(t, waitLong, func() bool { return strings.Contains(logs.String(), `"listener":"own"`) }, "the own server listens")
+	res, err = http.Get("http://" + own + "/")
+	require.NoError(t, err)
+	res.Body.Close()
+	require.Equal(t, http.StatusTeapot, res.StatusCode)
+	cancel()
+	testkit.RequireReturned(t, done, waitLong)
+	<-trailingDone
+	require.True(t, loopReturned)
+	_, err = net.DialTimeout("tcp", own, time.Second)
+	require.Error(t, err, "the own server is shut down")
 }
 
 // Run refuses an admin address it cannot listen on, with one log line.
@@ -119,7 +180,7 @@ func TestRunRefusesABusyAdminAddress(t *testing.T) {
 	d, err := daemon.Start(t.Context(), s, daemon.Process{Name: "test", PoolSize: 2, Disconnected: "lost"}, &logs)
 	require.NoError(t, err)
 	defer d.Close()
-	err = d.Run(t.Context(), nil, func(context.Context) error { t.Error("a service ran"); return nil })
+	err = d.Run(t.Context(), daemon.Services{Loops: []func(context.Context) error{func(context.Context) error { t.Error("a service ran"); return nil }}})
 	require.ErrorAs(t, err, new(cli.LoggedError))
 	require.Contains(t, logs.String(), "cannot listen on the admin address")
 }

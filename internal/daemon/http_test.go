@@ -17,7 +17,6 @@ import (
 	"github.com/quillhq/quill/internal/config"
 	"github.com/quillhq/quill/internal/daemon"
 	"github.com/quillhq/quill/internal/httpserve"
-	"github.com/quillhq/quill/internal/metrics"
 )
 
 // Every daemon's run command reads the HTTP server settings (so the relay
@@ -33,6 +32,7 @@ func TestProgramReadsTheHTTPSettings(t *testing.T) {
 	env := clitest.Env(map[string]string{"QUILL_READ_TIMEOUT": "2s", "QUILL_WRITE_TIMEOUT": "3s", "QUILL_IDLE_TIMEOUT": "4s", "QUILL_MAX_CONNECTIONS": "5"})
 	require.NoError(t, prog.Main(t.Context(), []string{"run"}, env, io.Discard, io.Discard))
 	require.Equal(t, httpserve.Settings{ReadTimeout: 2 * time.Second, WriteTimeout: 3 * time.Second, IdleTimeout: 4 * time.Second, MaxConnections: 5}, got.HTTP)
+	require.NotNil(t, got.Getenv, "tracing reads the program's environment")
 
 	err := prog.Main(t.Context(), []string{"run"}, clitest.Env(map[string]string{"QUILL_READ_TIMEOUT": "soon"}), io.Discard, io.Discard)
 	require.ErrorAs(t, err, new(cli.UsageError))
@@ -51,7 +51,7 @@ func TestAdminServerClosesSlowConnections(t *testing.T) {
 	defer d.Close()
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx, map[string]metrics.ReadyFunc{}) }()
+	go func() { done <- d.Run(ctx, daemon.Services{}) }()
 	defer func() { cancel(); <-done }()
 	addr := listeningAddr(t, &logs)
 
@@ -82,7 +82,7 @@ func TestAdminServerAnswersProbesBesideAnIdleHost(t *testing.T) {
 	defer d.Close()
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx, map[string]metrics.ReadyFunc{}) }()
+	go func() { done <- d.Run(ctx, daemon.Services{}) }()
 	defer func() { cancel(); <-done }()
 	addr := listeningAddr(t, &logs)
 
@@ -125,4 +125,29 @@ func TestAdminServerAnswersProbesBesideAnIdleHost(t *testing.T) {
 	for _, c := range idle {
 		_ = c.Close()
 	}
+}
+
+// A removed setting still set in the environment is a warning naming it and
+// its fixed value, not silence; its flag is refused as unknown.
+func TestProgramWarnsAboutRemovedSettings(t *testing.T) {
+	t.Parallel()
+	s := settings(t)
+	prog := daemon.Program{Name: "x", Command: "serve", AdminAddr: ":0", Define: func(*config.Set) {},
+		Removed: []config.Removed{{Env: "QUILL_GONE", Fixed: "42"}, {Env: "QUILL_UNSET", Fixed: "1"}},
+		Start: func(ctx context.Context, ds daemon.Settings, stderr io.Writer) error {
+			ds.DatabaseURL, ds.NATS = s.DatabaseURL, s.NATS
+			d, err := daemon.Start(ctx, ds, daemon.Process{Name: "x", PoolSize: 2, WithoutNATS: true}, stderr)
+			if err != nil {
+				return err
+			}
+			d.Close()
+			return nil
+		}}
+	var logs clitest.SyncBuffer
+	env := clitest.Env(map[string]string{"QUILL_GONE": "7"})
+	require.NoError(t, prog.Main(t.Context(), nil, env, io.Discard, &logs), "serve is the default command")
+	require.Contains(t, logs.String(), `"setting":"QUILL_GONE","fixed":"42"`)
+	require.NotContains(t, logs.String(), "QUILL_UNSET")
+	err := prog.Main(t.Context(), []string{"serve", "--gone", "7"}, env, io.Discard, io.Discard)
+	require.ErrorContains(t, err, "flag provided but not defined")
 }

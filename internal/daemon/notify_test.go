@@ -116,12 +116,12 @@ func TestRunNotifiesSystemd(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() {
-		done <- d.Run(ctx, map[string]metrics.ReadyFunc{"gate": func(context.Context) error {
+		done <- d.Run(ctx, daemon.Services{Ready: map[string]metrics.ReadyFunc{"gate": func(context.Context) error {
 			if !ready.Load() {
 				return errors.New("not yet")
 			}
 			return nil
-		}})
+		}}})
 	}()
 	addr := listeningAddr(t, &logs)
 	requireNothing(t, got, 300*time.Millisecond)

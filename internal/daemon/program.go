@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"io"
 	"maps"
@@ -9,18 +10,27 @@ import (
 	"github.com/quillhq/quill/internal/config"
 )
 
-// Program is a daemon's command line: "run", the default command, parses
-// the shared Settings and the daemon's own and starts the daemon; Commands
-// are its operator commands.
+// Program is a daemon's command line: its own command ("run", the
+// default), parses the shared Settings and the daemon's own and starts the
+// daemon; Commands are its operator commands.
 type Program struct {
 	// Name is the program's name, as in its usage lines: "relay".
 	Name string
+	// Command is the daemon's own command, the default; "run" when empty
+	// (the api's is "serve").
+	Command string
 	// Overview lists the program's commands, for --help and help.
 	Overview string
 	// About says what run does, under its usage line in run --help.
 	About string
 	// AdminAddr is the default admin address (QUILL_ADMIN_ADDR).
 	AdminAddr string
+	// NATS says what NATS is for, in --help; "NATS with JetStream" when
+	// empty.
+	NATS string
+	// Removed are the settings the daemon no longer reads: Start warns
+	// about each one the environment still sets, naming its fixed value.
+	Removed []config.Removed
 	// Define registers the daemon's own settings on s, after the shared
 	// ones.
 	Define func(s *config.Set)
@@ -40,18 +50,21 @@ func (p Program) Main(ctx context.Context, args []string, getenv func(string) st
 	if cmds == nil {
 		cmds = map[string]cli.RunFunc{}
 	}
-	cmds["run"] = p.run
-	return cli.Dispatch(ctx, p.Name, p.Overview, "run", cmds, args, getenv, stdout, stderr)
+	cmd := cmp.Or(p.Command, "run")
+	cmds[cmd] = p.run
+	return cli.Dispatch(ctx, p.Name, p.Overview, cmd, cmds, args, getenv, stdout, stderr)
 }
 
 func (p Program) run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	var c Settings
-	s := config.New(p.Name+" run", "usage: "+p.Name+" [run] [flags]\n\n"+p.About, getenv, stdout)
-	c.Define(s, p.AdminAddr)
+	cmd := cmp.Or(p.Command, "run")
+	c := Settings{Getenv: getenv, Stdout: stdout, NotifySocket: getenv(NotifySocketEnv)}
+	s := config.New(p.Name+" "+cmd, "usage: "+p.Name+" ["+cmd+"] [flags]\n\n"+p.About, getenv, stdout)
+	c.Define(s, p.AdminAddr, cmp.Or(p.NATS, "NATS with JetStream"))
 	p.Define(s)
+	s.Remove(p.Removed...)
 	if err := parse(s, args); err != nil {
 		return err
 	}
-	c.NotifySocket = getenv(NotifySocketEnv)
+	c.removed = s.StillSet()
 	return p.Start(ctx, c, stderr)
 }

@@ -114,18 +114,21 @@ var ErrPoolTimeout = fmt.Errorf("%w: no free connection in the pool", ErrUnavail
 // role of docs/operations.md sets one). A transaction pooler gets
 // transactionPoolerMode, whose statements need no prepared statement to
 // outlive their transaction. A query mode named in url (pgx's
-// default_query_exec_mode parameter) always wins. It returns an error
+// default_query_exec_mode parameter) always wins. maxConns is the pool's
+// size unless url names pgxpool's pool_max_conns, which wins too, so that
+// an operator sizes a pool in its URL. It returns an error
 // wrapping ErrUnavailable when the server cannot be reached.
 func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("parse DATABASE_URL: %w", err)
 	}
-	explicitMode, err := namesQueryMode(url)
+	named, err := namedParams(url)
 	if err != nil {
 		return nil, fmt.Errorf("parse DATABASE_URL: %w", err)
 	}
-	if maxConns > 0 {
+	_, explicitMode := named["default_query_exec_mode"]
+	if _, ok := named["pool_max_conns"]; maxConns > 0 && !ok {
 		cfg.MaxConns = maxConns
 	}
 	cc := cfg.ConnConfig
@@ -224,15 +227,15 @@ func sessionStart(conn *pgxpool.Conn) time.Time {
 	return time.Now()
 }
 
-// namesQueryMode reports whether url sets default_query_exec_mode (pgx
-// takes it out of the parsed runtime parameters; pgconn keeps it).
-func namesQueryMode(url string) (bool, error) {
+// namedParams returns the parameters url names beyond pgconn's own, such
+// as default_query_exec_mode and pool_max_conns (pgx takes them out of the
+// parsed runtime parameters; pgconn keeps them).
+func namedParams(url string) (map[string]string, error) {
 	pc, err := pgconn.ParseConfig(url)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
-	_, ok := pc.RuntimeParams["default_query_exec_mode"]
-	return ok, nil
+	return pc.RuntimeParams, nil
 }
 
 // AsOf returns t as a statement's parameter, NULL for the zero time, for
