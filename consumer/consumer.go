@@ -35,7 +35,7 @@ type Consumer struct {
 	pool    *pgxpool.Pool
 	js      jetstream.JetStream
 	cfg     Config
-	t       tables
+	store   *Store
 	st      Stages
 	inbox   Inbox
 	log     *slog.Logger
@@ -86,12 +86,15 @@ func newConsumer(pool *pgxpool.Pool, js jetstream.JetStream, cfg Config, st Stag
 	case st.Apply == nil:
 		return nil, errors.New("consumer: no handler")
 	}
-	t, _ := tablesOf(cfg.TablePrefix) // validated above
+	store, err := NewStore(pool, cfg.TablePrefix)
+	if err != nil {
+		return nil, err
+	}
 	m, err := newMetrics(cfg.Registerer, cfg.Durable, cfg.Stream, batched)
 	if err != nil {
 		return nil, err
 	}
-	c := &Consumer{pool: pool, js: js, cfg: cfg, t: t, st: st, inbox: cfg.Inbox, deadLetters: cfg.DeadLetters,
+	c := &Consumer{pool: pool, js: js, cfg: cfg, store: store, st: st, inbox: cfg.Inbox, deadLetters: cfg.DeadLetters,
 		log: cfg.Logger.With("consumer", cfg.Durable), m: m}
 	if c.inbox == nil {
 		c.inbox = tableInbox{c}
@@ -101,9 +104,6 @@ func newConsumer(pool *pgxpool.Pool, js jetstream.JetStream, cfg Config, st Stag
 	}
 	return c, nil
 }
-
-// Config returns the consumer's configuration, defaults applied.
-func (c *Consumer) Config() Config { return c.cfg }
 
 // Provision creates the durable consumer on the stream, or updates it to
 // Config.ConsumerConfig. It returns an error wrapping

@@ -50,6 +50,12 @@
 // after the commit. Config.Inbox and Config.DeadLetters let a service keep
 // an inbox and dead letters of its own instead of the package's tables.
 //
+// The package's tables hold the rows of every consumer that uses them,
+// each under its Durable: several consumers share one database without
+// seeing each other's processed ids or dead letters. Store lists, counts
+// and re-drives a consumer's dead letters and cleans the inbox, for the
+// tools around the consumers.
+//
 // Watermill carries the handling: the package's own Subscriber feeds a
 // watermill Router, whose middleware writes the dead letters (poison
 // queue), retries in process and recovers panics.

@@ -53,7 +53,6 @@ type MigrateOption func(*migrateConfig)
 
 type migrateConfig struct {
 	prefix string
-	log    *slog.Logger
 }
 
 // WithTablePrefix makes Migrate create tables named prefix+"inbox",
@@ -64,19 +63,14 @@ func WithTablePrefix(prefix string) MigrateOption {
 	return func(c *migrateConfig) { c.prefix = prefix }
 }
 
-// WithMigrateLogger sends goose's progress lines to log (default: none).
-func WithMigrateLogger(log *slog.Logger) MigrateOption {
-	return func(c *migrateConfig) { c.log = log }
-}
-
 // Migrate applies the consumer package's pending migrations — the inbox and
 // dead-letter tables — to the database of pool, in the schema its
 // search_path names. The applied versions are recorded in a version table
 // of their own (<prefix>schema_version), so that the service's own goose
 // migrations, in goose_db_version, are left alone. Several processes may
-// run it at once: a PostgreSQL session advisory lock, one per prefix,
-// serialises them; pool must therefore reach PostgreSQL directly or through
-// a session pooler, not a transaction pooler.
+// run it at once: a PostgreSQL session advisory lock, one per schema and
+// prefix, serialises them; pool must therefore reach PostgreSQL directly or
+// through a session pooler, not a transaction pooler.
 //
 // It returns an error for a prefix that is not a lower-case identifier, and
 // a wrapped database error when a migration cannot be applied.
@@ -93,22 +87,22 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, opts ...MigrateOption) err
 	if err != nil {
 		return err
 	}
+	var schema string
+	if err := pool.QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
+		return fmt.Errorf("consumer migrations: current schema: %w", err)
+	}
 	db := stdlib.OpenDBFromPool(pool)
 	defer db.Close() // the pool stays open
-	locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(lockID(t.version)), lock.WithLockTimeout(1, 300))
+	locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(lockID(schema, t.version)), lock.WithLockTimeout(1, 300))
 	if err != nil {
 		return fmt.Errorf("migration lock: %w", err)
-	}
-	log := cfg.log
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
 	}
 	p, err := goose.NewProvider(goose.DialectPostgres, db, nil,
 		goose.WithTableName(t.version),
 		goose.WithGoMigrations(migs...),
 		goose.WithDisableGlobalRegistry(true),
 		goose.WithSessionLocker(locker),
-		goose.WithSlog(log))
+		goose.WithSlog(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		return fmt.Errorf("consumer migrations: %w", err)
 	}
@@ -150,9 +144,10 @@ func goMigrations(t tables) ([]*goose.Migration, error) {
 	return out, nil
 }
 
-// lockID is the advisory lock of one version table: consumers of one
-// prefix serialise their migrations, and neither waits for the service's
-// own goose lock.
-func lockID(versionTable string) int64 {
-	return lock.DefaultLockID ^ int64(crc64.Checksum([]byte("quill-consumer:"+versionTable), crc64.MakeTable(crc64.ECMA))>>1)
+// lockID is the advisory lock of one version table in one schema:
+// consumers of one prefix and schema serialise their migrations, those of
+// other schemas (tests, tenants) do not wait for them, and none waits for
+// the service's own goose lock.
+func lockID(schema, versionTable string) int64 {
+	return lock.DefaultLockID ^ int64(crc64.Checksum([]byte("quill-consumer:"+schema+"."+versionTable), crc64.MakeTable(crc64.ECMA))>>1)
 }

@@ -1,31 +1,189 @@
 package consumer
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/go-json-experiment/json"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
-// The table names are validated identifiers (tablesOf), never input.
-const (
-	// ON CONFLICT DO NOTHING: a concurrent transaction inserting the same
-	// event makes this one wait for it, and then see its row.
-	sqlInboxInsert = `INSERT INTO %s (consumer, event_id, event_type, stream_seq, deliveries, processed_at)
-	VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (consumer, event_id) DO NOTHING`
+// Querier runs statements: a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx.
+type Querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
 
-	sqlInboxDeleteExpired = `DELETE FROM %[1]s WHERE (consumer, event_id) IN (
+// ErrDeadLetterNotFound is returned for a dead letter id the consumer has
+// no dead letter with.
+var ErrDeadLetterNotFound = errors.New("no dead letter with this id")
+
+// Store is the package's tables of one prefix — the inbox and the dead
+// letters of every consumer that keeps them there, each under its
+// Durable — for the tools around the consumers: listing, counting and
+// re-driving dead letters, cleaning the inbox. A Consumer writes through
+// a Store of its own.
+type Store struct {
+	db  Querier
+	t   tables
+	sql storeSQL
+}
+
+// storeSQL are the statements with the table names substituted (the names
+// are validated identifiers, tablesOf, never input).
+type storeSQL struct {
+	inboxRecord, inboxForget, inboxDeleteBefore, inboxDeleteExpired        string
+	deadInsert, deadOpen, deadAll, deadOne, deadCountOpen, deadMarkRetried string
+}
+
+const (
+	// One row per event id: record merges the copies of one event (ON
+	// CONFLICT DO UPDATE cannot touch a row twice in one statement) and
+	// passes the copies merged away as duplicates. On a conflict every
+	// copy is a duplicate, counted. xmax is 0 only on a row version this
+	// statement inserted. Rows go in event id order, so that two
+	// transactions recording the same events wait for each other rather
+	// than deadlock; a concurrent transaction inserting the same event
+	// makes this one wait for its outcome.
+	sqlInboxRecord = `INSERT INTO %[1]s AS i (consumer, event_id, event_type, stream_seq, deliveries, duplicates, processed_at)
+	SELECT $1, e.id, e.type, e.seq, e.deliveries, e.duplicates, $7
+	FROM unnest($2::uuid[], $3::text[], $4::bigint[], $5::integer[], $6::integer[]) AS e(id, type, seq, deliveries, duplicates)
+	ORDER BY e.id
+	ON CONFLICT (consumer, event_id) DO UPDATE SET duplicates = i.duplicates + 1 + excluded.duplicates
+	RETURNING i.event_id::text, i.xmax = 0`
+
+	sqlInboxForget = `DELETE FROM %[1]s WHERE consumer = $1 AND event_id = ANY($2::uuid[])`
+
+	sqlInboxDeleteBefore = `DELETE FROM %[1]s WHERE (consumer, event_id) IN (
 		SELECT consumer, event_id FROM %[1]s WHERE consumer = $1 AND processed_at < $2
 		ORDER BY processed_at LIMIT $3 FOR UPDATE SKIP LOCKED)`
 
-	sqlDeadLetterInsert = `INSERT INTO %s
+	// By the database's clock: every process that cleans agrees on what
+	// expired, whatever its own clock says.
+	sqlInboxDeleteExpired = `DELETE FROM %[1]s WHERE (consumer, event_id) IN (
+		SELECT consumer, event_id FROM %[1]s WHERE processed_at < now() - $1::interval
+		ORDER BY processed_at LIMIT $2 FOR UPDATE SKIP LOCKED)`
+
+	sqlDeadLetterInsert = `INSERT INTO %[1]s
 	(consumer, event_id, event_type, subject, stream_seq, deliveries, reason, headers, payload, created_at)
 	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
+
+	sqlDeadLetterColumns = `id, consumer, event_id, event_type, stream_seq, subject, reason, deliveries, created_at, retried_at, headers, payload`
+
+	// The open ones walk the partial index of migration 00002.
+	sqlDeadLettersOpen = `SELECT ` + sqlDeadLetterColumns + ` FROM %[1]s
+	WHERE consumer = $1 AND retried_at IS NULL AND id > $2 ORDER BY id LIMIT $3`
+	sqlDeadLettersAll = `SELECT ` + sqlDeadLetterColumns + ` FROM %[1]s
+	WHERE consumer = $1 AND id > $2 ORDER BY id LIMIT $3`
+	sqlDeadLetterOne = `SELECT ` + sqlDeadLetterColumns + ` FROM %[1]s WHERE consumer = $1 AND id = $2`
+
+	sqlDeadLettersCountOpen = `SELECT count(*) FROM %[1]s WHERE consumer = $1 AND retried_at IS NULL`
+
+	sqlDeadLetterMarkRetried = `UPDATE %[1]s SET retried_at = $2 WHERE id = $1`
 )
+
+// NewStore returns the Store of the tables Migrate made with prefix
+// (DefaultTablePrefix when ""), reached through db. It returns an error
+// for a prefix that is not a lower-case identifier.
+func NewStore(db Querier, prefix string) (*Store, error) {
+	t, err := tablesOf(cmp.Or(prefix, DefaultTablePrefix))
+	if err != nil {
+		return nil, fmt.Errorf("consumer: %w", err)
+	}
+	in, dl := func(q string) string { return fmt.Sprintf(q, t.inbox) }, func(q string) string { return fmt.Sprintf(q, t.deadLetters) }
+	return &Store{db: db, t: t, sql: storeSQL{
+		inboxRecord: in(sqlInboxRecord), inboxForget: in(sqlInboxForget),
+		inboxDeleteBefore: in(sqlInboxDeleteBefore), inboxDeleteExpired: in(sqlInboxDeleteExpired),
+		deadInsert: dl(sqlDeadLetterInsert), deadOpen: dl(sqlDeadLettersOpen), deadAll: dl(sqlDeadLettersAll),
+		deadOne: dl(sqlDeadLetterOne), deadCountOpen: dl(sqlDeadLettersCountOpen), deadMarkRetried: dl(sqlDeadLetterMarkRetried),
+	}}, nil
+}
+
+// RecordInbox inserts, through q (the transaction of the effect), consumer
+// durable's inbox rows of events processed at now, as a Consumer does
+// before its handler, and reports for each whether it is new: false for an
+// event the inbox held already — its row counts the duplicate — and for a
+// second copy of one event among events. It returns the database's error,
+// wrapped.
+func (s *Store) RecordInbox(ctx context.Context, q Querier, durable string, now time.Time, events []Event) ([]bool, error) {
+	// One entry per event id, in id order; copies count as duplicates.
+	type entry struct {
+		ev   Event
+		dups int32
+	}
+	at := make(map[string]int, len(events))
+	var entries []entry
+	first := make([]bool, len(events))
+	for i, ev := range events {
+		if k, ok := at[ev.ID]; ok {
+			entries[k].dups++
+			continue
+		}
+		at[ev.ID], first[i] = len(entries), true
+		entries = append(entries, entry{ev: ev})
+	}
+	n := len(entries)
+	ids, types := make([]string, n), make([]string, n)
+	seqs, deliveries, dups := make([]int64, n), make([]int32, n), make([]int32, n)
+	for i, e := range entries {
+		ids[i], types[i], dups[i] = e.ev.ID, e.ev.Type, e.dups
+		seqs[i], deliveries[i] = int64(e.ev.Delivery.StreamSeq), int32(max(e.ev.Delivery.Deliveries, 1))
+	}
+	rows, err := q.Query(ctx, s.sql.inboxRecord, durable, ids, types, seqs, deliveries, dups, now.UTC())
+	if err != nil {
+		return nil, fmt.Errorf("inbox record: %w", err)
+	}
+	inserted := make(map[string]bool, n)
+	var id string
+	var fresh bool
+	if _, err := pgx.ForEachRow(rows, []any{&id, &fresh}, func() error {
+		inserted[id] = fresh
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("inbox record: %w", err)
+	}
+	out := make([]bool, len(events))
+	for i, ev := range events {
+		out[i] = first[i] && inserted[ev.ID]
+	}
+	return out, nil
+}
+
+// forget deletes, through q, durable's inbox rows of events.
+func (s *Store) forget(ctx context.Context, q Querier, durable string, events []Event) error {
+	ids := make([]string, len(events))
+	for i, ev := range events {
+		ids[i] = ev.ID
+	}
+	if _, err := q.Exec(ctx, s.sql.inboxForget, durable, ids); err != nil {
+		return fmt.Errorf("inbox forget: %w", err)
+	}
+	return nil
+}
+
+// DeleteExpiredInbox deletes up to limit inbox rows, of every consumer,
+// processed more than retention ago by the database's clock, oldest
+// first, and returns how many. The retention must cover the stream's
+// MaxAge: an event the stream can still redeliver must still be
+// remembered. Safe to run from several processes at once. It returns the
+// database's error, wrapped.
+func (s *Store) DeleteExpiredInbox(ctx context.Context, retention time.Duration, limit int) (int64, error) {
+	tag, err := s.db.Exec(ctx, s.sql.inboxDeleteExpired, retention, limit)
+	if err != nil {
+		return 0, fmt.Errorf("consumer: inbox cleanup: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
 
 // Inbox records which events a consumer has applied, in the consumer's own
 // transaction. The package's table (Migrate) is the default; a service
@@ -53,30 +211,11 @@ type tableInbox struct{ c *Consumer }
 var _ Inbox = tableInbox{}
 
 func (t tableInbox) Record(ctx context.Context, tx pgx.Tx, events []Event) ([]bool, error) {
-	c := t.c
-	if len(events) == 1 {
-		ev := events[0]
-		tag, err := tx.Exec(ctx, fmt.Sprintf(sqlInboxInsert, c.t.inbox), c.cfg.Durable, ev.ID, ev.Type,
-			int64(ev.Delivery.StreamSeq), ev.Delivery.Deliveries, c.cfg.Now().UTC())
-		if err != nil {
-			return nil, fmt.Errorf("inbox insert: %w", err)
-		}
-		return []bool{tag.RowsAffected() == 1}, nil
-	}
-	return c.inboxInsertBatch(ctx, tx, events)
+	return t.c.store.RecordInbox(ctx, tx, t.c.cfg.Durable, t.c.cfg.Now(), events)
 }
 
-const sqlInboxForget = `DELETE FROM %s WHERE consumer = $1 AND event_id = ANY($2::uuid[])`
-
 func (t tableInbox) Forget(ctx context.Context, tx pgx.Tx, events []Event) error {
-	ids := make([]string, len(events))
-	for i, ev := range events {
-		ids[i] = ev.ID
-	}
-	if _, err := tx.Exec(ctx, fmt.Sprintf(sqlInboxForget, t.c.t.inbox), t.c.cfg.Durable, ids); err != nil {
-		return fmt.Errorf("inbox forget: %w", err)
-	}
-	return nil
+	return t.c.store.forget(ctx, tx, t.c.cfg.Durable, events)
 }
 
 // DeleteInboxBefore deletes up to limit of this consumer's inbox rows
@@ -86,7 +225,7 @@ func (t tableInbox) Forget(ctx context.Context, tx pgx.Tx, events []Event) error
 // Safe to run from several processes at once. It returns the database's
 // error, wrapped.
 func (c *Consumer) DeleteInboxBefore(ctx context.Context, cutoff time.Time, limit int) (int64, error) {
-	tag, err := c.pool.Exec(ctx, fmt.Sprintf(sqlInboxDeleteExpired, c.t.inbox), c.cfg.Durable, cutoff.UTC(), limit)
+	tag, err := c.pool.Exec(ctx, c.store.sql.inboxDeleteBefore, c.cfg.Durable, cutoff.UTC(), limit)
 	if err != nil {
 		return 0, fmt.Errorf("consumer: inbox cleanup: %w", err)
 	}
@@ -121,19 +260,166 @@ type DeadLetterWriter interface {
 type tableDeadLetters struct{ c *Consumer }
 
 func (t tableDeadLetters) WriteDeadLetter(ctx context.Context, dl DeadLetter) error {
-	c := t.c
+	return t.c.store.WriteDeadLetter(ctx, t.c.cfg.Durable, dl, t.c.cfg.Now())
+}
+
+// WriteDeadLetter stores dl as a dead letter of consumer durable, created
+// at: for a DeadLetterWriter that words or counts its dead letters its own
+// way and keeps them in the package's table. It returns the database's
+// error, wrapped.
+func (s *Store) WriteDeadLetter(ctx context.Context, durable string, dl DeadLetter, at time.Time) error {
 	ev := dl.Event
 	headers, err := json.Marshal(map[string][]string(ev.Delivery.Header))
 	if err != nil || ev.Delivery.Header == nil {
 		headers = []byte("{}")
 	}
-	_, err = c.pool.Exec(ctx, fmt.Sprintf(sqlDeadLetterInsert, c.t.deadLetters), c.cfg.Durable, ev.ID, ev.Type,
-		ev.Delivery.Subject, int64(ev.Delivery.StreamSeq), ev.Delivery.Deliveries, dl.Reason, headers,
-		dl.Payload, c.cfg.Now().UTC())
+	payload := dl.Payload
+	if payload == nil {
+		payload = []byte{} // a message with no data
+	}
+	_, err = s.db.Exec(ctx, s.sql.deadInsert, durable, ev.ID, ev.Type, ev.Delivery.Subject,
+		int64(ev.Delivery.StreamSeq), ev.Delivery.Deliveries, cmp.Or(dl.Reason, "unknown"), headers, payload, at.UTC())
 	if err != nil {
 		return fmt.Errorf("insert dead letter: %w", err)
 	}
 	return nil
+}
+
+// StoredDeadLetter is one dead letter as the table keeps it.
+type StoredDeadLetter struct {
+	ID       int64  `json:"id"`
+	Consumer string `json:"consumer"`
+	// EventID is the CloudEvents id; for a message that was not an event,
+	// what its writer put there ("" or its Nats-Msg-Id).
+	EventID   string `json:"event_id"`
+	EventType string `json:"event_type"`
+	StreamSeq int64  `json:"stream_seq"`
+	Subject   string `json:"subject"`
+	// Reason is why the consumer gave up on it; "error" in JSON, the name
+	// attachment-worker dead-letters list --json has always printed.
+	Reason     string    `json:"error"`
+	Deliveries int       `json:"deliveries"`
+	CreatedAt  time.Time `json:"created_at"`
+	// RetriedAt is when it was last re-driven; nil while it is open.
+	RetriedAt *time.Time          `json:"retried_at"`
+	Headers   map[string][]string `json:"headers"`
+	Payload   []byte              `json:"-"`
+}
+
+func scanDeadLetter(row pgx.Row) (StoredDeadLetter, error) {
+	var l StoredDeadLetter
+	var headers []byte
+	err := row.Scan(&l.ID, &l.Consumer, &l.EventID, &l.EventType, &l.StreamSeq, &l.Subject, &l.Reason, &l.Deliveries,
+		&l.CreatedAt, &l.RetriedAt, &headers, &l.Payload)
+	if err != nil {
+		return l, err
+	}
+	if len(headers) > 0 {
+		if err := json.Unmarshal(headers, &l.Headers); err != nil {
+			return l, fmt.Errorf("dead letter %d: headers: %w", l.ID, err)
+		}
+	}
+	return l, nil
+}
+
+// DeadLetterQuery selects dead letters of one consumer.
+type DeadLetterQuery struct {
+	// Consumer is the durable consumer's name. Required.
+	Consumer string
+	// All includes the dead letters already re-driven.
+	All bool
+	// After skips the ids up to it: the cursor of a page.
+	After int64
+	// Limit is the most returned; 0: no limit.
+	Limit int
+}
+
+// DeadLetters returns q.Consumer's dead letters, oldest first. It returns
+// the database's error, wrapped.
+func (s *Store) DeadLetters(ctx context.Context, q DeadLetterQuery) ([]StoredDeadLetter, error) {
+	if q.Consumer == "" {
+		return nil, errors.New("consumer: list dead letters: no consumer named")
+	}
+	stmt := s.sql.deadOpen
+	if q.All {
+		stmt = s.sql.deadAll
+	}
+	var limit *int
+	if q.Limit > 0 {
+		limit = &q.Limit
+	}
+	rows, err := s.db.Query(ctx, stmt, q.Consumer, q.After, limit)
+	if err != nil {
+		return nil, fmt.Errorf("consumer: list dead letters: %w", err)
+	}
+	defer rows.Close()
+	var out []StoredDeadLetter
+	for rows.Next() {
+		l, err := scanDeadLetter(rows)
+		if err != nil {
+			return nil, fmt.Errorf("consumer: list dead letters: %w", err)
+		}
+		out = append(out, l)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("consumer: list dead letters: %w", err)
+	}
+	return out, nil
+}
+
+// DeadLetter returns dead letter id of consumer durable, or an error
+// wrapping ErrDeadLetterNotFound when durable has none with that id (it
+// may be another consumer's), or the database's, wrapped.
+func (s *Store) DeadLetter(ctx context.Context, durable string, id int64) (StoredDeadLetter, error) {
+	l, err := scanDeadLetter(s.db.QueryRow(ctx, s.sql.deadOne, durable, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return l, fmt.Errorf("dead letter %d of consumer %s: %w", id, durable, ErrDeadLetterNotFound)
+	}
+	if err != nil {
+		return l, fmt.Errorf("consumer: get dead letter %d: %w", id, err)
+	}
+	return l, nil
+}
+
+// OpenDeadLetters counts consumer durable's dead letters not yet
+// re-driven. It returns the database's error, wrapped.
+func (s *Store) OpenDeadLetters(ctx context.Context, durable string) (int64, error) {
+	var n int64
+	if err := s.db.QueryRow(ctx, s.sql.deadCountOpen, durable).Scan(&n); err != nil {
+		return 0, fmt.Errorf("consumer: count dead letters: %w", err)
+	}
+	return n, nil
+}
+
+// RedriveMsgID is the Nats-Msg-Id of a re-driven dead letter: a new one, so
+// that JetStream's duplicate window does not drop it, and the same for every
+// re-drive of one dead letter, so that re-driving it twice publishes once.
+// The consumer's inbox still deduplicates by the CloudEvents id.
+func RedriveMsgID(l StoredDeadLetter) string {
+	return l.EventID + ":redrive:" + strconv.FormatInt(l.ID, 10)
+}
+
+// Redrive publishes dead letter l, as DeadLetter read it, to its subject
+// with its headers and a new Nats-Msg-Id (RedriveMsgID), waits for the
+// stream's acknowledgement, and marks it retried at now. It returns the
+// publish's or the mark's error, wrapped.
+func (s *Store) Redrive(ctx context.Context, js jetstream.JetStream, l StoredDeadLetter, now time.Time) (*jetstream.PubAck, error) {
+	msg := nats.NewMsg(l.Subject)
+	msg.Data = l.Payload
+	for k, vs := range l.Headers {
+		for _, v := range vs {
+			msg.Header.Add(k, v)
+		}
+	}
+	msg.Header.Set(nats.MsgIdHdr, RedriveMsgID(l))
+	ack, err := js.PublishMsg(ctx, msg)
+	if err != nil {
+		return nil, fmt.Errorf("republish dead letter %d to %s: %w", l.ID, l.Subject, err)
+	}
+	if _, err := s.db.Exec(ctx, s.sql.deadMarkRetried, l.ID, now.UTC()); err != nil {
+		return ack, fmt.Errorf("mark dead letter %d retried (it was republished): %w", l.ID, err)
+	}
+	return ack, nil
 }
 
 // deadLetters is the router's poison queue: publishing a message to it

@@ -181,7 +181,7 @@ func loadState(ctx context.Context, dbURL, consumer string) (*finalState, error)
 	}); err != nil {
 		return nil, err
 	}
-	if err := collect(`SELECT event_id::text FROM inbox WHERE consumer = $1`, func(r pgx.Rows) error {
+	if err := collect(`SELECT event_id::text FROM quill_consumer_inbox WHERE consumer = $1`, func(r pgx.Rows) error {
 		var id string
 		err := r.Scan(&id)
 		st.inbox[id] = true
@@ -189,7 +189,7 @@ func loadState(ctx context.Context, dbURL, consumer string) (*finalState, error)
 	}, consumer); err != nil {
 		return nil, err
 	}
-	if err := collect(`SELECT id::text || ' event ' || event_id || ': ' || error FROM dead_letters`, func(r pgx.Rows) error {
+	if err := collect(`SELECT id::text || ' event ' || event_id || ': ' || reason FROM quill_consumer_dead_letters`, func(r pgx.Rows) error {
 		var s string
 		err := r.Scan(&s)
 		st.deadLetter = append(st.deadLetter, s)

@@ -494,7 +494,7 @@ func (s *system) drain(ctx context.Context, t *testing.T, timeout time.Duration)
 			FROM outbox_events`).Scan(&unpublished, &parked)
 		if err == nil {
 			err = conn.QueryRow(ctx, `SELECT count(*) FROM outbox_events e JOIN attachments a ON a.note_id = e.aggregate_id
-				WHERE e.type = 'note.created' AND NOT EXISTS (SELECT 1 FROM inbox i WHERE i.consumer = $1 AND i.event_id = e.id)`,
+				WHERE e.type = 'note.created' AND NOT EXISTS (SELECT 1 FROM quill_consumer_inbox i WHERE i.consumer = $1 AND i.event_id = e.id)`,
 				consumerName).Scan(&waiting)
 		}
 		if err != nil {

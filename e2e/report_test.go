@@ -206,7 +206,7 @@ func durableCounters(ctx context.Context, t *testing.T, dbURL string) map[string
 	rows, err := conn.Query(ctx, `SELECT table_name, column_name, data_type FROM information_schema.columns
 		WHERE table_schema = current_schema() AND (
 			(table_name = 'outbox_events' AND column_name LIKE '%dup%') OR
-			(table_name = 'inbox' AND (column_name LIKE '%dup%' OR column_name LIKE '%deliver%')) OR
+			(table_name = 'quill_consumer_inbox' AND (column_name LIKE '%dup%' OR column_name LIKE '%deliver%')) OR
 			(table_name = 'operations' AND column_name LIKE '%replay%'))`)
 	if err != nil {
 		return out

@@ -91,7 +91,7 @@ worker_run() {
 	local n=$1 label="workers$1" j i left failed
 	log "[workers] $n worker(s): $WORKER_N notes with a $WORKER_FIXTURE attachment through the API, published by one uncapped relay"
 	relaybench reset --nats-url "$NATS_URL" --stream "$STREAM" >/dev/null
-	psql_bench -c 'TRUNCATE notes, attachments, operations, outbox_events, inbox, dead_letters RESTART IDENTITY CASCADE'
+	psql_bench -c 'TRUNCATE notes, attachments, operations, outbox_events, quill_consumer_inbox, quill_consumer_dead_letters RESTART IDENTITY CASCADE'
 	local cap=$RELAY_CAP
 	RELAY_CAP=""
 	start_relays 1 "$label-seed"

@@ -10,9 +10,10 @@
 #   - the raw processing rate (BenchmarkProcessParallel: every core busy,
 #     nothing around the processing).
 # It prints pipeline ÷ raw (target ≥ 0.7) and pipeline ÷ ceiling per
-# fixture. QUILL_WORKER_CONCURRENCY, QUILL_WORKER_BATCH_SIZE,
-# QUILL_WORKER_COMMITTERS and QUILL_WORKER_BATCH_WAIT, when set, override the
-# worker's defaults in both worker benchmarks; BENCH_WORKER_PNG_N and
+# fixture. QUILL_WORKER_CONCURRENCY and the benchmark's own
+# BENCH_WORKER_BATCH_SIZE, BENCH_WORKER_COMMITTERS and BENCH_WORKER_BATCH_WAIT
+# (the worker's constants BatchSize, Committers and BatchWait), when set,
+# override the worker's defaults in both worker benchmarks; BENCH_WORKER_PNG_N and
 # BENCH_WORKER_TEXT_N set the attachments per run. The relay is stopped once
 # the note.created events are in the stream, so it does not publish the
 # worker's attachment.processed events on the same cores during the

@@ -9,6 +9,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/quillhq/quill/consumer"
 	"github.com/quillhq/quill/internal/audit"
 	"github.com/quillhq/quill/internal/auth"
 	"github.com/quillhq/quill/internal/cli"
@@ -175,7 +178,9 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 	if err != nil {
 		return cli.UsageError{Msg: err.Error()}
 	}
-	res, err := db.Migrate(ctx, c.DatabaseURL)
+	// The consumer package's tables first: the attachment worker's inbox
+	// and dead letters live there (migration 00014 moves them in).
+	res, err := db.Migrate(ctx, c.DatabaseURL, func(ctx context.Context, p *pgxpool.Pool) error { return consumer.Migrate(ctx, p) })
 	if errors.Is(err, db.ErrTransactionPooler) {
 		return cli.UsageError{Msg: err.Error()}
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -280,7 +281,9 @@ func TestMigrateCreatesDatabaseAndIsSafeConcurrently(t *testing.T) {
 	require.NoError(t, err)
 	files, err := fs.Glob(migrations.FS, "*.sql")
 	require.NoError(t, err)
-	require.Contains(t, stderr, fmt.Sprintf(`"version":%d`, len(files)), "every embedded migration applied")
+	latest, err := strconv.Atoi(strings.SplitN(files[len(files)-1], "_", 2)[0]) // the numbers may have gaps
+	require.NoError(t, err)
+	require.Contains(t, stderr, fmt.Sprintf(`"version":%d`, latest), "every embedded migration applied")
 	require.Contains(t, stderr, `"applied":[]`, "a second run applies nothing")
 	require.Contains(t, stderr, `"created_database":false`)
 }

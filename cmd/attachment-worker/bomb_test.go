@@ -90,7 +90,7 @@ func TestImageBombsStayWithinTheDecodeBudget(t *testing.T) {
 		vars["QUILL_WORKER_DECODE_MEMORY"] = strconv.FormatInt(decodeMemory, 10)
 		// The eight in one batch, processed at once as far as the budget
 		// admits.
-		vars["QUILL_WORKER_BATCH_WAIT"] = "500ms"
+		vars[batchWaitEnv] = "500ms"
 		p := startProcess(t, vars)
 		waitReadyz(t, vars["QUILL_ADMIN_ADDR"], http.StatusOK)
 		t.Logf("peak RSS once ready: %d MiB", peakRSS(t, p.cmd.Process.Pid)>>20)

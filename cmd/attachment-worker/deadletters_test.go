@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -10,10 +11,10 @@ import (
 	"github.com/go-json-experiment/json"
 	"github.com/stretchr/testify/require"
 
+	"github.com/quillhq/quill/consumer"
 	"github.com/quillhq/quill/internal/cli"
 	"github.com/quillhq/quill/internal/clitest"
 	"github.com/quillhq/quill/internal/dbtest"
-	"github.com/quillhq/quill/internal/deadletter"
 )
 
 func TestPrintable(t *testing.T) {
@@ -42,8 +43,10 @@ func TestDeadLettersListEscapes(t *testing.T) {
 	t.Parallel()
 	pool, dbURL := dbtest.Pool(t, 2)
 	hostile := "unparseable event: \x1b[2J\x1b]0;owned\x07\nfake line\r"
-	require.NoError(t, deadletter.New(pool, "w-esc", time.Now).Write(t.Context(), deadletter.Record{EventID: "ev\x1b[31m",
-		Subject: "q.t.note.created\x1b[0m", Payload: []byte("payload"), Reason: hostile, Deliveries: 1}))
+	store, err := consumer.NewStore(pool, "")
+	require.NoError(t, err)
+	require.NoError(t, store.WriteDeadLetter(t.Context(), "w-esc", consumer.DeadLetter{Event: consumer.Event{ID: "ev\x1b[31m",
+		Delivery: consumer.Delivery{Subject: "q.t.note.created\x1b[0m", Deliveries: 1}}, Payload: []byte("payload"), Reason: hostile}, time.Now()))
 
 	var out bytes.Buffer
 	cli := map[string]string{"DATABASE_URL": dbURL, "QUILL_CONSUMER": "w-esc"}
@@ -57,8 +60,40 @@ func TestDeadLettersListEscapes(t *testing.T) {
 
 	out.Reset()
 	require.NoError(t, run(t.Context(), []string{"dead-letters", "list", "--json"}, clitest.Env(cli), &out, io.Discard))
-	var l deadletter.Letter
+	var l consumer.StoredDeadLetter
 	require.NoError(t, json.Unmarshal(bytes.TrimSpace(out.Bytes()), &l))
-	require.Equal(t, hostile, l.Error)
+	require.Equal(t, hostile, l.Reason)
 	require.Equal(t, "ev\x1b[31m", l.EventID)
+}
+
+// Every consumer built on the consumer package keeps its dead letters in
+// the one table under its own name: --consumer (QUILL_CONSUMER) lists
+// only that consumer's, and retries only an id of its own.
+func TestDeadLettersOfEachConsumer(t *testing.T) {
+	t.Parallel()
+	pool, dbURL := dbtest.Pool(t, 2)
+	store, err := consumer.NewStore(pool, "")
+	require.NoError(t, err)
+	for _, name := range []string{"w-one", "w-other"} {
+		require.NoError(t, store.WriteDeadLetter(t.Context(), name, consumer.DeadLetter{Event: consumer.Event{ID: "ev-" + name,
+			Delivery: consumer.Delivery{Subject: "q.t.note.created", Deliveries: 1}}, Reason: "boom"}, time.Now()))
+	}
+	others, err := store.DeadLetters(t.Context(), consumer.DeadLetterQuery{Consumer: "w-other"})
+	require.NoError(t, err)
+	require.Len(t, others, 1)
+
+	var out bytes.Buffer
+	env := clitest.Env(map[string]string{"DATABASE_URL": dbURL, "QUILL_CONSUMER": "w-one"})
+	require.NoError(t, run(t.Context(), []string{"dead-letters", "list"}, env, &out, io.Discard))
+	require.Contains(t, out.String(), "event ev-w-one")
+	require.NotContains(t, out.String(), "ev-w-other")
+	out.Reset()
+	require.NoError(t, run(t.Context(), []string{"dead-letters", "list", "--consumer", "w-other"}, env, &out, io.Discard))
+	require.Contains(t, out.String(), "event ev-w-other")
+	require.NotContains(t, out.String(), "ev-w-one")
+
+	err = run(t.Context(), []string{"dead-letters", "retry", fmt.Sprint(others[0].ID)}, env, io.Discard, io.Discard)
+	var usage cli.UsageError
+	require.ErrorAs(t, err, &usage, "another consumer's dead letter is not w-one's to retry")
+	require.Contains(t, err.Error(), "no dead letter with this id")
 }

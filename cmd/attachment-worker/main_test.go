@@ -6,6 +6,7 @@ import (
 	"os/signal"
 	"syscall"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -33,6 +34,10 @@ const (
 	// with crashStatus at once, as an out-of-memory kill would.
 	crashEnv    = "QUILL_TEST_CRASH_EVENT"
 	crashStatus = 3
+	// batchWaitEnv sets the group commit's wait (worker.BatchWait, a
+	// constant of the program), so that events published together are
+	// one batch.
+	batchWaitEnv = "QUILL_TEST_BATCH_WAIT"
 )
 
 // helperMain runs the worker program until SIGTERM, with the crash hook
@@ -49,5 +54,13 @@ func helperMain() int {
 			return nil
 		}}))
 	}
-	return exitCode(runWith(ctx, nil, os.Getenv, os.Stdout, os.Stderr, opts...), os.Stderr)
+	var tune func(*worker.Config)
+	if v := os.Getenv(batchWaitEnv); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			panic(err)
+		}
+		tune = func(c *worker.Config) { c.Consumer.MaxBatchWait = d }
+	}
+	return exitCode(runWith(ctx, nil, os.Getenv, os.Stdout, os.Stderr, tune, opts...), os.Stderr)
 }

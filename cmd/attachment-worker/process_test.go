@@ -17,9 +17,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/quillhq/quill/consumer"
 	"github.com/quillhq/quill/internal/clitest"
 	"github.com/quillhq/quill/internal/dbtest"
-	"github.com/quillhq/quill/internal/deadletter"
 	"github.com/quillhq/quill/internal/natstest"
 	"github.com/quillhq/quill/internal/testkit"
 )
@@ -164,14 +164,16 @@ func TestProcessKillingEventEndsAsDeadLetter(t *testing.T) {
 	p := startProcess(t, vars)
 	testkit.WaitFor(t, 60*time.Second, func() bool {
 		var n int
-		require.NoError(t, f.pool.QueryRow(t.Context(), `SELECT count(*) FROM dead_letters`).Scan(&n))
+		require.NoError(t, f.pool.QueryRow(t.Context(), `SELECT count(*) FROM quill_consumer_dead_letters`).Scan(&n))
 		return n == 1
 	}, "the killer event dead-lettered")
-	letters, err := deadletter.List(t.Context(), f.pool, vars["QUILL_CONSUMER"], false)
+	store, err := consumer.NewStore(f.pool, "")
+	require.NoError(t, err)
+	letters, err := store.DeadLetters(t.Context(), consumer.DeadLetterQuery{Consumer: vars["QUILL_CONSUMER"]})
 	require.NoError(t, err)
 	require.Len(t, letters, 1)
 	require.Equal(t, killerEvent, letters[0].EventID)
-	require.Equal(t, "delivered 4 times, the limit is 3 (not processed again)", letters[0].Error)
+	require.Equal(t, "delivered 4 times, the limit is 3 (not processed again)", letters[0].Reason)
 	require.Equal(t, 4, letters[0].Deliveries)
 	require.Equal(t, "pending", f.status(killer))
 

@@ -11,20 +11,20 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/quillhq/quill/consumer"
 	"github.com/quillhq/quill/internal/attachment"
 	"github.com/quillhq/quill/internal/cli"
 	"github.com/quillhq/quill/internal/config"
 	"github.com/quillhq/quill/internal/daemon"
-	"github.com/quillhq/quill/internal/deadletter"
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/natsconn"
 	"github.com/quillhq/quill/internal/outbox"
 	"github.com/quillhq/quill/internal/worker"
 )
 
-const overview = `usage: attachment-worker [run] [flags]                 process note.created events (default)
-       attachment-worker dead-letters list [--all] [--json]  list dead letters
-       attachment-worker dead-letters retry ID               re-drive a dead letter to its subject
+const overview = `usage: attachment-worker [run] [flags]                                   process note.created events (default)
+       attachment-worker dead-letters list [--consumer NAME] [--all] [--json]  list a consumer's dead letters
+       attachment-worker dead-letters retry [--consumer NAME] ID               re-drive a dead letter to its subject
 
 Run "attachment-worker run --help" for the settings.`
 
@@ -32,12 +32,14 @@ Run "attachment-worker run --help" for the settings.`
 const defaultAdminAddr = ":9092"
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	return runWith(ctx, args, getenv, stdout, stderr)
+	return runWith(ctx, args, getenv, stdout, stderr, nil)
 }
 
-// runWith is run with options for the worker (the tests' hooks).
-func runWith(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, opts ...worker.Option) error {
-	c := settings{opts: opts}
+// runWith is run with options for the worker (the tests' hooks) and, when
+// tune is not nil, a change of its configuration after the settings (a
+// test's batch wait).
+func runWith(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, tune func(*worker.Config), opts ...worker.Option) error {
+	c := settings{opts: opts, tune: tune}
 	return daemon.Program{
 		Name:      "attachment-worker",
 		Overview:  overview,
@@ -57,19 +59,16 @@ type settings struct {
 	decodeMemory, maxPixels int
 	// opts are the worker's options beyond the settings (tests' hooks).
 	opts []worker.Option
+	tune func(*worker.Config)
 }
 
 func (c *settings) define(s *config.Set) {
 	w := &c.worker
 	w.Stream.DefineSubjects(s)
-	s.String(&w.Consumer, "consumer", "QUILL_CONSUMER", worker.DefaultConsumer, "durable consumer name (and the inbox's consumer)")
-	s.Int(&w.MaxDeliver, "max-deliver", "QUILL_MAX_DELIVER", worker.DefaultMaxDeliver, 1, "deliveries before a failing event becomes a dead letter")
-	s.Duration(&w.AckWait, "ack-wait", "QUILL_ACK_WAIT", worker.DefaultAckWait, "the consumer's ack wait")
-	s.Int(&w.Concurrency, "concurrency", "QUILL_WORKER_CONCURRENCY", worker.DefaultConcurrency, 1, "events handled at once (each waits for its transaction's commit)")
-	s.Int(&w.BatchSize, "batch-size", "QUILL_WORKER_BATCH_SIZE", worker.DefaultBatchSize, 1, "most events committed in one transaction (1: each alone)")
-	s.Int(&w.BatchBytes, "batch-bytes", "QUILL_WORKER_BATCH_BYTES", worker.DefaultBatchBytes, 1, "a transaction takes no more events once their attachments reach this many bytes")
-	s.DurationOrZero(&w.BatchWait, "batch-wait", "QUILL_WORKER_BATCH_WAIT", 0, "how long a transaction waits for more events after the first (0: takes those already waiting)")
-	s.Int(&w.Committers, "committers", "QUILL_WORKER_COMMITTERS", worker.DefaultCommitters, 1, "transactions in flight at once, each on its own connection")
+	defineConsumer(s, &w.Consumer.Durable)
+	s.Int(&w.Consumer.MaxDeliver, "max-deliver", "QUILL_MAX_DELIVER", consumer.DefaultMaxDeliver, 1, "deliveries before a failing event becomes a dead letter")
+	s.Duration(&w.Consumer.AckWait, "ack-wait", "QUILL_ACK_WAIT", consumer.DefaultAckWait, "the consumer's ack wait")
+	s.Int(&w.Consumer.Concurrency, "concurrency", "QUILL_WORKER_CONCURRENCY", worker.DefaultConcurrency, 1, "events handled at once (each waits for its transaction's commit)")
 	s.Int(&c.decodeMemory, "decode-memory", "QUILL_WORKER_DECODE_MEMORY", worker.DefaultDecodeMemory, 1,
 		"bytes the images decoded at once may take together (width × height × bytes per pixel, from the header); an image that needs more fails as too large")
 	s.Int(&c.maxPixels, "max-pixels", "QUILL_MAX_PIXELS", attachment.DefaultMaxPixels, 1, "largest image (width × height) decoded; a larger one fails as too large")
@@ -77,6 +76,9 @@ func (c *settings) define(s *config.Set) {
 
 func (c *settings) start(ctx context.Context, ds daemon.Settings, stderr io.Writer) error {
 	c.worker.DecodeMemory, c.worker.Limits.MaxPixels = int64(c.decodeMemory), int64(c.maxPixels)
+	if c.tune != nil {
+		c.tune(&c.worker)
+	}
 	cfg := c.worker.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return cli.UsageError{Msg: err.Error()}
@@ -85,13 +87,17 @@ func (c *settings) start(ctx context.Context, ds daemon.Settings, stderr io.Writ
 	// the reads before processing, the events handled alone (a
 	// redelivery, a retry), dead letters, the notifier and the readiness
 	// check; beyond them an event waits for a connection.
-	d, err := daemon.Start(ctx, ds, daemon.Process{Name: "attachment-worker", Service: "quill-worker", PoolSize: int32(cfg.Committers + 4),
+	d, err := daemon.Start(ctx, ds, daemon.Process{Name: "attachment-worker", Service: "quill-worker", PoolSize: int32(cfg.Consumer.MaxConcurrentBatches + 4),
 		Disconnected: "NATS connection lost; reconnecting"}, stderr)
 	if err != nil {
 		return err
 	}
 	defer d.Close()
-	deadLetters := metrics.NewDeadLetters(d.Registry, d.Pool, cfg.Consumer, d.Log)
+	store, err := consumer.NewStore(d.Pool, cfg.Consumer.TablePrefix)
+	if err != nil {
+		return err
+	}
+	deadLetters := metrics.NewDeadLetters(d.Registry, store, cfg.Consumer.Durable, d.Log)
 	log := d.Log
 	notifier := outbox.NewNotifier(d.Pool, func(err error) { log.Warn().Err(err).Msg("notify relays") })
 	w, err := worker.New(d.Pool, d.NATS, cfg, log, metrics.NewWorker(d.Registry),
@@ -106,8 +112,15 @@ func (c *settings) start(ctx context.Context, ds daemon.Settings, stderr io.Writ
 		Loops: []func(context.Context) error{deadLetters.Run, w.Run}, Trailing: []func(context.Context) error{notifier.Run}})
 }
 
+// defineConsumer defines the durable consumer's name: the worker's, and
+// the one whose dead letters the dead-letters commands read.
+func defineConsumer(s *config.Set, name *string) {
+	s.String(name, "consumer", "QUILL_CONSUMER", worker.DefaultConsumer,
+		"durable consumer name, also the name its inbox rows and dead letters are kept under")
+}
+
 func deadLetters(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	const usage = "usage: attachment-worker dead-letters list [--all] [--json] | attachment-worker dead-letters retry ID"
+	const usage = "usage: attachment-worker dead-letters list [--consumer NAME] [--all] [--json] | attachment-worker dead-letters retry [--consumer NAME] ID"
 	sub, args, ok, err := cli.Subcommand("attachment-worker", args, usage, stdout)
 	if !ok {
 		return err
@@ -119,12 +132,14 @@ func deadLetters(ctx context.Context, args []string, getenv func(string) string,
 	}
 	var c daemon.CommandSettings
 	var natsCfg natsconn.Settings
-	var consumer string
+	var name string
 	var all, asJSON bool
 	s := config.New("attachment-worker dead-letters "+sub, usage, getenv, stdout)
 	c.Define(s)
+	// Any consumer built on the consumer package keeps its dead letters
+	// in the same table, under its own name: these commands serve each.
+	defineConsumer(s, &name)
 	if sub == "list" {
-		s.String(&consumer, "consumer", "QUILL_CONSUMER", worker.DefaultConsumer, "the consumer whose dead letters to list")
 		s.FlagSet().BoolVar(&all, "all", false, "include dead letters already re-driven")
 		s.FlagSet().BoolVar(&asJSON, "json", false, "one JSON object per line")
 	} else {
@@ -150,7 +165,18 @@ func deadLetters(ctx context.Context, args []string, getenv func(string) string,
 		return err
 	}
 	defer pool.Close()
+	store, err := consumer.NewStore(pool, "")
+	if err != nil {
+		return err
+	}
 	if sub == "retry" {
+		l, err := store.DeadLetter(ctx, name, id)
+		if errors.Is(err, consumer.ErrDeadLetterNotFound) {
+			return cli.UsageError{Msg: err.Error()}
+		}
+		if err != nil {
+			return err
+		}
 		nc, err := natsCfg.Connect(nats.Name("quill-attachment-worker-cli"))
 		if err != nil {
 			log.Error().Err(err).Str("error_category", "nats_unreachable").Msg("NATS is not reachable at NATS_URL")
@@ -163,10 +189,7 @@ func deadLetters(ctx context.Context, args []string, getenv func(string) string,
 		}
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		l, ack, err := deadletter.Redrive(rctx, pool, js, id, time.Now())
-		if errors.Is(err, deadletter.ErrNotFound) {
-			return cli.UsageError{Msg: err.Error()}
-		}
+		ack, err := store.Redrive(rctx, js, l, time.Now())
 		if err != nil {
 			return err
 		}
@@ -174,14 +197,14 @@ func deadLetters(ctx context.Context, args []string, getenv func(string) string,
 		if ack.Duplicate {
 			dup = " (already re-driven within the duplicate window: not published again)"
 		}
-		fmt.Fprintf(stdout, "dead letter %d (event %s) republished to %s as stream sequence %d%s\n", l.ID, l.EventID, l.Subject, ack.Sequence, dup)
+		fmt.Fprintf(stdout, "dead letter %d (event %s) republished to %s as stream sequence %d%s\n", l.ID, cli.Printable(l.EventID), cli.Printable(l.Subject), ack.Sequence, dup)
 		return nil
 	}
-	list, err := deadletter.List(ctx, pool, consumer, all)
+	list, err := store.DeadLetters(ctx, consumer.DeadLetterQuery{Consumer: name, All: all})
 	if err != nil {
 		return err
 	}
-	return cli.PrintList(stdout, list, asJSON, "no dead letters", func(l deadletter.Letter) string {
+	return cli.PrintList(stdout, list, asJSON, "no dead letters", func(l consumer.StoredDeadLetter) string {
 		retried := ""
 		if l.RetriedAt != nil {
 			retried = "  retried " + l.RetriedAt.UTC().Format(time.RFC3339)
@@ -190,6 +213,6 @@ func deadLetters(ctx context.Context, args []string, getenv func(string) string,
 		// escaped: a hostile event must not write control characters or
 		// terminal escape sequences to an operator's terminal.
 		return fmt.Sprintf("%d  event %s  %s  stream seq %d  deliveries %d  created %s%s  error: %s", l.ID, cli.Printable(l.EventID),
-			cli.Printable(l.Subject), l.StreamSeq, l.Deliveries, l.CreatedAt.UTC().Format(time.RFC3339), retried, cli.Printable(l.Error))
+			cli.Printable(l.Subject), l.StreamSeq, l.Deliveries, l.CreatedAt.UTC().Format(time.RFC3339), retried, cli.Printable(l.Reason))
 	})
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/quillhq/quill/consumer"
 	"github.com/quillhq/quill/internal/clitest"
 	"github.com/quillhq/quill/internal/dbtest"
 	"github.com/quillhq/quill/internal/httpapi"
@@ -87,14 +88,14 @@ func TestRunProcessesAndDeadLetters(t *testing.T) {
 	require.NoError(t, run(t.Context(), []string{"dead-letters", "list", "--json"}, clitest.Env(cli), &out, io.Discard))
 	require.Contains(t, out.String(), `"event_id":"bad-1"`)
 	var id int64
-	require.NoError(t, pool.QueryRow(t.Context(), `SELECT id FROM dead_letters`).Scan(&id))
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT id FROM quill_consumer_dead_letters`).Scan(&id))
 	out.Reset()
 	require.NoError(t, run(t.Context(), []string{"dead-letters", "retry", fmt.Sprint(id)}, clitest.Env(cli), &out, io.Discard))
 	require.Contains(t, out.String(), "republished to "+subject)
 	// Still unparseable: it comes back as a second dead letter.
 	testkit.WaitFor(t, 30*time.Second, func() bool {
 		var n int
-		require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM dead_letters`).Scan(&n))
+		require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM quill_consumer_dead_letters`).Scan(&n))
 		return n == 2
 	}, "the re-driven message dead-lettered again")
 	out.Reset()
@@ -281,7 +282,7 @@ func TestRunErrors(t *testing.T) {
 		{"bad ack wait", nil, map[string]string{"QUILL_ACK_WAIT": "soon"}, 2},
 		{"bad concurrency", nil, map[string]string{"QUILL_WORKER_CONCURRENCY": "0"}, 2},
 		{"zero ack wait", nil, map[string]string{"QUILL_ACK_WAIT": "0s"}, 2},
-		{"concurrency above MaxAckPending", nil, map[string]string{"QUILL_WORKER_CONCURRENCY": "257"}, 2},
+		{"concurrency above MaxAckPending", nil, map[string]string{"QUILL_WORKER_CONCURRENCY": fmt.Sprint(consumer.DefaultMaxAckPending + 1)}, 2},
 		{"zero decode memory", nil, map[string]string{"QUILL_WORKER_DECODE_MEMORY": "0"}, 2},
 		{"bad decode memory", nil, map[string]string{"QUILL_WORKER_DECODE_MEMORY": "256MiB"}, 2},
 		{"zero max pixels", nil, map[string]string{"QUILL_MAX_PIXELS": "0"}, 2},

@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quillhq/quill/internal/clitest"
-	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/dbtest"
 	"github.com/quillhq/quill/internal/natstest"
 	"github.com/quillhq/quill/internal/testkit"
@@ -21,7 +20,7 @@ import (
 func TestDaemonUnderTheRuntimeRole(t *testing.T) {
 	t.Parallel()
 	r := dbtest.Roles(t)
-	_, err := db.Migrate(t.Context(), r.Owner)
+	_, err := dbtest.Migrate(t.Context(), r.Owner)
 	require.NoError(t, err)
 	pool, err := pgxpool.New(t.Context(), r.Runtime)
 	require.NoError(t, err)

@@ -28,9 +28,9 @@ func TestRuntimeRole(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	r := dbtest.Roles(t)
-	_, err := db.Migrate(ctx, r.Owner)
+	_, err := dbtest.Migrate(ctx, r.Owner)
 	require.NoError(t, err, "api migrate as the owner")
-	_, err = db.Migrate(ctx, r.Owner)
+	_, err = dbtest.Migrate(ctx, r.Owner)
 	require.NoError(t, err, "and again, with nothing to do")
 
 	for _, tc := range []struct{ name, url string }{

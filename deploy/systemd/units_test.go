@@ -17,9 +17,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/quillhq/quill/consumer"
 	"github.com/quillhq/quill/internal/daemon"
 	"github.com/quillhq/quill/internal/relay"
-	"github.com/quillhq/quill/internal/worker"
 )
 
 // binDir holds the programs the units run, built once by TestMain.
@@ -105,10 +105,12 @@ var units = []shipped{
 	// its marks by AckTimeout + Lease each (relay.awaitAcks, relay.settle).
 	{file: "quill-relay.service", prog: "relay", cmd: "run", daemon: true,
 		grace: relay.DefaultLease + 2*(relay.DefaultAckTimeout+relay.DefaultLease)},
-	// The drain waits AckWait, then the router's close AckWait + 5 s
-	// (worker.Run).
+	// The consumer's drain lets handlers finish for ShutdownTimeout, then
+	// waits for the cancelled ones, then the router's close (5 s each at
+	// most, consumer.Run); a put-off processing ends within a batch's
+	// deadline, AckWait.
 	{file: "quill-attachment-worker.service", prog: "attachment-worker", cmd: "run", daemon: true,
-		grace: 2*worker.DefaultAckWait + 5*time.Second},
+		grace: consumer.DefaultShutdownTimeout + 2*5*time.Second + consumer.DefaultAckWait},
 }
 
 // The hardening every unit has, by key: the value of its last line, or for

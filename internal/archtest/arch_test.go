@@ -112,8 +112,6 @@ var tableOwners = map[string]string{
 	"operations":     "internal/idempotency",
 	"outbox_events":  "internal/outbox",
 	"outbox_pending": "internal/outbox",
-	"inbox":          "internal/inbox",
-	"dead_letters":   "internal/deadletter",
 	"api_tokens":     "internal/auth",
 
 	"console_session_keys": "internal/console",

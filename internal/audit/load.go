@@ -184,7 +184,9 @@ const (
 
 	sqlKeyOperation = `SELECT coalesce(resource, '') FROM operations WHERE tenant = $1 AND key = $2`
 
-	sqlDeadLetters = `SELECT id, event_id, subject, error, deliveries, created_at FROM dead_letters
+	// The worker's inbox and dead letters are the consumer package's
+	// tables (consumer.DefaultTablePrefix), under its durable name.
+	sqlDeadLetters = `SELECT id, event_id, subject, reason, deliveries, created_at FROM quill_consumer_dead_letters
 	WHERE consumer = $1 AND retried_at IS NULL ORDER BY id`
 
 	sqlEvents = `SELECT seq, id, tenant, coalesce(operation_key, ''), aggregate_id, type, created_at, published_at,
@@ -195,10 +197,10 @@ const (
 	ORDER BY seq`
 
 	sqlInbox = `SELECT event_id, processed_at, deliveries::bigint, duplicates::bigint
-	FROM inbox WHERE consumer = $1 AND event_id = ANY($2::uuid[])`
+	FROM quill_consumer_inbox WHERE consumer = $1 AND event_id = ANY($2::uuid[])`
 
 	sqlInboxTotals = `SELECT count(*), coalesce(sum(deliveries), 0)::bigint, coalesce(sum(duplicates), 0)::bigint
-	FROM inbox WHERE consumer = $1`
+	FROM quill_consumer_inbox WHERE consumer = $1`
 )
 
 // dataset is everything in the audit's scope, read in one REPEATABLE READ

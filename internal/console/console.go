@@ -25,7 +25,7 @@
 // The data is the audit's (internal/audit): a lookup is a key audit, and the
 // chain it shows is the audit's chain, anomalies included — one source, not
 // a second implementation. Retries go through the code paths of the CLI
-// commands (outbox.Unpark for "relay events retry", deadletter.Redrive for
+// commands (outbox.Unpark for "relay events retry", consumer.Store.Redrive for
 // "attachment-worker dead-letters retry").
 package console
 
@@ -46,6 +46,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/quillhq/quill/consumer"
 	"github.com/quillhq/quill/internal/audit"
 	"github.com/quillhq/quill/internal/auth"
 )
@@ -124,7 +125,10 @@ type Deps struct {
 
 // Console serves the console's pages; see the package comment.
 type Console struct {
-	pool  *pgxpool.Pool
+	pool *pgxpool.Pool
+	// store is the consumer package's tables: the worker's dead letters,
+	// under its durable name (Config.Audit.Consumer).
+	store *consumer.Store
 	js    func() jetstream.JetStream
 	log   zerolog.Logger
 	cfg   Config
@@ -156,6 +160,10 @@ func New(d Deps) (*Console, error) {
 		signins: auth.NewAddressBudget(float64(time.Second)/float64(cfg.SigninFailureRefill), cfg.SigninFailureBurst)}
 	if c.js == nil {
 		c.js = func() jetstream.JetStream { return nil }
+	}
+	var err error
+	if c.store, err = consumer.NewStore(d.Pool, ""); err != nil {
+		return nil, err
 	}
 	if err := c.parse(); err != nil {
 		return nil, err

@@ -22,11 +22,11 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/quillhq/quill/consumer"
 	"github.com/quillhq/quill/internal/apitest"
 	"github.com/quillhq/quill/internal/audit"
 	"github.com/quillhq/quill/internal/auth"
 	"github.com/quillhq/quill/internal/console"
-	"github.com/quillhq/quill/internal/deadletter"
 	"github.com/quillhq/quill/internal/natstest"
 	"github.com/quillhq/quill/internal/outbox"
 )
@@ -478,7 +478,7 @@ func TestLookupCostsNoMoreQueriesThanTheAudit(t *testing.T) {
 }
 
 // TestDeadLetterRetry: an open dead letter is listed and republished
-// through deadletter.Redrive, once; without NATS the
+// through consumer.Store.Redrive, once; without NATS the
 // page says so and the action is refused with 503.
 func TestDeadLetterRetry(t *testing.T) {
 	t.Parallel()
@@ -491,8 +491,8 @@ func TestDeadLetterRetry(t *testing.T) {
 	require.NoError(t, err)
 	var id int64
 	event := uuid.NewString()
-	require.NoError(t, api.Pool.QueryRow(ctx, `INSERT INTO dead_letters (consumer, event_id, stream_seq, subject, payload, headers, error, deliveries, created_at)
-		VALUES ('attachment-worker', $1, 7, $2, '{"id":"x"}', '{}', 'handler failed: boom', 5, now()) RETURNING id`,
+	require.NoError(t, api.Pool.QueryRow(ctx, `INSERT INTO quill_consumer_dead_letters (consumer, event_id, event_type, stream_seq, subject, payload, headers, reason, deliveries, created_at)
+		VALUES ('attachment-worker', $1, '', 7, $2, '{"id":"x"}', '{}', 'handler failed: boom', 5, now()) RETURNING id`,
 		event, subj+".acme.note.created").Scan(&id))
 
 	var connected atomic.Bool
@@ -533,7 +533,7 @@ func TestDeadLetterRetry(t *testing.T) {
 	_, body, _ = get(t, c, srv.URL+hdr.Get("Location"))
 	require.Contains(t, body, fmt.Sprintf("Dead letter %d is republished (stream sequence 1)", id))
 	var retried bool
-	require.NoError(t, api.Pool.QueryRow(ctx, `SELECT retried_at IS NOT NULL FROM dead_letters WHERE id = $1`, id).Scan(&retried))
+	require.NoError(t, api.Pool.QueryRow(ctx, `SELECT retried_at IS NOT NULL FROM quill_consumer_dead_letters WHERE id = $1`, id).Scan(&retried))
 	require.True(t, retried)
 	s, err := js.Stream(ctx, strings.ToUpper(subj))
 	require.NoError(t, err)
@@ -557,7 +557,9 @@ func TestListPagesCostNoMoreQueriesThanTheCLI(t *testing.T) {
 	tr.n.Store(0)
 	_, err := outbox.ListParked(t.Context(), pool)
 	require.NoError(t, err)
-	_, err = deadletter.List(t.Context(), pool, "attachment-worker", false)
+	store, err := consumer.NewStore(pool, "")
+	require.NoError(t, err)
+	_, err = store.DeadLetters(t.Context(), consumer.DeadLetterQuery{Consumer: "attachment-worker"})
 	require.NoError(t, err)
 	cli := tr.n.Load()
 	tr.n.Store(0)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/quillhq/quill/consumer"
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/outbox"
 )
@@ -24,13 +25,12 @@ const (
 	window      = time.Hour
 	sampleEvery = 10 * time.Second
 
-	sqlDeadLetters = `SELECT count(*) FROM dead_letters WHERE consumer = $1 AND retried_at IS NULL`
-
 	sqlPublishedPerMinute = `SELECT floor(extract(epoch FROM published_at) / 60)::bigint AS m,
 		count(*), count(*) FILTER (WHERE ack_duplicate)
 	FROM outbox_events WHERE published_at >= $1 GROUP BY m ORDER BY m`
 
-	// The worker's results per minute: inbox rows are its commits; the
+	// The worker's results per minute: inbox rows are its commits (the
+	// consumer package's table, under the worker's durable name); the
 	// note.created event's attachment tells processed from failed, and the
 	// event's commit time gives the end-to-end latency (outbox commit to
 	// worker commit, as quill_event_end_to_end_seconds measures it).
@@ -40,7 +40,7 @@ const (
 		count(*),
 		coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM i.processed_at - e.created_at)), 0)::float8,
 		coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM i.processed_at - e.created_at)), 0)::float8
-	FROM inbox i
+	FROM quill_consumer_inbox i
 	LEFT JOIN outbox_events e ON e.id = i.event_id
 	LEFT JOIN attachments a ON a.note_id = e.aggregate_id AND e.type = 'note.created'
 	WHERE i.consumer = $1 AND i.processed_at >= $2
@@ -149,8 +149,12 @@ func (c *Console) collect(ctx context.Context) (*overviewData, error) {
 			return err
 		}
 		d.Pending, d.Parked, d.OldestAge = st.Pending, st.Parked, st.OldestAge
-		if err := tx.QueryRow(ctx, sqlDeadLetters, c.cfg.Audit.Consumer).Scan(&d.DeadLetters); err != nil {
-			return fmt.Errorf("count dead letters: %w", err)
+		store, err := consumer.NewStore(tx, "")
+		if err != nil {
+			return err
+		}
+		if d.DeadLetters, err = store.OpenDeadLetters(ctx, c.cfg.Audit.Consumer); err != nil {
+			return err
 		}
 		rows, err := tx.Query(ctx, sqlPublishedPerMinute, from)
 		if err != nil {

@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/rs/zerolog"
 
+	"github.com/quillhq/quill/consumer"
 	"github.com/quillhq/quill/internal/db"
-	"github.com/quillhq/quill/internal/deadletter"
 	"github.com/quillhq/quill/internal/outbox"
 )
 
@@ -30,11 +30,6 @@ const (
 	ORDER BY q.seq LIMIT $2`
 	sqlParkedOne = `SELECT seq, id, tenant, type, aggregate_id, created_at, parked_at, coalesce(parked_reason, ''), attempts
 	FROM outbox_events WHERE parked_at IS NOT NULL AND published_at IS NULL AND id = $1`
-	sqlDeadPage = `SELECT id, consumer, event_id, stream_seq, subject, error, deliveries, created_at
-	FROM dead_letters WHERE consumer = $1 AND retried_at IS NULL AND id > $2
-	ORDER BY id LIMIT $3`
-	sqlDeadOne = `SELECT id, consumer, event_id, stream_seq, subject, error, deliveries, created_at
-	FROM dead_letters WHERE consumer = $1 AND retried_at IS NULL AND id = $2`
 )
 
 // parkedRow is a parked event as the pages show it.
@@ -44,16 +39,6 @@ type parkedRow struct {
 	CreatedAt, ParkedAt    time.Time
 	Reason                 string
 	Attempts               int
-}
-
-// deadRow is an open dead letter as the pages show it.
-type deadRow struct {
-	ID                         int64
-	Consumer, EventID, Subject string
-	StreamSeq                  int64
-	Error                      string
-	Deliveries                 int
-	CreatedAt                  time.Time
 }
 
 // listView is a list page's data.
@@ -96,18 +81,13 @@ func scanParked(row pgx.Row) (parkedRow, error) {
 	return p, err
 }
 
-func scanDead(row pgx.Row) (deadRow, error) {
-	var d deadRow
-	err := row.Scan(&d.ID, &d.Consumer, &d.EventID, &d.StreamSeq, &d.Subject, &d.Error, &d.Deliveries, &d.CreatedAt)
-	return d, err
-}
-
 // listPage answers the rows of a list page, or reports false once it has
 // answered why there are none to show: it reads ?after= and ?limit= (400
-// when either is off) and runs sql, a list query of limit+1 rows, with args
-// followed by the cursor and limit+1; what names the list in the failure
+// when either is off) and fetches limit+1 rows after the cursor; what
+// names the list in the failure
 // answered when the rows cannot be read.
-func listPage[T any](c *Console, w http.ResponseWriter, r *http.Request, what string, scan func(pgx.Row) (T, error), key func(T) int64, sql string, args ...any) (listView[T], bool) {
+func listPage[T any](c *Console, w http.ResponseWriter, r *http.Request, what string, key func(T) int64,
+	fetch func(ctx context.Context, after int64, limit int) ([]T, error)) (listView[T], bool) {
 	after, limit, ok := c.cursor(r)
 	if !ok {
 		c.fail(w, r, http.StatusBadRequest, fmt.Sprintf("?after= is a non-negative number and ?limit= is from 1 to %d.", MaxPageSize))
@@ -115,11 +95,7 @@ func listPage[T any](c *Console, w http.ResponseWriter, r *http.Request, what st
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), queryTimeout)
 	defer cancel()
-	var out []T
-	rows, err := c.pool.Query(ctx, sql, append(args, after, limit+1)...)
-	if err == nil {
-		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (T, error) { return scan(row) })
-	}
+	out, err := fetch(ctx, after, limit+1)
 	if err != nil {
 		c.failErr(w, r, what, db.Translate(err))
 		return listView[T]{}, false
@@ -133,7 +109,14 @@ func listPage[T any](c *Console, w http.ResponseWriter, r *http.Request, what st
 }
 
 func (c *Console) parkedList(w http.ResponseWriter, r *http.Request) {
-	v, ok := listPage(c, w, r, "list the parked events", scanParked, func(p parkedRow) int64 { return p.Seq }, sqlParkedPage)
+	v, ok := listPage(c, w, r, "list the parked events", func(p parkedRow) int64 { return p.Seq },
+		func(ctx context.Context, after int64, limit int) ([]parkedRow, error) {
+			rows, err := c.pool.Query(ctx, sqlParkedPage, after, limit)
+			if err != nil {
+				return nil, err
+			}
+			return pgx.CollectRows(rows, func(row pgx.CollectableRow) (parkedRow, error) { return scanParked(row) })
+		})
 	if !ok {
 		return
 	}
@@ -183,14 +166,20 @@ func parkedEvents() stuckKind[uuid.UUID, parkedRow] {
 	}
 }
 
-func deadLetters() stuckKind[int64, deadRow] {
-	return stuckKind[int64, deadRow]{
+func deadLetters() stuckKind[int64, consumer.StoredDeadLetter] {
+	return stuckKind[int64, consumer.StoredDeadLetter]{
 		kind: "dead", list: "dead-letters", noun: "dead letter", none: "no open dead letter has this id",
 		question: "Republish this message to its subject? The worker handles it again; its inbox still recognises an event it has already applied.",
 		parse:    func(s string) (int64, error) { return strconv.ParseInt(s, 10, 64) },
 		format:   func(id int64) string { return strconv.FormatInt(id, 10) },
-		one: func(ctx context.Context, c *Console, id int64) (deadRow, error) {
-			return scanDead(c.pool.QueryRow(ctx, sqlDeadOne, c.cfg.Audit.Consumer, id))
+		one: func(ctx context.Context, c *Console, id int64) (consumer.StoredDeadLetter, error) {
+			// Only an open dead letter of this console's consumer: the
+			// list shows those, and a retried one would be published again.
+			l, err := c.store.DeadLetter(ctx, c.cfg.Audit.Consumer, id)
+			if errors.Is(err, consumer.ErrDeadLetterNotFound) || err == nil && l.RetriedAt != nil {
+				return l, pgx.ErrNoRows
+			}
+			return l, err
 		},
 	}
 }
@@ -296,7 +285,10 @@ func (c *Console) parkedRetry(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *Console) deadList(w http.ResponseWriter, r *http.Request) {
-	v, ok := listPage(c, w, r, "list the dead letters", scanDead, func(d deadRow) int64 { return d.ID }, sqlDeadPage, c.cfg.Audit.Consumer)
+	v, ok := listPage(c, w, r, "list the dead letters", func(d consumer.StoredDeadLetter) int64 { return d.ID },
+		func(ctx context.Context, after int64, limit int) ([]consumer.StoredDeadLetter, error) {
+			return c.store.DeadLetters(ctx, consumer.DeadLetterQuery{Consumer: c.cfg.Audit.Consumer, After: after, Limit: limit})
+		})
 	if !ok {
 		return
 	}
@@ -316,22 +308,14 @@ func (c *Console) deadRetry(w http.ResponseWriter, r *http.Request) {
 			c.fail(w, r, http.StatusServiceUnavailable, "A dead letter is retried by publishing it to NATS, and the API is not connected to NATS (NATS_URL). Try again, or use \"attachment-worker dead-letters retry\".")
 			return
 		}
-		// Only an open dead letter of this console's consumer is
-		// retried: the list shows those, and a retried one would be
-		// published again. The one read serves the check and the
-		// republish.
-		l, err := deadletter.Get(ctx, c.pool, id)
-		switch {
-		case errors.Is(err, deadletter.ErrNotFound), err == nil && (l.Consumer != c.cfg.Audit.Consumer || l.RetriedAt != nil):
-			k.gone(c, w, r)
-			return
-		case err != nil:
-			c.failErr(w, r, "read the "+k.noun, err)
+		// The one read serves the check and the republish.
+		l, ok := k.row(ctx, c, w, r, id)
+		if !ok {
 			return
 		}
-		ack, err := deadletter.Republish(ctx, c.pool, js, l, c.cfg.Now())
+		ack, err := c.store.Redrive(ctx, js, l, c.cfg.Now())
 		logged := c.actionLog(s, "retry_dead_letter").Int64("dead_letter", id)
-		if k.failed(c, w, r, logged, err, deadletter.ErrNotFound, k.unknown) {
+		if k.failed(c, w, r, logged, err, consumer.ErrDeadLetterNotFound, k.unknown) {
 			return
 		}
 		logged.Bool("found", true).Uint64("stream_seq", ack.Sequence).Bool("duplicate", ack.Duplicate).Msg("console: dead letter republished")

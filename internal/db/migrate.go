@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
@@ -34,7 +35,14 @@ type MigrateResult struct {
 // The lock needs a session that lasts: when url reaches a transaction
 // pooler, Migrate returns an error wrapping ErrTransactionPooler before it
 // writes anything.
-func Migrate(ctx context.Context, url string) (MigrateResult, error) {
+//
+// consumerTables runs first, on a pool of the same database and session
+// settings: it is consumer.Migrate, the consumer package's tables, which a
+// migration of Quill's own (00014) moves rows into. It comes from the
+// caller because this package does not link the consumer package, which
+// would bring NATS and HTTP into every package that speaks to PostgreSQL.
+// Its error is returned wrapped.
+func Migrate(ctx context.Context, url string, consumerTables func(context.Context, *pgxpool.Pool) error) (MigrateResult, error) {
 	var res MigrateResult
 	pc, err := pgx.ParseConfig(url)
 	if err != nil {
@@ -51,20 +59,29 @@ func Migrate(ctx context.Context, url string) (MigrateResult, error) {
 	}
 	res.CreatedDatabase = created
 
-	cfg, err := pgx.ParseConfig(url)
+	pcfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return res, fmt.Errorf("parse DATABASE_URL: %w", err)
 	}
+	cfg := pcfg.ConnConfig
 	if _, ok := cfg.RuntimeParams["statement_timeout"]; !ok {
 		// A migration may rewrite or index a large table: it is not cut
 		// short by the role's or database's statement_timeout (decision
 		// 0070). SET, not a startup parameter, which a session pooler
 		// refuses.
-		cfg.AfterConnect = func(ctx context.Context, c *pgconn.PgConn) error {
-			return c.Exec(ctx, sqlMigrationSettings).Close()
+		pcfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+			return c.PgConn().Exec(ctx, sqlMigrationSettings).Close()
 		}
 	}
-	sqlDB := stdlib.OpenDB(*cfg)
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return res, fmt.Errorf("connect: %w", Translate(err))
+	}
+	defer pool.Close()
+	if err := consumerTables(ctx, pool); err != nil {
+		return res, fmt.Errorf("apply migrations: %w", Translate(err))
+	}
+	sqlDB := stdlib.OpenDBFromPool(pool)
 	defer sqlDB.Close()
 
 	// One lock per schema: migrations of one schema serialize, those of

@@ -131,6 +131,6 @@ func TestMigrateHasNoStatementTimeout(t *testing.T) {
 	defer conn.Close(ctx)
 	_, err = conn.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{conn.Config().Database}.Sanitize()+" SET statement_timeout = '1ms'")
 	require.NoError(t, err)
-	_, err = db.Migrate(ctx, u)
+	_, err = dbtest.Migrate(ctx, u)
 	require.NoError(t, err)
 }

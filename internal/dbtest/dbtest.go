@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/quillhq/quill/consumer"
 	"github.com/quillhq/quill/internal/db"
 )
 
@@ -39,9 +40,15 @@ var createOnce sync.Once
 func Schema(t testing.TB) string {
 	t.Helper()
 	u := EmptySchema(t)
-	_, err := db.Migrate(context.Background(), u)
+	_, err := Migrate(context.Background(), u)
 	require.NoError(t, err)
 	return u
+}
+
+// Migrate is what "api migrate" does to the database of dbURL: the
+// consumer package's tables, then Quill's migrations.
+func Migrate(ctx context.Context, dbURL string) (db.MigrateResult, error) {
+	return db.Migrate(ctx, dbURL, func(ctx context.Context, p *pgxpool.Pool) error { return consumer.Migrate(ctx, p) })
 }
 
 // EmptySchema is Schema without the migrations: for tests of the
@@ -52,7 +59,7 @@ func EmptySchema(t testing.TB) string {
 	base := URL()
 	createOnce.Do(func() {
 		// Migrate the base database once: it creates it when missing.
-		_, err := db.Migrate(ctx, base)
+		_, err := Migrate(ctx, base)
 		require.NoError(t, err, "test database at %s (set QUILL_TEST_DATABASE_URL)", base)
 	})
 	schema := randomName("t_")

@@ -9,6 +9,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/quillhq/quill/consumer"
 	"github.com/quillhq/quill/internal/dbtest"
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/testkit"
@@ -28,9 +29,9 @@ func TestDeadLettersCountsOpenOnes(t *testing.T) {
 			now := time.Now()
 			retriedAt = &now
 		}
-		require.NoError(t, pool.QueryRow(ctx, `INSERT INTO dead_letters
-			(consumer, event_id, stream_seq, subject, payload, error, deliveries, created_at, retried_at)
-			VALUES ($1, 'e', 1, 'quill.t.note.created', '\x00', 'boom', 10, now(), $2) RETURNING id`, consumer, retriedAt).Scan(&id))
+		require.NoError(t, pool.QueryRow(ctx, `INSERT INTO quill_consumer_dead_letters
+			(consumer, event_id, event_type, stream_seq, subject, payload, headers, reason, deliveries, created_at, retried_at)
+			VALUES ($1, 'e', '', 1, 'quill.t.note.created', '\x00', '{}', 'boom', 10, now(), $2) RETURNING id`, consumer, retriedAt).Scan(&id))
 		return id
 	}
 	first := insert("attachment-worker", false)
@@ -38,7 +39,9 @@ func TestDeadLettersCountsOpenOnes(t *testing.T) {
 	insert("other-consumer", false)
 
 	reg := prometheus.NewRegistry()
-	d := metrics.NewDeadLetters(reg, pool, "attachment-worker", zerolog.Nop())
+	store, err := consumer.NewStore(pool, "")
+	require.NoError(t, err)
+	d := metrics.NewDeadLetters(reg, store, "attachment-worker", zerolog.Nop())
 	require.Equal(t, 0.0, testkit.Gathered(t, reg, "quill_worker_dead_letters", nil), "exported from start-up")
 	d.Interval = 20 * time.Millisecond
 	rctx, cancel := context.WithCancel(ctx)
@@ -51,7 +54,7 @@ func TestDeadLettersCountsOpenOnes(t *testing.T) {
 
 	insert("attachment-worker", false)
 	testkit.WaitFor(t, 10*time.Second, func() bool { return gauge() == 2 }, "a new dead letter counted")
-	_, err := pool.Exec(ctx, `UPDATE dead_letters SET retried_at = now() WHERE id = $1`, first)
+	_, err = pool.Exec(ctx, `UPDATE quill_consumer_dead_letters SET retried_at = now() WHERE id = $1`, first)
 	require.NoError(t, err)
 	testkit.WaitFor(t, 10*time.Second, func() bool { return gauge() == 1 }, "a retried dead letter no longer counted")
 }

@@ -36,7 +36,7 @@ import (
 func isolatedDatabase(t *testing.T) string {
 	t.Helper()
 	u := dbtest.Database(t)
-	_, err := db.Migrate(t.Context(), u)
+	_, err := dbtest.Migrate(t.Context(), u)
 	require.NoError(t, err)
 	return u
 }

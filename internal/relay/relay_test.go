@@ -880,7 +880,7 @@ func TestHeldBackEventsFollowWithoutWaitingForThePoll(t *testing.T) {
 	name := "quill_relay_" + strings.ReplaceAll(uuid.NewString(), "-", "")[:12]
 	admin := *base
 	base.Path = "/" + name
-	_, err = db.Migrate(ctx, base.String()) // creates the database
+	_, err = dbtest.Migrate(ctx, base.String()) // creates the database
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		admin.Path = "/postgres"

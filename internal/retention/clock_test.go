@@ -76,7 +76,7 @@ func TestExpiryFollowsTheDatabaseClock(t *testing.T) {
 			require.NoError(t, err)
 			_, err = pool.Exec(ctx, `UPDATE operations SET expires_at = now() + interval '1 hour', forget_at = now() + interval '2 hours' WHERE key = 'fresh'`)
 			require.NoError(t, err)
-			_, err = pool.Exec(ctx, `INSERT INTO inbox (consumer, event_id, processed_at) VALUES ('w', $1, now() - interval '337 hours'), ('w', $2, now() - interval '335 hours')`,
+			_, err = pool.Exec(ctx, `INSERT INTO quill_consumer_inbox (consumer, event_id, event_type, stream_seq, deliveries, processed_at) VALUES ('w', $1, '', 0, 1, now() - interval '337 hours'), ('w', $2, '', 0, 1, now() - interval '335 hours')`,
 				uuid.New(), uuid.New())
 			require.NoError(t, err)
 
@@ -90,7 +90,7 @@ func TestExpiryFollowsTheDatabaseClock(t *testing.T) {
 			rctx, cancel := context.WithCancel(ctx)
 			done := make(chan error, 1)
 			go func() { done <- c.Run(rctx) }()
-			testkit.WaitFor(t, waitLong, func() bool { return count(`SELECT count(*) FROM inbox`) == 1 }, "the pass to reach the inbox")
+			testkit.WaitFor(t, waitLong, func() bool { return count(`SELECT count(*) FROM quill_consumer_inbox`) == 1 }, "the pass to reach the inbox")
 			cancel()
 			testkit.RequireReturned(t, done, waitLong)
 
@@ -99,7 +99,7 @@ func TestExpiryFollowsTheDatabaseClock(t *testing.T) {
 			require.Zero(t, count(`SELECT count(*) FROM operations WHERE key = 'forgotten'`))
 			require.Equal(t, 1, count(`SELECT count(*) FROM operations WHERE key = 'compacted' AND response_body IS NULL AND compacted_at IS NOT NULL`))
 			require.Equal(t, 1, count(`SELECT count(*) FROM operations WHERE key = 'fresh' AND response_body IS NOT NULL AND compacted_at IS NULL`))
-			require.Equal(t, 1, count(`SELECT count(*) FROM inbox WHERE processed_at > now() - interval '336 hours'`), "the younger inbox row is kept")
+			require.Equal(t, 1, count(`SELECT count(*) FROM quill_consumer_inbox WHERE processed_at > now() - interval '336 hours'`), "the younger inbox row is kept")
 		})
 	}
 }

@@ -17,8 +17,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 
+	"github.com/quillhq/quill/consumer"
 	"github.com/quillhq/quill/internal/idempotency"
-	"github.com/quillhq/quill/internal/inbox"
 	"github.com/quillhq/quill/internal/outbox"
 	"github.com/quillhq/quill/internal/stream"
 )
@@ -77,8 +77,11 @@ func (c Config) CoversStream(s stream.Config) error {
 // Cleaner applies the retention horizons.
 type Cleaner struct {
 	pool *pgxpool.Pool
-	cfg  Config
-	log  zerolog.Logger
+	// inbox is the consumer package's tables, where every consumer of
+	// this database keeps its inbox.
+	inbox *consumer.Store
+	cfg   Config
+	log   zerolog.Logger
 }
 
 // New returns a Cleaner over pool. It returns Validate's error when the
@@ -88,7 +91,11 @@ func New(pool *pgxpool.Pool, cfg Config, log zerolog.Logger) (*Cleaner, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Cleaner{pool: pool, cfg: cfg, log: log}, nil
+	inbox, err := consumer.NewStore(pool, "")
+	if err != nil {
+		return nil, err
+	}
+	return &Cleaner{pool: pool, inbox: inbox, cfg: cfg, log: log}, nil
 }
 
 // Run cleans every Interval until ctx ends, then returns nil. A failed pass
@@ -128,7 +135,7 @@ func (c *Cleaner) Clean(ctx context.Context) error {
 		}, true},
 		{"compact", func() (int64, error) { return idempotency.Compact(ctx, c.pool, dbClock, batch) }, false},
 		{"forget", func() (int64, error) { return idempotency.Forget(ctx, c.pool, dbClock, batch) }, false},
-		{"inbox", func() (int64, error) { return inbox.DeleteExpired(ctx, c.pool, c.cfg.InboxRetention, batch) }, false},
+		{"inbox", func() (int64, error) { return c.inbox.DeleteExpiredInbox(ctx, c.cfg.InboxRetention, batch) }, false},
 	}
 	for _, s := range steps {
 		total := int64(0)

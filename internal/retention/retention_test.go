@@ -197,7 +197,7 @@ func TestCleanupHonoursRetention(t *testing.T) {
 	// (Written directly: the inbox's own writers run in a consumer's
 	// processing transaction.)
 	for i, ago := range []time.Duration{337 * time.Hour, 400 * time.Hour, 1000 * time.Hour, 335 * time.Hour} {
-		_, err := h.pool.Exec(ctx, `INSERT INTO inbox (consumer, event_id, processed_at) VALUES ($1, $2, $3)`,
+		_, err := h.pool.Exec(ctx, `INSERT INTO quill_consumer_inbox (consumer, event_id, event_type, stream_seq, deliveries, processed_at) VALUES ($1, $2, '', 0, 1, $3)`,
 			"worker-"+h.suffix, uuid.New(), time.Now().Add(-ago))
 		require.NoError(t, err, "inbox row %d", i)
 	}
@@ -220,7 +220,7 @@ func TestCleanupHonoursRetention(t *testing.T) {
 	require.Equal(t, 1, h.count(`SELECT count(*) FROM operations WHERE key = 'compacted' AND response_body IS NULL AND compacted_at IS NOT NULL`),
 		"a record past its response retention is compacted to a tombstone")
 	require.Equal(t, 1, h.count(`SELECT count(*) FROM operations WHERE key = 'fresh' AND response_body IS NOT NULL AND compacted_at IS NULL`))
-	require.Equal(t, 1, h.count(`SELECT count(*) FROM inbox WHERE consumer = $1`, "worker-"+h.suffix),
+	require.Equal(t, 1, h.count(`SELECT count(*) FROM quill_consumer_inbox WHERE consumer = $1`, "worker-"+h.suffix),
 		"only the inbox row within the retention is kept")
 
 	// Nothing left to do is not an error.

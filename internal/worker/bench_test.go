@@ -27,26 +27,27 @@ var benchFixtures = []struct {
 
 // benchConfig is the worker configuration of the benchmarks: the
 // production defaults for concurrency and group commit, unless
-// QUILL_WORKER_CONCURRENCY, QUILL_WORKER_BATCH_SIZE, QUILL_WORKER_COMMITTERS
-// or QUILL_WORKER_BATCH_WAIT say otherwise (make bench-worker passes them
-// through).
+// QUILL_WORKER_CONCURRENCY or the benchmark's own BENCH_WORKER_BATCH_SIZE,
+// BENCH_WORKER_COMMITTERS and BENCH_WORKER_BATCH_WAIT (worker.BatchSize,
+// Committers and BatchWait, constants of the program) say otherwise (make
+// bench-worker passes them through).
 func benchConfig(b *testing.B, h *harness) worker.Config {
 	cfg := h.config()
-	cfg.Concurrency = 0
-	cfg.MaxAckPending = 1024
-	cfg.AckWait = 30 * time.Second
-	for env, p := range map[string]*int{"QUILL_WORKER_CONCURRENCY": &cfg.Concurrency,
-		"QUILL_WORKER_BATCH_SIZE": &cfg.BatchSize, "QUILL_WORKER_COMMITTERS": &cfg.Committers} {
+	cfg.Consumer.Concurrency = 0
+	cfg.Consumer.MaxAckPending = 1024
+	cfg.Consumer.AckWait = 30 * time.Second
+	for env, p := range map[string]*int{"QUILL_WORKER_CONCURRENCY": &cfg.Consumer.Concurrency,
+		"BENCH_WORKER_BATCH_SIZE": &cfg.Consumer.MaxBatch, "BENCH_WORKER_COMMITTERS": &cfg.Consumer.MaxConcurrentBatches} {
 		if v := os.Getenv(env); v != "" {
 			n, err := strconv.Atoi(v)
 			require.NoError(b, err, env)
 			*p = n
 		}
 	}
-	if v := os.Getenv("QUILL_WORKER_BATCH_WAIT"); v != "" {
+	if v := os.Getenv("BENCH_WORKER_BATCH_WAIT"); v != "" {
 		d, err := time.ParseDuration(v)
-		require.NoError(b, err, "QUILL_WORKER_BATCH_WAIT")
-		cfg.BatchWait = d
+		require.NoError(b, err, "BENCH_WORKER_BATCH_WAIT")
+		cfg.Consumer.MaxBatchWait = max(d, time.Nanosecond)
 	}
 	return cfg
 }
@@ -116,7 +117,7 @@ func BenchmarkStoreCeiling(b *testing.B) {
 			}
 			require.NoError(b, rows.Err())
 			require.Len(b, payloads, n)
-			pool, err := db.Open(b.Context(), h.url, int32(cfg.WithDefaults().Committers+2))
+			pool, err := db.Open(b.Context(), h.url, int32(cfg.WithDefaults().Consumer.MaxConcurrentBatches+2))
 			require.NoError(b, err)
 			b.Cleanup(pool.Close)
 			nc, _ := h.srv.Connect(b)

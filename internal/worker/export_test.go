@@ -17,7 +17,7 @@ func (w *Worker) BatchStats() (batches, events, largest int64) {
 }
 
 // CommitPayloads runs the worker's stages for payloads (note.created
-// events) directly — BatchSize events per transaction, on Committers
+// events) directly — MaxBatch events per transaction, on MaxConcurrentBatches
 // connections at once: prepare, then a transaction with the inbox rows,
 // apply and the commit — with no JetStream or consumer: the ceiling of the
 // pipeline's database work. It returns the first error of a transaction
@@ -32,16 +32,17 @@ func (w *Worker) CommitPayloads(payloads [][]byte) error {
 		ev.Delivery.Deliveries = 1
 		items = append(items, &consumer.Item{Event: ev})
 	}
-	chunks := make(chan []*consumer.Item, len(items)/w.cfg.BatchSize+1)
-	for i := 0; i < len(items); i += w.cfg.BatchSize {
-		chunks <- items[i:min(i+w.cfg.BatchSize, len(items))]
+	cc := w.cfg.Consumer
+	chunks := make(chan []*consumer.Item, len(items)/cc.MaxBatch+1)
+	for i := 0; i < len(items); i += cc.MaxBatch {
+		chunks <- items[i:min(i+cc.MaxBatch, len(items))]
 	}
 	close(chunks)
-	errs := make(chan error, w.cfg.Committers)
-	for range w.cfg.Committers {
+	errs := make(chan error, cc.MaxConcurrentBatches)
+	for range cc.MaxConcurrentBatches {
 		go func() {
 			for c := range chunks {
-				ctx, cancel := context.WithTimeout(context.Background(), w.cfg.AckWait)
+				ctx, cancel := context.WithTimeout(context.Background(), cc.AckWait)
 				err := w.commitNow(ctx, c)
 				cancel()
 				if err != nil {
@@ -55,7 +56,7 @@ func (w *Worker) CommitPayloads(payloads [][]byte) error {
 		}()
 	}
 	var first error
-	for range w.cfg.Committers {
+	for range cc.MaxConcurrentBatches {
 		if err := <-errs; err != nil && first == nil {
 			first = err
 		}
@@ -77,7 +78,7 @@ func (w *Worker) commitNow(ctx context.Context, items []*consumer.Item) error {
 		for i, it := range items {
 			events[i] = it.Event
 		}
-		if _, err := (inboxTable{consumer: w.cfg.Consumer, now: w.now}).Record(ctx, tx, events); err != nil {
+		if _, err := w.store.RecordInbox(ctx, tx, w.cfg.Consumer.Durable, w.now(), events); err != nil {
 			return err
 		}
 		if err := w.apply(ctx, tx, items); err != nil {

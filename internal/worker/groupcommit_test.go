@@ -11,8 +11,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/quillhq/quill/internal/deadletter"
-	"github.com/quillhq/quill/internal/inbox"
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/natstest"
 	"github.com/quillhq/quill/internal/outbox"
@@ -24,9 +22,9 @@ import (
 // transaction.
 func (h *harness) batchConfig() worker.Config {
 	cfg := h.config()
-	cfg.Concurrency = 16
-	cfg.BatchSize = 16
-	cfg.BatchWait = time.Second
+	cfg.Consumer.Concurrency = 16
+	cfg.Consumer.MaxBatch = 16
+	cfg.Consumer.MaxBatchWait = time.Second
 	return cfg
 }
 
@@ -57,10 +55,14 @@ func (h *harness) eventID(payload []byte) uuid.UUID {
 	return uuid.MustParse(e.ID)
 }
 
-func (h *harness) inboxRow(consumer string, id uuid.UUID) inbox.Row {
+// inboxRow is the counts of consumer's inbox row of event id.
+type inboxRow struct{ Deliveries, Duplicates int }
+
+func (h *harness) inboxRow(consumer string, id uuid.UUID) inboxRow {
 	h.t.Helper()
-	r, err := inbox.Get(h.t.Context(), h.pool, consumer, id)
-	require.NoError(h.t, err)
+	var r inboxRow
+	require.NoError(h.t, h.pool.QueryRow(h.t.Context(), `SELECT deliveries, duplicates FROM quill_consumer_inbox WHERE consumer = $1 AND event_id = $2`,
+		consumer, id).Scan(&r.Deliveries, &r.Duplicates))
 	return r
 }
 
@@ -95,14 +97,13 @@ func TestBatchPoisonedEventFailsAlone(t *testing.T) {
 	_, _, largest := h.workers[0].BatchStats()
 	require.Equal(t, int64(6), largest, "the six events in one transaction")
 	testkit.RequireMetric(t, waitLong, m.Messages(metrics.WorkerProcessed), 5.0)
-	_, err = inbox.Get(t.Context(), h.pool, cfg.Consumer, ghost)
-	require.ErrorIs(t, err, inbox.ErrNotFound)
-	require.Equal(t, 5, h.count(`SELECT count(*) FROM inbox`))
-	letters, err := deadletter.List(t.Context(), h.pool, cfg.Consumer, false)
+	require.Zero(t, h.count(`SELECT count(*) FROM quill_consumer_inbox WHERE event_id = $1`, ghost))
+	require.Equal(t, 5, h.count(`SELECT count(*) FROM quill_consumer_inbox`))
+	letters, err := h.deadLetters(cfg.Consumer.Durable, false)
 	require.NoError(t, err)
 	require.Len(t, letters, 1)
 	require.Equal(t, ghost.String(), letters[0].EventID)
-	require.Contains(t, letters[0].Error, "has no attachment in this database")
+	require.Contains(t, letters[0].Reason, "has no attachment in this database")
 }
 
 // poisonedBatchConfig is batchConfig with two deliveries and no in-process
@@ -112,8 +113,8 @@ func TestBatchPoisonedEventFailsAlone(t *testing.T) {
 func (h *harness) poisonedBatchConfig() worker.Config {
 	h.t.Helper()
 	cfg := h.batchConfig()
-	cfg.MaxDeliver = 2
-	cfg.Retries = -1
+	cfg.Consumer.MaxDeliver = 2
+	cfg.Consumer.Retries = -1
 	_, err := h.pool.Exec(h.t.Context(), `
 CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
@@ -156,11 +157,11 @@ func TestBatchStatementFailureRetriedOneByOne(t *testing.T) {
 	require.Equal(t, 0, h.processedEvents(poison))
 	testkit.RequireMetric(t, waitLong, m.Messages(metrics.WorkerProcessed), 4.0)
 	require.Equal(t, 0.0, testkit.Value(m.Messages(metrics.WorkerDuplicate)))
-	require.Equal(t, 4, h.count(`SELECT count(*) FROM inbox`))
-	letters, err := deadletter.List(t.Context(), h.pool, cfg.Consumer, false)
+	require.Equal(t, 4, h.count(`SELECT count(*) FROM quill_consumer_inbox`))
+	letters, err := h.deadLetters(cfg.Consumer.Durable, false)
 	require.NoError(t, err)
 	require.Len(t, letters, 1)
-	require.Contains(t, letters[0].Error, "poisoned attachment")
+	require.Contains(t, letters[0].Reason, "poisoned attachment")
 }
 
 // The same event delivered twice in one batch (republished with a new
@@ -187,19 +188,19 @@ func TestBatchDuplicateInSameBatch(t *testing.T) {
 	require.Equal(t, int64(3), largest, "the three deliveries in one transaction")
 	testkit.RequireMetric(t, waitLong, m.Messages(metrics.WorkerProcessed), 2.0)
 	require.Equal(t, 1, h.processedEvents(note))
-	require.Equal(t, 2, h.count(`SELECT count(*) FROM inbox`))
+	require.Equal(t, 2, h.count(`SELECT count(*) FROM quill_consumer_inbox`))
 	id := h.eventID(again.Data)
-	r := h.inboxRow(cfg.Consumer, id)
+	r := h.inboxRow(cfg.Consumer.Durable, id)
 	require.Equal(t, 1, r.Duplicates)
 	require.Equal(t, 1, r.Deliveries)
-	require.Equal(t, 0, h.inboxRow(cfg.Consumer, h.eventID(h.createdPayload(other))).Duplicates)
+	require.Equal(t, 0, h.inboxRow(cfg.Consumer.Durable, h.eventID(h.createdPayload(other))).Duplicates)
 
 	// Once more, in a transaction of its own.
 	again.Header.Set(nats.MsgIdHdr, "again-2")
 	_, err = h.js.PublishMsg(t.Context(), again)
 	require.NoError(t, err)
 	testkit.WaitFor(t, waitLong, func() bool { return testkit.Value(m.Messages(metrics.WorkerDuplicate)) == 2 }, "a second duplicate")
-	require.Equal(t, 2, h.inboxRow(cfg.Consumer, id).Duplicates)
+	require.Equal(t, 2, h.inboxRow(cfg.Consumer.Durable, id).Duplicates)
 	require.Equal(t, 1, h.processedEvents(note))
 }
 
@@ -210,7 +211,7 @@ func TestInboxCounts(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	cfg := h.config()
-	cfg.Retries = -1 // every failure is a real redelivery
+	cfg.Consumer.Retries = -1 // every failure is a real redelivery
 	var failed, crashed atomic.Int32
 	m, _ := h.startWorker(cfg, "", worker.WithHooks(worker.Hooks{
 		BeforeProcess: func(_ string, delivery int) error {
@@ -230,7 +231,7 @@ func TestInboxCounts(t *testing.T) {
 	note := h.create("a.txt", "text/plain", []byte("counted"))
 	h.waitStatus(note, worker.StateProcessed)
 	testkit.WaitFor(t, waitLong, func() bool { return testkit.Value(m.Messages(metrics.WorkerDuplicate)) == 1 }, "the redelivery after the crash a duplicate")
-	r := h.inboxRow(cfg.Consumer, h.eventID(h.createdPayload(note)))
+	r := h.inboxRow(cfg.Consumer.Durable, h.eventID(h.createdPayload(note)))
 	require.Equal(t, 3, r.Deliveries, "committed on the third delivery")
 	require.Equal(t, 1, r.Duplicates)
 	require.EqualValues(t, 2, failed.Load())

@@ -21,6 +21,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/quillhq/quill/consumer"
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/dbtest"
 	"github.com/quillhq/quill/internal/eventschema"
@@ -133,9 +134,24 @@ func (h *harness) startRelay() {
 
 // config is a worker configuration with short horizons for tests.
 func (h *harness) config() worker.Config {
-	return worker.Config{Stream: stream.Config{Name: h.stream, SubjectPrefix: h.prefix}, Consumer: "attachment-worker-" + h.suffix,
-		AckWait: 5 * time.Second, Concurrency: 4, MaxDeliver: 10, RetryInterval: 20 * time.Millisecond,
-		NakDelay: 100 * time.Millisecond, MaxNakDelay: 500 * time.Millisecond}
+	return worker.Config{Stream: stream.Config{Name: h.stream, SubjectPrefix: h.prefix}, Consumer: consumer.Config{
+		Durable: "attachment-worker-" + h.suffix, AckWait: 5 * time.Second, Concurrency: 4, MaxDeliver: 10,
+		RetryInterval: 20 * time.Millisecond, NakDelay: 100 * time.Millisecond, MaxNakDelay: 500 * time.Millisecond}}
+}
+
+// deadLetters lists consumer's dead letters, the re-driven ones too when
+// all is set.
+func (h *harness) deadLetters(consumerName string, all bool) ([]consumer.StoredDeadLetter, error) {
+	s, err := consumer.NewStore(h.pool, "")
+	require.NoError(h.t, err)
+	return s.DeadLetters(h.t.Context(), consumer.DeadLetterQuery{Consumer: consumerName, All: all})
+}
+
+// redrive republishes dead letter l.
+func (h *harness) redrive(l consumer.StoredDeadLetter) (*jetstream.PubAck, error) {
+	s, err := consumer.NewStore(h.pool, "")
+	require.NoError(h.t, err)
+	return s.Redrive(h.t.Context(), h.js, l, time.Now())
 }
 
 // startWorker runs a worker with its own pool (on dbURL, default the
@@ -147,7 +163,7 @@ func (h *harness) startWorker(cfg worker.Config, dbURL string, opts ...worker.Op
 	if dbURL == "" {
 		dbURL = h.url
 	}
-	pool, err := db.Open(context.Background(), dbURL, int32(cfg.WithDefaults().Committers+2))
+	pool, err := db.Open(context.Background(), dbURL, int32(cfg.WithDefaults().Consumer.MaxConcurrentBatches+2))
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	nc, _ := h.srv.Connect(t)

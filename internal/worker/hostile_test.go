@@ -14,7 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quillhq/quill/internal/attachment"
-	"github.com/quillhq/quill/internal/deadletter"
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/outbox"
 	"github.com/quillhq/quill/internal/testkit"
@@ -120,18 +119,18 @@ func TestEventTenantMustMatchItsSubject(t *testing.T) {
 	m, _ := h.startWorker(h.config(), "")
 	h.waitStatus(note, worker.StateProcessed)
 	testkit.RequireMetric(t, waitLong, m.Messages(metrics.WorkerDeadLettered), 3.0)
-	letters, err := deadletter.List(t.Context(), h.pool, h.config().Consumer, false)
+	letters, err := h.deadLetters(h.config().Consumer.Durable, false)
 	require.NoError(t, err)
 	require.Len(t, letters, 3)
 	var all strings.Builder
 	for _, l := range letters {
-		all.WriteString(l.Error + "\n")
+		all.WriteString(l.Reason + "\n")
 	}
 	for _, tc := range cases {
 		require.Contains(t, all.String(), tc.reason, tc.name)
 	}
 	require.Equal(t, 1, h.processedEvents(note), "the one real event, once")
-	require.Equal(t, 1, h.count(`SELECT count(*) FROM inbox`))
+	require.Equal(t, 1, h.count(`SELECT count(*) FROM quill_consumer_inbox`))
 }
 
 // An image heavier than the whole decode budget is not decoded and never
@@ -195,8 +194,8 @@ func batchOfFive(t *testing.T, last string) (h *harness, cfg worker.Config, neig
 	t.Helper()
 	h = newHarness(t)
 	cfg = h.batchConfig()
-	cfg.AckWait = 2 * time.Second
-	cfg.BatchWait = 500 * time.Millisecond
+	cfg.Consumer.AckWait = 2 * time.Second
+	cfg.Consumer.MaxBatchWait = 500 * time.Millisecond
 	for i := range 4 {
 		neighbours = append(neighbours, h.create(title(i), "text/plain", []byte("neighbour")))
 	}

@@ -8,7 +8,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/quillhq/quill/internal/deadletter"
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/natstest"
 	"github.com/quillhq/quill/internal/testkit"
@@ -60,11 +59,11 @@ func TestEventForAnotherAttachmentDeadLettered(t *testing.T) {
 	m, _ := h.startWorker(cfg, "")
 
 	testkit.WaitFor(t, waitLong, func() bool { return testkit.Value(m.Messages(metrics.WorkerDeadLettered)) == 1 }, "a dead letter")
-	letters, err := deadletter.List(t.Context(), h.pool, cfg.Consumer, false)
+	letters, err := h.deadLetters(cfg.Consumer.Durable, false)
 	require.NoError(t, err)
 	require.Len(t, letters, 1)
-	require.Contains(t, letters[0].Error, "attachment "+other)
+	require.Contains(t, letters[0].Reason, "attachment "+other)
 	h.waitStatus(note, worker.StateProcessed)
 	require.Equal(t, 1, h.processedEvents(note))
-	require.Equal(t, 1, h.count(`SELECT count(*) FROM inbox`), "the refused event is not remembered")
+	require.Equal(t, 1, h.count(`SELECT count(*) FROM quill_consumer_inbox`), "the refused event is not remembered")
 }

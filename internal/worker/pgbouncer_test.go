@@ -39,7 +39,7 @@ func TestWorkersThroughPgBouncer(t *testing.T) {
 	for _, id := range ids {
 		require.Equal(t, 1, h.processedEvents(id))
 	}
-	require.Equal(t, n, h.count(`SELECT count(*) FROM inbox`))
+	require.Equal(t, n, h.count(`SELECT count(*) FROM quill_consumer_inbox`))
 	testkit.WaitFor(t, waitLong, func() bool {
 		return len(natstest.StreamMessages(t, h.js, h.stream, h.prefix+".*.attachment.processed")) == n
 	}, "every attachment.processed event published")

@@ -23,10 +23,10 @@ func TestOnePullRequestAtATime(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	cfg := h.config()
-	cfg.Concurrency = 128
+	cfg.Consumer.Concurrency = 128
 	m, _ := h.startWorker(cfg, "")
 	waiting := func() int {
-		c, err := h.js.Consumer(t.Context(), h.stream, cfg.Consumer)
+		c, err := h.js.Consumer(t.Context(), h.stream, cfg.Consumer.Durable)
 		require.NoError(t, err)
 		info, err := c.Info(t.Context())
 		require.NoError(t, err)

@@ -17,8 +17,8 @@ func TestInProgressCoversRetries(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	cfg := h.config()
-	cfg.AckWait = time.Second
-	cfg.Retries = 2
+	cfg.Consumer.AckWait = time.Second
+	cfg.Consumer.Retries = 2
 	var (
 		mu         sync.Mutex
 		attempts   int

@@ -352,7 +352,7 @@ func TestRestoreWithinTheDuplicateWindow(t *testing.T) {
 	require.Equal(t, lw.stream, w.streamByID(), "the stream holds exactly what it held before the restore")
 
 	rep, err := audit.Run(t.Context(), w.pool, w.js, "", audit.Config{Stream: stream.Config{Name: w.stream, SubjectPrefix: w.prefix},
-		Consumer: w.config().Consumer, ProcessThreshold: time.Nanosecond})
+		Consumer: w.config().Consumer.Durable, ProcessThreshold: time.Nanosecond})
 	require.NoError(t, err)
 	var unprocessed []string
 	for _, a := range rep.Anomalies {

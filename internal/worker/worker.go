@@ -16,8 +16,8 @@
 // attachments and processes them outside any transaction under the decode
 // budget, putting off the slow ones; Apply locks, re-checks and writes,
 // each event's failure its own; Committed counts, notifies the relays and
-// observes the latency. It keeps its own inbox table (internal/inbox) and
-// dead letters (internal/deadletter), which operators and audits read.
+// observes the latency. Its inbox rows and dead letters are the consumer
+// package's, under its durable name, where operators and audits read them.
 package worker
 
 import (
@@ -42,86 +42,56 @@ import (
 
 	"github.com/quillhq/quill/consumer"
 	"github.com/quillhq/quill/internal/attachment"
-	"github.com/quillhq/quill/internal/deadletter"
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/outbox"
 	"github.com/quillhq/quill/internal/stream"
+	"github.com/quillhq/quill/internal/tracing"
 )
 
-// Defaults of Config.
+// The worker's choices among the consumer package's settings, for its
+// workload: group commits of attachments processed outside the
+// transaction. Every other setting of consumer.Config keeps the package's
+// default.
 const (
-	DefaultConsumer      = "attachment-worker"
-	DefaultMaxDeliver    = 10
-	DefaultAckWait       = 30 * time.Second
-	DefaultConcurrency   = 128
-	DefaultRetries       = 3
-	DefaultRetryInterval = 100 * time.Millisecond
-	DefaultNakDelay      = time.Second
-	DefaultMaxNakDelay   = 30 * time.Second
-	// DefaultMaxAckPending bounds the messages delivered and not yet
-	// acknowledged across every worker process of the consumer; one
-	// process holds at most Concurrency of them.
-	DefaultMaxAckPending = 256
-	// DefaultBatchSize is the most events committed in one transaction.
-	DefaultBatchSize = 64
-	// DefaultBatchBytes bounds the attachment bytes of one transaction.
-	DefaultBatchBytes = 8 << 20
-	// DefaultCommitters is the number of transactions in flight at once.
-	DefaultCommitters = 2
+	// DefaultConsumer is the durable consumer's name (QUILL_CONSUMER),
+	// also the name of its inbox rows and dead letters.
+	DefaultConsumer = "attachment-worker"
+	// DefaultConcurrency is the messages handled at once
+	// (QUILL_WORKER_CONCURRENCY): 128 fill the batches (decision 0018);
+	// SPEC §2 says 4.
+	DefaultConcurrency = 128
+	// BatchSize is the most events committed in one transaction
+	// (consumer.Config.MaxBatch); a batch never holds more than
+	// Concurrency.
+	BatchSize = 64
+	// BatchBytes closes a batch once its attachments' declared sizes reach
+	// it (MaxBatchWeight): the batch's data is in memory until its commit.
+	BatchBytes = 8 << 20
+	// Committers is the group-commit transactions in flight at once, each
+	// on its own connection (MaxConcurrentBatches): a batch ready while
+	// that many commit waits, and grows meanwhile.
+	Committers = 2
+	// BatchWait is how long a batch waits for more events after its first
+	// (MaxBatchWait): a nanosecond takes those waiting when a committer
+	// becomes free, so batches grow with the load and a lone event is not
+	// delayed (the consumer's zero would be its default).
+	BatchWait = time.Nanosecond
 	// DefaultDecodeMemory is the decode budget (SPEC §2): 256 MiB.
 	DefaultDecodeMemory = 268435456
 )
 
 // Config tunes a worker. Every zero field takes its default.
 type Config struct {
+	// Consumer is the consumption's configuration — the consumer
+	// package's, with its defaults: Durable is QUILL_CONSUMER, MaxDeliver
+	// QUILL_MAX_DELIVER, AckWait QUILL_ACK_WAIT, Concurrency
+	// QUILL_WORKER_CONCURRENCY. WithDefaults sets the worker's choices
+	// above where zero; New sets Stream and FilterSubjects from Stream,
+	// the batch weight, the validation, the logger and the clock.
+	Consumer consumer.Config
 	// Stream is the stream consumed; its zero fields take stream's
-	// defaults. Its DuplicateWindow and MaxAge are used only to create the
-	// stream when it does not exist yet (the relay owns its settings).
+	// defaults.
 	Stream stream.Config
-	// Consumer is the durable consumer's name, also the inbox's consumer
-	// (QUILL_CONSUMER). Default attachment-worker.
-	Consumer string
-	// MaxDeliver is the number of deliveries after which a failing message
-	// becomes a dead letter (QUILL_MAX_DELIVER). Default 10.
-	MaxDeliver int
-	// AckWait is the consumer's ack wait (QUILL_ACK_WAIT); a handler
-	// reports progress every third of it. Default 30s.
-	AckWait time.Duration
-	// Concurrency is the number of messages handled at once
-	// (QUILL_WORKER_CONCURRENCY): the messages the one pull consumer
-	// holds, each handler waiting for its message's transaction to commit.
-	// It bounds the group commit: a transaction carries at most
-	// min(Concurrency, BatchSize) events. Default 128.
-	Concurrency int
-	// BatchSize is the most events committed in one transaction
-	// (QUILL_WORKER_BATCH_SIZE); 1 commits every event alone. Default 64.
-	BatchSize int
-	// BatchBytes stops a transaction from taking more events once their
-	// attachments reach this many bytes (declared sizes): the batch's data
-	// is in memory until its transaction commits
-	// (QUILL_WORKER_BATCH_BYTES). Default 8 MiB.
-	BatchBytes int
-	// BatchWait is how long a transaction waits for more events after the
-	// first (QUILL_WORKER_BATCH_WAIT). Default 0: it takes the events
-	// waiting when a committer becomes free, so batches grow with the load
-	// and a lone event is not delayed.
-	BatchWait time.Duration
-	// Committers is the number of group-commit transactions in flight at
-	// once, each on its own connection (QUILL_WORKER_COMMITTERS): a batch
-	// ready while that many commit waits, and grows meanwhile. Default 2.
-	Committers int
-	// MaxAckPending is the consumer's MaxAckPending, at least
-	// Concurrency. Default 256.
-	MaxAckPending int
-	// Retries is how often a transient failure is retried in process
-	// before the message is Nak'ed. Default 3; negative means none.
-	Retries int
-	// RetryInterval is the first in-process retry's delay, doubled each
-	// time. Default 100ms.
-	RetryInterval time.Duration
-	// NakDelay is the redelivery delay after the first failed delivery,
-	// doubled per delivery up to MaxNakDelay. Defaults 1s and 30s.
-	NakDelay, MaxNakDelay time.Duration
 	// DecodeMemory is the budget, in bytes, of the images decoded at once
 	// (QUILL_WORKER_DECODE_MEMORY): each is admitted by its weight read
 	// from its header (attachment.DecodeMemory) and waits until the
@@ -134,53 +104,41 @@ type Config struct {
 	Limits attachment.Limits
 }
 
-// WithDefaults returns c with zero fields set to their defaults.
+// WithDefaults returns c with zero fields set to their defaults: the
+// worker's choices, then the consumer package's.
 func (c Config) WithDefaults() Config {
 	c.Stream = c.Stream.WithDefaults()
-	c.Consumer = cmp.Or(c.Consumer, DefaultConsumer)
-	c.MaxDeliver = cmp.Or(c.MaxDeliver, DefaultMaxDeliver)
-	c.AckWait = cmp.Or(c.AckWait, DefaultAckWait)
-	c.Concurrency = cmp.Or(c.Concurrency, DefaultConcurrency)
-	c.BatchSize = cmp.Or(c.BatchSize, DefaultBatchSize)
-	c.BatchBytes = cmp.Or(c.BatchBytes, DefaultBatchBytes)
-	c.Committers = cmp.Or(c.Committers, DefaultCommitters)
-	c.MaxAckPending = cmp.Or(c.MaxAckPending, DefaultMaxAckPending)
-	c.Retries = cmp.Or(c.Retries, DefaultRetries)
-	c.RetryInterval = cmp.Or(c.RetryInterval, DefaultRetryInterval)
-	c.NakDelay = cmp.Or(c.NakDelay, DefaultNakDelay)
-	c.MaxNakDelay = cmp.Or(c.MaxNakDelay, DefaultMaxNakDelay)
+	cc := &c.Consumer
+	cc.Durable = cmp.Or(cc.Durable, DefaultConsumer)
+	cc.Stream = c.Stream.Name
+	cc.FilterSubjects = []string{c.FilterSubject()}
+	cc.Concurrency = cmp.Or(cc.Concurrency, DefaultConcurrency)
+	cc.MaxBatch = cmp.Or(cc.MaxBatch, BatchSize)
+	cc.MaxBatchWeight = cmp.Or(cc.MaxBatchWeight, BatchBytes)
+	cc.MaxConcurrentBatches = cmp.Or(cc.MaxConcurrentBatches, Committers)
+	cc.MaxBatchWait = cmp.Or(cc.MaxBatchWait, BatchWait)
+	cc.Weight = declaredSize
+	c.Consumer = cc.WithDefaults()
 	c.DecodeMemory = cmp.Or(c.DecodeMemory, DefaultDecodeMemory)
 	c.Limits.MaxPixels = cmp.Or(c.Limits.MaxPixels, attachment.DefaultMaxPixels)
 	return c
 }
 
-// Validate reports a setting that cannot work, naming it.
+// Validate reports a setting that cannot work, naming its variable; the
+// consumer package checks the rest of Consumer when New makes it.
 func (c Config) Validate() error {
+	cc := c.Consumer
 	switch {
-	case c.MaxDeliver < 1:
-		return errors.New("QUILL_MAX_DELIVER must be at least 1")
-	case c.AckWait < time.Second:
-		return fmt.Errorf("QUILL_ACK_WAIT %s must be at least 1s", c.AckWait)
-	case c.Concurrency < 1:
-		return errors.New("QUILL_WORKER_CONCURRENCY must be at least 1")
-	case c.BatchSize < 1:
-		return errors.New("QUILL_WORKER_BATCH_SIZE must be at least 1")
-	case c.BatchBytes < 1:
-		return errors.New("QUILL_WORKER_BATCH_BYTES must be at least 1")
-	case c.BatchWait < 0:
-		return fmt.Errorf("QUILL_WORKER_BATCH_WAIT %s must not be negative", c.BatchWait)
-	case c.BatchWait >= c.AckWait/2:
-		return fmt.Errorf("QUILL_WORKER_BATCH_WAIT %s must be shorter than half of QUILL_ACK_WAIT %s", c.BatchWait, c.AckWait)
-	case c.Committers < 1:
-		return errors.New("QUILL_WORKER_COMMITTERS must be at least 1")
+	case cc.AckWait < time.Second:
+		return fmt.Errorf("QUILL_ACK_WAIT %s must be at least 1s", cc.AckWait)
+	case cc.Concurrency > cc.MaxAckPending:
+		return fmt.Errorf("QUILL_WORKER_CONCURRENCY %d exceeds the consumer's MaxAckPending %d", cc.Concurrency, cc.MaxAckPending)
+	case strings.ContainsAny(cc.Durable, ". *>"):
+		return fmt.Errorf("QUILL_CONSUMER %q must not contain '.', ' ', '*' or '>'", cc.Durable)
 	case c.DecodeMemory < 1:
 		return errors.New("QUILL_WORKER_DECODE_MEMORY must be at least 1")
 	case c.Limits.MaxPixels < 1:
 		return errors.New("QUILL_MAX_PIXELS must be at least 1")
-	case c.Concurrency > c.MaxAckPending:
-		return fmt.Errorf("QUILL_WORKER_CONCURRENCY %d exceeds the consumer's MaxAckPending %d", c.Concurrency, c.MaxAckPending)
-	case strings.ContainsAny(c.Consumer, ". *>"):
-		return fmt.Errorf("QUILL_CONSUMER %q must not contain '.', ' ', '*' or '>'", c.Consumer)
 	}
 	return nil
 }
@@ -191,52 +149,14 @@ func (c Config) FilterSubject() string {
 	return stream.OfType(c.Stream.SubjectPrefix, outbox.TypeNoteCreated)
 }
 
-// progressLimit is how many AckWaits a message is handled, and reported
-// in progress, at most (consumer.Config.HandlerTimeout): more than its
-// attempts can take (a batch's deadline is one AckWait, the retries stop
-// after AckWait/2).
-const progressLimit = 4
-
 // ConsumerConfig is the durable consumer the worker creates or updates
 // (consumer.Config.ConsumerConfig): MaxDeliver unlimited on the server and
 // no server BackOff — the worker counts deliveries itself and writes the
 // dead letter, and spaces redeliveries with its Nak delay (decision 0019).
 func (c Config) ConsumerConfig() jetstream.ConsumerConfig {
-	cc := c.consumerConfig(nil).ConsumerConfig()
+	cc := c.WithDefaults().Consumer.ConsumerConfig()
 	cc.Description = "Quill attachment worker: note.created → attachment processing"
 	return cc
-}
-
-// consumerConfig maps the worker's settings onto the consumer package's:
-// the committers onto concurrent batches, the batch wait onto
-// MaxBatchWait, the batch bytes onto the batch's weight, AckWait onto the
-// batch's deadline.
-func (c Config) consumerConfig(log *slog.Logger) consumer.Config {
-	return consumer.Config{
-		Durable:        c.Consumer,
-		Stream:         c.Stream.Name,
-		FilterSubjects: []string{c.FilterSubject()},
-		Concurrency:    c.Concurrency,
-		AckWait:        c.AckWait,
-		MaxDeliver:     c.MaxDeliver,
-		MaxAckPending:  c.MaxAckPending,
-		Retries:        c.Retries,
-		RetryInterval:  c.RetryInterval,
-		NakDelay:       c.NakDelay,
-		MaxNakDelay:    c.MaxNakDelay,
-		HandlerTimeout: progressLimit * c.AckWait,
-		// The old drain's bound: in-flight messages finish within it.
-		ShutdownTimeout: c.AckWait,
-		MaxBatch:        c.BatchSize,
-		// Zero is "take what is waiting" (the consumer's zero is its
-		// default): a nanosecond is that.
-		MaxBatchWait:         max(c.BatchWait, time.Nanosecond),
-		BatchTimeout:         c.AckWait,
-		MaxConcurrentBatches: c.Committers,
-		Weight:               declaredSize,
-		MaxBatchWeight:       int64(c.BatchBytes),
-		Logger:               log,
-	}
 }
 
 // Hooks let tests act at points a crash could hit. Nil hooks cost nothing.
@@ -265,6 +185,7 @@ type Worker struct {
 	hooks    Hooks
 	now      func() time.Time
 	c        *consumer.Consumer
+	store    *consumer.Store
 	// tracer starts each event's handling span; nil: tracing is off.
 	tracer trace.Tracer
 
@@ -346,12 +267,17 @@ func New(pool *pgxpool.Pool, nc *nats.Conn, cfg Config, log zerolog.Logger, m *m
 		// Counted all the same, on a gauge no registry exports.
 		w.memInUse = prometheus.NewGauge(prometheus.GaugeOpts{Name: "quill_worker_decode_memory_bytes"})
 	}
-	ccfg := cfg.consumerConfig(slog.New(zerolog.NewSlogHandler(log)))
+	store, err := consumer.NewStore(pool, cfg.Consumer.TablePrefix)
+	if err != nil {
+		return nil, err
+	}
+	w.store = store
+	ccfg := cfg.Consumer
+	ccfg.Logger = slog.New(zerolog.NewSlogHandler(log))
 	ccfg.Now = w.now
 	ccfg.Validate = w.validate
 	ccfg.Registerer = w.consumerMetrics
-	ccfg.Inbox = inboxTable{consumer: cfg.Consumer, now: w.now}
-	ccfg.DeadLetters = deadLetterTable{dl: deadletter.New(pool, cfg.Consumer, w.now), m: m, log: log}
+	ccfg.DeadLetters = deadLetterWriter{w}
 	w.c, err = consumer.NewStaged(pool, js, ccfg, consumer.Stages{Prepare: w.prepare, Apply: w.apply, Committed: w.committed})
 	if err != nil {
 		return nil, fmt.Errorf("consumer: %w", err)
@@ -396,18 +322,20 @@ func (w *Worker) Ready(ctx context.Context) error {
 	if cerr := metrics.CheckConnected(ctx, w.nc, w.pool); cerr != nil {
 		return cerr
 	}
-	return fmt.Errorf("NATS: consume %s: %w", w.cfg.Consumer, err)
+	return fmt.Errorf("NATS: consume %s: %w", w.cfg.Consumer.Durable, err)
 }
 
 // Run consumes until ctx ends, then stops fetching, lets the messages in
-// flight finish (and be acknowledged) for up to AckWait, and returns nil.
+// flight finish (and be acknowledged) for up to the consumer's
+// ShutdownTimeout, and returns nil.
 // Until the stream exists and the durable consumer can be created (NATS
 // down, no relay has created the stream yet) it retries with backoff, and
 // Ready says why; it never returns for that. It returns an error when the
 // consumer cannot start or stops on its own.
 func (w *Worker) Run(ctx context.Context) error {
-	w.log.Info().Str("consumer", w.cfg.Consumer).Str("filter", w.cfg.FilterSubject()).Int("concurrency", w.cfg.Concurrency).
-		Int("batch_size", w.cfg.BatchSize).Int("committers", w.cfg.Committers).Msg("starting")
+	cc := w.cfg.Consumer
+	w.log.Info().Str("consumer", cc.Durable).Str("filter", w.cfg.FilterSubject()).Int("concurrency", cc.Concurrency).
+		Int("batch_size", cc.MaxBatch).Int("committers", cc.MaxConcurrentBatches).Msg("starting")
 	err := w.c.Run(ctx)
 	// A processing whose event the shutdown gave up on still holds its
 	// share of the decode budget and a CPU slot; it ends on its own.
@@ -431,4 +359,31 @@ func declaredSize(ev consumer.Event) int64 {
 		return 0
 	}
 	return int64(p.att.size)
+}
+
+// deadLetterWriter writes the worker's dead letters to the consumer
+// package's table, worded as its operators read them (docs/worker.md),
+// counted and logged.
+type deadLetterWriter struct{ w *Worker }
+
+var _ consumer.DeadLetterWriter = deadLetterWriter{}
+
+func (d deadLetterWriter) WriteDeadLetter(ctx context.Context, l consumer.DeadLetter) error {
+	w, dv := d.w, l.Event.Delivery
+	if l.Event.ID == "" {
+		// Not an event: the publisher's message id names it.
+		l.Event.ID = dv.Header.Get(nats.MsgIdHdr)
+	}
+	var past *consumer.TooManyDeliveriesError
+	if errors.As(l.Err, &past) {
+		l.Reason = fmt.Sprintf("delivered %d times, the limit is %d (not processed again)", past.Deliveries, past.Limit)
+	}
+	if err := w.store.WriteDeadLetter(ctx, w.cfg.Consumer.Durable, l, w.now()); err != nil {
+		return err
+	}
+	w.m.Message(metrics.WorkerDeadLettered)
+	w.log.Warn().Ctx(tracing.Extract(ctx, dv.Header.Get("traceparent"), dv.Header.Get("tracestate"))).
+		Str("event_id", l.Event.ID).Int("deliveries", dv.Deliveries).Str("error_category", "dead_letter").
+		Str("reason", l.Reason).Msg("giving up on the message: dead letter recorded")
+	return nil
 }

@@ -16,7 +16,6 @@ import (
 
 	"github.com/quillhq/quill/internal/attachment"
 	"github.com/quillhq/quill/internal/dbtest"
-	"github.com/quillhq/quill/internal/deadletter"
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/natstest"
 	"github.com/quillhq/quill/internal/notes"
@@ -77,7 +76,7 @@ func TestRepublishedEventIsDuplicate(t *testing.T) {
 	testkit.WaitFor(t, waitLong, func() bool { return testkit.Value(m.Messages(metrics.WorkerDuplicate)) == 1 }, "a duplicate")
 	testkit.RequireMetric(t, waitLong, m.Messages(metrics.WorkerProcessed), 1.0)
 	require.Equal(t, 1, h.processedEvents(note))
-	require.Equal(t, 1, h.count(`SELECT count(*) FROM inbox`))
+	require.Equal(t, 1, h.count(`SELECT count(*) FROM quill_consumer_inbox`))
 }
 
 // A crash after the commit and before the acknowledgement: the message is
@@ -86,7 +85,7 @@ func TestCrashBetweenCommitAndAck(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	cfg := h.config()
-	cfg.Retries = -1 // the failure goes back to JetStream: a real redelivery
+	cfg.Consumer.Retries = -1 // the failure goes back to JetStream: a real redelivery
 	var crashed atomic.Int32
 	m, _ := h.startWorker(cfg, "", worker.WithHooks(worker.Hooks{AfterCommit: func(string) error {
 		if crashed.Add(1) == 1 {
@@ -122,7 +121,7 @@ func TestCorruptPNGFails(t *testing.T) {
 
 	// Acknowledged once, never redelivered.
 	testkit.WaitFor(t, waitLong, func() bool {
-		c, err := h.js.Consumer(t.Context(), h.stream, h.config().Consumer)
+		c, err := h.js.Consumer(t.Context(), h.stream, h.config().Consumer.Durable)
 		require.NoError(t, err)
 		info, err := c.Info(t.Context())
 		require.NoError(t, err)
@@ -144,7 +143,7 @@ func TestDeletedNoteSkipped(t *testing.T) {
 	require.Equal(t, "pending", r.Status)
 	require.Equal(t, worker.ReasonNoteDeleted, *r.Reason)
 	require.Equal(t, 0, h.processedEvents(note))
-	require.Equal(t, 1, h.count(`SELECT count(*) FROM inbox`))
+	require.Equal(t, 1, h.count(`SELECT count(*) FROM quill_consumer_inbox`))
 
 	// The create's lookup says why its attachment stays pending.
 	var key string
@@ -171,7 +170,7 @@ func TestDatabaseOutageRetried(t *testing.T) {
 	cfg := h.config()
 	// The 3 s outage takes about 7 deliveries with the test's short Nak
 	// delays; the limit is not what this test is about.
-	cfg.MaxDeliver = 50
+	cfg.Consumer.MaxDeliver = 50
 	m, _ := h.startWorker(cfg, proxied)
 	first := h.create("first.txt", "text/plain", []byte("before"))
 	h.waitStatus(first, worker.StateProcessed)
@@ -214,8 +213,8 @@ func TestMaxDeliverDeadLetterThenRedrive(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	cfg := h.config()
-	cfg.MaxDeliver = 3
-	cfg.Retries = -1
+	cfg.Consumer.MaxDeliver = 3
+	cfg.Consumer.Retries = -1
 	var broken atomic.Bool
 	broken.Store(true)
 	var deliveries atomic.Int32
@@ -228,26 +227,26 @@ func TestMaxDeliverDeadLetterThenRedrive(t *testing.T) {
 	}}))
 	note := h.create("a.txt", "text/plain", []byte("dead letter"))
 	testkit.WaitFor(t, waitLong, func() bool { return testkit.Value(m.Messages(metrics.WorkerDeadLettered)) == 1 }, "a dead letter")
-	letters, err := deadletter.List(t.Context(), h.pool, cfg.Consumer, false)
+	letters, err := h.deadLetters(cfg.Consumer.Durable, false)
 	require.NoError(t, err)
 	require.Len(t, letters, 1)
 	l := letters[0]
 	require.Equal(t, 3, l.Deliveries)
-	require.Contains(t, l.Error, "injected failure")
+	require.Contains(t, l.Reason, "injected failure")
 	require.Equal(t, h.prefix+"."+h.tenant+".note.created", l.Subject)
 	require.EqualValues(t, 3, deliveries.Load())
 	require.Equal(t, "pending", h.attachment(note).Status)
 
 	broken.Store(false)
-	_, ack, err := deadletter.Redrive(t.Context(), h.pool, h.js, l.ID, time.Now())
+	ack, err := h.redrive(l)
 	require.NoError(t, err)
 	require.False(t, ack.Duplicate)
 	h.waitStatus(note, worker.StateProcessed)
 	require.Equal(t, 1, h.processedEvents(note))
-	letters, err = deadletter.List(t.Context(), h.pool, cfg.Consumer, false)
+	letters, err = h.deadLetters(cfg.Consumer.Durable, false)
 	require.NoError(t, err)
 	require.Empty(t, letters)
-	all, err := deadletter.List(t.Context(), h.pool, cfg.Consumer, true)
+	all, err := h.deadLetters(cfg.Consumer.Durable, true)
 	require.NoError(t, err)
 	require.Len(t, all, 1)
 	require.NotNil(t, all[0].RetriedAt)
@@ -266,13 +265,13 @@ func TestUnparseableEventDeadLettered(t *testing.T) {
 	_, err := h.js.PublishMsg(t.Context(), msg)
 	require.NoError(t, err)
 	testkit.WaitFor(t, waitLong, func() bool { return testkit.Value(m.Messages(metrics.WorkerDeadLettered)) == 1 }, "a dead letter")
-	letters, err := deadletter.List(t.Context(), h.pool, cfg.Consumer, false)
+	letters, err := h.deadLetters(cfg.Consumer.Durable, false)
 	require.NoError(t, err)
 	require.Len(t, letters, 1)
 	require.Equal(t, 1, letters[0].Deliveries)
 	require.Equal(t, "garbage-1", letters[0].EventID)
 	require.Equal(t, "{not json", string(letters[0].Payload))
-	require.Contains(t, letters[0].Error, "unparseable event")
+	require.Contains(t, letters[0].Reason, "unparseable event")
 }
 
 // Two workers with concurrency 4 on 500 attachments: each processed once.
@@ -291,7 +290,7 @@ func TestTwoWorkers500Attachments(t *testing.T) {
 	testkit.WaitFor(t, 2*waitLong, func() bool {
 		return h.count(`SELECT count(*) FROM attachments WHERE status = 'processed'`) == n
 	}, "500 attachments processed")
-	require.Equal(t, n, h.count(`SELECT count(*) FROM inbox`))
+	require.Equal(t, n, h.count(`SELECT count(*) FROM quill_consumer_inbox`))
 	require.Equal(t, n, h.count(`SELECT count(DISTINCT aggregate_id) FROM outbox_events WHERE type = 'attachment.processed'`))
 	require.Equal(t, n, h.count(`SELECT count(*) FROM outbox_events WHERE type = 'attachment.processed'`))
 	p1, p2 := testkit.Value(m1.Messages(metrics.WorkerProcessed)), testkit.Value(m2.Messages(metrics.WorkerProcessed))
@@ -335,7 +334,7 @@ func TestShutdownFinishesInFlight(t *testing.T) {
 	}
 	require.Equal(t, worker.StateProcessed, h.attachment(note).Status)
 	testkit.RequireMetric(t, waitLong, m.Messages(metrics.WorkerProcessed), 1.0)
-	c, err := h.js.Consumer(context.Background(), h.stream, cfg.Consumer)
+	c, err := h.js.Consumer(context.Background(), h.stream, cfg.Consumer.Durable)
 	require.NoError(t, err)
 	info, err := c.Info(context.Background())
 	require.NoError(t, err)

@@ -1,0 +1,61 @@
+package consumer_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quillhq/quill/consumer"
+	"github.com/quillhq/quill/internal/dbtest"
+)
+
+// Two consumers on one database keep their inbox rows apart; each copy of
+// an event beyond the first, in one transaction or a later one, is
+// counted in its row's duplicates; expired rows go, every consumer's.
+func TestStoreInboxOfSeveralConsumers(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool, err := pgxpool.New(ctx, dbtest.EmptySchema(t))
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	require.NoError(t, consumer.Migrate(ctx, pool))
+	store, err := consumer.NewStore(pool, "")
+	require.NoError(t, err)
+	ev := func(id string, deliveries int) consumer.Event {
+		return consumer.Event{ID: id, Type: "quill.note.created.v1", Delivery: consumer.Delivery{StreamSeq: 7, Deliveries: deliveries}}
+	}
+	record := func(durable string, events ...consumer.Event) []bool {
+		var fresh []bool
+		require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			fresh, err = store.RecordInbox(ctx, tx, durable, time.Now(), events)
+			return err
+		}))
+		return fresh
+	}
+	counts := func(durable, id string) (deliveries, duplicates int) {
+		require.NoError(t, pool.QueryRow(ctx, `SELECT deliveries, duplicates FROM quill_consumer_inbox WHERE consumer = $1 AND event_id = $2`,
+			durable, id).Scan(&deliveries, &duplicates))
+		return deliveries, duplicates
+	}
+	a, b := uuid.NewString(), uuid.NewString()
+
+	require.Equal(t, []bool{true, false, true}, record("search", ev(a, 3), ev(a, 1), ev(b, 1)))
+	d, dups := counts("search", a)
+	require.Equal(t, [2]int{3, 1}, [2]int{d, dups}, "the copy in the same batch is a duplicate")
+	require.Equal(t, []bool{true}, record("webhooks", ev(a, 1)), "another consumer's row is its own")
+	require.Equal(t, []bool{false, true}, record("search", ev(a, 5), ev(uuid.NewString(), 1)))
+	d, dups = counts("search", a)
+	require.Equal(t, [2]int{3, 2}, [2]int{d, dups}, "the delivery that committed stays; the redelivery counts")
+	_, dups = counts("webhooks", a)
+	require.Zero(t, dups)
+
+	_, err = pool.Exec(ctx, `UPDATE quill_consumer_inbox SET processed_at = now() - interval '2 hours' WHERE event_id = $1`, a)
+	require.NoError(t, err)
+	n, err := store.DeleteExpiredInbox(ctx, time.Hour, 100)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, n, "both consumers' expired rows")
+}
