@@ -40,7 +40,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/quillhq/quill/internal/opkey"
+	"github.com/quillhq/quill/contract/opkey"
 	"github.com/quillhq/quill/internal/wait"
 )
 

@@ -16,7 +16,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/quillhq/quill/internal/opkey"
+	"github.com/quillhq/quill/contract/opkey"
 	"github.com/quillhq/quill/internal/wait"
 )
 

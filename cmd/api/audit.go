@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/quillhq/quill/contract/opkey"
 	"github.com/quillhq/quill/internal/audit"
 	"github.com/quillhq/quill/internal/auth"
 	"github.com/quillhq/quill/internal/cli"
@@ -19,7 +20,6 @@ import (
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/natsconn"
 	"github.com/quillhq/quill/internal/notes"
-	"github.com/quillhq/quill/internal/opkey"
 	"github.com/quillhq/quill/internal/retention"
 )
 

@@ -19,11 +19,11 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/quillhq/quill/client"
+	"github.com/quillhq/quill/contract/opkey"
 	"github.com/quillhq/quill/internal/cli"
 	"github.com/quillhq/quill/internal/config"
 	"github.com/quillhq/quill/internal/httpserve"
 	"github.com/quillhq/quill/internal/mcpserver"
-	"github.com/quillhq/quill/internal/opkey"
 )
 
 func (e *env) set(name, synopsis string) *config.Set {

@@ -10,10 +10,10 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/quillhq/quill/contract/opkey"
 	"github.com/quillhq/quill/internal/audit"
 	"github.com/quillhq/quill/internal/auth"
 	"github.com/quillhq/quill/internal/db"
-	"github.com/quillhq/quill/internal/opkey"
 )
 
 // Lookup kinds: what the operator typed beside the tenant.

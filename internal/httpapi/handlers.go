@@ -14,8 +14,8 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/google/uuid"
 
+	"github.com/quillhq/quill/contract/opkey"
 	"github.com/quillhq/quill/internal/notes"
-	"github.com/quillhq/quill/internal/opkey"
 	"github.com/quillhq/quill/internal/problem"
 )
 

@@ -30,7 +30,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/quillhq/quill/client"
-	"github.com/quillhq/quill/internal/opkey"
+	"github.com/quillhq/quill/contract/opkey"
 )
 
 // Write states, as the CLI prints them.

@@ -16,9 +16,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 
+	"github.com/quillhq/quill/contract/opkey"
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/idempotency"
-	"github.com/quillhq/quill/internal/opkey"
 	"github.com/quillhq/quill/internal/outbox"
 )
 

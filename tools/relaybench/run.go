@@ -22,11 +22,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/quillhq/quill/contract/opkey"
 	"github.com/quillhq/quill/internal/cli"
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/measure"
 	"github.com/quillhq/quill/internal/notes"
-	"github.com/quillhq/quill/internal/opkey"
 	"github.com/quillhq/quill/internal/outbox"
 	"github.com/quillhq/quill/internal/stream"
 )
