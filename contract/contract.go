@@ -122,7 +122,7 @@ const (
 func Actions() []string { return []string{ActionCreateNote, ActionDeleteNote} }
 
 // Idempotency outcomes of a write, the outcome label of
-// quill_idempotency_requests_total (SPEC §9).
+// quill_idempotency_requests_total (SPEC §8).
 const (
 	OutcomeExecuted   = "executed"
 	OutcomeReplayed   = "replayed"

@@ -115,25 +115,44 @@ func TestNotePath(t *testing.T) {
 func TestValidTenant(t *testing.T) {
 	t.Parallel()
 	re := regexp.MustCompile(contract.TenantPattern)
-	for _, tc := range []struct {
+	tests := []struct {
 		name string
 		ok   bool
 	}{
-		{"acme", true},
 		{"a", true},
 		{"0", true},
+		{"acme", true},
+		{"acme-corp", true},
 		{"acme-2", true},
+		{"9lives", true},
+		{"a-", true},
+		{"a--b", true},
 		{strings.Repeat("a", 63), true},
-		{strings.Repeat("a", 64), false},
+		{"x" + strings.Repeat("-", 62), true},
+
 		{"", false},
+		{strings.Repeat("a", 64), false},
 		{"-acme", false},
 		{"Acme", false},
-		{"ac.me", false},
+		{"ACME", false},
+		{"ac_me", false},
+		{"ac.me", false}, // a NATS subject separator
+		{"ac*", false},   // NATS wildcards
+		{"ac>", false},
 		{"ac me", false},
+		{" acme", false},
+		{"acme ", false},
 		{"acme\n", false},
-		{"*", false},
-	} {
-		require.Equal(t, tc.ok, contract.ValidTenant(tc.name), "%q", tc.name)
-		require.Equal(t, tc.ok, re.MatchString(tc.name), "%q", tc.name)
+		{"\nacme", false},
+		{"acme\x00", false},
+		{"acmé", false},
+		{"acme/other", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, tt.ok, contract.ValidTenant(tt.name), "%q", tt.name)
+			require.Equal(t, tt.ok, re.MatchString(tt.name), "TenantPattern: %q", tt.name)
+		})
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/quillhq/quill/client"
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/contract/opkey"
 	"github.com/quillhq/quill/internal/cli"
 	"github.com/quillhq/quill/internal/config"
@@ -235,7 +236,7 @@ func (e *env) opsGet(ctx context.Context, args []string) error {
 	}
 	op, err := cl.GetOperation(ctx, key)
 	var p *client.Problem
-	if errors.As(err, &p) && p.Code == "operation_not_found" {
+	if errors.As(err, &p) && p.Code == contract.CodeOpNotFound {
 		// An answer, not a failure: nothing with this key is recorded or
 		// executing; sending the write again with it executes it.
 		if c.json {
