@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"time"
 )
 
 // Event types, as subjects name them (<prefix>.<tenant>.<aggregate>.<event>)
@@ -208,3 +209,18 @@ const (
 	// RetryNo: the answer is final for this key.
 	RetryNo = "no"
 )
+
+// FormatDuration writes d as the API writes a duration (GET /v1/limits) and
+// the client quotes one back: a Go duration without the zero minutes and
+// seconds time.Duration.String appends (720h, 90m → 1h30m, 1h0m30s, 1.5s).
+// time.ParseDuration reads the result back to d.
+func FormatDuration(d time.Duration) string {
+	s := d.String()
+	if t, ok := strings.CutSuffix(s, "m0s"); ok {
+		s = t + "m"
+	}
+	if t, ok := strings.CutSuffix(s, "h0m"); ok {
+		s = t + "h"
+	}
+	return s
+}
