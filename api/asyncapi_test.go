@@ -16,10 +16,9 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/quillhq/quill/api"
-	"github.com/quillhq/quill/internal/auth"
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/outbox"
 	"github.com/quillhq/quill/internal/stream"
-	"github.com/quillhq/quill/internal/testkit"
 )
 
 // The parts of api/asyncapi.yaml the tests hold to the code. The document's
@@ -105,13 +104,13 @@ func asyncModel(t *testing.T) asyncDoc {
 	return d
 }
 
-// eventTypes returns the values of internal/outbox's Type constants: every
-// event type the code emits. Read from the source, so that a type added
-// there without a channel here fails the test.
+// eventTypes returns every event type the code emits (contract's Event
+// constants, which contract's own test holds equal to EventTypes), so that
+// a type added there without a channel here fails the test.
 func eventTypes(t *testing.T) []string {
 	t.Helper()
-	types := testkit.StringConstants(t, "../internal/outbox/outbox.go", "Type")
-	require.Contains(t, types, outbox.TypeNoteCreated, "the parse found outbox's type constants")
+	types := contract.EventTypes()
+	require.Contains(t, types, contract.EventNoteCreated)
 	return types
 }
 
@@ -137,8 +136,8 @@ func TestAsyncAPIChannelsAreTheSubjectsAndTypesTheCodeEmits(t *testing.T) {
 		byAddress[ch.Address] = name
 	}
 	for _, typ := range types {
-		ceType := outbox.CloudEventType(typ)
-		address := stream.Subject("{prefix}", "{tenant}", typ)
+		ceType := contract.CloudEventType(typ)
+		address := contract.Subject("{prefix}", "{tenant}", typ)
 		chName, ok := byAddress[address]
 		require.True(t, ok, "a channel at %s for %s", address, ceType)
 		ch := d.Channels[chName]
@@ -160,7 +159,7 @@ func TestAsyncAPIChannelsAreTheSubjectsAndTypesTheCodeEmits(t *testing.T) {
 			require.Len(t, m.Payload.AllOf, 2, chName)
 			require.Equal(t, "#/components/schemas/CloudEvent", m.Payload.AllOf[0].Ref, chName)
 			require.Equal(t, ceType, m.Payload.AllOf[1].Properties.Type.Const, "%s: the payload's type", chName)
-			require.Equal(t, outbox.DataSchema(typ), m.Payload.AllOf[1].Properties.DataSchema.Const, "%s: the payload's dataschema", chName)
+			require.Equal(t, contract.DataSchema(typ), m.Payload.AllOf[1].Properties.DataSchema.Const, "%s: the payload's dataschema", chName)
 			schema := "schemas/" + ceType + ".json"
 			require.Equal(t, schema, m.Payload.AllOf[1].Properties.Data.Ref, "%s: data by reference to its schema", chName)
 			require.FileExists(t, schema)
@@ -193,7 +192,7 @@ func TestAsyncAPIStreamIsTheOneTheRelayProvisions(t *testing.T) {
 		require.Equal(t, "nats", srv.Protocol, name)
 		st := srv.Stream
 		require.Equal(t, sc.Name, st.Name)
-		require.Equal(t, []string{stream.All("{prefix}")}, st.Subjects)
+		require.Equal(t, []string{contract.AllSubjects("{prefix}")}, st.Subjects)
 		require.True(t, strings.EqualFold(sc.Storage.String(), st.Storage), "storage %s, want %s", st.Storage, sc.Storage)
 		dup, err := time.ParseDuration(st.Duplicates)
 		require.NoError(t, err)
@@ -216,7 +215,7 @@ func TestAsyncAPITenantPatternIsTheAPIs(t *testing.T) {
 	names := []string{"acme", "a", "0", "a-b", "0-", "tenant-42", strings.Repeat("a", 63), strings.Repeat("a", 64),
 		"", "-a", "A", "Acme", "a.b", "a*", "a>", "a b", "a_b", "ünï", "a\n"}
 	for _, n := range names {
-		require.Equal(t, auth.ValidTenant(n), re.MatchString(n), "tenant %q", n)
+		require.Equal(t, contract.ValidTenant(n), re.MatchString(n), "tenant %q", n)
 	}
 	require.Equal(t, "^/tenants/"+strings.TrimPrefix(pattern, "^"), d.Components.Schemas.CloudEvent.Properties.Source.Pattern)
 }
@@ -227,7 +226,7 @@ func TestAsyncAPIAttributesAreTheEnvelopes(t *testing.T) {
 	t.Parallel()
 	d := asyncModel(t)
 	var ce map[string]json.RawMessage
-	env, err := outbox.Envelope(outbox.Event{Tenant: "acme", Type: outbox.TypeNoteDeleted, Time: time.Now(), Data: map[string]any{}})
+	env, err := outbox.Envelope(outbox.Event{Tenant: "acme", Type: contract.EventNoteDeleted, Time: time.Now(), Data: map[string]any{}})
 	require.NoError(t, err)
 	require.NoError(t, json.Unmarshal(env, &ce))
 	require.ElementsMatch(t, sortedKeys(ce), d.Components.Schemas.CloudEvent.Required,

@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quillhq/quill/api"
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/eventschema"
-	"github.com/quillhq/quill/internal/outbox"
 )
 
 // There is a schema for exactly the event types the code writes, each a
@@ -18,12 +18,12 @@ import (
 func TestSchemas(t *testing.T) {
 	t.Parallel()
 	var want []string
-	for _, typ := range []string{outbox.TypeAttachmentProcessed, outbox.TypeNoteCreated, outbox.TypeNoteDeleted} {
-		want = append(want, outbox.CloudEventType(typ))
+	for _, typ := range []string{contract.EventAttachmentProcessed, contract.EventNoteCreated, contract.EventNoteDeleted} {
+		want = append(want, contract.CloudEventType(typ))
 	}
 	require.Equal(t, want, api.SchemaTypes())
-	for _, typ := range []string{outbox.TypeAttachmentProcessed, outbox.TypeNoteCreated, outbox.TypeNoteDeleted} {
-		raw, err := api.Schema(outbox.CloudEventType(typ))
+	for _, typ := range []string{contract.EventAttachmentProcessed, contract.EventNoteCreated, contract.EventNoteDeleted} {
+		raw, err := api.Schema(contract.CloudEventType(typ))
 		require.NoError(t, err, typ)
 		var s struct {
 			Schema               string   `json:"$schema"`
@@ -34,7 +34,7 @@ func TestSchemas(t *testing.T) {
 		}
 		require.NoError(t, json.Unmarshal(raw, &s, json.RejectUnknownMembers(false)), typ)
 		require.Equal(t, "https://json-schema.org/draft/2020-12/schema", s.Schema, typ)
-		require.Equal(t, outbox.DataSchema(typ), s.ID, typ)
+		require.Equal(t, contract.DataSchema(typ), s.ID, typ)
 		require.Equal(t, "object", s.Type, typ)
 		require.NotEmpty(t, s.Required, typ)
 		// Open on purpose (decision 0051): a consumer holding this file

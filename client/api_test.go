@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quillhq/quill/client"
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/apitest"
 	"github.com/quillhq/quill/internal/faultproxy"
 )
@@ -104,8 +105,8 @@ func TestOutcomeUnknownCarriesTheKeyAndTheSameKeyFinishesIt(t *testing.T) {
 	require.Equal(t, 1, b.api.Notes(t, "unknown"))
 	op, err := c.GetOperation(t.Context(), u.Key)
 	require.NoError(t, err)
-	require.Equal(t, client.OperationCompleted, op.State)
-	require.Equal(t, client.ActionCreateNote, op.Action)
+	require.Equal(t, contract.OperationCompleted, op.State)
+	require.Equal(t, contract.ActionCreateNote, op.Action)
 }
 
 func TestHungServerHonoursTheDeadline(t *testing.T) {
@@ -263,7 +264,7 @@ func TestJournalledOperationResumesAfterACrash(t *testing.T) {
 	require.ErrorIs(t, err, client.ErrOutcomeUnknown)
 
 	// And one that died after journalling, before sending.
-	_, err = j.Begin(t.Context(), client.JournalEntry{Key: "crash-2", Action: client.ActionCreateNote,
+	_, err = j.Begin(t.Context(), client.JournalEntry{Key: "crash-2", Action: contract.ActionCreateNote,
 		Params: []byte(`{"title":"crash before send"}`), CreatedAt: time.Now()})
 	require.NoError(t, err)
 
@@ -311,7 +312,7 @@ func TestKeyOlderThanRetentionIsNeverResent(t *testing.T) {
 	})
 	j, err := client.OpenFileJournal(t.TempDir())
 	require.NoError(t, err)
-	_, err = j.Begin(t.Context(), client.JournalEntry{Key: "old-1", Action: client.ActionCreateNote,
+	_, err = j.Begin(t.Context(), client.JournalEntry{Key: "old-1", Action: contract.ActionCreateNote,
 		Params: []byte(`{"title":"old"}`), CreatedAt: time.Now().Add(-721 * time.Hour)})
 	require.NoError(t, err)
 	c, err := client.New(client.Config{BaseURL: api.URL, Token: api.Token, Journal: j})

@@ -40,7 +40,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/quillhq/quill/internal/opkey"
+	"github.com/quillhq/quill/contract"
+	"github.com/quillhq/quill/contract/opkey"
 	"github.com/quillhq/quill/internal/wait"
 )
 
@@ -104,11 +105,6 @@ type Config struct {
 	Journal Journal
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
-	// Rand returns a number in [0, 1) for jitter. Default math/rand/v2.
-	Rand func() float64
-	// NewKey makes an operation key for a write without one. Default: a
-	// UUIDv7 string.
-	NewKey func() string
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -129,12 +125,6 @@ func (c Config) WithDefaults() Config {
 	c.MaxRetryAfter = cmp.Or(c.MaxRetryAfter, DefaultMaxRetryAfter)
 	if c.Now == nil {
 		c.Now = time.Now
-	}
-	if c.Rand == nil {
-		c.Rand = rand.Float64
-	}
-	if c.NewKey == nil {
-		c.NewKey = func() string { return uuid.Must(uuid.NewV7()).String() }
 	}
 	return c
 }
@@ -194,7 +184,7 @@ func WithFirstSent(t time.Time) WriteOption { return func(o *writeOpts) { o.firs
 
 // NewKey returns a fresh operation key, for a caller that wants to hold the
 // key of an intent before its first call.
-func (c *Client) NewKey() string { return c.cfg.NewKey() }
+func (c *Client) NewKey() string { return uuid.Must(uuid.NewV7()).String() }
 
 // CreateNote creates a note as one operation (POST /v1/notes). It returns
 // a *RefusedError for a final refusal (validation, 422 key reused, ...), an
@@ -206,7 +196,7 @@ func (c *Client) CreateNote(ctx context.Context, n NewNote, opts ...WriteOption)
 		return nil, fmt.Errorf("encode note: %w", err)
 	}
 	var out Created
-	w, err := c.write(ctx, ActionCreateNote, http.MethodPost, "/v1/notes", params, &out.Note, opts)
+	w, err := c.write(ctx, contract.ActionCreateNote, http.MethodPost, contract.NotesPath, params, &out.Note, opts)
 	out.Write = w
 	if err != nil {
 		return nil, err
@@ -222,7 +212,7 @@ func (c *Client) DeleteNote(ctx context.Context, id string, opts ...WriteOption)
 		return nil, fmt.Errorf("encode delete: %w", err)
 	}
 	var out Deleted
-	w, err := c.write(ctx, ActionDeleteNote, http.MethodDelete, "/v1/notes/"+url.PathEscape(id), params, &out.Deletion, opts)
+	w, err := c.write(ctx, contract.ActionDeleteNote, http.MethodDelete, contract.NotePath(id), params, &out.Deletion, opts)
 	out.Write = w
 	if err != nil {
 		return nil, err
@@ -238,7 +228,7 @@ type deleteParams struct {
 // with code not_found.
 func (c *Client) GetNote(ctx context.Context, id string) (*Note, error) {
 	var n Note
-	if _, err := c.read(ctx, "/v1/notes/"+url.PathEscape(id), &n); err != nil {
+	if _, err := c.read(ctx, contract.NotePath(id), &n); err != nil {
 		return nil, err
 	}
 	return &n, nil
@@ -261,7 +251,7 @@ func (c *Client) ListNotes(ctx context.Context, o ListOptions) (*NoteList, error
 	if o.Cursor != "" {
 		q.Set("cursor", o.Cursor)
 	}
-	path := "/v1/notes"
+	path := contract.NotesPath
 	if len(q) > 0 {
 		path += "?" + q.Encode()
 	}
@@ -368,7 +358,7 @@ func syntheticProblem(a answer) *Problem {
 	if len(detail) > 200 {
 		detail = detail[:200] + "…"
 	}
-	return &Problem{Status: a.status, Title: http.StatusText(a.status), Detail: detail, Retry: RetryNo}
+	return &Problem{Status: a.status, Title: http.StatusText(a.status), Detail: detail, Retry: contract.RetryNo}
 }
 
 // attemptLoop sends a request until it is done, refused or out of attempts
@@ -393,7 +383,7 @@ func (c *Client) attemptLoop(parent, ctx context.Context, method, path, key stri
 		if v == verdictDone || v == verdictRefused || v == verdictStop || tries == c.cfg.Attempts {
 			break
 		}
-		delay := backoff(tries, c.cfg.BaseDelay, c.cfg.MaxDelay, c.cfg.Rand)
+		delay := backoff(tries, c.cfg.BaseDelay, c.cfg.MaxDelay, rand.Float64)
 		var ra time.Duration
 		switch {
 		case a.problem != nil:
@@ -452,7 +442,7 @@ func (c *Client) write(ctx context.Context, action, method, path string, params 
 	}
 	key := o.key
 	if key == "" {
-		key = c.cfg.NewKey()
+		key = c.NewKey()
 	}
 	key, err := opkey.Parse(key)
 	if err != nil {
@@ -479,7 +469,7 @@ func (c *Client) write(ctx context.Context, action, method, path string, params 
 		}
 	}
 	body := params
-	if action == ActionDeleteNote {
+	if action == contract.ActionDeleteNote {
 		body = nil
 	}
 
@@ -535,11 +525,11 @@ func (c *Client) write(ctx context.Context, action, method, path string, params 
 	case lerr != nil:
 		unknown.Lookup = "failed"
 		var p *Problem
-		if errors.As(lerr, &p) && p.Code == "operation_not_found" {
+		if errors.As(lerr, &p) && p.Code == contract.CodeOpNotFound {
 			unknown.Lookup = "not_found"
 		}
 		return w, unknown
-	case op.State != OperationCompleted || op.Response == nil:
+	case op.State != contract.OperationCompleted || op.Response == nil:
 		unknown.Lookup = "in_progress"
 		return w, unknown
 	}
@@ -555,7 +545,7 @@ func (c *Client) write(ctx context.Context, action, method, path string, params 
 	}
 	p := parseProblem("application/problem+json", op.Response.Body, st)
 	if p == nil {
-		p = &Problem{Status: st, Retry: RetryNo, Detail: string(op.Response.Body)}
+		p = &Problem{Status: st, Retry: contract.RetryNo, Detail: string(op.Response.Body)}
 	}
 	c.settle(ctx, key, Settlement{State: StateRefused, Status: st, Body: op.Response.Body})
 	return w, &RefusedError{Key: key, Replayed: true, Problem: p}
@@ -578,7 +568,7 @@ func (c *Client) lookupSettled(ctx context.Context, key string) (*Operation, err
 			}
 			op.Raw = a.body
 			return op, nil
-		case a.err == nil && a.problem != nil && (a.problem.Code == "operation_not_found" || a.problem.Retry != RetrySameKey):
+		case a.err == nil && a.problem != nil && (a.problem.Code == contract.CodeOpNotFound || a.problem.Retry != contract.RetrySameKey):
 			// operation_in_progress, rate_limited and unavailable
 			// (same_key) are answers for now; anything else, and
 			// operation_not_found, is the lookup's answer.
@@ -588,7 +578,7 @@ func (c *Client) lookupSettled(ctx context.Context, key string) (*Operation, err
 		default:
 			err = fmt.Errorf("lookup: HTTP %d", a.status)
 		}
-		if i >= 3 || !wait.For(ctx, backoff(i, c.cfg.BaseDelay, c.cfg.MaxDelay, c.cfg.Rand)) {
+		if i >= 3 || !wait.For(ctx, backoff(i, c.cfg.BaseDelay, c.cfg.MaxDelay, rand.Float64)) {
 			return nil, err
 		}
 	}

@@ -16,7 +16,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/quillhq/quill/internal/opkey"
+	"github.com/quillhq/quill/contract"
+	"github.com/quillhq/quill/contract/opkey"
 	"github.com/quillhq/quill/internal/wait"
 )
 
@@ -543,7 +544,7 @@ func checkEntry(e JournalEntry) error {
 	if _, err := opkey.Parse(e.Key); err != nil || strings.HasPrefix(e.Key, `"`) {
 		return fmt.Errorf("journal entry: bad key %q", e.Key)
 	}
-	if e.Action != ActionCreateNote && e.Action != ActionDeleteNote {
+	if e.Action != contract.ActionCreateNote && e.Action != contract.ActionDeleteNote {
 		return fmt.Errorf("journal entry: unknown action %q", e.Action)
 	}
 	if !json.Valid(e.Params) {

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/quillhq/quill/contract"
 )
 
 // BenchmarkJournalCreateNote measures the journal's work in one MCP
@@ -31,7 +33,7 @@ func BenchmarkJournalCreateNote(b *testing.B) {
 				if _, err := j.Unsettled(ctx); err != nil {
 					b.Fatal(err)
 				}
-				e := JournalEntry{Key: key, Action: ActionCreateNote, Params: params, CreatedAt: at}
+				e := JournalEntry{Key: key, Action: contract.ActionCreateNote, Params: params, CreatedAt: at}
 				for range 2 {
 					if _, err := j.Begin(ctx, e); err != nil {
 						b.Fatal(err)
@@ -55,7 +57,7 @@ func seedSettled(b *testing.B, j *FileJournal, n int) {
 	b.Helper()
 	at := time.Now().UTC().Add(-time.Hour)
 	for i := range n {
-		e := JournalEntry{Key: fmt.Sprintf("seed-%d", i), Action: ActionCreateNote,
+		e := JournalEntry{Key: fmt.Sprintf("seed-%d", i), Action: contract.ActionCreateNote,
 			Params: json.RawMessage(fmt.Sprintf(`{"title":"seeded note %d","body":"some words of a body"}`, i)), CreatedAt: at,
 			Settled: &Settlement{State: StateCompleted, Status: 201, Body: json.RawMessage(`{"id":"x"}`), At: at}}
 		rec, err := MarshalRecord(e)

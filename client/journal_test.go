@@ -9,10 +9,12 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/quillhq/quill/contract"
 )
 
 func entry(key string) JournalEntry {
-	return JournalEntry{Key: key, Action: ActionCreateNote, Params: json.RawMessage(`{"title":"t"}`),
+	return JournalEntry{Key: key, Action: contract.ActionCreateNote, Params: json.RawMessage(`{"title":"t"}`),
 		CreatedAt: time.Date(2026, 10, 14, 12, 0, 0, 0, time.UTC)}
 }
 
@@ -156,11 +158,11 @@ func TestJournalRefusesBadEntries(t *testing.T) {
 	j, err := OpenFileJournal(t.TempDir())
 	require.NoError(t, err)
 	for _, e := range []JournalEntry{
-		{Key: "", Action: ActionCreateNote, Params: json.RawMessage(`{}`), CreatedAt: time.Now()},
-		{Key: "has space", Action: ActionCreateNote, Params: json.RawMessage(`{}`), CreatedAt: time.Now()},
+		{Key: "", Action: contract.ActionCreateNote, Params: json.RawMessage(`{}`), CreatedAt: time.Now()},
+		{Key: "has space", Action: contract.ActionCreateNote, Params: json.RawMessage(`{}`), CreatedAt: time.Now()},
 		{Key: "k", Action: "explode", Params: json.RawMessage(`{}`), CreatedAt: time.Now()},
-		{Key: "k", Action: ActionCreateNote, Params: json.RawMessage(`{`), CreatedAt: time.Now()},
-		{Key: "k", Action: ActionCreateNote, Params: json.RawMessage(`{}`)},
+		{Key: "k", Action: contract.ActionCreateNote, Params: json.RawMessage(`{`), CreatedAt: time.Now()},
+		{Key: "k", Action: contract.ActionCreateNote, Params: json.RawMessage(`{}`)},
 	} {
 		_, err := j.Begin(t.Context(), e)
 		require.Error(t, err, "%+v", e)

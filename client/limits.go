@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/quillhq/quill/internal/durations"
+	"github.com/quillhq/quill/contract"
 )
 
 // FallbackKeyRetention is the age up to which a key is still resent when the
@@ -55,7 +55,7 @@ type limitsJSON struct {
 // MarshalJSON writes l as the server's object.
 func (l Limits) MarshalJSON() ([]byte, error) {
 	return json.Marshal(limitsJSON{
-		ResponseRetention: durations.Format(l.ResponseRetention), KeyRetention: durations.Format(l.KeyRetention),
+		ResponseRetention: contract.FormatDuration(l.ResponseRetention), KeyRetention: contract.FormatDuration(l.KeyRetention),
 		MaxBodyBytes: l.MaxBodyBytes, MaxAttachmentBytes: l.MaxAttachmentBytes, TenantConcurrency: l.TenantConcurrency,
 	})
 }
@@ -184,11 +184,11 @@ func (c *Client) checkKeyAge(ctx context.Context, key string, firstSent time.Tim
 		return nil
 	case err == nil:
 		return fmt.Errorf("%w: key %q was first sent at %s, %s ago, and the server's key retention is %s; look it up instead of resending",
-			ErrKeyTooOld, key, firstSent.UTC().Format(time.RFC3339), age.Round(time.Second), durations.Format(retention))
+			ErrKeyTooOld, key, firstSent.UTC().Format(time.RFC3339), age.Round(time.Second), contract.FormatDuration(retention))
 	case age < FallbackKeyRetention:
 		return nil
 	default:
 		return fmt.Errorf("%w: key %q was first sent at %s, %s ago, and the server's key retention is unknown (%w); without it no key older than %s is resent: look it up, or set the key retention",
-			ErrKeyTooOld, key, firstSent.UTC().Format(time.RFC3339), age.Round(time.Second), err, durations.Format(FallbackKeyRetention))
+			ErrKeyTooOld, key, firstSent.UTC().Format(time.RFC3339), age.Round(time.Second), err, contract.FormatDuration(FallbackKeyRetention))
 	}
 }

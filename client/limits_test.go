@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quillhq/quill/client"
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/apitest"
 	"github.com/quillhq/quill/internal/httpapi"
 	"github.com/quillhq/quill/internal/notes"
@@ -71,7 +72,7 @@ func (a *horizonAPI) client(t *testing.T, j client.Journal, keyRetention time.Du
 // journalled records an unsettled create-note first sent age ago.
 func journalled(t *testing.T, j client.Journal, key, title string, age time.Duration) {
 	t.Helper()
-	_, err := j.Begin(t.Context(), client.JournalEntry{Key: key, Action: client.ActionCreateNote,
+	_, err := j.Begin(t.Context(), client.JournalEntry{Key: key, Action: contract.ActionCreateNote,
 		Params: []byte(fmt.Sprintf(`{"title":%q}`, title)), CreatedAt: time.Now().Add(-age).UTC()})
 	require.NoError(t, err)
 }

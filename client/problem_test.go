@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quillhq/quill/client"
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/problem"
 )
 
@@ -20,7 +21,7 @@ import (
 // member the server writes is decoded, and none is lost.
 func TestProblemDecodesEveryMemberTheServerWrites(t *testing.T) {
 	t.Parallel()
-	sent := problem.New(http.StatusUnprocessableEntity, problem.CodeKeyReused, "the key was used for other parameters")
+	sent := problem.New(http.StatusUnprocessableEntity, contract.CodeKeyReused, "the key was used for other parameters")
 	sent.Errors = []problem.FieldError{{Field: "title", Message: "differs"}}
 	sent.Fields = []string{"title"}
 	sent.Resource = "/v1/notes/0190b6c4-5a3e-7b6f-8d2c-1e9a4f3b2c1d"

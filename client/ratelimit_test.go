@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quillhq/quill/client"
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/apitest"
 	"github.com/quillhq/quill/internal/auth"
 )
@@ -137,7 +138,7 @@ func TestFailedAuthenticationsAre429ThenTheClientGetsThrough(t *testing.T) {
 			var p client.Problem
 			require.NoError(t, decodeJSON(resp, &p))
 			require.Equal(t, "rate_limited", p.Code)
-			require.Equal(t, client.RetrySameKey, p.Retry)
+			require.Equal(t, contract.RetrySameKey, p.Retry)
 			require.Equal(t, 429, p.Status)
 		}
 		resp.Body.Close()

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/quillhq/quill/contract"
 )
 
 // Resumed is the result of resuming one journalled operation.
@@ -55,14 +57,14 @@ func (c *Client) Resume(ctx context.Context) ([]Resumed, error) {
 		r := Resumed{Entry: e}
 		opts := []WriteOption{WithKey(e.Key), WithFirstSent(e.CreatedAt)}
 		switch e.Action {
-		case ActionCreateNote:
+		case contract.ActionCreateNote:
 			var n NewNote
 			if err := json.Unmarshal(e.Params, &n); err != nil {
 				r.Err = fmt.Errorf("journalled parameters of %q: %w", e.Key, err)
 				break
 			}
 			r.Created, r.Err = c.CreateNote(ctx, n, opts...)
-		case ActionDeleteNote:
+		case contract.ActionDeleteNote:
 			var p deleteParams
 			if err := json.Unmarshal(e.Params, &p); err != nil {
 				r.Err = fmt.Errorf("journalled parameters of %q: %w", e.Key, err)

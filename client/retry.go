@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/quillhq/quill/contract"
 )
 
 // verdict is what one attempt's answer means for the operation.
@@ -53,7 +55,7 @@ func classify(parent context.Context, status int, prob *Problem, transportErr er
 	case status >= 200 && status < 300:
 		return verdictDone
 	case prob != nil && prob.Code != "":
-		if prob.Retry == RetrySameKey {
+		if prob.Retry == contract.RetrySameKey {
 			return verdictRetry
 		}
 		return verdictRefused

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/quillhq/quill/contract"
 )
 
 func TestClassify(t *testing.T) {
@@ -34,14 +36,14 @@ func TestClassify(t *testing.T) {
 	}{
 		{"201 created", live, 201, nil, nil, verdictDone},
 		{"200 deleted", live, 200, nil, nil, verdictDone},
-		{"422 key reused is final", live, 422, prob(422, "idempotency_key_reused", RetryNo), nil, verdictRefused},
-		{"400 validation is final", live, 400, prob(400, "validation_failed", RetryAfterFixing), nil, verdictRefused},
-		{"401 is final", live, 401, prob(401, "unauthenticated", RetryAfterFixing), nil, verdictRefused},
-		{"404 is final", live, 404, prob(404, "not_found", RetryNo), nil, verdictRefused},
-		{"410 expired is final", live, 410, prob(410, "operation_result_expired", RetryNo), nil, verdictRefused},
-		{"409 in progress is retried", live, 409, prob(409, "operation_in_progress", RetrySameKey), nil, verdictRetry},
-		{"503 unavailable is retried", live, 503, prob(503, "unavailable", RetrySameKey), nil, verdictRetry},
-		{"500 problem with same_key is retried", live, 500, prob(500, "internal_error", RetrySameKey), nil, verdictRetry},
+		{"422 key reused is final", live, 422, prob(422, "idempotency_key_reused", contract.RetryNo), nil, verdictRefused},
+		{"400 validation is final", live, 400, prob(400, "validation_failed", contract.RetryAfterFixing), nil, verdictRefused},
+		{"401 is final", live, 401, prob(401, "unauthenticated", contract.RetryAfterFixing), nil, verdictRefused},
+		{"404 is final", live, 404, prob(404, "not_found", contract.RetryNo), nil, verdictRefused},
+		{"410 expired is final", live, 410, prob(410, "operation_result_expired", contract.RetryNo), nil, verdictRefused},
+		{"409 in progress is retried", live, 409, prob(409, "operation_in_progress", contract.RetrySameKey), nil, verdictRetry},
+		{"503 unavailable is retried", live, 503, prob(503, "unavailable", contract.RetrySameKey), nil, verdictRetry},
+		{"500 problem with same_key is retried", live, 500, prob(500, "internal_error", contract.RetrySameKey), nil, verdictRetry},
 		{"502 without a body is unknown", live, 502, nil, nil, verdictRetry},
 		{"500 without a problem is unknown", live, 500, nil, nil, verdictRetry},
 		{"429 without a problem is retried", live, 429, nil, nil, verdictRetry},
@@ -112,7 +114,7 @@ func TestParseRetryAfter(t *testing.T) {
 
 func TestUnknownOutcomeErrorCarriesTheKey(t *testing.T) {
 	t.Parallel()
-	err := error(&UnknownOutcomeError{Key: "k-1", Action: ActionCreateNote, Attempts: 3, Lookup: "failed", Cause: context.DeadlineExceeded})
+	err := error(&UnknownOutcomeError{Key: "k-1", Action: contract.ActionCreateNote, Attempts: 3, Lookup: "failed", Cause: context.DeadlineExceeded})
 	require.ErrorIs(t, err, ErrOutcomeUnknown)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.Contains(t, err.Error(), "outcome unknown")

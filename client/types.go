@@ -6,25 +6,6 @@ import (
 	"time"
 )
 
-// Actions, as the API's outcome lookup names them.
-const (
-	ActionCreateNote = "create-note"
-	ActionDeleteNote = "delete-note"
-)
-
-// Operation states, as the API's outcome lookup names them.
-const (
-	OperationCompleted  = "completed"
-	OperationInProgress = "in_progress"
-)
-
-// Retry advice of a Problem (SPEC §3).
-const (
-	RetrySameKey     = "same_key"
-	RetryAfterFixing = "after_fixing"
-	RetryNo          = "no"
-)
-
 // Note is a stored note, as the API answers it.
 type Note struct {
 	ID         string      `json:"id"`
@@ -76,8 +57,11 @@ type NoteList struct {
 
 // Operation is the API's outcome lookup of one operation key (SPEC §4.6).
 type Operation struct {
-	Key         string             `json:"key"`
-	Action      string             `json:"action"`
+	Key string `json:"key"`
+	// Action is contract.ActionCreateNote or contract.ActionDeleteNote.
+	Action string `json:"action"`
+	// State is contract.OperationCompleted or
+	// contract.OperationInProgress.
 	State       string             `json:"state"`
 	CreatedAt   *time.Time         `json:"created_at"`
 	CompletedAt *time.Time         `json:"completed_at"`
@@ -127,11 +111,14 @@ type FieldError struct {
 
 // Problem is an RFC 9457 problem document the API answered. It is an error.
 type Problem struct {
-	Type     string       `json:"type"`
-	Title    string       `json:"title"`
-	Status   int          `json:"status"`
-	Detail   string       `json:"detail"`
-	Code     string       `json:"code"`
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail"`
+	// Code is one of contract's Code constants (SPEC §3).
+	Code string `json:"code"`
+	// Retry is the advice: contract.RetrySameKey, contract.RetryAfterFixing or
+	// contract.RetryNo.
 	Retry    string       `json:"retry"`
 	Errors   []FieldError `json:"errors,omitempty"`
 	Fields   []string     `json:"fields,omitempty"`

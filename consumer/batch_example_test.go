@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/quillhq/quill/consumer"
+	"github.com/quillhq/quill/contract"
 )
 
 // A counter of notes per tenant, a cheap effect: the events delivered
@@ -22,7 +23,7 @@ func ExampleNewBatch() {
 	)
 	c, err := consumer.NewBatch(pool, js, consumer.Config{
 		Durable:        "note-counts",
-		FilterSubjects: []string{"quill.*.note.created"},
+		FilterSubjects: []string{contract.TypeSubjects(contract.DefaultSubjectPrefix, contract.EventNoteCreated)},
 		Concurrency:    64, // a batch never holds more deliveries than this
 		MaxBatch:       32,
 	}, func(ctx context.Context, tx pgx.Tx, events []consumer.Event) error {

@@ -10,15 +10,17 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/quillhq/quill/contract"
 )
 
 // Defaults of Config.
 const (
 	// DefaultStream is Quill's stream (QUILL_STREAM's default).
-	DefaultStream = "QUILL_EVENTS"
+	DefaultStream = contract.DefaultStream
 	// DefaultFilterSubject is every event of every tenant under Quill's
 	// default subject prefix.
-	DefaultFilterSubject = "quill.>"
+	DefaultFilterSubject = contract.DefaultSubjectPrefix + ".>"
 	// DefaultConcurrency is the handlers run at once by one process.
 	DefaultConcurrency = 4
 	// DefaultAckWait is the durable consumer's ack wait.

@@ -11,6 +11,8 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
+
+	"github.com/quillhq/quill/contract"
 )
 
 // Event is one of Quill's events as a handler receives it: the CloudEvent's
@@ -72,9 +74,6 @@ type cloudEvent struct {
 	Data            jsontext.Value `json:"data"`
 }
 
-// tenantRE is SPEC §5's tenant name.
-var tenantRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
-
 // typeRE is a Quill CloudEvents type: quill.<aggregate>.<event>.v<N>.
 var typeRE = regexp.MustCompile(`^quill\.([a-z][a-z_]*)\.([a-z][a-z_]*)\.v[1-9][0-9]*$`)
 
@@ -121,11 +120,11 @@ func ParseEvent(payload []byte, natsSubject string) (Event, error) {
 	if err != nil || len(ce.ID) != 36 {
 		return ev, invalid("event id %q is not a UUID", ce.ID)
 	}
-	tenant, ok := strings.CutPrefix(ce.Source, "/tenants/")
+	tenant, ok := contract.SourceTenant(ce.Source)
 	switch {
 	case !ok || tenant == "":
 		return ev, invalid("event source %q is not /tenants/<tenant>", ce.Source)
-	case !tenantRE.MatchString(tenant):
+	case !contract.ValidTenant(tenant):
 		return ev, invalid("event source %q is not /tenants/<tenant>: it names tenant %q, which is not a valid tenant name", ce.Source, truncate(tenant, 80))
 	}
 	m := typeRE.FindStringSubmatch(ce.Type)

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/quillhq/quill/consumer"
+	"github.com/quillhq/quill/contract"
 )
 
 // A search service keeps its own table of note titles: each note.created
@@ -40,13 +41,16 @@ func Example() {
 		log.Fatal(err)
 	}
 	c, err := consumer.New(pool, js, consumer.Config{
-		Durable:        "search-index",
-		FilterSubjects: []string{"quill.*.note.created", "quill.*.note.deleted"},
+		Durable: "search-index",
+		FilterSubjects: []string{
+			contract.TypeSubjects(contract.DefaultSubjectPrefix, contract.EventNoteCreated),
+			contract.TypeSubjects(contract.DefaultSubjectPrefix, contract.EventNoteDeleted),
+		},
 		OrderBySubject: true, // a note's delete never overtakes its create in this process
 		Registerer:     prometheus.NewRegistry(),
 	}, func(ctx context.Context, tx pgx.Tx, ev consumer.Event) error {
 		switch ev.Type {
-		case "quill.note.created.v1":
+		case contract.CloudEventType(contract.EventNoteCreated):
 			var note struct {
 				ID    string `json:"id"`
 				Title string `json:"title"`
@@ -57,7 +61,7 @@ func Example() {
 			_, err := tx.Exec(ctx, `INSERT INTO search_notes (tenant, id, title) VALUES ($1, $2, $3)
 				ON CONFLICT (tenant, id) DO NOTHING`, ev.Tenant, note.ID, note.Title)
 			return err
-		case "quill.note.deleted.v1":
+		case contract.CloudEventType(contract.EventNoteDeleted):
 			_, err := tx.Exec(ctx, `DELETE FROM search_notes WHERE tenant = $1 AND id = $2`, ev.Tenant, ev.Subject)
 			return err
 		}

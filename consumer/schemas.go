@@ -8,11 +8,8 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/quillhq/quill/api"
+	"github.com/quillhq/quill/contract"
 )
-
-// SchemaPrefix starts the dataschema of every Quill event: the rest is its
-// CloudEvents type (docs/consumers.md, Schemas and versioning).
-const SchemaPrefix = "urn:quill:schema:"
 
 // ErrSchema is wrapped by every error of a SchemaValidator's function: the
 // event's data breaks the JSON Schema of its type, or the event names
@@ -46,10 +43,10 @@ func SchemaValidator() (func(Event) error, error) {
 		if err != nil {
 			return nil, fmt.Errorf("the schema of %s: %w", typ, err)
 		}
-		if err := c.AddResource(SchemaPrefix+typ, doc); err != nil {
+		if err := c.AddResource(contract.DataSchemaPrefix+typ, doc); err != nil {
 			return nil, fmt.Errorf("the schema of %s: %w", typ, err)
 		}
-		if schemas[typ], err = c.Compile(SchemaPrefix + typ); err != nil {
+		if schemas[typ], err = c.Compile(contract.DataSchemaPrefix + typ); err != nil {
 			return nil, fmt.Errorf("the schema of %s: %w", typ, err)
 		}
 	}
@@ -58,8 +55,8 @@ func SchemaValidator() (func(Event) error, error) {
 		if !ok {
 			return nil
 		}
-		if ev.DataSchema != "" && ev.DataSchema != SchemaPrefix+ev.Type {
-			return fmt.Errorf("%w: dataschema %q, want %q for type %s", ErrSchema, ev.DataSchema, SchemaPrefix+ev.Type, ev.Type)
+		if ev.DataSchema != "" && ev.DataSchema != contract.DataSchemaPrefix+ev.Type {
+			return fmt.Errorf("%w: dataschema %q, want %q for type %s", ErrSchema, ev.DataSchema, contract.DataSchemaPrefix+ev.Type, ev.Type)
 		}
 		data, err := jsonschema.UnmarshalJSON(bytes.NewReader(ev.Data))
 		if err != nil {

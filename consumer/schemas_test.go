@@ -12,6 +12,7 @@ import (
 
 	"github.com/quillhq/quill/api"
 	"github.com/quillhq/quill/consumer"
+	"github.com/quillhq/quill/contract"
 )
 
 func TestSchemaValidator(t *testing.T) {
@@ -28,14 +29,14 @@ func TestSchemaValidator(t *testing.T) {
 		ev   consumer.Event
 		want string // "" for valid
 	}{
-		{"valid", deleted(ok, consumer.SchemaPrefix+"quill.note.deleted.v1"), ""},
+		{"valid", deleted(ok, contract.DataSchemaPrefix+"quill.note.deleted.v1"), ""},
 		{"valid without dataschema", deleted(ok, ""), ""},
 		{"an unknown member is allowed", deleted(`{"id":"`+note+`","deleted_at":"2026-12-01T10:00:00.000000Z","reason":"x"}`, ""), ""},
 		{"missing member", deleted(`{"id":"`+note+`"}`, ""), "deleted_at"},
 		{"wrong type of member", deleted(`{"id":7,"deleted_at":"2026-12-01T10:00:00.000000Z"}`, ""), "id"},
 		{"bad time", deleted(`{"id":"`+note+`","deleted_at":"yesterday"}`, ""), "deleted_at"},
 		{"not JSON", deleted(`{`, ""), "not JSON"},
-		{"another schema", deleted(ok, consumer.SchemaPrefix+"quill.note.created.v1"), "dataschema"},
+		{"another schema", deleted(ok, contract.DataSchemaPrefix+"quill.note.created.v1"), "dataschema"},
 		{"a type of a newer release passes", consumer.Event{Type: "quill.note.moved.v1", Data: []byte(`{}`)}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

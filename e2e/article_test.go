@@ -21,6 +21,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/auth"
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/dbtest"
@@ -56,7 +57,7 @@ func newArticle(t *testing.T, tenants ...string) *article {
 	t.Helper()
 	pool, u := dbtest.Pool(t, 8)
 	a := &article{t: t, pool: pool, reg: prometheus.NewRegistry(), tokens: map[string]string{}}
-	m := metrics.NewAPI(a.reg, notes.ActionCreate, notes.ActionDelete)
+	m := metrics.NewAPI(a.reg, contract.ActionCreateNote, contract.ActionDeleteNote)
 	svc, err := notes.NewService(pool, notes.Config{Wait: time.Second}, zerolog.Nop(), notes.WithObserver(m),
 		notes.WithHooks(notes.Hooks{AfterEffect: func(context.Context, idempotency.Querier, uuid.UUID) error {
 			if a.fail.Load() {
@@ -199,11 +200,11 @@ func TestArticleScript(t *testing.T) {
 	require.Equal(t, 3, notesOf())
 	require.Equal(t, 3, a.count("operations"))
 	require.Equal(t, 3, a.count("outbox_events"))
-	require.Equal(t, 3.0, a.counter("quill_business_effects_total", map[string]string{"action": notes.ActionCreate}))
-	require.Equal(t, 3.0, a.counter("quill_idempotency_requests_total", map[string]string{"action": notes.ActionCreate, "outcome": "executed"}))
-	require.Equal(t, 1.0, a.counter("quill_idempotency_requests_total", map[string]string{"action": notes.ActionCreate, "outcome": "replayed"}))
-	require.Equal(t, 1.0, a.counter("quill_idempotency_requests_total", map[string]string{"action": notes.ActionCreate, "outcome": "key_reused"}))
-	require.Equal(t, 0.0, a.counter("quill_business_effects_total", map[string]string{"action": notes.ActionDelete}))
+	require.Equal(t, 3.0, a.counter("quill_business_effects_total", map[string]string{"action": contract.ActionCreateNote}))
+	require.Equal(t, 3.0, a.counter("quill_idempotency_requests_total", map[string]string{"action": contract.ActionCreateNote, "outcome": "executed"}))
+	require.Equal(t, 1.0, a.counter("quill_idempotency_requests_total", map[string]string{"action": contract.ActionCreateNote, "outcome": "replayed"}))
+	require.Equal(t, 1.0, a.counter("quill_idempotency_requests_total", map[string]string{"action": contract.ActionCreateNote, "outcome": "key_reused"}))
+	require.Equal(t, 0.0, a.counter("quill_business_effects_total", map[string]string{"action": contract.ActionDeleteNote}))
 	testkit.WaitFor(t, 30*time.Second, func() bool {
 		var published int
 		require.NoError(t, a.pool.QueryRow(t.Context(), `SELECT count(*) FROM outbox_events WHERE stream_seq IS NOT NULL`).Scan(&published))

@@ -19,10 +19,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/apitest"
 	"github.com/quillhq/quill/internal/attachment"
 	"github.com/quillhq/quill/internal/dbtest"
-	"github.com/quillhq/quill/internal/stream"
 	"github.com/quillhq/quill/internal/testkit"
 )
 
@@ -124,7 +124,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
 	setMaxMsgSize := func(n int32) {
-		s, err := js.Stream(ctx, stream.DefaultName)
+		s, err := js.Stream(ctx, contract.DefaultStream)
 		require.NoError(t, err)
 		cfg := s.CachedInfo().Config
 		cfg.MaxMsgSize = n

@@ -12,6 +12,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/quillhq/quill/contract"
+	"github.com/quillhq/quill/contract/opkey"
 	"github.com/quillhq/quill/internal/audit"
 	"github.com/quillhq/quill/internal/auth"
 	"github.com/quillhq/quill/internal/cli"
@@ -19,7 +21,6 @@ import (
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/natsconn"
 	"github.com/quillhq/quill/internal/notes"
-	"github.com/quillhq/quill/internal/opkey"
 	"github.com/quillhq/quill/internal/retention"
 )
 
@@ -93,7 +94,7 @@ func auditCmd(ctx context.Context, args []string, getenv func(string) string, st
 	switch {
 	case len(s.Args()) > 0:
 		return cli.UsageError{Msg: fmt.Sprintf("unexpected arguments %q; run \"api audit --help\"", s.Args())}
-	case cfg.Tenant != "" && !auth.ValidTenant(cfg.Tenant):
+	case cfg.Tenant != "" && !contract.ValidTenant(cfg.Tenant):
 		return cli.UsageError{Msg: fmt.Sprintf("%v: %q", auth.ErrInvalidTenant, cfg.Tenant)}
 	case cfg.Key != "" && cfg.Tenant == "":
 		return cli.UsageError{Msg: "--key needs --tenant: a key is scoped by its tenant"}

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/quillhq/quill/consumer"
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/audit"
 	"github.com/quillhq/quill/internal/auth"
 	"github.com/quillhq/quill/internal/cli"
@@ -131,7 +132,7 @@ func (c *serveSettings) start(ctx context.Context, ds daemon.Settings, stderr io
 	}
 	defer d.Close()
 	log, pool := d.Log, d.Pool
-	m := metrics.NewAPI(d.Registry, notes.ActionCreate, notes.ActionDelete)
+	m := metrics.NewAPI(d.Registry, contract.Actions()...)
 	notifier := outbox.NewNotifier(pool, func(err error) {
 		log.Warn().Err(err).Str("error_category", "notify_failed").Msg("could not wake the relays; they will poll")
 	})
@@ -204,7 +205,7 @@ func token(ctx context.Context, args []string, getenv func(string) string, stdou
 	s := config.New("api token "+sub, usage, getenv, stdout)
 	c.Define(s)
 	if sub == "create" {
-		s.FlagSet().StringVar(&tenant, "tenant", "", "tenant the token acts for (^[a-z0-9][a-z0-9-]{0,62}$)")
+		s.FlagSet().StringVar(&tenant, "tenant", "", "tenant the token acts for ("+contract.TenantPattern+")")
 		s.FlagSet().BoolVar(&operator, "operator", false, "make an operator token (qo_…) for the operator console instead of a tenant's")
 		s.FlagSet().StringVar(&name, "name", "", "with --operator: who holds the token, as the console's log lines name them")
 	}
@@ -233,7 +234,7 @@ func token(ctx context.Context, args []string, getenv func(string) string, stdou
 		case !operator && tenant == "":
 			return cli.UsageError{Msg: "--tenant is required; " + usage}
 		}
-		if !operator && !auth.ValidTenant(tenant) {
+		if !operator && !contract.ValidTenant(tenant) {
 			return cli.UsageError{Msg: fmt.Sprintf("%v: %q", auth.ErrInvalidTenant, tenant)}
 		}
 	case "revoke":

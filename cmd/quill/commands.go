@@ -19,11 +19,12 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/quillhq/quill/client"
+	"github.com/quillhq/quill/contract"
+	"github.com/quillhq/quill/contract/opkey"
 	"github.com/quillhq/quill/internal/cli"
 	"github.com/quillhq/quill/internal/config"
 	"github.com/quillhq/quill/internal/httpserve"
 	"github.com/quillhq/quill/internal/mcpserver"
-	"github.com/quillhq/quill/internal/opkey"
 )
 
 func (e *env) set(name, synopsis string) *config.Set {
@@ -235,7 +236,7 @@ func (e *env) opsGet(ctx context.Context, args []string) error {
 	}
 	op, err := cl.GetOperation(ctx, key)
 	var p *client.Problem
-	if errors.As(err, &p) && p.Code == "operation_not_found" {
+	if errors.As(err, &p) && p.Code == contract.CodeOpNotFound {
 		// An answer, not a failure: nothing with this key is recorded or
 		// executing; sending the write again with it executes it.
 		if c.json {

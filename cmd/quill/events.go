@@ -9,7 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/cli"
 	"github.com/quillhq/quill/internal/natsconn"
 	"github.com/quillhq/quill/internal/stream"
@@ -26,16 +27,6 @@ import (
 
 // eventsTailUsage is the synopsis of quill events tail.
 const eventsTailUsage = "quill events tail --tenant T [--type TYPE] [--from-seq N | --since T] [--count N] [--json]"
-
-// eventTypes are the event types a tail may filter on, as they appear in
-// subjects (internal/outbox's Type constants, which quill cannot import:
-// that package links the database driver). A test holds the two lists
-// equal, so a typo in --type is refused rather than matching nothing.
-var eventTypes = []string{"note.created", "note.deleted", "attachment.processed"}
-
-// tenantPattern is SPEC §5's tenant name (internal/auth.ValidTenant, which
-// quill cannot import for the same reason; a test holds them equal).
-var tenantPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
 
 // Bounds of what a human line shows of a message.
 const (
@@ -104,12 +95,10 @@ func parseSince(v string, now time.Time) (time.Time, error) {
 // (note.created) or as the CloudEvents type does (quill.note.created.v1).
 func parseEventType(v string) (string, error) {
 	t := strings.TrimSuffix(strings.TrimPrefix(v, "quill."), ".v1")
-	for _, known := range eventTypes {
-		if t == known {
-			return t, nil
-		}
+	if slices.Contains(contract.EventTypes(), t) {
+		return t, nil
 	}
-	return "", fmt.Errorf("not an event type; one of %s", strings.Join(eventTypes, ", "))
+	return "", fmt.Errorf("not an event type; one of %s", strings.Join(contract.EventTypes(), ", "))
 }
 
 // checkSubjectPrefix refuses a subject prefix that could not be the first
@@ -144,13 +133,13 @@ func (e *env) eventsTail(ctx context.Context, args []string) error {
 	natsCfg.Define(s, "NATS with JetStream, the stream's server")
 	streamCfg.DefineSubjects(s)
 	s.Func("tenant", "", "", "the tenant whose events to follow (required)", func(v string) error {
-		if v != "" && !tenantPattern.MatchString(v) {
+		if v != "" && !contract.ValidTenant(v) {
 			return errors.New("tenant names are 1-63 characters of a-z, 0-9 and '-', starting with a letter or digit")
 		}
 		tenant = v
 		return nil
 	})
-	s.Func("type", "", "", "only events of this type: "+strings.Join(eventTypes, ", ")+"; unset: every type", func(v string) error {
+	s.Func("type", "", "", "only events of this type: "+strings.Join(contract.EventTypes(), ", ")+"; unset: every type", func(v string) error {
 		if v == "" {
 			return nil
 		}
@@ -201,9 +190,9 @@ func (e *env) eventsTail(ctx context.Context, args []string) error {
 	if err := natsCfg.Validate(); err != nil {
 		return cli.UsageError{Msg: err.Error()}
 	}
-	filter := stream.OfTenant(streamCfg.SubjectPrefix, tenant)
+	filter := contract.TenantSubjects(streamCfg.SubjectPrefix, tenant)
 	if typ != "" {
-		filter = stream.Subject(streamCfg.SubjectPrefix, tenant, typ)
+		filter = contract.Subject(streamCfg.SubjectPrefix, tenant, typ)
 	}
 	t := &tail{out: e.stdout, errOut: &lockedWriter{w: e.stderr}, json: asJSON, count: count}
 	return t.run(ctx, natsCfg, streamCfg.Name, start.consumerConfig(filter, consumerPrefix()))
@@ -370,7 +359,7 @@ func humanLine(seq, arrived, subject string, body []byte) string {
 func summary(typ string, data json.RawMessage) string {
 	unreadable := "data does not have the shape of " + cli.Printable(typ)
 	switch typ {
-	case "quill.note.created.v1":
+	case contract.CloudEventType(contract.EventNoteCreated):
 		var d struct {
 			Title      string `json:"title"`
 			Body       string `json:"body"`
@@ -388,7 +377,7 @@ func summary(typ string, data json.RawMessage) string {
 			s += fmt.Sprintf("  attachment %s %d bytes %s", cli.Printable(a.ContentType), a.Size, cli.Printable(a.Status))
 		}
 		return s
-	case "quill.note.deleted.v1":
+	case contract.CloudEventType(contract.EventNoteDeleted):
 		var d struct {
 			DeletedAt string `json:"deleted_at"`
 		}
@@ -396,7 +385,7 @@ func summary(typ string, data json.RawMessage) string {
 			return unreadable
 		}
 		return "deleted at " + cli.Printable(d.DeletedAt)
-	case "quill.attachment.processed.v1":
+	case contract.CloudEventType(contract.EventAttachmentProcessed):
 		var d struct {
 			State        string `json:"state"`
 			DetectedType string `json:"detected_type"`

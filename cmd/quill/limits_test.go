@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quillhq/quill/client"
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/apitest"
 	"github.com/quillhq/quill/internal/notes"
 )
@@ -59,7 +60,7 @@ func (h *horizons) journal(key, title string, age time.Duration) {
 	h.t.Helper()
 	j, err := client.OpenFileJournal(h.jdir)
 	require.NoError(h.t, err)
-	_, err = j.Begin(h.t.Context(), client.JournalEntry{Key: key, Action: client.ActionCreateNote,
+	_, err = j.Begin(h.t.Context(), client.JournalEntry{Key: key, Action: contract.ActionCreateNote,
 		Params: json.RawMessage(fmt.Sprintf(`{"title":%q}`, title)), CreatedAt: time.Now().Add(-age).UTC()})
 	require.NoError(h.t, err)
 }

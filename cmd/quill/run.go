@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/quillhq/quill/client"
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/cli"
 	"github.com/quillhq/quill/internal/config"
 )
@@ -374,13 +375,13 @@ func describeWriteError(err error) (state string, obj any, code int) {
 	)
 	switch {
 	case errors.As(err, &usage):
-		return stateRefused, errorObject{Code: "usage", Detail: err.Error(), Retry: client.RetryAfterFixing}, exitUsage
+		return stateRefused, errorObject{Code: "usage", Detail: err.Error(), Retry: contract.RetryAfterFixing}, exitUsage
 	case errors.As(err, &refused):
 		return stateRefused, refused.Problem, exitRefused
 	case errors.As(err, &unknown):
-		return stateUnknown, errorObject{Code: "outcome_unknown", Detail: err.Error(), Retry: client.RetrySameKey, Lookup: unknown.Lookup}, exitUnknown
+		return stateUnknown, errorObject{Code: "outcome_unknown", Detail: err.Error(), Retry: contract.RetrySameKey, Lookup: unknown.Lookup}, exitUnknown
 	case errors.Is(err, client.ErrKeyTooOld):
-		return stateUnknown, errorObject{Code: "key_too_old", Detail: err.Error(), Retry: client.RetryNo}, exitFailure
+		return stateUnknown, errorObject{Code: "key_too_old", Detail: err.Error(), Retry: contract.RetryNo}, exitFailure
 	default:
 		return stateUnknown, errorObject{Code: "failure", Detail: err.Error()}, exitFailure
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quillhq/quill/client"
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/apitest"
 	"github.com/quillhq/quill/internal/buildinfo"
 	"github.com/quillhq/quill/internal/faultproxy"
@@ -309,7 +310,7 @@ func TestOpsPrune(t *testing.T) {
 	require.Equal(t, 0, code, errOut+out)
 	j, err := client.OpenFileJournal(b.journal)
 	require.NoError(t, err)
-	_, err = j.Begin(t.Context(), client.JournalEntry{Key: "lost-k", Action: client.ActionCreateNote,
+	_, err = j.Begin(t.Context(), client.JournalEntry{Key: "lost-k", Action: contract.ActionCreateNote,
 		Params: json.RawMessage(`{"title":"t"}`), CreatedAt: time.Now().Add(-40 * 24 * time.Hour)})
 	require.NoError(t, err)
 	delete(b.env, "QUILL_TOKEN") // prune is local

@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/cli"
 	"github.com/quillhq/quill/internal/config"
 	"github.com/quillhq/quill/internal/daemon"
@@ -17,7 +18,6 @@ import (
 	"github.com/quillhq/quill/internal/outbox"
 	"github.com/quillhq/quill/internal/relay"
 	"github.com/quillhq/quill/internal/retention"
-	"github.com/quillhq/quill/internal/stream"
 )
 
 const overview = `usage: relay [run] [flags]           publish committed outbox events to JetStream (default)
@@ -92,7 +92,7 @@ func (c *settings) start(ctx context.Context, ds daemon.Settings, stderr io.Writ
 	if err := d.Provision(ctx, "stream_provisioning_failed", "cannot start: the stream could not be created or updated", r.Provision); err != nil {
 		return err
 	}
-	log.Info().Str("stream", cfg.Stream.Name).Str("subjects", stream.All(cfg.Stream.SubjectPrefix)).Dur("duplicate_window", cfg.Stream.DuplicateWindow).
+	log.Info().Str("stream", cfg.Stream.Name).Str("subjects", contract.AllSubjects(cfg.Stream.SubjectPrefix)).Dur("duplicate_window", cfg.Stream.DuplicateWindow).
 		Dur("max_age", cfg.Stream.MaxAge).Int("replicas", r.StreamReplicas()).Msg("stream provisioned")
 	return d.Run(ctx, daemon.Services{Ready: map[string]metrics.ReadyFunc{"relay": r.Ready}, Loops: []func(context.Context) error{r.Run, cleaner.Run}})
 }

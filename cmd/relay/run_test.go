@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/cli"
 	"github.com/quillhq/quill/internal/clitest"
 	"github.com/quillhq/quill/internal/db"
@@ -127,7 +128,7 @@ func (w *world) writeData(tenant string, extra map[string]any) uuid.UUID {
 	note := uuid.New()
 	data := map[string]any{"id": note.String()}
 	maps.Copy(data, extra)
-	e := outbox.Event{ID: uuid.Must(uuid.NewV7()), Tenant: tenant, AggregateID: note, Type: outbox.TypeNoteCreated,
+	e := outbox.Event{ID: uuid.Must(uuid.NewV7()), Tenant: tenant, AggregateID: note, Type: contract.EventNoteCreated,
 		Time: time.Now(), Data: data}
 	require.NoError(w.t, db.WithTx(ctx, w.pool, func(tx pgx.Tx) error { return outbox.Insert(ctx, tx, e) }))
 	_, err := w.pool.Exec(ctx, `SELECT pg_notify($1, '')`, outbox.NotifyChannel)
@@ -490,7 +491,7 @@ func TestParkedEventRetryFromTheCommandLine(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(lines[0]), &parked), lines[0])
 	require.Equal(t, stuck, parked.ID)
 	require.Equal(t, other, parked.Tenant)
-	require.Equal(t, outbox.TypeNoteCreated, parked.Type)
+	require.Equal(t, contract.EventNoteCreated, parked.Type)
 	require.Contains(t, parked.Reason, "the stream refused the message")
 	require.Contains(t, parked.Reason, "message size exceeds maximum allowed")
 	require.GreaterOrEqual(t, parked.Attempts, 1)
@@ -577,7 +578,7 @@ func TestSessionURLThroughPgBouncer(t *testing.T) {
 	defer pooledPool.Close()
 	ctx := w.ctx()
 	note := uuid.New()
-	e := outbox.Event{ID: uuid.Must(uuid.NewV7()), Tenant: w.tenant, AggregateID: note, Type: outbox.TypeNoteCreated,
+	e := outbox.Event{ID: uuid.Must(uuid.NewV7()), Tenant: w.tenant, AggregateID: note, Type: contract.EventNoteCreated,
 		Time: time.Now(), Data: map[string]any{"id": note.String()}}
 	// Once the relay LISTENs (and has made its catch-up pass), write and
 	// notify through the pooler as the API does.

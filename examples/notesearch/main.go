@@ -27,6 +27,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/quillhq/quill/consumer"
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/examples/notesearch/projection"
 )
 
@@ -87,8 +88,8 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (setting
 	fs.SetOutput(stderr)
 	fs.StringVar(&s.databaseURL, "database-url", env("DATABASE_URL", defaultDatabaseURL), "notesearch's own PostgreSQL database (DATABASE_URL)")
 	fs.StringVar(&s.natsURL, "nats-url", env("NATS_URL", defaultNATSURL), "NATS with Quill's stream (NATS_URL)")
-	fs.StringVar(&s.stream, "stream", env("QUILL_STREAM", consumer.DefaultStream), "Quill's JetStream stream (QUILL_STREAM)")
-	fs.StringVar(&s.prefix, "subject-prefix", env("QUILL_SUBJECT_PREFIX", "quill"), "first token of Quill's subjects (QUILL_SUBJECT_PREFIX)")
+	fs.StringVar(&s.stream, "stream", env("QUILL_STREAM", contract.DefaultStream), "Quill's JetStream stream (QUILL_STREAM)")
+	fs.StringVar(&s.prefix, "subject-prefix", env("QUILL_SUBJECT_PREFIX", contract.DefaultSubjectPrefix), "first token of Quill's subjects (QUILL_SUBJECT_PREFIX)")
 	fs.StringVar(&s.durable, "durable", env("NOTESEARCH_DURABLE", defaultDurable), "durable JetStream consumer, also the inbox's key (NOTESEARCH_DURABLE)")
 	concurrency := fs.String("concurrency", env("NOTESEARCH_CONCURRENCY", strconv.Itoa(consumer.DefaultConcurrency)), "events handled at once (NOTESEARCH_CONCURRENCY)")
 	orderByNote := fs.String("order-by-note", env("NOTESEARCH_ORDER_BY_NOTE", strconv.FormatBool(defaultOrderByNote)), "handle one note's events one at a time (NOTESEARCH_ORDER_BY_NOTE)")
@@ -191,8 +192,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		Durable:  s.durable,
 		Stream:   s.stream,
 		FilterSubjects: []string{
-			s.prefix + ".*.note.created",
-			s.prefix + ".*.note.deleted",
+			contract.TypeSubjects(s.prefix, contract.EventNoteCreated),
+			contract.TypeSubjects(s.prefix, contract.EventNoteDeleted),
 		},
 		Concurrency:     s.concurrency,
 		OrderBySubject:  s.orderByNote,

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/examples/notesearch/projection"
 	"github.com/quillhq/quill/internal/clitest"
 	"github.com/quillhq/quill/internal/dbtest"
@@ -131,7 +132,7 @@ func (w *world) create(tenant, title, body string) *note {
 
 func (w *world) publishCreated(n *note, body string) {
 	w.publish(outbox.Event{ID: uuid.Must(uuid.NewV7()), Tenant: n.tenant, AggregateID: uuid.MustParse(n.id),
-		Type: outbox.TypeNoteCreated, Time: n.createdAt,
+		Type: contract.EventNoteCreated, Time: n.createdAt,
 		Data: createdData{ID: n.id, Title: n.title, Body: body, CreatedAt: n.createdAt.Format(outbox.TimeFormat)}})
 }
 
@@ -139,7 +140,7 @@ func (w *world) publishCreated(n *note, body string) {
 func (w *world) remove(n *note) {
 	n.deletedAt = time.Now().UTC().Truncate(time.Microsecond)
 	w.publish(outbox.Event{ID: uuid.Must(uuid.NewV7()), Tenant: n.tenant, AggregateID: uuid.MustParse(n.id),
-		Type: outbox.TypeNoteDeleted, Time: n.deletedAt,
+		Type: contract.EventNoteDeleted, Time: n.deletedAt,
 		Data: deletedData{ID: n.id, DeletedAt: n.deletedAt.Format(outbox.TimeFormat)}})
 }
 

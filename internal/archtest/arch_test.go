@@ -71,6 +71,18 @@ func TestClientAndQuillLinkNoDatabaseDriver(t *testing.T) {
 	}
 }
 
+// The client is meant to become a module of its own: of this module it
+// imports only the contract, and internal/wait (standard library only),
+// which it still shares with db and the load generator.
+func TestClientImportsOnlyContract(t *testing.T) {
+	t.Parallel()
+	for _, imp := range imports(t)["client"] {
+		if rest, ok := strings.CutPrefix(imp, module+"/"); ok {
+			require.True(t, rest == "contract" || strings.HasPrefix(rest, "contract/") || rest == "internal/wait", "client imports %s", imp)
+		}
+	}
+}
+
 // root is the module's root directory.
 func root(t *testing.T) string {
 	t.Helper()

@@ -31,6 +31,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/retention"
 	"github.com/quillhq/quill/internal/stream"
@@ -44,19 +45,6 @@ const (
 	DefaultPendingThreshold  = time.Minute
 	DefaultProcessThreshold  = 5 * time.Minute
 	DefaultHorizonMargin     = time.Minute
-)
-
-// Event types as stored in outbox_events.type.
-const (
-	typeNoteCreated         = "note.created"
-	typeNoteDeleted         = "note.deleted"
-	typeAttachmentProcessed = "attachment.processed"
-)
-
-// Operation actions as recorded in operations.action.
-const (
-	actionCreate = "create-note"
-	actionDelete = "delete-note"
 )
 
 // Config says what to audit and with which horizons. Every zero field takes
@@ -509,9 +497,9 @@ func (a *auditor) index() {
 			continue
 		}
 		switch {
-		case o.Action == actionCreate && o.Status == 201:
+		case o.Action == contract.ActionCreateNote && o.Status == 201:
 			a.createOf[noteKey{o.Tenant, id}] = o
-		case o.Action == actionDelete && o.Status == 200:
+		case o.Action == contract.ActionDeleteNote && o.Status == 200:
 			a.deletesOf[noteKey{o.Tenant, id}] = append(a.deletesOf[noteKey{o.Tenant, id}], o)
 		}
 	}
@@ -521,7 +509,7 @@ func (a *auditor) index() {
 			a.eventsByKey[k] = append(a.eventsByKey[k], e)
 		}
 		a.eventsByNote[e.AggregateID] = append(a.eventsByNote[e.AggregateID], e)
-		if e.Type == typeNoteCreated && e.OpKey != "" {
+		if e.Type == contract.EventNoteCreated && e.OpKey != "" {
 			a.createdKey[e.AggregateID] = e.OpKey
 		}
 	}
@@ -556,20 +544,20 @@ func (a *auditor) checkOperations() {
 			base.NoteID = id.String()
 		}
 		switch {
-		case o.Action == actionCreate && o.Status == 201 && ok:
+		case o.Action == contract.ActionCreateNote && o.Status == 201 && ok:
 			if a.ds.notes[id] == nil {
 				x := base
 				x.Kind, x.Detail = KindMissingEffect, fmt.Sprintf("the operation record says it created note %s, which does not exist (notes are never removed)", id)
 				a.add(x)
 			}
-			a.checkOpEvents(o, id, typeNoteCreated)
-		case o.Action == actionDelete && o.Status == 200 && ok:
+			a.checkOpEvents(o, id, contract.EventNoteCreated)
+		case o.Action == contract.ActionDeleteNote && o.Status == 200 && ok:
 			if n := a.ds.notes[id]; n == nil || n.DeletedAt == nil {
 				x := base
 				x.Kind, x.Detail = KindMissingEffect, fmt.Sprintf("the operation record says it deleted note %s, which is not marked deleted", id)
 				a.add(x)
 			}
-			a.checkOpEvents(o, id, typeNoteDeleted)
+			a.checkOpEvents(o, id, contract.EventNoteDeleted)
 		}
 	}
 }
@@ -596,7 +584,7 @@ func (a *auditor) checkOpEvents(o *opRow, id uuid.UUID, typ string) {
 		}
 		x := base
 		x.EventID = evs[1].ID.String()
-		if len(notes) > 1 && typ == typeNoteCreated {
+		if len(notes) > 1 && typ == contract.EventNoteCreated {
 			x.Kind = KindDuplicateNote
 			x.Detail = fmt.Sprintf("%d notes were created for one operation (events %v)", len(notes), ids)
 		} else {
@@ -641,7 +629,7 @@ func (a *auditor) checkNotes() {
 		}
 		if n.DeletedAt != nil && len(a.deletesOf[nk]) == 0 && a.within(*n.DeletedAt, a.cfg.KeyRetention) {
 			x := base // named by the note's create key unless a note.deleted event names one
-			if evs := a.eventsOfNote(id, typeNoteDeleted); len(evs) > 0 {
+			if evs := a.eventsOfNote(id, contract.EventNoteDeleted); len(evs) > 0 {
 				x.Key, x.EventID = evs[0].OpKey, evs[0].ID.String()
 			}
 			x.Kind = KindOrphanEffect
@@ -654,7 +642,7 @@ func (a *auditor) checkNotes() {
 		}
 		switch {
 		case att.Status != "pending" && att.ProcessedAt != nil:
-			evs := a.eventsOfNote(id, typeAttachmentProcessed)
+			evs := a.eventsOfNote(id, contract.EventAttachmentProcessed)
 			if len(evs) == 0 && a.within(*att.ProcessedAt, a.cfg.OutboxRetention) {
 				x := base
 				x.Kind, x.AttachmentID = KindMissingEffect, att.ID.String()
@@ -675,7 +663,7 @@ func (a *auditor) checkNotes() {
 		case att.Status == "pending" && att.Reason == nil:
 			// The note.created event left the outbox (published, then
 			// cleaned up) long ago and the attachment is still pending.
-			if len(a.eventsOfNote(id, typeNoteCreated)) == 0 && !a.within(n.CreatedAt, a.cfg.OutboxRetention) {
+			if len(a.eventsOfNote(id, contract.EventNoteCreated)) == 0 && !a.within(n.CreatedAt, a.cfg.OutboxRetention) {
 				x := base
 				x.Kind, x.AttachmentID = KindUnprocessed, att.ID.String()
 				x.Detail = fmt.Sprintf("attachment still pending %s after its note was created; its note.created event has left the outbox (retention %s)",
@@ -753,7 +741,7 @@ func (a *auditor) checkEvents() {
 			}
 			a.add(x)
 		}
-		if e.Type == typeNoteCreated && e.PublishedAt != nil {
+		if e.Type == contract.EventNoteCreated && e.PublishedAt != nil {
 			att := a.ds.atts[e.AggregateID]
 			if att == nil || att.Status != "pending" || att.Reason != nil || a.ds.inbox[e.ID] != nil {
 				continue
@@ -784,7 +772,7 @@ func (a *auditor) checkDeadLetters() {
 		if a.cfg.Key != "" && e == nil {
 			continue // not this key's
 		}
-		x := Anomaly{Kind: KindDeadLetter, Tenant: stream.Tenant(a.cfg.Stream.SubjectPrefix, d.Subject), EventID: d.EventID,
+		x := Anomaly{Kind: KindDeadLetter, Tenant: contract.SubjectTenant(a.cfg.Stream.SubjectPrefix, d.Subject), EventID: d.EventID,
 			Detail: fmt.Sprintf("dead letter %d after %d deliveries: %s (re-drive with \"attachment-worker dead-letters retry %d\" once fixed)",
 				d.ID, d.Deliveries, d.Error, d.ID)}
 		if e != nil {
@@ -933,7 +921,7 @@ func (a *auditor) chain(k opKey, o *opRow) Chain {
 			}
 		}
 	}
-	isCreate := o == nil || o.Action == actionCreate
+	isCreate := o == nil || o.Action == contract.ActionCreateNote
 	for _, id := range noteIDs {
 		if n := a.ds.notes[id]; n != nil {
 			c.Notes = append(c.Notes, ChainNote{ID: id.String(), CreatedAt: ftime(n.CreatedAt), DeletedAt: ptime(n.DeletedAt)})
@@ -942,7 +930,7 @@ func (a *auditor) chain(k opKey, o *opRow) Chain {
 			c.Attachment = &ChainAttachment{ID: att.ID.String(), Status: att.Status, Reason: deref(att.Reason), ProcessedAt: ptime(att.ProcessedAt)}
 		}
 		if isCreate {
-			evs = append(evs, a.eventsOfNote(id, typeAttachmentProcessed)...)
+			evs = append(evs, a.eventsOfNote(id, contract.EventAttachmentProcessed)...)
 		}
 	}
 	slices.SortFunc(evs, func(x, y *eventRow) int { return int(x.Seq - y.Seq) })

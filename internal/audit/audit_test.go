@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quillhq/quill/consumer"
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/audit"
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/dbtest"
@@ -131,7 +132,7 @@ func (b *bundle) publish() {
 	}
 	require.NoError(b.t, rows.Err())
 	for _, e := range evs {
-		ack := b.publishMsg(e.id.String(), stream.Subject(b.prefix, e.tenant, e.typ), e.payload)
+		ack := b.publishMsg(e.id.String(), contract.Subject(b.prefix, e.tenant, e.typ), e.payload)
 		b.exec(`UPDATE outbox_events SET published_at = now(), stream_seq = $2 WHERE seq = $1`, e.seq, int64(ack.Sequence))
 	}
 }
@@ -158,7 +159,7 @@ func (b *bundle) process(noteID uuid.UUID) {
 	b.exec(`INSERT INTO quill_consumer_inbox (consumer, event_id, event_type, stream_seq, deliveries, processed_at) VALUES ($1, $2, 'quill.note.created.v1', 0, 1, $3) ON CONFLICT DO NOTHING`, b.config().Consumer, eventID, now)
 	b.exec(`UPDATE attachments SET status = 'processed', processed_at = $2 WHERE id = $1`, attID, now)
 	require.NoError(b.t, outbox.Insert(ctx, b.pool, outbox.Event{ID: uuid.Must(uuid.NewV7()), Tenant: b.tenant, AggregateID: noteID,
-		Type: outbox.TypeAttachmentProcessed, Time: now, Data: map[string]string{"state": "processed"}}))
+		Type: contract.EventAttachmentProcessed, Time: now, Data: map[string]string{"state": "processed"}}))
 }
 
 func (b *bundle) eventOf(noteID uuid.UUID, typ string) uuid.UUID {

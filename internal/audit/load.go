@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/quillhq/quill/internal/stream"
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/migrations"
 )
 
@@ -50,7 +50,7 @@ type cleanedEvent struct {
 
 // noteID returns the note a create or delete operation acted on.
 func (o *opRow) noteID() (uuid.UUID, bool) {
-	s, ok := strings.CutPrefix(o.Resource, "/v1/notes/")
+	s, ok := contract.ParseNotePath(o.Resource)
 	if !ok {
 		return uuid.UUID{}, false
 	}
@@ -251,7 +251,7 @@ func load(ctx context.Context, tx pgx.Tx, cfg Config) (*dataset, error) {
 			}
 		}
 		for _, id := range noteIDs {
-			resources = append(resources, "/v1/notes/"+id.String())
+			resources = append(resources, contract.NotePath(id.String()))
 		}
 	}
 
@@ -294,7 +294,7 @@ func load(ctx context.Context, tx pgx.Tx, cfg Config) (*dataset, error) {
 
 	var created []uuid.UUID
 	for _, e := range ds.events {
-		if e.Type == typeNoteCreated {
+		if e.Type == contract.EventNoteCreated {
 			created = append(created, e.ID)
 		}
 	}
@@ -328,7 +328,7 @@ func load(ctx context.Context, tx pgx.Tx, cfg Config) (*dataset, error) {
 		return nil, err
 	}
 	for _, d := range dead {
-		if cfg.Tenant != "" && stream.Tenant(cfg.Stream.SubjectPrefix, d.Subject) != cfg.Tenant {
+		if cfg.Tenant != "" && contract.SubjectTenant(cfg.Stream.SubjectPrefix, d.Subject) != cfg.Tenant {
 			continue
 		}
 		ds.dead = append(ds.dead, d)

@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/quillhq/quill/internal/stream"
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/wait"
 )
 
@@ -46,7 +46,7 @@ func (a *auditor) checkStream(ctx context.Context, js jetstream.JetStream) error
 			continue
 		}
 		seq := uint64(*e.StreamSeq)
-		subject := stream.Subject(a.cfg.Stream.SubjectPrefix, e.Tenant, e.Type)
+		subject := contract.Subject(a.cfg.Stream.SubjectPrefix, e.Tenant, e.Type)
 		base := Anomaly{Tenant: e.Tenant, Key: e.OpKey, EventID: e.ID.String(), NoteID: e.AggregateID.String(), StreamSeq: e.StreamSeq}
 		if base.Key == "" {
 			base.Key = a.keyOfNote(e.Tenant, e.AggregateID)
@@ -116,9 +116,9 @@ func maxAgeString(d time.Duration) string {
 // with an ordered consumer and reports each event id stored more than once.
 // A dead letter's re-drive carries its own Nats-Msg-Id and is not one.
 func (a *auditor) scanDuplicates(ctx context.Context, st jetstream.Stream) error {
-	filter := stream.All(a.cfg.Stream.SubjectPrefix)
+	filter := contract.AllSubjects(a.cfg.Stream.SubjectPrefix)
 	if a.cfg.Tenant != "" {
-		filter = stream.OfTenant(a.cfg.Stream.SubjectPrefix, a.cfg.Tenant)
+		filter = contract.TenantSubjects(a.cfg.Stream.SubjectPrefix, a.cfg.Tenant)
 	}
 	info, err := st.Info(ctx, jetstream.WithSubjectFilter(filter))
 	if err != nil {
@@ -166,7 +166,7 @@ func (a *auditor) scanDuplicates(ctx context.Context, st jetstream.Stream) error
 			continue // another key's
 		}
 		s := seqs[id]
-		x := Anomaly{Kind: KindDuplicateStreamMessage, Tenant: stream.Tenant(a.cfg.Stream.SubjectPrefix, subjects[id]), EventID: id,
+		x := Anomaly{Kind: KindDuplicateStreamMessage, Tenant: contract.SubjectTenant(a.cfg.Stream.SubjectPrefix, subjects[id]), EventID: id,
 			Detail: fmt.Sprintf("the stream holds %d messages with event id %s, at sequences %v (republished after the duplicate window)", len(s), id, s)}
 		if e != nil {
 			x.Key, x.NoteID = e.OpKey, e.AggregateID.String()

@@ -6,6 +6,8 @@ import (
 	"maps"
 	"slices"
 	"strings"
+
+	"github.com/quillhq/quill/contract"
 )
 
 // WriteText writes the report for a person: the anomalies, the chains, the
@@ -148,7 +150,7 @@ func writeChain(b *strings.Builder, c Chain) {
 			if in.Duplicates != nil {
 				fmt.Fprintf(b, " duplicates %d", *in.Duplicates)
 			}
-		} else if e.Type == typeNoteCreated && c.Attachment != nil && !e.Cleaned {
+		} else if e.Type == contract.EventNoteCreated && c.Attachment != nil && !e.Cleaned {
 			b.WriteString("  no inbox row")
 		}
 		b.WriteString("\n")

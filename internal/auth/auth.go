@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sync/singleflight"
 	"golang.org/x/time/rate"
 
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/idempotency"
 	"github.com/quillhq/quill/internal/lru"
@@ -36,17 +37,11 @@ const tokenScheme = "qt_"
 var (
 	// ErrUnauthenticated: the token is malformed, unknown or revoked.
 	ErrUnauthenticated = errors.New("unauthenticated")
-	// ErrInvalidTenant: the tenant name does not match ^[a-z0-9][a-z0-9-]{0,62}$.
+	// ErrInvalidTenant: the tenant name does not match contract.TenantPattern.
 	ErrInvalidTenant = errors.New("tenant names are 1-63 characters of a-z, 0-9 and '-', starting with a letter or digit")
 	// ErrTokenNotFound: no token has this prefix.
 	ErrTokenNotFound = errors.New("no token with this prefix")
 )
-
-var tenantRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
-
-// ValidTenant reports whether name is a valid tenant name; tenant names are
-// NATS subject tokens, so the set is narrow.
-func ValidTenant(name string) bool { return tenantRE.MatchString(name) }
 
 // Token layout: qt_<8 hex: prefix>_<43 base64url: 32 random bytes>.
 var (
@@ -81,7 +76,7 @@ const (
 // Create issues a new token for tenant and returns it; it is shown once and
 // never stored. Errors: ErrInvalidTenant, database errors.
 func Create(ctx context.Context, q idempotency.Querier, tenant string, now time.Time) (string, error) {
-	if !ValidTenant(tenant) {
+	if !contract.ValidTenant(tenant) {
 		return "", fmt.Errorf("%w: %q", ErrInvalidTenant, tenant)
 	}
 	return issue(ctx, q, tokenScheme, "token", sqlTokenInsert, tenant, now)

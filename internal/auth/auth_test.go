@@ -9,49 +9,6 @@ import (
 	"github.com/quillhq/quill/internal/auth"
 )
 
-func TestValidTenant(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		name string
-		ok   bool
-	}{
-		{"a", true},
-		{"0", true},
-		{"acme", true},
-		{"acme-corp", true},
-		{"acme-2", true},
-		{"9lives", true},
-		{"a-", true},
-		{"a--b", true},
-		{strings.Repeat("a", 63), true},
-		{"x" + strings.Repeat("-", 62), true},
-
-		{"", false},
-		{strings.Repeat("a", 64), false},
-		{"-acme", false},
-		{"Acme", false},
-		{"ACME", false},
-		{"ac_me", false},
-		{"ac.me", false}, // a NATS subject separator
-		{"ac*", false},   // NATS wildcards
-		{"ac>", false},
-		{"ac me", false},
-		{" acme", false},
-		{"acme ", false},
-		{"acme\n", false},
-		{"\nacme", false},
-		{"acme\x00", false},
-		{"acmé", false},
-		{"acme/other", false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			require.Equal(t, tt.ok, auth.ValidTenant(tt.name), "%q", tt.name)
-		})
-	}
-}
-
 func TestPrefixOf(t *testing.T) {
 	t.Parallel()
 	const (

@@ -10,10 +10,10 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/quillhq/quill/contract"
+	"github.com/quillhq/quill/contract/opkey"
 	"github.com/quillhq/quill/internal/audit"
-	"github.com/quillhq/quill/internal/auth"
 	"github.com/quillhq/quill/internal/db"
-	"github.com/quillhq/quill/internal/opkey"
 )
 
 // Lookup kinds: what the operator typed beside the tenant.
@@ -129,7 +129,7 @@ func (c *Console) lookup(w http.ResponseWriter, r *http.Request) {
 
 // invalid says what is wrong with the form, or "".
 func (f lookupForm) invalid() string {
-	if !auth.ValidTenant(f.Tenant) {
+	if !contract.ValidTenant(f.Tenant) {
 		return "The tenant is 1–63 characters of a-z, 0-9 and '-', starting with a letter or digit."
 	}
 	switch f.By {
@@ -177,7 +177,7 @@ func (c *Console) resolve(ctx context.Context, f lookupForm) (key, via string, e
 
 func (c *Console) keyOfNote(ctx context.Context, tenant string, note uuid.UUID, via string) (string, string, error) {
 	var key string
-	err := c.pool.QueryRow(ctx, sqlKeyOfNote, tenant, "/v1/notes/"+note.String()).Scan(&key)
+	err := c.pool.QueryRow(ctx, sqlKeyOfNote, tenant, contract.NotePath(note.String())).Scan(&key)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", "", nil
 	}
@@ -191,7 +191,7 @@ func (c *Console) keyOfNote(ctx context.Context, tenant string, note uuid.UUID, 
 func (c *Console) thumbnail(w http.ResponseWriter, r *http.Request) {
 	tenant, note := r.URL.Query().Get("tenant"), r.URL.Query().Get("note")
 	id, err := uuid.Parse(note)
-	if !auth.ValidTenant(tenant) || err != nil {
+	if !contract.ValidTenant(tenant) || err != nil {
 		c.fail(w, r, http.StatusNotFound, "Not found.")
 		return
 	}

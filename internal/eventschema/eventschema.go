@@ -10,8 +10,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"regexp"
-	"strings"
 	"sync"
 	"time"
 
@@ -20,6 +18,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/quillhq/quill/api"
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/outbox"
 )
 
@@ -63,7 +62,7 @@ func New() (*Validator, error) {
 		if !ok {
 			return nil, fmt.Errorf("api/schemas/%s.json: not a JSON object", typ)
 		}
-		id := outbox.DataSchemaPrefix + typ
+		id := contract.DataSchemaPrefix + typ
 		if obj["$id"] != id {
 			return nil, fmt.Errorf("api/schemas/%s.json: $id is %v, want %s (the dataschema its events carry)", typ, obj["$id"], id)
 		}
@@ -121,9 +120,6 @@ func strict(v any) any {
 	}
 }
 
-// tenantPattern is SPEC §5's tenant name.
-var tenantPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
-
 // Validate checks cloudEventJSON, one message body as the relay publishes
 // it: CloudEvents 1.0 structured JSON with exactly Quill's attributes
 // (SPEC §5), a dataschema naming its type's schema, and data valid against
@@ -143,7 +139,7 @@ func (v *Validator) Validate(cloudEventJSON []byte) error {
 	if id, err := uuid.Parse(ce.ID); err != nil || id.String() != ce.ID {
 		return invalid("id is not a lower-case UUID")
 	}
-	if t, ok := strings.CutPrefix(ce.Source, "/tenants/"); !ok || !tenantPattern.MatchString(t) {
+	if t, ok := contract.SourceTenant(ce.Source); !ok || !contract.ValidTenant(t) {
 		return invalid("source %q is not /tenants/<tenant>", ce.Source)
 	}
 	if id, err := uuid.Parse(ce.Subject); err != nil || id.String() != ce.Subject {
@@ -159,7 +155,7 @@ func (v *Validator) Validate(cloudEventJSON []byte) error {
 	if !ok {
 		return invalid("no schema for type %q", ce.Type)
 	}
-	if want := outbox.DataSchemaPrefix + ce.Type; ce.DataSchema != want {
+	if want := contract.DataSchemaPrefix + ce.Type; ce.DataSchema != want {
 		return invalid("dataschema %q, want %s", ce.DataSchema, want)
 	}
 	if len(ce.Data) == 0 {

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/eventschema"
 	"github.com/quillhq/quill/internal/notes"
 	"github.com/quillhq/quill/internal/outbox"
@@ -95,43 +96,43 @@ func TestData(t *testing.T) {
 		// wantErr is empty for valid data, else a part of the error.
 		wantErr string
 	}{
-		{"created", outbox.TypeNoteCreated, createdData(true), ""},
-		{"created without attachment", outbox.TypeNoteCreated, createdData(false), ""},
-		{"created empty body", outbox.TypeNoteCreated, with(created, func(m map[string]any) { m["body"] = "" }), ""},
-		{"created missing body", outbox.TypeNoteCreated, with(created, func(m map[string]any) { delete(m, "body") }), "body"},
-		{"created missing attachment", outbox.TypeNoteCreated, with(created, func(m map[string]any) { delete(m, "attachment") }), "attachment"},
-		{"created empty title", outbox.TypeNoteCreated, with(created, func(m map[string]any) { m["title"] = "" }), "/title"},
-		{"created control in title", outbox.TypeNoteCreated, with(created, func(m map[string]any) { m["title"] = "a\u0007b" }), "/title"},
-		{"created title a number", outbox.TypeNoteCreated, with(created, func(m map[string]any) { m["title"] = 7 }), "/title"},
-		{"created id not a uuid", outbox.TypeNoteCreated, with(created, func(m map[string]any) { m["id"] = "note-1" }), "/id"},
-		{"created id upper case", outbox.TypeNoteCreated, with(created, func(m map[string]any) { m["id"] = "01A229CF-DF18-7236-A349-3735BD4A95CE" }), "/id"},
-		{"created_at not a date-time", outbox.TypeNoteCreated, with(created, func(m map[string]any) { m["created_at"] = "yesterday" }), "/created_at"},
-		{"created_at without microseconds", outbox.TypeNoteCreated, with(created, func(m map[string]any) { m["created_at"] = "2026-11-30T00:16:58Z" }), "/created_at"},
-		{"created attachment processed", outbox.TypeNoteCreated, with(created, att(func(a map[string]any) { a["status"] = "processed" })), "/attachment"},
-		{"created attachment negative size", outbox.TypeNoteCreated, with(created, att(func(a map[string]any) { a["size"] = -1 })), "/attachment"},
-		{"created attachment size a string", outbox.TypeNoteCreated, with(created, att(func(a map[string]any) { a["size"] = "42" })), "/attachment"},
-		{"created attachment bad sha256", outbox.TypeNoteCreated, with(created, att(func(a map[string]any) { a["sha256"] = "abc" })), "/attachment"},
-		{"created attachment missing filename", outbox.TypeNoteCreated, with(created, att(func(a map[string]any) { delete(a, "filename") })), "/attachment"},
-		{"created undeclared member", outbox.TypeNoteCreated, with(created, func(m map[string]any) { m["colour"] = "red" }), "does not declare"},
-		{"created attachment undeclared member", outbox.TypeNoteCreated, with(created, att(func(a map[string]any) { a["data"] = "AAAA" })), "does not declare"},
-		{"created data an array", outbox.TypeNoteCreated, []any{created}, "want object"},
+		{"created", contract.EventNoteCreated, createdData(true), ""},
+		{"created without attachment", contract.EventNoteCreated, createdData(false), ""},
+		{"created empty body", contract.EventNoteCreated, with(created, func(m map[string]any) { m["body"] = "" }), ""},
+		{"created missing body", contract.EventNoteCreated, with(created, func(m map[string]any) { delete(m, "body") }), "body"},
+		{"created missing attachment", contract.EventNoteCreated, with(created, func(m map[string]any) { delete(m, "attachment") }), "attachment"},
+		{"created empty title", contract.EventNoteCreated, with(created, func(m map[string]any) { m["title"] = "" }), "/title"},
+		{"created control in title", contract.EventNoteCreated, with(created, func(m map[string]any) { m["title"] = "a\u0007b" }), "/title"},
+		{"created title a number", contract.EventNoteCreated, with(created, func(m map[string]any) { m["title"] = 7 }), "/title"},
+		{"created id not a uuid", contract.EventNoteCreated, with(created, func(m map[string]any) { m["id"] = "note-1" }), "/id"},
+		{"created id upper case", contract.EventNoteCreated, with(created, func(m map[string]any) { m["id"] = "01A229CF-DF18-7236-A349-3735BD4A95CE" }), "/id"},
+		{"created_at not a date-time", contract.EventNoteCreated, with(created, func(m map[string]any) { m["created_at"] = "yesterday" }), "/created_at"},
+		{"created_at without microseconds", contract.EventNoteCreated, with(created, func(m map[string]any) { m["created_at"] = "2026-11-30T00:16:58Z" }), "/created_at"},
+		{"created attachment processed", contract.EventNoteCreated, with(created, att(func(a map[string]any) { a["status"] = "processed" })), "/attachment"},
+		{"created attachment negative size", contract.EventNoteCreated, with(created, att(func(a map[string]any) { a["size"] = -1 })), "/attachment"},
+		{"created attachment size a string", contract.EventNoteCreated, with(created, att(func(a map[string]any) { a["size"] = "42" })), "/attachment"},
+		{"created attachment bad sha256", contract.EventNoteCreated, with(created, att(func(a map[string]any) { a["sha256"] = "abc" })), "/attachment"},
+		{"created attachment missing filename", contract.EventNoteCreated, with(created, att(func(a map[string]any) { delete(a, "filename") })), "/attachment"},
+		{"created undeclared member", contract.EventNoteCreated, with(created, func(m map[string]any) { m["colour"] = "red" }), "does not declare"},
+		{"created attachment undeclared member", contract.EventNoteCreated, with(created, att(func(a map[string]any) { a["data"] = "AAAA" })), "does not declare"},
+		{"created data an array", contract.EventNoteCreated, []any{created}, "want object"},
 
-		{"deleted", outbox.TypeNoteDeleted, deletedData(), ""},
-		{"deleted missing deleted_at", outbox.TypeNoteDeleted, with(deleted, func(m map[string]any) { delete(m, "deleted_at") }), "deleted_at"},
-		{"deleted deleted_at not a date-time", outbox.TypeNoteDeleted, with(deleted, func(m map[string]any) { m["deleted_at"] = "2026-13-30T00:16:58.648139Z" }), "/deleted_at"},
-		{"deleted id renamed", outbox.TypeNoteDeleted, with(deleted, func(m map[string]any) { m["note_id"] = m["id"]; delete(m, "id") }), "id"},
-		{"deleted undeclared member", outbox.TypeNoteDeleted, with(deleted, func(m map[string]any) { m["title"] = "t" }), "does not declare"},
+		{"deleted", contract.EventNoteDeleted, deletedData(), ""},
+		{"deleted missing deleted_at", contract.EventNoteDeleted, with(deleted, func(m map[string]any) { delete(m, "deleted_at") }), "deleted_at"},
+		{"deleted deleted_at not a date-time", contract.EventNoteDeleted, with(deleted, func(m map[string]any) { m["deleted_at"] = "2026-13-30T00:16:58.648139Z" }), "/deleted_at"},
+		{"deleted id renamed", contract.EventNoteDeleted, with(deleted, func(m map[string]any) { m["note_id"] = m["id"]; delete(m, "id") }), "id"},
+		{"deleted undeclared member", contract.EventNoteDeleted, with(deleted, func(m map[string]any) { m["title"] = "t" }), "does not declare"},
 
-		{"processed", outbox.TypeAttachmentProcessed, processedData(worker.StateProcessed), ""},
-		{"failed", outbox.TypeAttachmentProcessed, processedData(worker.StateFailed), ""},
-		{"processed unknown state", outbox.TypeAttachmentProcessed, with(processed, func(m map[string]any) { m["state"] = "done" }), "/state"},
-		{"processed without detected_type", outbox.TypeAttachmentProcessed, with(processed, func(m map[string]any) { delete(m, "detected_type") }), "detected_type"},
-		{"processed with a reason", outbox.TypeAttachmentProcessed, with(processed, func(m map[string]any) { m["reason"] = "r" }), "reason"},
-		{"failed without reason", outbox.TypeAttachmentProcessed, with(failed, func(m map[string]any) { delete(m, "reason") }), "reason"},
-		{"failed with detected_type", outbox.TypeAttachmentProcessed, with(failed, func(m map[string]any) { m["detected_type"] = "image/png" }), "detected_type"},
-		{"processed missing note_id", outbox.TypeAttachmentProcessed, with(processed, func(m map[string]any) { delete(m, "note_id") }), "note_id"},
-		{"processed attachment_id not a uuid", outbox.TypeAttachmentProcessed, with(processed, func(m map[string]any) { m["attachment_id"] = 1 }), "/attachment_id"},
-		{"processed undeclared member", outbox.TypeAttachmentProcessed, with(processed, func(m map[string]any) { m["thumbnail"] = "AAAA" }), "does not declare"},
+		{"processed", contract.EventAttachmentProcessed, processedData(worker.StateProcessed), ""},
+		{"failed", contract.EventAttachmentProcessed, processedData(worker.StateFailed), ""},
+		{"processed unknown state", contract.EventAttachmentProcessed, with(processed, func(m map[string]any) { m["state"] = "done" }), "/state"},
+		{"processed without detected_type", contract.EventAttachmentProcessed, with(processed, func(m map[string]any) { delete(m, "detected_type") }), "detected_type"},
+		{"processed with a reason", contract.EventAttachmentProcessed, with(processed, func(m map[string]any) { m["reason"] = "r" }), "reason"},
+		{"failed without reason", contract.EventAttachmentProcessed, with(failed, func(m map[string]any) { delete(m, "reason") }), "reason"},
+		{"failed with detected_type", contract.EventAttachmentProcessed, with(failed, func(m map[string]any) { m["detected_type"] = "image/png" }), "detected_type"},
+		{"processed missing note_id", contract.EventAttachmentProcessed, with(processed, func(m map[string]any) { delete(m, "note_id") }), "note_id"},
+		{"processed attachment_id not a uuid", contract.EventAttachmentProcessed, with(processed, func(m map[string]any) { m["attachment_id"] = 1 }), "/attachment_id"},
+		{"processed undeclared member", contract.EventAttachmentProcessed, with(processed, func(m map[string]any) { m["thumbnail"] = "AAAA" }), "does not declare"},
 	}
 	v, err := eventschema.New()
 	require.NoError(t, err)
@@ -153,7 +154,7 @@ func TestData(t *testing.T) {
 // and a dataschema naming the type's schema.
 func TestEnvelope(t *testing.T) {
 	t.Parallel()
-	good := asMapBytes(t, envelope(t, outbox.TypeNoteDeleted, deletedData()))
+	good := asMapBytes(t, envelope(t, contract.EventNoteDeleted, deletedData()))
 	cases := []struct {
 		name    string
 		change  func(map[string]any)
@@ -161,7 +162,7 @@ func TestEnvelope(t *testing.T) {
 	}{
 		{"as written", func(map[string]any) {}, ""},
 		{"no dataschema", func(m map[string]any) { delete(m, "dataschema") }, "dataschema"},
-		{"dataschema of another type", func(m map[string]any) { m["dataschema"] = outbox.DataSchema(outbox.TypeNoteCreated) }, "dataschema"},
+		{"dataschema of another type", func(m map[string]any) { m["dataschema"] = contract.DataSchema(contract.EventNoteCreated) }, "dataschema"},
 		{"dataschema a URL", func(m map[string]any) { m["dataschema"] = "https://quill.example/schemas/quill.note.deleted.v1.json" }, "dataschema"},
 		{"unknown type", func(m map[string]any) { m["type"] = "quill.note.deleted.v2" }, "no schema"},
 		{"specversion", func(m map[string]any) { m["specversion"] = "0.3" }, "specversion"},
@@ -206,14 +207,14 @@ func asMapBytes(t *testing.T, b []byte) map[string]any {
 // The package-level Validate is New's validator.
 func TestValidate(t *testing.T) {
 	t.Parallel()
-	require.NoError(t, eventschema.Validate(envelope(t, outbox.TypeAttachmentProcessed, processedData(worker.StateFailed))))
-	err := eventschema.Validate(envelope(t, outbox.TypeAttachmentProcessed, map[string]any{"state": "failed"}))
+	require.NoError(t, eventschema.Validate(envelope(t, contract.EventAttachmentProcessed, processedData(worker.StateFailed))))
+	err := eventschema.Validate(envelope(t, contract.EventAttachmentProcessed, map[string]any{"state": "failed"}))
 	require.True(t, errors.Is(err, eventschema.ErrInvalid), "%v", err)
 }
 
 func ExampleValidate() {
 	ev, _ := outbox.Envelope(outbox.Event{ID: eventID, Tenant: "acme", AggregateID: noteID,
-		Type: outbox.TypeNoteDeleted, Time: at, Data: map[string]any{"id": noteID.String()}})
+		Type: contract.EventNoteDeleted, Time: at, Data: map[string]any{"id": noteID.String()}})
 	fmt.Println(eventschema.Validate(ev) != nil)
 	// Output:
 	// true

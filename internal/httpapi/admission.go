@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/problem"
 )
 
@@ -186,7 +187,7 @@ func (s *server) rateLimitedAfter(w http.ResponseWriter, r *http.Request, policy
 	h := w.Header()
 	h.Set("RateLimit-Policy", s.admit.policy())
 	h.Set("RateLimit", `"`+policy+`";r=0;t=`+strconv.Itoa(retryAfter))
-	p := problem.New(http.StatusTooManyRequests, problem.CodeRateLimited, detail)
+	p := problem.New(http.StatusTooManyRequests, contract.CodeRateLimited, detail)
 	p.RetryAfter = retryAfter
 	writeProblem(w, r, p)
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/auth"
 	"github.com/quillhq/quill/internal/dbtest"
 	"github.com/quillhq/quill/internal/httpapi"
@@ -28,7 +29,7 @@ import (
 func BenchmarkCreateHandler(b *testing.B) {
 	pool, _ := dbtest.Pool(b, 16)
 	reg := metrics.NewRegistry()
-	m := metrics.NewAPI(reg, notes.ActionCreate, notes.ActionDelete)
+	m := metrics.NewAPI(reg, contract.ActionCreateNote, contract.ActionDeleteNote)
 	log := zerolog.New(io.Discard).With().Str("process", "api").Logger()
 	svc, err := notes.NewService(pool, notes.Config{}, log, notes.WithObserver(m))
 	if err != nil {

@@ -32,7 +32,7 @@ const offContractHeader = "X-Test-Off-Contract"
 // gives, against api/openapi.yaml: path, method, parameters, headers and
 // bodies, in strict mode (an undeclared member, header or query parameter is
 // a failure) with formats asserted (uuid, date-time).
-type contract struct {
+type apiContract struct {
 	model   *v3.Document
 	v       validator.Validator
 	schemas schema_validation.SchemaValidator
@@ -42,7 +42,7 @@ type contract struct {
 	mu sync.Mutex
 }
 
-var loadContract = sync.OnceValues(func() (*contract, error) {
+var loadContract = sync.OnceValues(func() (*apiContract, error) {
 	doc, err := libopenapi.NewDocument(api.OpenAPI())
 	if err != nil {
 		return nil, fmt.Errorf("parse api/openapi.yaml: %w", err)
@@ -53,10 +53,10 @@ var loadContract = sync.OnceValues(func() (*contract, error) {
 	}
 	opts := []config.Option{config.WithFormatAssertions(), config.WithStrictMode()}
 	v := validator.NewValidatorFromV3Model(&m.Model, opts...)
-	return &contract{model: &m.Model, v: v, schemas: schema_validation.NewSchemaValidator(opts...)}, nil
+	return &apiContract{model: &m.Model, v: v, schemas: schema_validation.NewSchemaValidator(opts...)}, nil
 })
 
-func contractFor(t *testing.T) *contract {
+func contractFor(t *testing.T) *apiContract {
 	t.Helper()
 	c, err := loadContract()
 	if err != nil {
@@ -69,7 +69,7 @@ func contractFor(t *testing.T) *contract {
 // segments match r's escaped path (a {param} matches one segment) and the
 // operation of r's method (HEAD is served as GET). known reports whether
 // the path is documented at all.
-func (c *contract) operation(r *http.Request) (template string, op *v3.Operation, known bool) {
+func (c *apiContract) operation(r *http.Request) (template string, op *v3.Operation, known bool) {
 	segs := strings.Split(r.URL.EscapedPath(), "/")
 	for tmpl, item := range c.model.Paths.PathItems.FromOldest() {
 		tsegs := strings.Split(tmpl, "/")
@@ -127,7 +127,7 @@ func (w *recorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // serve runs next for r and fails t when r (unless marked off-contract) or
 // the answer disagrees with the document.
-func (c *contract) serve(t *testing.T, next http.Handler, w http.ResponseWriter, r *http.Request) {
+func (c *apiContract) serve(t *testing.T, next http.Handler, w http.ResponseWriter, r *http.Request) {
 	offContract := r.Header.Get(offContractHeader)
 	r.Header.Del(offContractHeader)
 	body, err := io.ReadAll(r.Body)
@@ -194,25 +194,25 @@ func (c *contract) serve(t *testing.T, next http.Handler, w http.ResponseWriter,
 	}
 }
 
-func (c *contract) validateRequest(r *http.Request) (bool, []*liberrors.ValidationError) {
+func (c *apiContract) validateRequest(r *http.Request) (bool, []*liberrors.ValidationError) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.v.ValidateHttpRequestSync(r)
 }
 
-func (c *contract) validateResponse(r *http.Request, res *http.Response) (bool, []*liberrors.ValidationError) {
+func (c *apiContract) validateResponse(r *http.Request, res *http.Response) (bool, []*liberrors.ValidationError) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.v.ValidateHttpResponse(r, res)
 }
 
-func (c *contract) validateSchema(name string, body []byte) (bool, []*liberrors.ValidationError) {
+func (c *apiContract) validateSchema(name string, body []byte) (bool, []*liberrors.ValidationError) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.schemas.ValidateSchemaBytes(c.schema(name), body)
 }
 
-func (c *contract) schema(name string) *base.Schema {
+func (c *apiContract) schema(name string) *base.Schema {
 	return c.model.Components.Schemas.GetOrZero(name).Schema()
 }
 

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/httpapi"
 	"github.com/quillhq/quill/internal/notes"
 )
@@ -63,7 +64,7 @@ func TestNoLeftoverLockAfterUnclaimedAnswer(t *testing.T) {
 		require.ErrorAs(t, err, &expired)
 		b.clock.advance(keyRetention)
 		op, err := b.svc.Lookup(ctx, b.tenantA, key)
-		if err == nil && op.State == notes.StateInProgress {
+		if err == nil && op.State == contract.OperationInProgress {
 			inProgress++
 		}
 	}

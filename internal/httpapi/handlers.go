@@ -14,15 +14,16 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/google/uuid"
 
+	"github.com/quillhq/quill/contract"
+	"github.com/quillhq/quill/contract/opkey"
 	"github.com/quillhq/quill/internal/notes"
-	"github.com/quillhq/quill/internal/opkey"
 	"github.com/quillhq/quill/internal/problem"
 )
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
-		problem.New(http.StatusInternalServerError, problem.CodeInternal, "could not encode the response").Write(w)
+		problem.New(http.StatusInternalServerError, contract.CodeInternal, "could not encode the response").Write(w)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -38,10 +39,10 @@ func operationKey(r *http.Request, action string) (string, *problem.Problem) {
 	key, err := opkey.ParseHeader(r.Header.Values("Idempotency-Key"))
 	switch {
 	case errors.Is(err, opkey.ErrMissing):
-		return "", problem.New(http.StatusBadRequest, problem.CodeKeyMissing,
+		return "", problem.New(http.StatusBadRequest, contract.CodeKeyMissing,
 			"send Idempotency-Key with a key that names this operation; a retry of the same operation sends the same key")
 	case err != nil:
-		return "", problem.New(http.StatusBadRequest, problem.CodeKeyInvalid, err.Error())
+		return "", problem.New(http.StatusBadRequest, contract.CodeKeyInvalid, err.Error())
 	}
 	ri.keyHash = opkey.Hash(ri.tenant, key)
 	return key, nil
@@ -102,7 +103,7 @@ func writeOutcome(w http.ResponseWriter, r *http.Request, out notes.Outcome, err
 }
 
 func (s *server) createNote(w http.ResponseWriter, r *http.Request) {
-	key, p := operationKey(r, notes.ActionCreate)
+	key, p := operationKey(r, contract.ActionCreateNote)
 	if p != nil {
 		writeProblem(w, r, p)
 		return
@@ -122,7 +123,7 @@ func (s *server) createNote(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) deleteNote(w http.ResponseWriter, r *http.Request) {
-	key, p := operationKey(r, notes.ActionDelete)
+	key, p := operationKey(r, contract.ActionDeleteNote)
 	if p != nil {
 		writeProblem(w, r, p)
 		return
@@ -202,7 +203,7 @@ func (s *server) listNotes(w http.ResponseWriter, r *http.Request) {
 		after = &id
 	}
 	if len(errs) > 0 {
-		p := problem.New(http.StatusBadRequest, problem.CodeValidation, "the query has invalid parameters; see errors")
+		p := problem.New(http.StatusBadRequest, contract.CodeValidation, "the query has invalid parameters; see errors")
 		p.Errors = errs
 		writeProblem(w, r, p)
 		return
@@ -297,7 +298,7 @@ func writeBytes(w http.ResponseWriter, r *http.Request, contentType string, data
 func (s *server) getOperation(w http.ResponseWriter, r *http.Request) {
 	key, err := opkey.Parse(r.PathValue("key"))
 	if err != nil {
-		writeProblem(w, r, problem.New(http.StatusBadRequest, problem.CodeKeyInvalid, err.Error()))
+		writeProblem(w, r, problem.New(http.StatusBadRequest, contract.CodeKeyInvalid, err.Error()))
 		return
 	}
 	info(r).keyHash = opkey.Hash(info(r).tenant, key)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/go-json-experiment/json"
 
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/problem"
 )
 
@@ -36,10 +37,10 @@ func isJSON(contentType string) bool {
 // of at most limit bytes, into dst. The limit is enforced while reading.
 func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, dst any) *problem.Problem {
 	if r.ContentLength == 0 && len(r.TransferEncoding) == 0 {
-		return problem.New(http.StatusBadRequest, problem.CodeInvalidJSON, "the body is empty; send one JSON object")
+		return problem.New(http.StatusBadRequest, contract.CodeInvalidJSON, "the body is empty; send one JSON object")
 	}
 	if !isJSON(r.Header.Get("Content-Type")) {
-		return problem.New(http.StatusUnsupportedMediaType, problem.CodeUnsupportedMedia,
+		return problem.New(http.StatusUnsupportedMediaType, contract.CodeUnsupportedMedia,
 			"send the body as JSON with Content-Type: application/json")
 	}
 	if r.ContentLength > limit {
@@ -71,7 +72,7 @@ func expectObject(br *bufio.Reader, limit int64) *problem.Problem {
 		c, err := br.ReadByte()
 		if err != nil {
 			if errors.Is(err, io.EOF) {
-				return problem.New(http.StatusBadRequest, problem.CodeInvalidJSON, "the body is empty; send one JSON object")
+				return problem.New(http.StatusBadRequest, contract.CodeInvalidJSON, "the body is empty; send one JSON object")
 			}
 			return decodeProblem(err, limit)
 		}
@@ -82,13 +83,13 @@ func expectObject(br *bufio.Reader, limit int64) *problem.Problem {
 			_ = br.UnreadByte()
 			return nil
 		default:
-			return problem.New(http.StatusBadRequest, problem.CodeInvalidJSON, "the body must be one JSON object")
+			return problem.New(http.StatusBadRequest, contract.CodeInvalidJSON, "the body must be one JSON object")
 		}
 	}
 }
 
 func tooLarge(limit int64) *problem.Problem {
-	return problem.New(http.StatusRequestEntityTooLarge, problem.CodeTooLarge,
+	return problem.New(http.StatusRequestEntityTooLarge, contract.CodeTooLarge,
 		fmt.Sprintf("the request body is larger than %d bytes", limit))
 }
 
@@ -100,7 +101,7 @@ func decodeProblem(err error, limit int64) *problem.Problem {
 	msg := err.Error()
 	msg = strings.TrimPrefix(msg, "json: ")
 	msg = strings.TrimPrefix(msg, "jsontext: ")
-	return problem.New(http.StatusBadRequest, problem.CodeInvalidJSON, "the body is not one valid JSON object of the expected shape: "+msg)
+	return problem.New(http.StatusBadRequest, contract.CodeInvalidJSON, "the body is not one valid JSON object of the expected shape: "+msg)
 }
 
 // preferWait returns the wait a client asked for with Prefer: wait=N

@@ -12,6 +12,7 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/stretchr/testify/require"
 
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/notes"
 	"github.com/quillhq/quill/internal/problem"
 )
@@ -123,8 +124,8 @@ func TestDecodeBodyContentType(t *testing.T) {
 			}
 			require.NotNil(t, p)
 			require.Equal(t, http.StatusUnsupportedMediaType, p.Status)
-			require.Equal(t, problem.CodeUnsupportedMedia, p.Code)
-			require.Equal(t, problem.RetryAfterFixing, p.Retry)
+			require.Equal(t, contract.CodeUnsupportedMedia, p.Code)
+			require.Equal(t, contract.RetryAfterFixing, p.Retry)
 		})
 	}
 }
@@ -182,8 +183,8 @@ func TestDecodeBodyInvalidJSON(t *testing.T) {
 				_, p := decode("application/json", tt.body, 1024, chunked)
 				require.NotNil(t, p, "body %q accepted (chunked=%v)", tt.body, chunked)
 				require.Equal(t, http.StatusBadRequest, p.Status, "chunked=%v: %+v", chunked, p)
-				require.Equal(t, problem.CodeInvalidJSON, p.Code)
-				require.Equal(t, problem.RetryAfterFixing, p.Retry)
+				require.Equal(t, contract.CodeInvalidJSON, p.Code)
+				require.Equal(t, contract.RetryAfterFixing, p.Retry)
 				require.NotEmpty(t, p.Detail)
 			}
 		})
@@ -229,8 +230,8 @@ func TestDecodeBodyLimit(t *testing.T) {
 				}
 				require.NotNil(t, p)
 				require.Equal(t, http.StatusRequestEntityTooLarge, p.Status, "%+v", p)
-				require.Equal(t, problem.CodeTooLarge, p.Code)
-				require.Equal(t, problem.RetryAfterFixing, p.Retry)
+				require.Equal(t, contract.CodeTooLarge, p.Code)
+				require.Equal(t, contract.RetryAfterFixing, p.Retry)
 			})
 		}
 	}
@@ -247,7 +248,7 @@ func TestDecodeBodyContentLengthOverLimitReadsNothing(t *testing.T) {
 	p := decodeBody(httptest.NewRecorder(), r, 1024, &in)
 	require.NotNil(t, p)
 	require.Equal(t, http.StatusRequestEntityTooLarge, p.Status)
-	require.Equal(t, problem.CodeTooLarge, p.Code)
+	require.Equal(t, contract.CodeTooLarge, p.Code)
 	require.Zero(t, body.n)
 }
 
@@ -283,7 +284,7 @@ func TestDecodeBodyEmptyStruct(t *testing.T) {
 			continue
 		}
 		require.NotNil(t, p, "body %q", tt.body)
-		require.Equal(t, problem.CodeInvalidJSON, p.Code)
+		require.Equal(t, contract.CodeInvalidJSON, p.Code)
 	}
 }
 
@@ -403,9 +404,9 @@ func FuzzDecodeBody(f *testing.F) {
 		}
 		switch p.Status {
 		case http.StatusBadRequest:
-			require.Equal(t, problem.CodeInvalidJSON, p.Code)
+			require.Equal(t, contract.CodeInvalidJSON, p.Code)
 		case http.StatusRequestEntityTooLarge:
-			require.Equal(t, problem.CodeTooLarge, p.Code)
+			require.Equal(t, contract.CodeTooLarge, p.Code)
 			require.Greater(t, len(body), limit, "a body within the limit was called too large")
 		default:
 			t.Fatalf("unexpected problem %d %s for body %q", p.Status, p.Code, body)
@@ -413,6 +414,6 @@ func FuzzDecodeBody(f *testing.F) {
 		if !chunked && len(body) > limit {
 			require.Equal(t, http.StatusRequestEntityTooLarge, p.Status)
 		}
-		require.Equal(t, problem.RetryAfterFixing, p.Retry)
+		require.Equal(t, contract.RetryAfterFixing, p.Retry)
 	})
 }

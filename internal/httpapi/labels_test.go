@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/clitest"
 	"github.com/quillhq/quill/internal/dbtest"
 	"github.com/quillhq/quill/internal/httpapi"
@@ -34,7 +35,7 @@ func TestInventedMethodsMintNoSeries(t *testing.T) {
 	svc, err := notes.NewService(pool, notes.Config{}, log)
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
-	m := metrics.NewAPI(reg, notes.ActionCreate, notes.ActionDelete)
+	m := metrics.NewAPI(reg, contract.ActionCreateNote, contract.ActionDeleteNote)
 	api := httpapi.NewServer(httpapi.Deps{Pool: pool, Notes: svc, Log: log, Metrics: m})
 
 	send := func(method, path string) int {

@@ -3,7 +3,7 @@ package httpapi
 import (
 	"net/http"
 
-	"github.com/quillhq/quill/internal/durations"
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/notes"
 )
 
@@ -33,8 +33,8 @@ type Limits struct {
 func (c Config) limits(svc *notes.Service) Limits {
 	response, key := svc.Retentions()
 	return Limits{
-		ResponseRetention:  durations.Format(response),
-		KeyRetention:       durations.Format(key),
+		ResponseRetention:  contract.FormatDuration(response),
+		KeyRetention:       contract.FormatDuration(key),
 		MaxBodyBytes:       c.MaxBodyBytes,
 		MaxAttachmentBytes: c.MaxAttachmentBytes,
 		TenantConcurrency:  c.TenantConcurrency,

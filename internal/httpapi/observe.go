@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/problem"
 )
 
@@ -133,8 +134,8 @@ func (s *server) observe(next http.Handler) http.Handler {
 				}
 				s.Log.Error().Ctx(r.Context()).Str("request_id", ri.id).Interface("panic", v).Msg("handler panicked")
 				if sw.status == 0 {
-					ri.category = problem.CodeInternal
-					problem.New(http.StatusInternalServerError, problem.CodeInternal,
+					ri.category = contract.CodeInternal
+					problem.New(http.StatusInternalServerError, contract.CodeInternal,
 						"an unexpected error occurred; a retry with the same key is safe").Write(sw)
 				}
 			}

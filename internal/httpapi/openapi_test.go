@@ -118,10 +118,10 @@ func TestOpenAPIProblemCodes(t *testing.T) {
 	require.ElementsMatch(t, codes, slices.Collect(maps.Keys(perCode)), "one problem schema per code")
 }
 
-// problemCodes returns the values of internal/problem's Code constants.
+// problemCodes returns the values of contract's Code constants.
 func problemCodes(t *testing.T) []string {
 	t.Helper()
-	codes := testkit.StringConstants(t, "../problem/problem.go", "Code")
+	codes := testkit.StringConstants(t, "../../contract/contract.go", "Code")
 	require.NotEmpty(t, codes)
 	return codes
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/quillhq/quill/api"
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/problem"
 )
 
@@ -21,7 +22,7 @@ func getSchema(w http.ResponseWriter, r *http.Request) {
 	typ, ok := strings.CutSuffix(r.PathValue("file"), ".json")
 	doc, err := api.Schema(typ)
 	if !ok || errors.Is(err, api.ErrUnknownSchema) {
-		writeProblem(w, r, problem.New(http.StatusNotFound, problem.CodeNotFound,
+		writeProblem(w, r, problem.New(http.StatusNotFound, contract.CodeNotFound,
 			"no event type has this schema; there are /schemas/<type>.json for "+strings.Join(api.SchemaTypes(), ", ")))
 		return
 	}

@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/quillhq/quill/api"
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/auth"
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/notes"
@@ -161,13 +162,13 @@ func NewServer(d Deps) http.Handler {
 		mux.Handle(rt.pattern, h)
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeProblem(w, r, problem.New(http.StatusNotFound, problem.CodeNotFound, "no such resource"))
+		writeProblem(w, r, problem.New(http.StatusNotFound, contract.CodeNotFound, "no such resource"))
 	})
 	return s.observe(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !strings.HasPrefix(r.URL.Path, "/") {
 			// "*" (or anything else the mux would answer with a bare
 			// 400): no resource of the API, answered as a problem.
-			writeProblem(w, r, problem.New(http.StatusNotFound, problem.CodeNotFound, "no such resource"))
+			writeProblem(w, r, problem.New(http.StatusNotFound, contract.CodeNotFound, "no such resource"))
 			return
 		}
 		// Operation keys may be "." or ".." or hold "/" (any of 0x21–0x7E
@@ -264,7 +265,7 @@ func (m methods) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		allow := m.allow()
 		w.Header().Set("Allow", allow)
-		writeProblem(w, r, problem.New(http.StatusMethodNotAllowed, problem.CodeMethodNotAllowed, methodName(r.Method)+" is not allowed here; allowed: "+allow))
+		writeProblem(w, r, problem.New(http.StatusMethodNotAllowed, contract.CodeMethodNotAllowed, methodName(r.Method)+" is not allowed here; allowed: "+allow))
 		return
 	}
 	h(w, r)
@@ -289,8 +290,8 @@ func (s *server) authed(h http.Handler) http.Handler {
 		if err != nil {
 			var limited *auth.RateLimitedError
 			if errors.As(err, &limited) { // decision 0042
-				info(r).category = "rate_limited"
-				p := problem.New(http.StatusTooManyRequests, problem.CodeRateLimited,
+				info(r).category = contract.CodeRateLimited
+				p := problem.New(http.StatusTooManyRequests, contract.CodeRateLimited,
 					"too many failed authentications from this address; nothing was executed: send the same request again after Retry-After")
 				p.RetryAfter = int((limited.RetryAfter + time.Second - 1) / time.Second)
 				if limited.AllAddresses {
@@ -312,8 +313,8 @@ func (s *server) authed(h http.Handler) http.Handler {
 				return
 			}
 			if errors.Is(err, auth.ErrUnauthenticated) {
-				info(r).category = "unauthenticated"
-				writeProblem(w, r, problem.New(http.StatusUnauthorized, problem.CodeUnauthenticated,
+				info(r).category = contract.CodeUnauthenticated
+				writeProblem(w, r, problem.New(http.StatusUnauthorized, contract.CodeUnauthenticated,
 					"send Authorization: Bearer <token> with a valid, unrevoked token"))
 				return
 			}
@@ -336,39 +337,39 @@ func problemFor(err error) *problem.Problem {
 	)
 	switch {
 	case errors.As(err, &verr):
-		p := problem.New(http.StatusBadRequest, problem.CodeValidation, "the request has invalid fields; see errors")
+		p := problem.New(http.StatusBadRequest, contract.CodeValidation, "the request has invalid fields; see errors")
 		p.Errors = make([]problem.FieldError, len(verr.Errors))
 		for i, f := range verr.Errors {
 			p.Errors[i] = problem.FieldError{Field: f.Field, Message: f.Message}
 		}
 		return p
 	case errors.As(err, &tooLarge):
-		return problem.New(http.StatusRequestEntityTooLarge, problem.CodeTooLarge, tooLarge.Error())
+		return problem.New(http.StatusRequestEntityTooLarge, contract.CodeTooLarge, tooLarge.Error())
 	case errors.As(err, &reused):
 		detail := "this key is recorded for different parameters; a new intent needs a new key, the same intent must send its original parameters"
 		if reused.Fields[0] == "action" {
 			detail = "this key is recorded for a " + reused.RecordedAction + " operation; a new intent needs a new key"
 		}
-		p := problem.New(http.StatusUnprocessableEntity, problem.CodeKeyReused, detail)
+		p := problem.New(http.StatusUnprocessableEntity, contract.CodeKeyReused, detail)
 		p.Fields = reused.Fields
 		return p
 	case errors.As(err, &expired):
-		p := problem.New(http.StatusGone, problem.CodeResultExpired,
+		p := problem.New(http.StatusGone, contract.CodeResultExpired,
 			expired.Error()+"; the operation is not executed again: look the resource up instead")
 		p.Resource = expired.Resource
 		return p
 	case errors.Is(err, notes.ErrInProgress):
-		p := problem.New(http.StatusConflict, problem.CodeInProgress,
+		p := problem.New(http.StatusConflict, contract.CodeInProgress,
 			"a request with this key is still executing; send the same request with the same key again")
 		p.RetryAfter = 1
 		return p
 	case errors.Is(err, db.ErrLockTimeout):
-		p := problem.New(http.StatusServiceUnavailable, problem.CodeUnavailable,
+		p := problem.New(http.StatusServiceUnavailable, contract.CodeUnavailable,
 			"the note is locked by another transaction (its attachment being processed, say) for longer than the lock timeout; nothing was committed: send the same request with the same key after Retry-After")
 		p.RetryAfter = 1
 		return p
 	case errors.Is(err, db.ErrPoolTimeout):
-		p := problem.New(http.StatusServiceUnavailable, problem.CodeUnavailable,
+		p := problem.New(http.StatusServiceUnavailable, contract.CodeUnavailable,
 			"every database connection is busy; nothing was changed: send the same request with the same key after Retry-After")
 		p.RetryAfter = 1
 		return p
@@ -377,26 +378,26 @@ func problemFor(err error) *problem.Problem {
 		if unavail.Unknown {
 			detail = "the database became unavailable while committing and whether the operation committed could not be established; a retry with the same key is safe and answers with the real outcome"
 		}
-		p := problem.New(http.StatusServiceUnavailable, problem.CodeUnavailable, detail)
+		p := problem.New(http.StatusServiceUnavailable, contract.CodeUnavailable, detail)
 		p.RetryAfter = 1
 		return p
 	case errors.Is(err, db.ErrUnavailable):
-		p := problem.New(http.StatusServiceUnavailable, problem.CodeUnavailable, "the database is unavailable; nothing was changed")
+		p := problem.New(http.StatusServiceUnavailable, contract.CodeUnavailable, "the database is unavailable; nothing was changed")
 		p.RetryAfter = 1
 		return p
 	case errors.Is(err, notes.ErrNothingToDelete):
-		return problem.New(http.StatusNotFound, problem.CodeNotFound, "no note with this id exists for this tenant (it may have been deleted)")
+		return problem.New(http.StatusNotFound, contract.CodeNotFound, "no note with this id exists for this tenant (it may have been deleted)")
 	case errors.Is(err, notes.ErrNotFound):
-		return problem.New(http.StatusNotFound, problem.CodeNotFound, "no such note for this tenant")
+		return problem.New(http.StatusNotFound, contract.CodeNotFound, "no such note for this tenant")
 	case errors.Is(err, notes.ErrOperationNotFound):
-		return problem.New(http.StatusNotFound, problem.CodeOpNotFound,
+		return problem.New(http.StatusNotFound, contract.CodeOpNotFound,
 			"nothing with this key is recorded for this tenant and nothing with it is executing; the write never executed, so send it again under the same key")
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		p := problem.New(http.StatusServiceUnavailable, problem.CodeUnavailable, "the request was cancelled before an outcome was reached; a retry with the same key is safe")
+		p := problem.New(http.StatusServiceUnavailable, contract.CodeUnavailable, "the request was cancelled before an outcome was reached; a retry with the same key is safe")
 		p.RetryAfter = 1
 		return p
 	default:
-		return problem.New(http.StatusInternalServerError, problem.CodeInternal,
+		return problem.New(http.StatusInternalServerError, contract.CodeInternal,
 			"an unexpected error occurred and nothing was committed; a retry with the same key is safe")
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/auth"
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/dbtest"
@@ -128,7 +129,7 @@ func setup(t *testing.T, opts ...setupOpts) *testBundle {
 		t.Cleanup(apiPool.Close)
 	}
 	b.reg = prometheus.NewRegistry()
-	m := metrics.NewAPI(b.reg, notes.ActionCreate, notes.ActionDelete)
+	m := metrics.NewAPI(b.reg, contract.ActionCreateNote, contract.ActionDeleteNote)
 	log := testkit.Logger(t)
 	var hooks notes.Hooks
 	if o.hooks {

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/problem"
 )
 
@@ -81,7 +82,7 @@ func (c *conn) Close() error {
 // problem, written at once into the new connection's empty send buffer, and
 // Connection: close.
 var overShare = func() []byte {
-	doc := problem.New(http.StatusServiceUnavailable, problem.CodeUnavailable,
+	doc := problem.New(http.StatusServiceUnavailable, contract.CodeUnavailable,
 		"This address holds its whole share of the server's connections and none of them is idle; reuse an open connection, or close one, and send the request again.").JSON()
 	return fmt.Appendf(nil, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: %s\r\nContent-Length: %d\r\nRetry-After: 1\r\nConnection: close\r\n\r\n%s",
 		problem.ContentType, len(doc), doc)

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/problem"
 )
 
@@ -62,11 +63,11 @@ func RewritePlainError(reply []byte) ([]byte, bool) {
 	var code, detail string
 	switch {
 	case status == http.StatusRequestHeaderFieldsTooLarge:
-		code, detail = problem.CodeHeadersTooLarge, fmt.Sprintf("The request's headers are larger than %d KiB.", MaxHeaderBytes>>10)
+		code, detail = contract.CodeHeadersTooLarge, fmt.Sprintf("The request's headers are larger than %d KiB.", MaxHeaderBytes>>10)
 	case status == http.StatusNotImplemented:
-		code, detail = problem.CodeUnsupportedTransferEncoding, "The request's Transfer-Encoding is not supported: send the body with Content-Length or chunked."
+		code, detail = contract.CodeUnsupportedTransferEncoding, "The request's Transfer-Encoding is not supported: send the body with Content-Length or chunked."
 	case status == http.StatusBadRequest:
-		code, detail = problem.CodeBadRequest, "The request is not valid HTTP/1.1."
+		code, detail = contract.CodeBadRequest, "The request is not valid HTTP/1.1."
 		// "400 Bad Request: missing required Host header": net/http's
 		// reason, which names what is wrong (made valid UTF-8, as a
 		// problem's detail must be, should it ever quote the request).

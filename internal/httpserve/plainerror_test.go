@@ -14,6 +14,7 @@ import (
 	"github.com/go-json-experiment/json"
 	"github.com/stretchr/testify/require"
 
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/httpserve"
 	"github.com/quillhq/quill/internal/problem"
 )
@@ -27,13 +28,13 @@ func TestRewritePlainError(t *testing.T) {
 		status       int
 		code, detail string // "" code: left as it is
 	}{
-		{"bad request", "HTTP/1.1 400 Bad Request" + h + "400 Bad Request", 400, problem.CodeBadRequest, "The request is not valid HTTP/1.1."},
+		{"bad request", "HTTP/1.1 400 Bad Request" + h + "400 Bad Request", 400, contract.CodeBadRequest, "The request is not valid HTTP/1.1."},
 		{"with net/http's reason", "HTTP/1.1 400 Bad Request: missing required Host header" + h + "400 Bad Request: missing required Host header",
-			400, problem.CodeBadRequest, "The request is not valid HTTP/1.1: missing required Host header."},
+			400, contract.CodeBadRequest, "The request is not valid HTTP/1.1: missing required Host header."},
 		{"headers too large", "HTTP/1.1 431 Request Header Fields Too Large" + h + "431 Request Header Fields Too Large",
-			431, problem.CodeHeadersTooLarge, "The request's headers are larger than 64 KiB."},
+			431, contract.CodeHeadersTooLarge, "The request's headers are larger than 64 KiB."},
 		{"transfer encoding", "HTTP/1.1 501 Not Implemented" + h + "Unsupported transfer encoding",
-			501, problem.CodeUnsupportedTransferEncoding, "The request's Transfer-Encoding is not supported: send the body with Content-Length or chunked."},
+			501, contract.CodeUnsupportedTransferEncoding, "The request's Transfer-Encoding is not supported: send the body with Content-Length or chunked."},
 		{"a handler's response", "HTTP/1.1 400 Bad Request\r\nContent-Type: application/problem+json\r\nDate: x\r\n\r\n{}", 0, "", ""},
 		{"a handler's plain text", "HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Type: text/plain; charset=utf-8\r\nDate: x\r\n\r\nno", 0, "", ""},
 		{"the headers later", "HTTP/1.1 400 Bad Request\r\nDate: x" + h, 0, "", ""},
@@ -59,7 +60,7 @@ func TestRewritePlainError(t *testing.T) {
 			var p problem.Problem
 			require.NoError(t, json.Unmarshal(body, &p))
 			require.Equal(t, *problem.New(tc.status, tc.code, tc.detail), p)
-			require.Equal(t, problem.RetryAfterFixing, p.Retry)
+			require.Equal(t, contract.RetryAfterFixing, p.Retry)
 		})
 	}
 }
@@ -119,10 +120,10 @@ func TestServersAnswerUnreadableRequestsAsProblems(t *testing.T) {
 		status    int
 		code      string
 	}{
-		{"a header without a colon", "GET / HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n", 400, problem.CodeBadRequest},
-		{"no Host", "GET / HTTP/1.1\r\n\r\n", 400, problem.CodeBadRequest},
-		{"headers past the limit", "GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", httpserve.MaxHeaderBytes+8192) + "\r\n\r\n", 431, problem.CodeHeadersTooLarge},
-		{"a Transfer-Encoding it does not know", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", 501, problem.CodeUnsupportedTransferEncoding},
+		{"a header without a colon", "GET / HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n", 400, contract.CodeBadRequest},
+		{"no Host", "GET / HTTP/1.1\r\n\r\n", 400, contract.CodeBadRequest},
+		{"headers past the limit", "GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", httpserve.MaxHeaderBytes+8192) + "\r\n\r\n", 431, contract.CodeHeadersTooLarge},
+		{"a Transfer-Encoding it does not know", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", 501, contract.CodeUnsupportedTransferEncoding},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			resp, p := send(tc.req)

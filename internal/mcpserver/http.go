@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/quillhq/quill/client"
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/httpserve"
 	"github.com/quillhq/quill/internal/wait"
 )
@@ -322,7 +323,7 @@ func (rs *remote) tenant(ctx context.Context, token string) (*Server, error) {
 	}
 	_, err = c.GetOperation(ctx, tokenCheckKey)
 	var p *client.Problem
-	if err != nil && !(errors.As(err, &p) && p.Code == "operation_not_found") {
+	if err != nil && !(errors.As(err, &p) && p.Code == contract.CodeOpNotFound) {
 		return nil, fmt.Errorf("check the token with the API: %w", err)
 	}
 	j, err := client.OpenFileJournal(filepath.Join(rs.cfg.JournalDir, digest))

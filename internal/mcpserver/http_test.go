@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quillhq/quill/client"
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/apitest"
 	"github.com/quillhq/quill/internal/auth"
 	"github.com/quillhq/quill/internal/httpserve"
@@ -194,7 +195,7 @@ func TestHTTPResumesATokensJournal(t *testing.T) {
 	b := setupRemote(t)
 	ja, err := client.OpenFileJournal(filepath.Join(b.journalDir, mcpserver.TokenDigest(b.api.Token)))
 	require.NoError(t, err)
-	_, err = ja.Begin(t.Context(), client.JournalEntry{Key: "left-over-1", Action: client.ActionCreateNote,
+	_, err = ja.Begin(t.Context(), client.JournalEntry{Key: "left-over-1", Action: contract.ActionCreateNote,
 		Params: json.RawMessage(`{"title":"left over"}`), CreatedAt: time.Now().UTC()})
 	require.NoError(t, err)
 	b.start()

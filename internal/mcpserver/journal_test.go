@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quillhq/quill/client"
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/apitest"
 	"github.com/quillhq/quill/internal/mcpserver"
 	"github.com/quillhq/quill/internal/notes"
@@ -77,7 +78,7 @@ func TestTheJournalPrunesItselfByTheServersKeyRetention(t *testing.T) {
 	now := time.Now().UTC()
 	record := func(key string, created time.Time, settled *time.Time) {
 		t.Helper()
-		_, err := j.Begin(ctx, client.JournalEntry{Key: key, Action: client.ActionCreateNote,
+		_, err := j.Begin(ctx, client.JournalEntry{Key: key, Action: contract.ActionCreateNote,
 			Params: json.RawMessage(`{"title":"` + key + `"}`), CreatedAt: created})
 		require.NoError(t, err)
 		if settled != nil {

@@ -30,7 +30,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/quillhq/quill/client"
-	"github.com/quillhq/quill/internal/opkey"
+	"github.com/quillhq/quill/contract"
+	"github.com/quillhq/quill/contract/opkey"
 )
 
 // Write states, as the CLI prints them.
@@ -106,6 +107,12 @@ const DefaultPruneInterval = time.Hour
 // the interval.
 const pruneRetry = time.Minute
 
+// The write tools' names (SPEC §10), which their answers repeat.
+const (
+	toolCreateNote = "create_note"
+	toolDeleteNote = "delete_note"
+)
+
 // Server is the MCP server of one client (one token, one journal).
 type Server struct {
 	mcp *mcp.Server
@@ -132,7 +139,7 @@ func New(c *client.Client, cfg Config) *Server {
 	h := &handlers{c: c, log: cfg.Log, recovered: map[string]client.JournalEntry{}, pruneEvery: cfg.PruneInterval}
 	notDestructive, destructive, idempotent := false, true, true
 	mcp.AddTool(s, &mcp.Tool{
-		Name: "create_note",
+		Name: toolCreateNote,
 		Description: "Create a note. Returns operation_key and state. state \"completed\": done. \"refused\": the server's answer is final; " +
 			"fix the request, or, for idempotency_key_reused, send the original parameters or use a new key for a new request. " +
 			"\"unknown\": the note may or may not exist — do not call create_note again for this request; call get_operation with the operation_key. " +
@@ -142,7 +149,7 @@ func New(c *client.Client, cfg Config) *Server {
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: &notDestructive, IdempotentHint: true},
 	}, h.createNote)
 	mcp.AddTool(s, &mcp.Tool{
-		Name: "delete_note",
+		Name: toolDeleteNote,
 		Description: "Delete a note by id. Returns operation_key and state, as create_note does; on \"unknown\", call get_operation with the operation_key; " +
 			"on an error with error.code \"rate_limited\", wait retry_after_seconds and call delete_note again with the SAME operation_key.",
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: &destructive, IdempotentHint: idempotent},
@@ -225,9 +232,9 @@ func writeOutcome(tool, key string, w *client.Write, resource any, err error) (*
 		out.State, out.Error = StateRefused, refused.Problem
 		advice := "Fix the request before trying again."
 		switch {
-		case refused.Problem.Code == "idempotency_key_reused":
+		case refused.Problem.Code == contract.CodeKeyReused:
 			advice = "This operation_key belongs to a different request: a new request needs a new key (omit operation_key); the same request must send its original parameters."
-		case refused.Problem.Retry == client.RetryNo:
+		case refused.Problem.Retry == contract.RetryNo:
 			advice = "This answer is final; do not retry."
 		}
 		return text(fmt.Sprintf("%s refused (operation_key %q): %v. %s", tool, key, refused.Problem, advice), true), out, nil
@@ -241,7 +248,7 @@ func writeOutcome(tool, key string, w *client.Write, resource any, err error) (*
 		// same key, which is safe either way.
 		p := rateLimited(unknown)
 		out.State = StateUnknown
-		out.Error = map[string]any{"code": "rate_limited", "detail": err.Error(), "retry": client.RetrySameKey,
+		out.Error = map[string]any{"code": contract.CodeRateLimited, "detail": err.Error(), "retry": contract.RetrySameKey,
 			"retry_after_seconds": int(p.RetryAfter.Round(time.Second) / time.Second)}
 		wait := "a few seconds"
 		if p.RetryAfter > 0 {
@@ -252,14 +259,14 @@ func writeOutcome(tool, key string, w *client.Write, resource any, err error) (*
 			"Do not use a new key for this request.", tool, key, wait, tool, key), true), out, nil
 	case errors.As(err, &unknown):
 		out.State = StateUnknown
-		out.Error = map[string]string{"code": "outcome_unknown", "detail": err.Error(), "retry": client.RetrySameKey}
+		out.Error = map[string]string{"code": "outcome_unknown", "detail": err.Error(), "retry": contract.RetrySameKey}
 		// Not an error result: the operation may well have happened.
 		return text(fmt.Sprintf("The outcome of %s is UNKNOWN: it may or may not have happened (operation_key %q). "+
 			"Do NOT call %s again as a new request. Call get_operation with operation_key %q to learn the outcome; "+
 			"if it answers not_found, call %s again with the SAME operation_key %q.", tool, key, tool, key, tool, key), false), out, nil
 	case errors.Is(err, client.ErrKeyTooOld):
 		out.State = StateUnknown
-		out.Error = map[string]string{"code": "key_too_old", "detail": err.Error(), "retry": client.RetryNo}
+		out.Error = map[string]string{"code": "key_too_old", "detail": err.Error(), "retry": contract.RetryNo}
 		return text(fmt.Sprintf("%s was not sent: operation_key %q is older than the server's key retention, which may have forgotten it, "+
 			"so sending it again could execute it twice. Call get_operation with operation_key %q to learn its outcome.", tool, key, key), true), out, nil
 	default:
@@ -274,7 +281,7 @@ func writeOutcome(tool, key string, w *client.Write, resource any, err error) (*
 // rate_limited, or nil.
 func rateLimited(u *client.UnknownOutcomeError) *client.Problem {
 	var p *client.Problem
-	if errors.As(u.Cause, &p) && p.Code == "rate_limited" {
+	if errors.As(u.Cause, &p) && p.Code == contract.CodeRateLimited {
 		return p
 	}
 	return nil
@@ -284,7 +291,7 @@ func rateLimited(u *client.UnknownOutcomeError) *client.Problem {
 // refused before anything was journalled or sent.
 func badKey(tool, key string, err error) (*mcp.CallToolResult, WriteOutput, error) {
 	out := WriteOutput{OperationKey: key, State: StateRefused,
-		Error: map[string]string{"code": "validation_failed", "detail": "operation_key: " + err.Error(), "retry": client.RetryAfterFixing}}
+		Error: map[string]string{"code": contract.CodeValidation, "detail": "operation_key: " + err.Error(), "retry": contract.RetryAfterFixing}}
 	return text(fmt.Sprintf("%s refused: operation_key %q is not a valid key (%v); nothing was sent. "+
 		"Omit operation_key for a new request.", tool, key, err), true), out, nil
 }
@@ -294,7 +301,7 @@ func (h *handlers) createNote(ctx context.Context, _ *mcp.CallToolRequest, in Cr
 	if key != "" {
 		k, err := opkey.Parse(key)
 		if err != nil {
-			return badKey("create_note", key, err)
+			return badKey(toolCreateNote, key, err)
 		}
 		key = k
 	}
@@ -306,7 +313,7 @@ func (h *handlers) createNote(ctx context.Context, _ *mcp.CallToolRequest, in Cr
 				key = h.c.NewKey() // never sent: the model may keep it or not
 			}
 			out := WriteOutput{OperationKey: key, State: StateRefused,
-				Error: map[string]string{"code": "validation_failed", "detail": "attachment.data is not standard base64", "retry": client.RetryAfterFixing}}
+				Error: map[string]string{"code": contract.CodeValidation, "detail": "attachment.data is not standard base64", "retry": contract.RetryAfterFixing}}
 			return text(fmt.Sprintf("create_note refused (operation_key %q): attachment.data is not standard base64; nothing was sent.", key), true), out, nil
 		}
 		n.Attachment = &client.NewAttachment{Filename: a.Filename, ContentType: a.ContentType, Data: data}
@@ -325,9 +332,9 @@ func (h *handlers) createNote(ctx context.Context, _ *mcp.CallToolRequest, in Cr
 	res, err := h.c.CreateNote(ctx, n, client.WithKey(key))
 	h.unseen(ctx, key)
 	if err != nil {
-		return writeOutcome("create_note", key, nil, nil, err)
+		return writeOutcome(toolCreateNote, key, nil, nil, err)
 	}
-	return writeOutcome("create_note", key, &res.Write, res.Note, nil)
+	return writeOutcome(toolCreateNote, key, &res.Write, res.Note, nil)
 }
 
 // unseen remembers key's settled create_note when its call was cancelled:
@@ -355,7 +362,7 @@ func (h *handlers) unseen(ctx context.Context, key string) {
 // meanwhile finds it. With newIntent, or without a journal, it is always a
 // new key. The returned entry's Key is set even with an error.
 func (h *handlers) claim(ctx context.Context, n client.NewNote, newIntent bool) (e client.JournalEntry, earlier bool, err error) {
-	e = client.JournalEntry{Key: h.c.NewKey(), Action: client.ActionCreateNote}
+	e = client.JournalEntry{Key: h.c.NewKey(), Action: contract.ActionCreateNote}
 	j := h.c.Config().Journal
 	if j == nil {
 		return e, false, nil
@@ -377,7 +384,7 @@ func (h *handlers) claim(ctx context.Context, n client.NewNote, newIntent bool) 
 		// (and Resume reports them).
 		unsettled, _ := j.Unsettled(ctx)
 		for _, u := range unsettled {
-			if u.Action == client.ActionCreateNote && sameParams(u.Params, params) {
+			if u.Action == contract.ActionCreateNote && sameParams(u.Params, params) {
 				return u, true, nil
 			}
 		}
@@ -414,24 +421,24 @@ func (h *handlers) finishEarlier(ctx context.Context, e client.JournalEntry) (*m
 	)
 	switch s := e.Settled; {
 	case s != nil && s.State == client.StateCompleted:
-		res, out, _ = writeOutcome("create_note", e.Key, &client.Write{Key: e.Key, Replayed: true}, json.RawMessage(s.Body), nil)
+		res, out, _ = writeOutcome(toolCreateNote, e.Key, &client.Write{Key: e.Key, Replayed: true}, json.RawMessage(s.Body), nil)
 	case s != nil:
-		p := &client.Problem{Status: s.Status, Retry: client.RetryNo}
+		p := &client.Problem{Status: s.Status, Retry: contract.RetryNo}
 		_ = json.Unmarshal(s.Body, p)
-		res, out, _ = writeOutcome("create_note", e.Key, nil, nil, &client.RefusedError{Key: e.Key, Replayed: true, Problem: p})
+		res, out, _ = writeOutcome(toolCreateNote, e.Key, nil, nil, &client.RefusedError{Key: e.Key, Replayed: true, Problem: p})
 	default:
 		var n client.NewNote
 		if err := json.Unmarshal(e.Params, &n); err != nil {
-			res, out, _ = writeOutcome("create_note", e.Key, nil, nil, fmt.Errorf("journalled parameters of %q: %w", e.Key, err))
+			res, out, _ = writeOutcome(toolCreateNote, e.Key, nil, nil, fmt.Errorf("journalled parameters of %q: %w", e.Key, err))
 			break
 		}
 		created, err := h.c.CreateNote(ctx, n, client.WithKey(e.Key), client.WithFirstSent(e.CreatedAt))
 		h.unseen(ctx, e.Key)
 		if err != nil {
-			res, out, _ = writeOutcome("create_note", e.Key, nil, nil, err)
+			res, out, _ = writeOutcome(toolCreateNote, e.Key, nil, nil, err)
 			break
 		}
-		res, out, _ = writeOutcome("create_note", e.Key, &created.Write, created.Note, nil)
+		res, out, _ = writeOutcome(toolCreateNote, e.Key, &created.Write, created.Note, nil)
 	}
 	out.Resumed = true
 	prefix := fmt.Sprintf("This call did not create a note: an earlier create_note with the same parameters, begun at %s, had not reported its result "+
@@ -448,15 +455,15 @@ func (h *handlers) deleteNote(ctx context.Context, _ *mcp.CallToolRequest, in De
 	if key == "" {
 		key = h.c.NewKey()
 	} else if k, err := opkey.Parse(key); err != nil {
-		return badKey("delete_note", key, err)
+		return badKey(toolDeleteNote, key, err)
 	} else {
 		key = k
 	}
 	res, err := h.c.DeleteNote(ctx, in.ID, client.WithKey(key))
 	if err != nil {
-		return writeOutcome("delete_note", key, nil, nil, err)
+		return writeOutcome(toolDeleteNote, key, nil, nil, err)
 	}
-	return writeOutcome("delete_note", key, &res.Write, res.Deletion, nil)
+	return writeOutcome(toolDeleteNote, key, &res.Write, res.Deletion, nil)
 }
 
 func toMap(v any) map[string]any {
@@ -482,7 +489,7 @@ func (h *handlers) getOperation(ctx context.Context, _ *mcp.CallToolRequest, in 
 	op, err := h.c.GetOperation(ctx, in.OperationKey)
 	var p *client.Problem
 	switch {
-	case errors.As(err, &p) && p.Code == "operation_not_found":
+	case errors.As(err, &p) && p.Code == contract.CodeOpNotFound:
 		return text(fmt.Sprintf("Nothing with operation_key %q is recorded or executing: the write never executed. "+
 				"Send the same request again with the SAME operation_key.", in.OperationKey), false),
 			map[string]any{"operation_key": in.OperationKey, "state": "not_found"}, nil

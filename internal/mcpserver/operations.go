@@ -11,6 +11,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/quillhq/quill/client"
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/wait"
 )
 
@@ -38,7 +39,7 @@ type Operation struct {
 // model's context; the journal keeps them for the resume).
 func summary(e client.JournalEntry) map[string]any {
 	m := map[string]any{}
-	if e.Action == client.ActionCreateNote {
+	if e.Action == contract.ActionCreateNote {
 		var n client.NewNote
 		if json.Unmarshal(e.Params, &n) == nil {
 			m["title"] = n.Title
@@ -103,7 +104,7 @@ func (s *Server) Resume(ctx context.Context) {
 	h.mu.Lock()
 	entries, err := j.Unsettled(ctx)
 	for _, e := range entries {
-		if e.Action == client.ActionCreateNote {
+		if e.Action == contract.ActionCreateNote {
 			h.recovered[e.Key] = e
 		}
 	}
@@ -135,7 +136,7 @@ func (h *handlers) resumeOne(ctx context.Context, e client.JournalEntry) (state,
 	opts := []client.WriteOption{client.WithKey(e.Key), client.WithFirstSent(e.CreatedAt)}
 	var err error
 	switch e.Action {
-	case client.ActionCreateNote:
+	case contract.ActionCreateNote:
 		var n client.NewNote
 		if err = json.Unmarshal(e.Params, &n); err == nil {
 			var c *client.Created
@@ -143,7 +144,7 @@ func (h *handlers) resumeOne(ctx context.Context, e client.JournalEntry) (state,
 				return StateCompleted, "note " + c.Note.ID
 			}
 		}
-	case client.ActionDeleteNote:
+	case contract.ActionDeleteNote:
 		var p struct {
 			ID string `json:"id"`
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/buildinfo"
 )
 
@@ -31,9 +32,6 @@ type API struct {
 	idempotency  *prometheus.CounterVec
 	effects      *prometheus.CounterVec
 }
-
-// Idempotency outcomes.
-var outcomes = []string{"executed", "replayed", "key_reused", "in_progress", "expired"}
 
 // NewAPI registers the API metrics on reg, with every known action and
 // outcome initialised to zero so that rates work from the first scrape.
@@ -60,7 +58,7 @@ func NewAPI(reg prometheus.Registerer, actions ...string) *API {
 	reg.MustRegister(m.httpRequests, m.httpDuration, m.idempotency, m.effects)
 	for _, a := range actions {
 		m.effects.WithLabelValues(a)
-		for _, o := range outcomes {
+		for _, o := range contract.Outcomes() {
 			m.idempotency.WithLabelValues(a, o)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/dbtest"
 	"github.com/quillhq/quill/internal/httpapi"
 	"github.com/quillhq/quill/internal/idempotency"
@@ -120,7 +121,7 @@ func TestLookupListsEventsTheOutboxCleanupDeleted(t *testing.T) {
 	require.Zero(t, b.outboxEvents(t), "the cleanup deleted the published events")
 
 	after := b.lookup(t, "create")
-	require.Equal(t, notes.StateCompleted, after.State)
+	require.Equal(t, contract.OperationCompleted, after.State)
 	require.Nil(t, after.Response, "a tombstone by now")
 	require.Equal(t, published.Effects, after.Effects, "the same event, as published, and the attachment")
 	require.Equal(t, deleted.Effects, b.lookup(t, "delete").Effects)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/go-json-experiment/json"
@@ -14,9 +13,9 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/idempotency"
-	"github.com/quillhq/quill/internal/outbox"
 )
 
 const (
@@ -337,12 +336,6 @@ func (e Effect) MarshalJSON() ([]byte, error) {
 	}
 }
 
-// Operation states.
-const (
-	StateCompleted  = "completed"
-	StateInProgress = "in_progress"
-)
-
 const (
 	// The operation's events: those still in the outbox, and those the
 	// cleanup deleted, which the record keeps (cleaned_events, migration
@@ -409,7 +402,7 @@ func (s *Service) Lookup(ctx context.Context, tenant, key string) (*Operation, e
 	if locked {
 		return nil, ErrOperationNotFound
 	}
-	op = &Operation{Key: key, State: StateInProgress, Effects: []Effect{}}
+	op = &Operation{Key: key, State: contract.OperationInProgress, Effects: []Effect{}}
 	if action, ok := s.flights.Executing(idempotency.LockID(tenant, key)); ok {
 		op.Action = &action
 	}
@@ -418,7 +411,7 @@ func (s *Service) Lookup(ctx context.Context, tenant, key string) (*Operation, e
 
 func (s *Service) describe(ctx context.Context, tx pgx.Tx, rec *idempotency.Record) (*Operation, error) {
 	str := func(t time.Time) *string { v := FormatTime(t); return &v }
-	op := &Operation{Key: rec.Key, Action: &rec.Action, State: StateCompleted,
+	op := &Operation{Key: rec.Key, Action: &rec.Action, State: contract.OperationCompleted,
 		CreatedAt: str(rec.CreatedAt), CompletedAt: str(rec.CompletedAt), ExpiresAt: str(rec.ExpiresAt),
 		Effects: []Effect{}}
 	if rec.Resource != "" {
@@ -442,7 +435,7 @@ func (s *Service) describe(ctx context.Context, tx pgx.Tx, rec *idempotency.Reco
 			rows.Close()
 			return nil, err
 		}
-		e := Effect{Kind: EffectEvent, ID: id.String(), Type: outbox.CloudEventType(typ), State: EventPending}
+		e := Effect{Kind: EffectEvent, ID: id.String(), Type: contract.CloudEventType(typ), State: EventPending}
 		if published != nil {
 			e.State = EventPublished
 			e.PublishedAt = str(*published)
@@ -460,12 +453,12 @@ func (s *Service) describe(ctx context.Context, tx pgx.Tx, rec *idempotency.Reco
 			return nil, err
 		}
 		if typ != "" {
-			op.Effects = append(op.Effects, Effect{Kind: EffectEvent, Type: outbox.CloudEventType(typ), State: EventForgotten})
+			op.Effects = append(op.Effects, Effect{Kind: EffectEvent, Type: contract.CloudEventType(typ), State: EventForgotten})
 		}
 	}
 	// Every recorded create created its note: a create that fails is not
 	// recorded.
-	if rest, ok := strings.CutPrefix(rec.Resource, notePathPrefix); ok && rec.Action == ActionCreate {
+	if rest, ok := contract.ParseNotePath(rec.Resource); ok && rec.Action == contract.ActionCreateNote {
 		noteID, err := uuid.Parse(rest)
 		if err != nil {
 			return op, nil
@@ -500,7 +493,7 @@ func (s *Service) describe(ctx context.Context, tx pgx.Tx, rec *idempotency.Reco
 // note.deleted when it deleted the note, which then carries the
 // operation's time (a delete that found nothing wrote none).
 func forgottenEvent(ctx context.Context, tx pgx.Tx, rec *idempotency.Record) (string, error) {
-	rest, ok := strings.CutPrefix(rec.Resource, notePathPrefix)
+	rest, ok := contract.ParseNotePath(rec.Resource)
 	if !ok {
 		return "", nil
 	}
@@ -509,15 +502,15 @@ func forgottenEvent(ctx context.Context, tx pgx.Tx, rec *idempotency.Record) (st
 		return "", nil
 	}
 	switch rec.Action {
-	case ActionCreate:
-		return outbox.TypeNoteCreated, nil
-	case ActionDelete:
+	case contract.ActionCreateNote:
+		return contract.EventNoteCreated, nil
+	case contract.ActionDeleteNote:
 		var deleted bool
 		if err := tx.QueryRow(ctx, sqlOperationDeleted, rec.Tenant, pgUUID(noteID), rec.CreatedAt).Scan(&deleted); err != nil {
 			return "", err
 		}
 		if deleted {
-			return outbox.TypeNoteDeleted, nil
+			return contract.EventNoteDeleted, nil
 		}
 	}
 	return "", nil

@@ -16,9 +16,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 
+	"github.com/quillhq/quill/contract"
+	"github.com/quillhq/quill/contract/opkey"
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/idempotency"
-	"github.com/quillhq/quill/internal/opkey"
 	"github.com/quillhq/quill/internal/outbox"
 )
 
@@ -26,8 +27,6 @@ import (
 // meaning of a parameter or a default changes, so that an old key never
 // silently matches a new meaning.
 const (
-	ActionCreate  = "create-note"
-	ActionDelete  = "delete-note"
 	createVersion = 1
 	deleteVersion = 1
 )
@@ -279,7 +278,7 @@ func (s *Service) Create(ctx context.Context, r Request, p CreateParams) (Outcom
 		params["attachment"] = map[string]any{"filename": a.Filename, "content_type": a.ContentType,
 			"size": len(a.Data), "sha256": a.SHA256}
 	}
-	fp, err := idempotency.NewFingerprint(ActionCreate, createVersion, params)
+	fp, err := idempotency.NewFingerprint(contract.ActionCreateNote, createVersion, params)
 	if err != nil {
 		return Outcome{}, err
 	}
@@ -324,7 +323,7 @@ func (s *Service) Delete(ctx context.Context, r Request, id uuid.UUID) (Outcome,
 	if r.Render == nil {
 		return Outcome{}, errNoRender
 	}
-	fp, err := idempotency.NewFingerprint(ActionDelete, deleteVersion, idempotency.Params{"id": id.String()})
+	fp, err := idempotency.NewFingerprint(contract.ActionDeleteNote, deleteVersion, idempotency.Params{"id": id.String()})
 	if err != nil {
 		return Outcome{}, err
 	}
@@ -452,7 +451,7 @@ func (s *Service) finalCheck(ctx context.Context, r Request, fp idempotency.Fing
 	if done {
 		return out, err
 	}
-	s.obs.Idempotency(fp.Action, "in_progress")
+	s.obs.Idempotency(fp.Action, contract.OutcomeInProgress)
 	return Outcome{}, ErrInProgress
 }
 
@@ -482,14 +481,14 @@ func (s *Service) answerRecorded(rec *idempotency.Record, fp idempotency.Fingerp
 	verdict, fields := idempotency.Decide(rec, fp, s.clock())
 	switch verdict {
 	case idempotency.Replay:
-		s.obs.Idempotency(fp.Action, "replayed")
+		s.obs.Idempotency(fp.Action, contract.OutcomeReplayed)
 		s.replays.add(rec.Tenant, rec.Key, rec.CreatedAt)
 		return Outcome{RecordedResponse: recorded(rec), Replayed: true}, nil, true
 	case idempotency.Reused:
-		s.obs.Idempotency(fp.Action, "key_reused")
+		s.obs.Idempotency(fp.Action, contract.OutcomeKeyReused)
 		return Outcome{}, &KeyReusedError{RecordedAction: rec.Action, Fields: fields}, true
 	case idempotency.Expired:
-		s.obs.Idempotency(fp.Action, "expired")
+		s.obs.Idempotency(fp.Action, contract.OutcomeExpired)
 		return Outcome{}, &ExpiredError{Resource: rec.Resource, CompletedAt: rec.CompletedAt, ExpiredAt: rec.ExpiresAt}, true
 	default:
 		return Outcome{}, nil, false
@@ -659,7 +658,7 @@ func (s *Service) unclaimed(c idempotency.Claim, fp idempotency.Fingerprint) (Ou
 // committed counts an executed operation and wakes the relays when it wrote
 // events (every counted effect does).
 func (s *Service) committed(fp idempotency.Fingerprint, eff *effect) {
-	s.obs.Idempotency(fp.Action, "executed")
+	s.obs.Idempotency(fp.Action, contract.OutcomeExecuted)
 	if eff.counted {
 		s.obs.BusinessEffect(fp.Action)
 		s.notifier.Signal()
@@ -741,7 +740,7 @@ func (s *Service) planCreate(r Request, p CreateParams, secret []byte, generatio
 			Size: len(a.Data), SHA256: a.SHA256, Status: AttachmentPending}
 	}
 	view := n.View()
-	resource := ResourcePath(id)
+	resource := contract.NotePath(id.String())
 	resp, err := r.Render(Result{Resource: resource, Note: &view})
 	if err != nil {
 		return nil, fmt.Errorf("render create: %w", err)
@@ -752,7 +751,7 @@ func (s *Service) planCreate(r Request, p CreateParams, secret []byte, generatio
 	if a := p.Attachment; a != nil {
 		attArgs = []any{pgUUID(aid), r.Tenant, pgUUID(id), a.Filename, a.ContentType, len(a.Data), a.SHA256, a.Data}
 	}
-	event, err := outbox.InsertArgs(s.event(r, outbox.TypeNoteCreated, id, now, view))
+	event, err := outbox.InsertArgs(s.event(r, contract.EventNoteCreated, id, now, view))
 	if err != nil {
 		return nil, err
 	}
@@ -761,13 +760,6 @@ func (s *Service) planCreate(r Request, p CreateParams, secret []byte, generatio
 	}
 	return &plan{eff: eff, write: createWrite, writeArgs: [][]any{noteArgs, event}}, nil
 }
-
-// notePathPrefix starts the path that names a note in operation records
-// (and in the API).
-const notePathPrefix = "/v1/notes/"
-
-// ResourcePath is the path that names note id in operation records.
-func ResourcePath(id uuid.UUID) string { return notePathPrefix + id.String() }
 
 // DeleteResult is what a successful delete did.
 type DeleteResult struct {
@@ -783,7 +775,7 @@ func (s *Service) planDelete(r Request, id uuid.UUID, now time.Time) *plan {
 		if err != nil {
 			return nil, fmt.Errorf("delete note: %w", db.Translate(err))
 		}
-		resource := ResourcePath(id)
+		resource := contract.NotePath(id.String())
 		if tag.RowsAffected() == 0 {
 			resp, err := r.Render(Result{Resource: resource, Err: ErrNothingToDelete})
 			if err != nil {
@@ -796,7 +788,7 @@ func (s *Service) planDelete(r Request, id uuid.UUID, now time.Time) *plan {
 		if err != nil {
 			return nil, fmt.Errorf("render delete: %w", err)
 		}
-		if err := s.queueEvent(tx.Batch(), r, outbox.TypeNoteDeleted, id, now, res); err != nil {
+		if err := s.queueEvent(tx.Batch(), r, contract.EventNoteDeleted, id, now, res); err != nil {
 			return nil, err
 		}
 		return &effect{resp: resp, resource: resource, counted: true, noteID: id}, nil

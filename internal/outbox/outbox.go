@@ -15,20 +15,13 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/db"
 )
 
 // NotifyChannel is the LISTEN/NOTIFY channel a writing transaction signals so
 // that relays wake up at its commit.
 const NotifyChannel = "quill_outbox"
-
-// Event types, as they appear in subjects (<prefix>.<tenant>.<type>) and,
-// prefixed with "quill." and suffixed with the version, in CloudEvents type.
-const (
-	TypeNoteCreated         = "note.created"
-	TypeNoteDeleted         = "note.deleted"
-	TypeAttachmentProcessed = "attachment.processed"
-)
 
 // Event is one domain event to publish.
 type Event struct {
@@ -39,8 +32,9 @@ type Event struct {
 	// AggregateID is the note the event is about; events of one aggregate
 	// are published in commit order.
 	AggregateID uuid.UUID
-	Type        string
-	Time        time.Time
+	// Type is the event type, one of contract.EventTypes.
+	Type string
+	Time time.Time
 	// Data is the CloudEvents data member, marshaled as JSON.
 	Data any
 	// Traceparent and Tracestate are the W3C trace context of the span
@@ -49,21 +43,6 @@ type Event struct {
 	Traceparent string
 	Tracestate  string
 }
-
-// CloudEventType returns the CloudEvents type of an event type, e.g.
-// quill.note.created.v1.
-func CloudEventType(typ string) string { return "quill." + typ + ".v1" }
-
-// DataSchemaPrefix starts the CloudEvents dataschema of every event: the $id
-// of the JSON Schema of its data (api/schemas/<type>.json, served by the API
-// at /schemas/<type>.json). A URN, not a URL: the envelope is fixed when the
-// event is written, and no address of a deployment belongs in bytes that
-// outlive it (decision 0051).
-const DataSchemaPrefix = "urn:quill:schema:"
-
-// DataSchema returns the CloudEvents dataschema of an event type, e.g.
-// urn:quill:schema:quill.note.created.v1.
-func DataSchema(typ string) string { return DataSchemaPrefix + CloudEventType(typ) }
 
 // CloudEvent is an event as the relay publishes it: CloudEvents 1.0
 // structured JSON. Consumers parse Data as the data of the event's type.
@@ -75,7 +54,7 @@ type CloudEvent struct {
 	Subject         string `json:"subject"`
 	Time            string `json:"time"`
 	DataContentType string `json:"datacontenttype"`
-	// DataSchema names the JSON Schema of Data (see DataSchema). Events
+	// DataSchema names the JSON Schema of Data (contract.DataSchema). Events
 	// written before Quill set it have none.
 	DataSchema string         `json:"dataschema,omitempty"`
 	Data       jsontext.Value `json:"data"`
@@ -94,12 +73,12 @@ func Envelope(e Event) ([]byte, error) {
 	return json.Marshal(CloudEvent{
 		SpecVersion:     "1.0",
 		ID:              e.ID.String(),
-		Source:          "/tenants/" + e.Tenant,
-		Type:            CloudEventType(e.Type),
+		Source:          contract.Source(e.Tenant),
+		Type:            contract.CloudEventType(e.Type),
 		Subject:         e.AggregateID.String(),
 		Time:            e.Time.UTC().Format(TimeFormat),
 		DataContentType: "application/json",
-		DataSchema:      DataSchema(e.Type),
+		DataSchema:      contract.DataSchema(e.Type),
 		Data:            data,
 	}, json.Deterministic(true))
 }

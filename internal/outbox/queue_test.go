@@ -14,6 +14,7 @@ import (
 	"github.com/pressly/goose/v3"
 	"github.com/stretchr/testify/require"
 
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/dbtest"
 	"github.com/quillhq/quill/internal/outbox"
@@ -57,7 +58,7 @@ func insertEvent(t *testing.T, pool *pgxpool.Pool, note uuid.UUID) (int64, uuid.
 	id := uuid.New()
 	err := db.WithTx(ctx, pool, func(tx pgx.Tx) error {
 		return outbox.Insert(ctx, tx, outbox.Event{ID: id, Tenant: "t1", AggregateID: note,
-			Type: outbox.TypeNoteCreated, Time: time.Now(), Data: map[string]string{"n": "1"}})
+			Type: contract.EventNoteCreated, Time: time.Now(), Data: map[string]string{"n": "1"}})
 	})
 	require.NoError(t, err)
 	var seq int64

@@ -1,5 +1,6 @@
 // Package problem builds Quill's RFC 9457 problem details: every error the
-// HTTP API answers, with a stable code and the retry advice an agent acts on.
+// HTTP API answers, with a stable code and the retry advice an agent acts on
+// (both named in package contract).
 package problem
 
 import (
@@ -9,46 +10,12 @@ import (
 	"strconv"
 
 	"github.com/go-json-experiment/json"
+
+	"github.com/quillhq/quill/contract"
 )
 
 // ContentType is the media type of a problem body.
 const ContentType = "application/problem+json"
-
-// Retry advice: what a client should do next.
-const (
-	// RetrySameKey: send the same request with the same key (after
-	// Retry-After when given).
-	RetrySameKey = "same_key"
-	// RetryAfterFixing: the request itself is wrong.
-	RetryAfterFixing = "after_fixing"
-	// RetryNo: the answer is final for this key.
-	RetryNo = "no"
-)
-
-// Codes, stable and exact (SPEC §3).
-const (
-	CodeKeyMissing       = "idempotency_key_missing"
-	CodeKeyInvalid       = "idempotency_key_invalid"
-	CodeInvalidJSON      = "invalid_json"
-	CodeValidation       = "validation_failed"
-	CodeUnauthenticated  = "unauthenticated"
-	CodeNotFound         = "not_found"
-	CodeOpNotFound       = "operation_not_found"
-	CodeInProgress       = "operation_in_progress"
-	CodeResultExpired    = "operation_result_expired"
-	CodeTooLarge         = "payload_too_large"
-	CodeUnsupportedMedia = "unsupported_media_type"
-	CodeKeyReused        = "idempotency_key_reused"
-	CodeUnavailable      = "unavailable"
-	CodeRateLimited      = "rate_limited"
-	CodeInternal         = "internal_error"
-	CodeMethodNotAllowed = "method_not_allowed"
-	// The request could not be read as HTTP at all (decision 0066):
-	// answered by the server before any handler runs.
-	CodeBadRequest                  = "bad_request"
-	CodeHeadersTooLarge             = "headers_too_large"
-	CodeUnsupportedTransferEncoding = "unsupported_transfer_encoding"
-)
 
 // FieldError names one invalid field of a request.
 type FieldError struct {
@@ -84,20 +51,21 @@ func New(status int, code, detail string) *Problem {
 	}
 }
 
+// retryFor is SPEC §3's retry advice of a problem.
 func retryFor(status int, code string) string {
 	switch {
-	case code == CodeOpNotFound:
-		return RetrySameKey
-	case code == CodeBadRequest, code == CodeHeadersTooLarge, code == CodeUnsupportedTransferEncoding:
-		return RetryAfterFixing
+	case code == contract.CodeOpNotFound:
+		return contract.RetrySameKey
+	case code == contract.CodeBadRequest, code == contract.CodeHeadersTooLarge, code == contract.CodeUnsupportedTransferEncoding:
+		return contract.RetryAfterFixing
 	case status == http.StatusConflict, status == http.StatusTooManyRequests, status == http.StatusServiceUnavailable, status >= 500:
-		return RetrySameKey
+		return contract.RetrySameKey
 	case status == http.StatusBadRequest, status == http.StatusUnauthorized,
 		status == http.StatusRequestEntityTooLarge, status == http.StatusUnsupportedMediaType,
 		status == http.StatusMethodNotAllowed:
-		return RetryAfterFixing
+		return contract.RetryAfterFixing
 	default:
-		return RetryNo
+		return contract.RetryNo
 	}
 }
 

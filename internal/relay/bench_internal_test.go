@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/natstest"
 	"github.com/quillhq/quill/internal/outbox"
@@ -51,7 +52,7 @@ func benchmarkPublishBatch(b *testing.B, nc *nats.Conn, tracer trace.Tracer) {
 	}
 	events := make([]outbox.Pending, r.cfg.Batch)
 	for i := range events {
-		events[i] = outbox.Pending{Seq: int64(i), Tenant: "acme", Type: outbox.TypeNoteCreated,
+		events[i] = outbox.Pending{Seq: int64(i), Tenant: "acme", Type: contract.EventNoteCreated,
 			Payload: make([]byte, 400), Traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
 	}
 	var n uint64

@@ -24,12 +24,12 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/quillhq/quill/api"
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/eventschema"
 	"github.com/quillhq/quill/internal/httpapi"
 	"github.com/quillhq/quill/internal/notes"
 	"github.com/quillhq/quill/internal/outbox"
-	"github.com/quillhq/quill/internal/stream"
 	"github.com/quillhq/quill/internal/worker"
 )
 
@@ -69,10 +69,10 @@ func TestCloudEventsSDKReadsEveryAttribute(t *testing.T) {
 	// from the note.created event's.
 	var createdEvent uuid.UUID
 	require.NoError(t, h.pool.QueryRow(ctx, `SELECT id FROM outbox_events WHERE aggregate_id = $1 AND type = $2`,
-		noteID, outbox.TypeNoteCreated).Scan(&createdEvent))
+		noteID, contract.EventNoteCreated).Scan(&createdEvent))
 	processed := worker.ProcessedData{NoteID: noteID.String(), AttachmentID: note.Attachment.ID, State: worker.StateFailed, Reason: "the PNG is corrupt"}
 	e := outbox.Event{ID: notes.ProcessedEventID(createdEvent), Tenant: h.tenant, AggregateID: noteID,
-		Type: outbox.TypeAttachmentProcessed, Time: time.Now().UTC().Truncate(time.Microsecond), Data: processed}
+		Type: contract.EventAttachmentProcessed, Time: time.Now().UTC().Truncate(time.Microsecond), Data: processed}
 	require.NoError(t, db.WithTx(ctx, h.pool, func(tx pgx.Tx) error { return outbox.Insert(ctx, tx, e) }))
 	notifier.Signal()
 	processedData, err := json.Marshal(processed)
@@ -85,9 +85,9 @@ func TestCloudEventsSDKReadsEveryAttribute(t *testing.T) {
 	h.waitPublished(3)
 	msgs := h.requireExactlyOnce(3)
 	wantData := map[string][]byte{
-		outbox.TypeNoteCreated:         created.Body, // the note as the API answered the create
-		outbox.TypeAttachmentProcessed: processedData,
-		outbox.TypeNoteDeleted:         deleted.Body,
+		contract.EventNoteCreated:         created.Body, // the note as the API answered the create
+		contract.EventAttachmentProcessed: processedData,
+		contract.EventNoteDeleted:         deleted.Body,
 	}
 	headers := documentedHeaders(t)
 	schemas, err := eventschema.New()
@@ -100,7 +100,7 @@ func TestCloudEventsSDKReadsEveryAttribute(t *testing.T) {
 		for name := range m.Header {
 			require.Contains(t, headers, name, "header %s of the message is in api/asyncapi.yaml", name)
 		}
-		if row.typ == outbox.TypeNoteCreated {
+		if row.typ == contract.EventNoteCreated {
 			require.Equal(t, traceparent, m.Header.Get("traceparent"), "the request's traceparent travels as a header")
 		}
 
@@ -117,17 +117,17 @@ func TestCloudEventsSDKReadsEveryAttribute(t *testing.T) {
 		require.Equal(t, cloudevents.VersionV1, ev.SpecVersion())
 		require.Equal(t, row.id.String(), ev.ID(), "id is the event id")
 		require.Equal(t, "/tenants/"+h.tenant, ev.Source())
-		require.Equal(t, outbox.CloudEventType(row.typ), ev.Type())
+		require.Equal(t, contract.CloudEventType(row.typ), ev.Type())
 		require.Equal(t, row.aggregate.String(), ev.Subject(), "subject is the note id")
 		require.True(t, row.createdAt.Equal(ev.Time()), "time %s, the event's %s", ev.Time(), row.createdAt)
 		require.Equal(t, "application/json", ev.DataContentType())
-		require.Equal(t, outbox.DataSchema(row.typ), ev.DataSchema())
+		require.Equal(t, contract.DataSchema(row.typ), ev.DataSchema())
 		require.Empty(t, ev.Extensions(), "no attribute beyond the spec's")
 		require.JSONEq(t, string(wantData[row.typ]), string(ev.Data()), "data of %s", row.typ)
 		var typed map[string]any
 		require.NoError(t, ev.DataAs(&typed), "the SDK decodes data by its datacontenttype")
 		require.NotEmpty(t, typed)
-		require.Equal(t, stream.Subject(h.prefix, h.tenant, row.typ), m.Subject)
+		require.Equal(t, contract.Subject(h.prefix, h.tenant, row.typ), m.Subject)
 
 		// Nothing is lost: the SDK writes back every member Quill wrote.
 		back, err := format.JSON.Marshal(ev)
@@ -135,7 +135,7 @@ func TestCloudEventsSDKReadsEveryAttribute(t *testing.T) {
 		require.Equal(t, jsonKeys(t, m.Data), jsonKeys(t, back))
 		require.NoError(t, schemas.Validate(m.Data), "message %d against its schema", m.Sequence)
 	}
-	require.Equal(t, []string{outbox.TypeNoteCreated, outbox.TypeAttachmentProcessed, outbox.TypeNoteDeleted}, types,
+	require.Equal(t, []string{contract.EventNoteCreated, contract.EventAttachmentProcessed, contract.EventNoteDeleted}, types,
 		"the note's events in commit order")
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/outbox"
 	"github.com/quillhq/quill/internal/testkit"
 )
@@ -28,7 +29,7 @@ func TestHungRelaysClaimsEnd(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close(context.Background()) })
 	for range 3 {
-		h.write(h.tenant, uuid.New(), outbox.TypeNoteCreated)
+		h.write(h.tenant, uuid.New(), contract.EventNoteCreated)
 	}
 	claimed, err := outbox.Claim(h.ctx(), conn, space, nil, nil, 10)
 	require.NoError(t, err)

@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/dbtest"
 	"github.com/quillhq/quill/internal/httpapi"
@@ -121,7 +122,7 @@ func TestNotifyWakesAnIdleRelay(t *testing.T) {
 	// The control: committed, not notified.
 	silentNote := uuid.New()
 	silent := outbox.Event{ID: uuid.Must(uuid.NewV7()), Tenant: tenant, AggregateID: silentNote,
-		Type: outbox.TypeNoteCreated, Time: time.Now(), Data: eventData(silentNote, outbox.TypeNoteCreated)}
+		Type: contract.EventNoteCreated, Time: time.Now(), Data: eventData(silentNote, contract.EventNoteCreated)}
 	require.NoError(t, db.WithTx(ctx, writer, func(tx pgx.Tx) error { return outbox.Insert(ctx, tx, silent) }))
 	// Not a wait: for a second, the event must stay unpublished.
 	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
@@ -162,7 +163,7 @@ func TestNotifyWakesAnIdleRelay(t *testing.T) {
 	for _, m := range streamMessages(t, js, cfg.Stream.Name) {
 		inStream[m.Header.Get(jetstream.MsgIDHeader)] = m.Subject
 	}
-	subject := stream.Subject(cfg.Stream.SubjectPrefix, tenant, outbox.TypeNoteCreated)
+	subject := contract.Subject(cfg.Stream.SubjectPrefix, tenant, contract.EventNoteCreated)
 	require.Equal(t, map[string]string{created.String(): subject, silent.ID.String(): subject}, inStream)
 	notifyErrs.Lock()
 	defer notifyErrs.Unlock()

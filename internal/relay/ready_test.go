@@ -9,10 +9,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/dbtest"
 	"github.com/quillhq/quill/internal/metrics"
-	"github.com/quillhq/quill/internal/outbox"
 	"github.com/quillhq/quill/internal/relay"
 	"github.com/quillhq/quill/internal/testkit"
 )
@@ -62,7 +62,7 @@ func TestReadyFollowsPostgres(t *testing.T) {
 			}
 
 			require.NoError(t, ready())
-			h.write(h.tenant, uuid.New(), outbox.TypeNoteCreated)
+			h.write(h.tenant, uuid.New(), contract.EventNoteCreated)
 			h.waitPublished(1)
 
 			sw.Set(tc.outage)
@@ -73,7 +73,7 @@ func TestReadyFollowsPostgres(t *testing.T) {
 			t.Logf("not ready: %v", notReady)
 			require.Error(t, ready(), "still unreachable: still not ready")
 			for range 2 {
-				h.write(h.tenant, uuid.New(), outbox.TypeNoteCreated) // straight to the server
+				h.write(h.tenant, uuid.New(), contract.EventNoteCreated) // straight to the server
 			}
 
 			sw.Set(dbtest.Up)

@@ -10,10 +10,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/dbtest"
 	"github.com/quillhq/quill/internal/metrics"
-	"github.com/quillhq/quill/internal/outbox"
 	"github.com/quillhq/quill/internal/relay"
 	"github.com/quillhq/quill/internal/stream"
 	"github.com/quillhq/quill/internal/testkit"
@@ -54,8 +54,8 @@ func TestNoPublishBufferedAcrossAReconnect(t *testing.T) {
 	require.NoError(t, err)
 
 	note := uuid.New()
-	e1 := h.write(h.tenant, note, outbox.TypeNoteCreated)
-	e2 := h.write(h.tenant, note, outbox.TypeNoteDeleted)
+	e1 := h.write(h.tenant, note, contract.EventNoteCreated)
+	e2 := h.write(h.tenant, note, contract.EventNoteDeleted)
 
 	sw.Set(dbtest.Refused)
 	testkit.WaitFor(t, 10*time.Second, func() bool { return !ncA.IsConnected() }, "relay A's connection to be down")

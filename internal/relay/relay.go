@@ -41,6 +41,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/outbox"
@@ -777,7 +778,7 @@ func (r *Relay) settle(ctx context.Context, b *batch, acks []outbox.Published) e
 }
 
 func (r *Relay) message(e outbox.Pending) *nats.Msg {
-	msg := nats.NewMsg(stream.Subject(r.cfg.Stream.SubjectPrefix, e.Tenant, e.Type))
+	msg := nats.NewMsg(contract.Subject(r.cfg.Stream.SubjectPrefix, e.Tenant, e.Type))
 	msg.Data = e.Payload
 	msg.Header.Set(jetstream.MsgIDHeader, e.ID.String())
 	msg.Header.Set("Content-Type", "application/cloudevents+json")

@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/clitest"
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/dbtest"
@@ -165,9 +166,9 @@ func (h *harness) event(tenant string, note uuid.UUID, typ string, data any) out
 func eventData(note uuid.UUID, typ string) any {
 	now := notes.FormatTime(time.Now())
 	switch typ {
-	case outbox.TypeNoteCreated:
+	case contract.EventNoteCreated:
 		return notes.NoteView{ID: note.String(), Title: "note", CreatedAt: now}
-	case outbox.TypeNoteDeleted:
+	case contract.EventNoteDeleted:
 		return notes.DeleteResult{ID: note.String(), DeletedAt: now}
 	default:
 		return processedData(note, "")
@@ -398,7 +399,7 @@ func TestNATSOutageLosesAndDuplicatesNothing(t *testing.T) {
 	require.NoError(t, r.Provision(h.ctx()))
 	start(t, r)
 
-	h.write(h.tenant, uuid.New(), outbox.TypeNoteCreated)
+	h.write(h.tenant, uuid.New(), contract.EventNoteCreated)
 	h.waitPublished(1)
 	require.NoError(t, r.Ready(h.ctx()))
 
@@ -410,12 +411,12 @@ func TestNATSOutageLosesAndDuplicatesNothing(t *testing.T) {
 		noteIDs[i] = uuid.New()
 	}
 	for i := range 100 {
-		typ := outbox.TypeAttachmentProcessed
+		typ := contract.EventAttachmentProcessed
 		switch i / 20 {
 		case 0:
-			typ = outbox.TypeNoteCreated
+			typ = contract.EventNoteCreated
 		case 4:
-			typ = outbox.TypeNoteDeleted
+			typ = contract.EventNoteDeleted
 		}
 		h.write(h.tenant, noteIDs[i%20], typ)
 	}
@@ -479,7 +480,7 @@ func TestCrashBetweenAckAndMarkRepublishesAsDuplicate(t *testing.T) {
 	r, m := h.newRelay(cfg, h.relayID("crashy"), relay.WithHooks(hooks))
 	require.NoError(t, r.Provision(h.ctx()))
 	for range 5 {
-		h.write(h.tenant, uuid.New(), outbox.TypeNoteCreated)
+		h.write(h.tenant, uuid.New(), contract.EventNoteCreated)
 	}
 	start(t, r)
 
@@ -522,7 +523,7 @@ func TestDeadRelaysClaimsPassToAnother(t *testing.T) {
 	}}))
 	require.NoError(t, a.Provision(h.ctx()))
 	for range 5 {
-		h.write(h.tenant, uuid.New(), outbox.TypeNoteCreated)
+		h.write(h.tenant, uuid.New(), contract.EventNoteCreated)
 	}
 	start(t, a)
 	t.Cleanup(func() { close(unhang) }) // runs before a is stopped
@@ -567,7 +568,7 @@ func TestShutdownFinishesTheBatchInFlight(t *testing.T) {
 	}}))
 	require.NoError(t, r.Provision(h.ctx()))
 	for range 5 {
-		h.write(h.tenant, uuid.New(), outbox.TypeNoteCreated)
+		h.write(h.tenant, uuid.New(), contract.EventNoteCreated)
 	}
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
@@ -617,7 +618,7 @@ func TestTwoRelaysPublishEveryEventOnceInCommitOrderPerNote(t *testing.T) {
 			return fmt.Errorf("create %d: location %q: %w", n, out.Location, err)
 		}
 		for step := range extraPerNote {
-			e := h.event(h.tenant, id, outbox.TypeAttachmentProcessed, processedData(id, fmt.Sprintf("step %d", step)))
+			e := h.event(h.tenant, id, contract.EventAttachmentProcessed, processedData(id, fmt.Sprintf("step %d", step)))
 			if err := db.WithTx(ctx, h.pool, func(tx pgx.Tx) error { return outbox.Insert(ctx, tx, e) }); err != nil {
 				return err
 			}
@@ -685,12 +686,12 @@ func TestLateCommitIsPublished(t *testing.T) {
 	tx, err := h.pool.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(context.Background()) }()
-	held := h.event(h.tenant, uuid.New(), outbox.TypeNoteCreated, nil)
+	held := h.event(h.tenant, uuid.New(), contract.EventNoteCreated, nil)
 	require.NoError(t, outbox.Insert(ctx, tx, held))
 
 	var later []uuid.UUID
 	for range 10 {
-		later = append(later, h.write(h.tenant, uuid.New(), outbox.TypeNoteCreated))
+		later = append(later, h.write(h.tenant, uuid.New(), contract.EventNoteCreated))
 	}
 	h.waitPublished(10)
 
@@ -722,11 +723,11 @@ func TestParkedEventDoesNotBlockOthers(t *testing.T) {
 	require.NoError(t, r.Provision(h.ctx()))
 
 	noteA, noteB, noteC := uuid.New(), uuid.New(), uuid.New()
-	before := h.write(h.tenant, noteB, outbox.TypeNoteCreated)
-	big := h.writeEvent(h.event(h.tenant, noteA, outbox.TypeNoteCreated,
+	before := h.write(h.tenant, noteB, contract.EventNoteCreated)
+	big := h.writeEvent(h.event(h.tenant, noteA, contract.EventNoteCreated,
 		notes.NoteView{ID: noteA.String(), Title: "big", Body: strings.Repeat("x", 8192), CreatedAt: notes.FormatTime(time.Now())}))
-	behind := h.write(h.tenant, noteA, outbox.TypeNoteDeleted)
-	after := h.write(h.tenant, noteC, outbox.TypeNoteCreated)
+	behind := h.write(h.tenant, noteA, contract.EventNoteDeleted)
+	after := h.write(h.tenant, noteC, contract.EventNoteCreated)
 	start(t, r)
 
 	testkit.WaitFor(t, waitLong, func() bool { return h.row(big).Parked }, "the oversized event to be parked")
@@ -744,7 +745,7 @@ func TestParkedEventDoesNotBlockOthers(t *testing.T) {
 
 	// Events written after the park flow too, and the parked event's own
 	// note waits behind it (its order must hold).
-	later := h.write(h.tenant, uuid.New(), outbox.TypeNoteCreated)
+	later := h.write(h.tenant, uuid.New(), contract.EventNoteCreated)
 	testkit.WaitFor(t, waitLong, func() bool { return h.row(later).Published }, "a new event to be published")
 	b := h.row(behind)
 	require.False(t, b.Published, "the parked event's note keeps its order")
@@ -765,7 +766,7 @@ func TestParkedEventDoesNotBlockOthers(t *testing.T) {
 	require.NoError(t, outbox.Unpark(h.ctx(), h.pool, big))
 	h.notify()
 	testkit.WaitFor(t, waitLong, func() bool { r := h.row(big); return r.Parked && r.Attempts == 2 }, "the retried event to be parked again")
-	last := h.write(h.tenant, uuid.New(), outbox.TypeNoteCreated)
+	last := h.write(h.tenant, uuid.New(), contract.EventNoteCreated)
 	testkit.WaitFor(t, waitLong, func() bool { return h.row(last).Published }, "a new event to be published")
 	require.Equal(t, 4, h.published())
 	require.Len(t, streamMessages(t, h.js, h.stream), 4)
@@ -799,7 +800,7 @@ func TestPostgresConnectionLossRecovers(t *testing.T) {
 	written := 0
 	writeSome := func(n int) {
 		for range n {
-			h.write(h.tenant, uuid.New(), outbox.TypeNoteCreated)
+			h.write(h.tenant, uuid.New(), contract.EventNoteCreated)
 			written++
 		}
 	}
@@ -836,7 +837,7 @@ func TestUnparkAllPublishesEveryParkedEvent(t *testing.T) {
 	require.NoError(t, r.Provision(h.ctx()))
 	var ids []uuid.UUID
 	for range 3 {
-		ids = append(ids, h.write(h.tenant, uuid.New(), outbox.TypeNoteCreated))
+		ids = append(ids, h.write(h.tenant, uuid.New(), contract.EventNoteCreated))
 	}
 	var seqs []int64
 	require.NoError(t, pgx.BeginFunc(h.ctx(), h.pool, func(tx pgx.Tx) error {
@@ -905,7 +906,7 @@ func TestHeldBackEventsFollowWithoutWaitingForThePoll(t *testing.T) {
 	const events = 5
 	for range events {
 		e := outbox.Event{ID: uuid.Must(uuid.NewV7()), Tenant: "acme-" + suffix, AggregateID: note,
-			Type: outbox.TypeAttachmentProcessed, Time: time.Now(), Data: processedData(note, "")}
+			Type: contract.EventAttachmentProcessed, Time: time.Now(), Data: processedData(note, "")}
 		require.NoError(t, db.WithTx(ctx, pool, func(tx pgx.Tx) error { return outbox.Insert(ctx, tx, e) }))
 	}
 	r, err := relay.New(pool, nc, cfg, testkit.Logger(t), metrics.NewRelay(prometheus.NewRegistry()))

@@ -8,7 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/quillhq/quill/internal/outbox"
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/testkit"
 )
 
@@ -28,9 +28,9 @@ func TestStreamDeletedWhileRunning(t *testing.T) {
 	start(t, b)
 
 	notes := []uuid.UUID{uuid.New(), uuid.New(), uuid.New(), uuid.New()}
-	types := []string{outbox.TypeNoteCreated, outbox.TypeAttachmentProcessed, outbox.TypeNoteDeleted}
+	types := []string{contract.EventNoteCreated, contract.EventAttachmentProcessed, contract.EventNoteDeleted}
 	for _, n := range notes {
-		h.write(h.tenant, n, outbox.TypeNoteCreated)
+		h.write(h.tenant, n, contract.EventNoteCreated)
 	}
 	h.waitPublished(len(notes))
 

@@ -13,13 +13,13 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/auth"
 	"github.com/quillhq/quill/internal/clitest"
 	"github.com/quillhq/quill/internal/httpapi"
 	"github.com/quillhq/quill/internal/logging"
 	"github.com/quillhq/quill/internal/natstest"
 	"github.com/quillhq/quill/internal/notes"
-	"github.com/quillhq/quill/internal/outbox"
 	"github.com/quillhq/quill/internal/relay"
 	"github.com/quillhq/quill/internal/testkit"
 	"github.com/quillhq/quill/internal/tracing"
@@ -88,7 +88,7 @@ func TestOneCreateIsOneTraceThroughAPIRelayAndConsumer(t *testing.T) {
 	spans := exp.GetSpans()
 	request := spanNamed(t, spans, "POST /v1/notes")
 	transaction := spanNamed(t, spans, "transaction")
-	publish := spanNamed(t, spans, "send "+outbox.TypeNoteCreated)
+	publish := spanNamed(t, spans, "send "+contract.EventNoteCreated)
 	consume := spanNamed(t, spans, "process note.created")
 	for _, s := range []tracetest.SpanStub{request, transaction, publish, consume} {
 		require.Equal(t, clientTraceID, s.SpanContext.TraceID().String(), "%s is in the client's trace", s.Name)
@@ -115,7 +115,7 @@ func TestUntracedRelayPublishesTheStoredTraceContext(t *testing.T) {
 	h := newHarness(t)
 	r, _ := h.newRelay(h.config(), h.relayID("untraced"))
 	start(t, r)
-	e := h.event(h.tenant, uuid.New(), outbox.TypeNoteCreated, nil)
+	e := h.event(h.tenant, uuid.New(), contract.EventNoteCreated, nil)
 	e.Traceparent, e.Tracestate = clientTraceparent, clientTracestate
 	h.writeEvent(e)
 	h.waitPublished(1)
@@ -136,14 +136,14 @@ func TestParkedEventLineNamesItsTrace(t *testing.T) {
 	r, _ := h.newRelayLogging(h.config(), h.relayID("park"), log, relay.WithTracer(tracing.NewWithExporter(exp, "quill").Tracer()))
 	require.NoError(t, r.Provision(h.ctx()))
 	start(t, r)
-	e := h.event(h.tenant, uuid.New(), outbox.TypeNoteCreated, nil)
+	e := h.event(h.tenant, uuid.New(), contract.EventNoteCreated, nil)
 	e.Data = notes.NoteView{ID: e.AggregateID.String(), Title: "big", Body: strings.Repeat("x", 8192), CreatedAt: notes.FormatTime(time.Now())}
 	e.Traceparent = clientTraceparent
 	h.writeEvent(e)
 	testkit.WaitFor(t, waitLong, func() bool { return len(logs.Lines(t, "event parked: it cannot be published as it is")) == 1 }, "the event parked")
 
 	line := logs.Lines(t, "event parked: it cannot be published as it is")[0]
-	publish := spanNamed(t, exp.GetSpans(), "send "+outbox.TypeNoteCreated)
+	publish := spanNamed(t, exp.GetSpans(), "send "+contract.EventNoteCreated)
 	require.Equal(t, clientTraceID, line["trace_id"])
 	require.Equal(t, publish.SpanContext.SpanID().String(), line["span_id"])
 	require.Equal(t, clientSpanID, publish.Parent.SpanID().String())

@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/dbtest"
 	"github.com/quillhq/quill/internal/httpapi"
@@ -52,7 +53,7 @@ func TestExpiryFollowsTheDatabaseClock(t *testing.T) {
 
 			tenant := "acme-" + testkit.UniqueSuffix()
 			write := func(ago string) uuid.UUID {
-				e := outbox.Event{ID: uuid.Must(uuid.NewV7()), Tenant: tenant, AggregateID: uuid.New(), Type: outbox.TypeNoteCreated,
+				e := outbox.Event{ID: uuid.Must(uuid.NewV7()), Tenant: tenant, AggregateID: uuid.New(), Type: contract.EventNoteCreated,
 					Time: time.Now(), Data: map[string]any{}}
 				require.NoError(t, db.WithTx(ctx, pool, func(tx pgx.Tx) error { return outbox.Insert(ctx, tx, e) }))
 				_, err := pool.Exec(ctx, `UPDATE outbox_events SET published_at = now() - $2::interval, stream_seq = seq,

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/dbtest"
 	"github.com/quillhq/quill/internal/httpapi"
@@ -133,7 +134,7 @@ func TestRunCleansUntilCancelled(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
 
-	id := h.write(h.tenant, uuid.New(), outbox.TypeNoteCreated)
+	id := h.write(h.tenant, uuid.New(), contract.EventNoteCreated)
 	_, err = h.pool.Exec(h.ctx(), `UPDATE outbox_events SET published_at = now() - interval '169 hours', stream_seq = seq,
 		created_at = now() - interval '170 hours' WHERE id = $1`, id)
 	require.NoError(t, err)
@@ -162,14 +163,14 @@ func TestCleanupHonoursRetention(t *testing.T) {
 	}
 	var old []uuid.UUID
 	for range 5 {
-		id := h.write(h.tenant, uuid.New(), outbox.TypeNoteCreated)
+		id := h.write(h.tenant, uuid.New(), contract.EventNoteCreated)
 		age(id, "169 hours")
 		old = append(old, id)
 	}
-	recent := h.write(h.tenant, uuid.New(), outbox.TypeNoteCreated)
+	recent := h.write(h.tenant, uuid.New(), contract.EventNoteCreated)
 	age(recent, "167 hours")
-	pending := h.write(h.tenant, uuid.New(), outbox.TypeNoteCreated)
-	oldPending := h.write(h.tenant, uuid.New(), outbox.TypeNoteCreated)
+	pending := h.write(h.tenant, uuid.New(), contract.EventNoteCreated)
+	oldPending := h.write(h.tenant, uuid.New(), contract.EventNoteCreated)
 	_, err := h.pool.Exec(ctx, `UPDATE outbox_events SET created_at = now() - interval '400 hours' WHERE id = $1`, oldPending)
 	require.NoError(t, err)
 
@@ -242,7 +243,7 @@ func TestCleanupStepsOverOldUnpublishedEvents(t *testing.T) {
 	}
 	var stay, gone []uuid.UUID
 	for i := range 5 {
-		id := h.write(h.tenant, uuid.New(), outbox.TypeNoteCreated)
+		id := h.write(h.tenant, uuid.New(), contract.EventNoteCreated)
 		set(id, `created_at = now() - interval '500 hours'`)
 		if i%2 == 0 {
 			set(id, `parked_at = now(), parked_reason = 'payload too large'`)
@@ -250,11 +251,11 @@ func TestCleanupStepsOverOldUnpublishedEvents(t *testing.T) {
 		stay = append(stay, id)
 	}
 	for range 3 {
-		id := h.write(h.tenant, uuid.New(), outbox.TypeNoteCreated)
+		id := h.write(h.tenant, uuid.New(), contract.EventNoteCreated)
 		set(id, `created_at = now() - interval '300 hours', published_at = now() - interval '299 hours', stream_seq = seq`)
 		gone = append(gone, id)
 	}
-	young := h.write(h.tenant, uuid.New(), outbox.TypeNoteCreated)
+	young := h.write(h.tenant, uuid.New(), contract.EventNoteCreated)
 	set(young, `published_at = now(), stream_seq = seq`)
 	stay = append(stay, young)
 

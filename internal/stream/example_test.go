@@ -3,6 +3,7 @@ package stream_test
 import (
 	"fmt"
 
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/stream"
 )
 
@@ -10,11 +11,11 @@ import (
 // of one event type filters on, and the tenant read back from a subject.
 func ExampleSubject() {
 	c := stream.Config{}.WithDefaults()
-	subject := stream.Subject(c.SubjectPrefix, "acme", "note.created")
-	fmt.Println(c.Name, stream.All(c.SubjectPrefix))
+	subject := contract.Subject(c.SubjectPrefix, "acme", "note.created")
+	fmt.Println(c.Name, contract.AllSubjects(c.SubjectPrefix))
 	fmt.Println(subject)
-	fmt.Println(stream.OfType(c.SubjectPrefix, "note.created"))
-	fmt.Println(stream.Tenant(c.SubjectPrefix, subject))
+	fmt.Println(contract.TypeSubjects(c.SubjectPrefix, "note.created"))
+	fmt.Println(contract.SubjectTenant(c.SubjectPrefix, subject))
 	// Output:
 	// QUILL_EVENTS quill.>
 	// quill.acme.note.created

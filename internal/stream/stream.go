@@ -1,8 +1,8 @@
 // Package stream owns Quill's JetStream stream (SPEC §5): its settings and
-// their defaults, the subjects events are published on
-// (<prefix>.<tenant>.<aggregate>.<event>), and its provisioning. The relay,
-// the attachment worker and the audit take all three from here, so the
-// stream has one definition.
+// their defaults, and its provisioning. The relay, the attachment worker
+// and the audit take both from here, so the stream has one definition; the
+// names of the stream and of its subjects
+// (<prefix>.<tenant>.<aggregate>.<event>) are package contract's.
 package stream
 
 import (
@@ -11,18 +11,16 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/config"
 )
 
 // Defaults of Config.
 const (
-	DefaultName            = "QUILL_EVENTS"
-	DefaultSubjectPrefix   = "quill"
 	DefaultDuplicateWindow = 10 * time.Minute
 	DefaultMaxAge          = 168 * time.Hour
 	// DefaultReplicas is the replicas of a stream created while
@@ -54,8 +52,8 @@ type Config struct {
 
 // WithDefaults returns c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
-	c.Name = cmp.Or(c.Name, DefaultName)
-	c.SubjectPrefix = cmp.Or(c.SubjectPrefix, DefaultSubjectPrefix)
+	c.Name = cmp.Or(c.Name, contract.DefaultStream)
+	c.SubjectPrefix = cmp.Or(c.SubjectPrefix, contract.DefaultSubjectPrefix)
 	c.DuplicateWindow = cmp.Or(c.DuplicateWindow, DefaultDuplicateWindow)
 	c.MaxAge = cmp.Or(c.MaxAge, DefaultMaxAge)
 	return c
@@ -64,8 +62,8 @@ func (c Config) WithDefaults() Config {
 // DefineSubjects registers the settings that name the stream and its
 // subjects on s: QUILL_STREAM and QUILL_SUBJECT_PREFIX.
 func (c *Config) DefineSubjects(s *config.Set) {
-	s.String(&c.Name, "stream", "QUILL_STREAM", DefaultName, "JetStream stream name")
-	s.String(&c.SubjectPrefix, "subject-prefix", "QUILL_SUBJECT_PREFIX", DefaultSubjectPrefix, "first token of every subject")
+	s.String(&c.Name, "stream", "QUILL_STREAM", contract.DefaultStream, "JetStream stream name")
+	s.String(&c.SubjectPrefix, "subject-prefix", "QUILL_SUBJECT_PREFIX", contract.DefaultSubjectPrefix, "first token of every subject")
 }
 
 // Define registers the settings of the stream's owner, the relay, on s:
@@ -100,7 +98,7 @@ func (c Config) Validate() error {
 func (c Config) StreamConfig() jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:       c.Name,
-		Subjects:   []string{All(c.SubjectPrefix)},
+		Subjects:   []string{contract.AllSubjects(c.SubjectPrefix)},
 		Storage:    jetstream.FileStorage,
 		Duplicates: c.DuplicateWindow,
 		MaxAge:     c.MaxAge,
@@ -113,7 +111,7 @@ func (c Config) StreamConfig() jetstream.StreamConfig {
 // setting as it was, and whether any owned setting differed.
 func (c Config) Owned(have jetstream.StreamConfig) (jetstream.StreamConfig, bool) {
 	want := have
-	want.Subjects = []string{All(c.SubjectPrefix)}
+	want.Subjects = []string{contract.AllSubjects(c.SubjectPrefix)}
 	want.Duplicates = c.DuplicateWindow
 	want.MaxAge = c.MaxAge
 	if c.Replicas > 0 {
@@ -155,31 +153,4 @@ func Provision(ctx context.Context, js jetstream.JetStream, c Config) (jetstream
 		return nil, fmt.Errorf("provision stream %s: update: %w", c.Name, err)
 	}
 	return st, nil
-}
-
-// Subject returns the subject of an event of eventType ("note.created",
-// an aggregate and an event) of tenant: <prefix>.<tenant>.<aggregate>.<event>.
-func Subject(prefix, tenant, eventType string) string {
-	return prefix + "." + tenant + "." + eventType
-}
-
-// All is the filter of every subject under prefix: <prefix>.>.
-func All(prefix string) string { return prefix + ".>" }
-
-// OfTenant is the filter of every subject of tenant: <prefix>.<tenant>.>.
-func OfTenant(prefix, tenant string) string { return prefix + "." + tenant + ".>" }
-
-// OfType is the filter of every tenant's events of eventType:
-// <prefix>.*.<aggregate>.<event>.
-func OfType(prefix, eventType string) string { return prefix + ".*." + eventType }
-
-// Tenant returns the tenant token of a subject under prefix, or "" when
-// the subject is not under prefix.
-func Tenant(prefix, subject string) string {
-	rest, ok := strings.CutPrefix(subject, prefix+".")
-	if !ok {
-		return ""
-	}
-	tenant, _, _ := strings.Cut(rest, ".")
-	return tenant
 }

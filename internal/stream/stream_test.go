@@ -8,30 +8,31 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/natstest"
 	"github.com/quillhq/quill/internal/stream"
 )
 
 func TestSubjects(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, "quill.acme.note.created", stream.Subject("quill", "acme", "note.created"))
-	require.Equal(t, "quill.>", stream.All("quill"))
-	require.Equal(t, "quill.acme.>", stream.OfTenant("quill", "acme"))
-	require.Equal(t, "quill.*.note.created", stream.OfType("quill", "note.created"))
+	require.Equal(t, "quill.acme.note.created", contract.Subject("quill", "acme", "note.created"))
+	require.Equal(t, "quill.>", contract.AllSubjects("quill"))
+	require.Equal(t, "quill.acme.>", contract.TenantSubjects("quill", "acme"))
+	require.Equal(t, "quill.*.note.created", contract.TypeSubjects("quill", "note.created"))
 	for _, tc := range []struct{ prefix, subject, tenant string }{
 		{"quill", "quill.acme.note.created", "acme"},
 		{"quill", "quill.acme", "acme"},
 		{"quill", "other.acme.note.created", ""},
 		{"quill", "quillx.acme.note.created", ""},
 	} {
-		require.Equal(t, tc.tenant, stream.Tenant(tc.prefix, tc.subject), tc.subject)
+		require.Equal(t, tc.tenant, contract.SubjectTenant(tc.prefix, tc.subject), tc.subject)
 	}
 }
 
 func TestConfigDefaultsAndValidate(t *testing.T) {
 	t.Parallel()
 	c := stream.Config{}.WithDefaults()
-	require.Equal(t, stream.Config{Name: stream.DefaultName, SubjectPrefix: stream.DefaultSubjectPrefix,
+	require.Equal(t, stream.Config{Name: contract.DefaultStream, SubjectPrefix: contract.DefaultSubjectPrefix,
 		DuplicateWindow: stream.DefaultDuplicateWindow, MaxAge: stream.DefaultMaxAge}, c)
 	require.NoError(t, c.Validate())
 	require.NoError(t, stream.Config{DuplicateWindow: time.Hour, MaxAge: time.Hour}.Validate())
@@ -73,7 +74,7 @@ func TestProvision(t *testing.T) {
 // subjects, but their own window, age, limits, description, compression.
 func operatorStream(name, prefix string, replicas int) jetstream.StreamConfig {
 	return jetstream.StreamConfig{
-		Name: name, Subjects: []string{stream.All(prefix), "extra." + prefix + ".>"}, Storage: jetstream.FileStorage,
+		Name: name, Subjects: []string{contract.AllSubjects(prefix), "extra." + prefix + ".>"}, Storage: jetstream.FileStorage,
 		Replicas: replicas, Duplicates: 5 * time.Minute, MaxAge: 2 * time.Hour,
 		MaxMsgs: 1_000_000, MaxBytes: 1 << 30, Description: "the operator's", Compression: jetstream.S2Compression,
 		MaxMsgsPerSubject: 1000, Discard: jetstream.DiscardOld,
@@ -84,7 +85,7 @@ func operatorStream(name, prefix string, replicas int) jetstream.StreamConfig {
 // owns changed.
 func requireOperatorsKept(t *testing.T, op, got jetstream.StreamConfig, c stream.Config) {
 	t.Helper()
-	require.Equal(t, []string{stream.All(c.SubjectPrefix)}, got.Subjects, "subjects are Quill's")
+	require.Equal(t, []string{contract.AllSubjects(c.SubjectPrefix)}, got.Subjects, "subjects are Quill's")
 	require.Equal(t, c.DuplicateWindow, got.Duplicates)
 	require.Equal(t, c.MaxAge, got.MaxAge)
 	require.Equal(t, op.MaxMsgs, got.MaxMsgs)

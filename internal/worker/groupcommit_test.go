@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/natstest"
 	"github.com/quillhq/quill/internal/outbox"
@@ -79,7 +80,7 @@ func TestBatchPoisonedEventFailsAlone(t *testing.T) {
 	}
 	h.publishedEvents(5)
 	ghost := uuid.Must(uuid.NewV7())
-	payload, err := outbox.Envelope(outbox.Event{ID: ghost, Tenant: h.tenant, AggregateID: uuid.New(), Type: outbox.TypeNoteCreated,
+	payload, err := outbox.Envelope(outbox.Event{ID: ghost, Tenant: h.tenant, AggregateID: uuid.New(), Type: contract.EventNoteCreated,
 		Time: time.Now(), Data: map[string]any{"id": uuid.NewString(), "attachment": map[string]any{
 			"id": uuid.NewString(), "sha256": "00", "size": 1, "content_type": "text/plain", "filename": "ghost.txt"}}})
 	require.NoError(t, err)

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/quillhq/quill/consumer"
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/attachment"
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/metrics"
@@ -500,7 +501,7 @@ func (w *Worker) applyOne(ctx context.Context, b *pgx.Batch, it *consumer.Item, 
 		// event every consumer has seen already.
 		tp, ts := tracing.Inject(ctx)
 		if err := outbox.Queue(b, outbox.Event{ID: notes.ProcessedEventID(j.p.id), Tenant: j.p.tenant, AggregateID: j.p.noteID,
-			Type: outbox.TypeAttachmentProcessed, Time: now, Data: p.ev, Traceparent: tp, Tracestate: ts}); err != nil {
+			Type: contract.EventAttachmentProcessed, Time: now, Data: p.ev, Traceparent: tp, Tracestate: ts}); err != nil {
 			return fmt.Errorf("outbox event: %w", err)
 		}
 	}

@@ -8,8 +8,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/quillhq/quill/consumer"
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/notes"
-	"github.com/quillhq/quill/internal/outbox"
 )
 
 // noteCreated is the part of a note.created event's data the worker reads.
@@ -47,7 +47,7 @@ type attachmentRef struct {
 func parse(ev consumer.Event) (parsed, error) {
 	var p parsed
 	var err error
-	if want := outbox.CloudEventType(outbox.TypeNoteCreated); ev.Type != want {
+	if want := contract.CloudEventType(contract.EventNoteCreated); ev.Type != want {
 		return p, fmt.Errorf("event type %q is not %s", ev.Type, want)
 	}
 	if p.id, err = uuid.Parse(ev.ID); err != nil {

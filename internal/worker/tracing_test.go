@@ -16,12 +16,12 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/attachment"
 	"github.com/quillhq/quill/internal/auth"
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/httpapi"
 	"github.com/quillhq/quill/internal/metrics"
-	"github.com/quillhq/quill/internal/outbox"
 	"github.com/quillhq/quill/internal/relay"
 	"github.com/quillhq/quill/internal/testkit"
 	"github.com/quillhq/quill/internal/tracing"
@@ -71,7 +71,7 @@ func TestHandlingIsThePublishsChild(t *testing.T) {
 	require.NoError(t, res.Body.Close())
 	require.Equal(t, http.StatusCreated, res.StatusCode)
 	testkit.WaitFor(t, waitLong, func() bool {
-		return h.count(`SELECT count(*) FROM outbox_events WHERE type = $1 AND published_at IS NOT NULL`, outbox.TypeAttachmentProcessed) == 1
+		return h.count(`SELECT count(*) FROM outbox_events WHERE type = $1 AND published_at IS NOT NULL`, contract.EventAttachmentProcessed) == 1
 	}, "attachment.processed published")
 
 	var spans tracetest.SpanStubs
@@ -85,15 +85,15 @@ func TestHandlingIsThePublishsChild(t *testing.T) {
 	}
 	testkit.WaitFor(t, waitLong, func() bool {
 		spans = exp.GetSpans()
-		_, ok := find("send " + outbox.TypeAttachmentProcessed)
+		_, ok := find("send " + contract.EventAttachmentProcessed)
 		return ok
 	}, "the second publish's span ended")
 	request, _ := find("POST /v1/notes")
-	publish, ok := find("send " + outbox.TypeNoteCreated)
+	publish, ok := find("send " + contract.EventNoteCreated)
 	require.True(t, ok)
 	handling, ok := find("process quill.note.created.v1")
 	require.True(t, ok, "spans: %v", names(spans))
-	republish, _ := find("send " + outbox.TypeAttachmentProcessed)
+	republish, _ := find("send " + contract.EventAttachmentProcessed)
 
 	for _, s := range []tracetest.SpanStub{request, publish, handling, republish} {
 		require.Equal(t, request.SpanContext.TraceID(), s.SpanContext.TraceID(), "%s is in the trace", s.Name)
@@ -105,7 +105,7 @@ func TestHandlingIsThePublishsChild(t *testing.T) {
 	require.Equal(t, trace.SpanKindConsumer, handling.SpanKind)
 	require.Equal(t, handling.SpanContext.SpanID(), republish.Parent.SpanID(), "the event the handling wrote carries its span")
 	var stored string
-	require.NoError(t, h.pool.QueryRow(t.Context(), `SELECT traceparent FROM outbox_events WHERE type = $1`, outbox.TypeAttachmentProcessed).Scan(&stored))
+	require.NoError(t, h.pool.QueryRow(t.Context(), `SELECT traceparent FROM outbox_events WHERE type = $1`, contract.EventAttachmentProcessed).Scan(&stored))
 	require.Equal(t, "00-"+handling.SpanContext.TraceID().String()+"-"+handling.SpanContext.SpanID().String()+"-01", stored)
 	require.False(t, handling.StartTime.After(handling.EndTime))
 }

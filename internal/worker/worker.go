@@ -25,13 +25,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
@@ -41,6 +42,7 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/quillhq/quill/consumer"
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/attachment"
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/outbox"
@@ -146,7 +148,7 @@ func (c Config) Validate() error {
 // FilterSubject is the consumer's subject filter: every tenant's
 // note.created events.
 func (c Config) FilterSubject() string {
-	return stream.OfType(c.Stream.SubjectPrefix, outbox.TypeNoteCreated)
+	return contract.TypeSubjects(c.Stream.SubjectPrefix, contract.EventNoteCreated)
 }
 
 // ConsumerConfig is the durable consumer the worker creates or updates

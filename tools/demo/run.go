@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/cli"
 	"github.com/quillhq/quill/internal/config"
 )
@@ -150,7 +151,7 @@ func (d *demo) story(ctx context.Context) error {
 	d.say("Quill demo — the agent's story (API %s, through a fault-injecting proxy at %s)\n", d.api, d.proxy)
 	// The API must answer before the story starts: otherwise step 1's
 	// expected failure would be a refused connection, not a lost response.
-	if r, err := d.send(ctx, d.api, http.MethodGet, "/v1/notes?limit=1", "", nil); err != nil {
+	if r, err := d.send(ctx, d.api, http.MethodGet, contract.NotesPath+"?limit=1", "", nil); err != nil {
 		return fmt.Errorf("the API does not answer (start it with make dev): %w", err)
 	} else if r.status != http.StatusOK {
 		return fmt.Errorf("GET /v1/notes answered %d: %s", r.status, r.body)
@@ -158,7 +159,7 @@ func (d *demo) story(ctx context.Context) error {
 
 	d.say("\n1. The agent creates a note: POST /v1/notes, Idempotency-Key: %s\n", key)
 	d.drop(1)
-	r, err := d.send(ctx, d.proxy, http.MethodPost, "/v1/notes", key, create)
+	r, err := d.send(ctx, d.proxy, http.MethodPost, contract.NotesPath, key, create)
 	if err == nil {
 		return failed{"1", fmt.Sprintf("the proxy was told to drop the response, yet the agent got %d", r.status)}
 	}
@@ -166,7 +167,7 @@ func (d *demo) story(ctx context.Context) error {
 	d.say("   The agent cannot tell whether the note exists. It retries with the SAME key.\n")
 
 	d.say("\n2. The agent retries: the same request, Idempotency-Key: %s\n", key)
-	r, err = d.send(ctx, d.proxy, http.MethodPost, "/v1/notes", key, create)
+	r, err = d.send(ctx, d.proxy, http.MethodPost, contract.NotesPath, key, create)
 	if err != nil {
 		return failed{"2", fmt.Sprintf("the retry failed: %v", err)}
 	}
@@ -192,7 +193,7 @@ func (d *demo) story(ctx context.Context) error {
 
 	changed := map[string]any{"title": title + " (edited)", "body": create["body"], "attachment": create["attachment"]}
 	d.say("\n4. A changed request under the old key (title edited, Idempotency-Key: %s)\n", key)
-	r, err = d.send(ctx, d.api, http.MethodPost, "/v1/notes", key, changed)
+	r, err = d.send(ctx, d.api, http.MethodPost, contract.NotesPath, key, changed)
 	if err != nil {
 		return failed{"4", err.Error()}
 	}
@@ -203,7 +204,7 @@ func (d *demo) story(ctx context.Context) error {
 		Detail string   `json:"detail"`
 	}
 	_ = r.decode(&prob)
-	if r.status != http.StatusUnprocessableEntity || prob.Code != "idempotency_key_reused" {
+	if r.status != http.StatusUnprocessableEntity || prob.Code != contract.CodeKeyReused {
 		return failed{"4", fmt.Sprintf("want 422 idempotency_key_reused, got %d: %s", r.status, r.body)}
 	}
 	d.say("   422 %s, fields %v, retry %q: the key belongs to the first request.\n", prob.Code, prob.Fields, prob.Retry)
@@ -211,7 +212,7 @@ func (d *demo) story(ctx context.Context) error {
 
 	key2 := "demo-" + d.suffix + "-2"
 	d.say("\n5. The same title under a NEW key (%s): a second, legitimate note\n", key2)
-	r, err = d.send(ctx, d.api, http.MethodPost, "/v1/notes", key2, map[string]any{"title": title})
+	r, err = d.send(ctx, d.api, http.MethodPost, contract.NotesPath, key2, map[string]any{"title": title})
 	if err != nil {
 		return failed{"5", err.Error()}
 	}
@@ -263,7 +264,7 @@ func (d *demo) settle(ctx context.Context, key string) (operation, error) {
 }
 
 func settled(op operation) bool {
-	if op.State != "completed" {
+	if op.State != contract.OperationCompleted {
 		return false
 	}
 	for _, e := range op.Effects {
@@ -289,7 +290,7 @@ func (d *demo) explain(ctx context.Context, op operation, noteID, title string) 
 				seq = fmt.Sprint(*e.StreamSeq)
 			}
 			d.say("   - event %s %s: %s at %s, stream sequence %s\n", e.Type, e.ID, e.State, e.PublishedAt, seq)
-			if strings.Contains(e.Type, "note.created") {
+			if e.Type == contract.CloudEventType(contract.EventNoteCreated) {
 				created++
 			}
 		case "attachment":
@@ -305,7 +306,7 @@ func (d *demo) explain(ctx context.Context, op operation, noteID, title string) 
 	if created != 1 || attachments != 1 {
 		return failed{"3", fmt.Sprintf("want one note.created event and one attachment, the lookup shows %d and %d", created, attachments)}
 	}
-	r, err := d.send(ctx, d.api, http.MethodGet, "/v1/notes/"+noteID, "", nil)
+	r, err := d.send(ctx, d.api, http.MethodGet, contract.NotePath(noteID), "", nil)
 	if err != nil {
 		return failed{"3", err.Error()}
 	}
@@ -313,7 +314,7 @@ func (d *demo) explain(ctx context.Context, op operation, noteID, title string) 
 	if r.status != http.StatusOK || r.decode(&n) != nil {
 		return failed{"3", fmt.Sprintf("GET /v1/notes/%s answered %d: %s", noteID, r.status, r.body)}
 	}
-	r, err = d.send(ctx, d.api, http.MethodGet, "/v1/notes/"+noteID+"/attachment", "", nil)
+	r, err = d.send(ctx, d.api, http.MethodGet, contract.NotePath(noteID)+"/attachment", "", nil)
 	if err != nil {
 		return failed{"3", err.Error()}
 	}
@@ -339,7 +340,7 @@ func (d *demo) explain(ctx context.Context, op operation, noteID, title string) 
 func (d *demo) countTitled(ctx context.Context, title string) (int, error) {
 	n, cursor := 0, ""
 	for range 1000 {
-		path := "/v1/notes?limit=100"
+		path := contract.NotesPath + "?limit=100"
 		if cursor != "" {
 			path += "&cursor=" + url.QueryEscape(cursor)
 		}

@@ -22,11 +22,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/quillhq/quill/contract"
+	"github.com/quillhq/quill/contract/opkey"
 	"github.com/quillhq/quill/internal/cli"
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/measure"
 	"github.com/quillhq/quill/internal/notes"
-	"github.com/quillhq/quill/internal/opkey"
 	"github.com/quillhq/quill/internal/outbox"
 	"github.com/quillhq/quill/internal/stream"
 )
@@ -48,8 +49,8 @@ Each prints one JSON object. "relaybench SUBCOMMAND --help" lists its flags.`
 // The stream's defaults, so that raw creates the kind of stream the relay
 // provisions; this block is the only place relaybench names their package.
 const (
-	defaultStream          = stream.DefaultName
-	defaultSubjectPrefix   = stream.DefaultSubjectPrefix
+	defaultStream          = contract.DefaultStream
+	defaultSubjectPrefix   = contract.DefaultSubjectPrefix
 	defaultDuplicateWindow = stream.DefaultDuplicateWindow
 	defaultMaxAge          = stream.DefaultMaxAge
 )
@@ -218,7 +219,7 @@ func generate(count, nNotes, bodyBytes int, tenant string, at time.Time) ([]even
 		key := run + "-" + strconv.Itoa(i)
 		view := notes.NoteView{ID: noteIDs[n].String(), Title: "bench note " + key, Body: filler, CreatedAt: created}
 		payload, err := outbox.Envelope(outbox.Event{ID: id, Tenant: tenant, OperationKey: key, AggregateID: noteIDs[n],
-			Type: outbox.TypeNoteCreated, Time: at, Data: view})
+			Type: contract.EventNoteCreated, Time: at, Data: view})
 		if err != nil {
 			return nil, err
 		}
@@ -252,7 +253,7 @@ func seed(ctx context.Context, c common, stdout io.Writer) error {
 	t0 := time.Now()
 	rows := make([][]any, len(events))
 	for i, e := range events {
-		rows[i] = []any{pgUUID(e.id), c.tenant, e.key, pgUUID(e.note), outbox.TypeNoteCreated, e.payload, at}
+		rows[i] = []any{pgUUID(e.id), c.tenant, e.key, pgUUID(e.note), contract.EventNoteCreated, e.payload, at}
 	}
 	n, err := pool.CopyFrom(ctx, pgx.Identifier{"outbox_events"},
 		[]string{"id", "tenant", "operation_key", "aggregate_id", "type", "payload", "created_at"}, pgx.CopyFromRows(rows))
@@ -382,7 +383,7 @@ func raw(ctx context.Context, c common, stdout io.Writer) error {
 	if _, err := provision(ctx, js, c); err != nil {
 		return err
 	}
-	subject := stream.Subject(c.prefix, c.tenant, outbox.TypeNoteCreated)
+	subject := contract.Subject(c.prefix, c.tenant, contract.EventNoteCreated)
 
 	futures := make([]jetstream.PubAckFuture, len(events))
 	fmt.Fprintf(c.progress, "relaybench: publishing %d messages to %s\n", len(events), subject)

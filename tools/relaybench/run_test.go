@@ -14,9 +14,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/quillhq/quill/contract/opkey"
 	"github.com/quillhq/quill/internal/cli"
 	"github.com/quillhq/quill/internal/natstest"
-	"github.com/quillhq/quill/internal/opkey"
 )
 
 func TestGenerateSpreadsEventsOverNotes(t *testing.T) {

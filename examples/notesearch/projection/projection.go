@@ -18,12 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/quillhq/quill/consumer"
-)
-
-// The event types the projection applies (SPEC §5).
-const (
-	TypeNoteCreated = "quill.note.created.v1"
-	TypeNoteDeleted = "quill.note.deleted.v1"
+	"github.com/quillhq/quill/contract"
 )
 
 //go:embed schema.sql
@@ -98,7 +93,7 @@ const (
 // the consumer retries them.
 func Apply(ctx context.Context, tx pgx.Tx, ev consumer.Event) error {
 	switch ev.Type {
-	case TypeNoteCreated:
+	case contract.CloudEventType(contract.EventNoteCreated):
 		var d noteCreated
 		if err := decode(ev, &d, &d.ID); err != nil {
 			return err
@@ -109,7 +104,7 @@ func Apply(ctx context.Context, tx pgx.Tx, ev consumer.Event) error {
 		if _, err := tx.Exec(ctx, sqlNoteCreate, ev.Tenant, ev.Subject, d.Title, utf8.RuneCountInString(d.Body), d.CreatedAt); err != nil {
 			return fmt.Errorf("apply note.created %s: %w", ev.ID, err)
 		}
-	case TypeNoteDeleted:
+	case contract.CloudEventType(contract.EventNoteDeleted):
 		var d noteDeleted
 		if err := decode(ev, &d, &d.ID); err != nil {
 			return err

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quillhq/quill/consumer"
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/examples/notesearch/projection"
 	"github.com/quillhq/quill/internal/dbtest"
 )
@@ -33,12 +34,12 @@ const (
 )
 
 func created(note, title, body string) consumer.Event {
-	return consumer.Event{ID: uuid.NewString(), Type: projection.TypeNoteCreated, Tenant: "acme", Subject: note,
+	return consumer.Event{ID: uuid.NewString(), Type: contract.CloudEventType(contract.EventNoteCreated), Tenant: "acme", Subject: note,
 		Data: fmt.Appendf(nil, `{"id":%q,"title":%q,"body":%q,"created_at":%q,"attachment":null}`, note, title, body, createdAt)}
 }
 
 func deleted(note string) consumer.Event {
-	return consumer.Event{ID: uuid.NewString(), Type: projection.TypeNoteDeleted, Tenant: "acme", Subject: note,
+	return consumer.Event{ID: uuid.NewString(), Type: contract.CloudEventType(contract.EventNoteDeleted), Tenant: "acme", Subject: note,
 		Data: fmt.Appendf(nil, `{"id":%q,"deleted_at":%q}`, note, deletedAt)}
 }
 
@@ -90,7 +91,7 @@ func TestApply(t *testing.T) {
 		{
 			name: "a type the projection does not use",
 			events: func(n string) []consumer.Event {
-				return []consumer.Event{{ID: uuid.NewString(), Type: "quill.attachment.processed.v1", Tenant: "acme", Subject: n, Data: []byte(`{}`)}}
+				return []consumer.Event{{ID: uuid.NewString(), Type: contract.CloudEventType(contract.EventAttachmentProcessed), Tenant: "acme", Subject: n, Data: []byte(`{}`)}}
 			},
 		},
 	} {
@@ -134,14 +135,14 @@ func TestApplyRefusesWhatNoRedeliveryCures(t *testing.T) {
 	other.Subject = note
 	notUUID := created("not-a-uuid", "x", "")
 	for name, ev := range map[string]consumer.Event{
-		"data not JSON":            {ID: uuid.NewString(), Type: projection.TypeNoteCreated, Tenant: "acme", Subject: note, Data: []byte(`{`)},
-		"data of the wrong shape":  {ID: uuid.NewString(), Type: projection.TypeNoteDeleted, Tenant: "acme", Subject: note, Data: []byte(`{"id":1}`)},
+		"data not JSON":            {ID: uuid.NewString(), Type: contract.CloudEventType(contract.EventNoteCreated), Tenant: "acme", Subject: note, Data: []byte(`{`)},
+		"data of the wrong shape":  {ID: uuid.NewString(), Type: contract.CloudEventType(contract.EventNoteDeleted), Tenant: "acme", Subject: note, Data: []byte(`{"id":1}`)},
 		"data names another note":  other,
 		"subject is not a note id": notUUID,
-		"deleted_at is not a time": {ID: uuid.NewString(), Type: projection.TypeNoteDeleted, Tenant: "acme", Subject: note, Data: fmt.Appendf(nil, `{"id":%q,"deleted_at":"yesterday"}`, note)},
-		"no deleted_at":            {ID: uuid.NewString(), Type: projection.TypeNoteDeleted, Tenant: "acme", Subject: note, Data: fmt.Appendf(nil, `{"id":%q}`, note)},
-		"no created_at":            {ID: uuid.NewString(), Type: projection.TypeNoteCreated, Tenant: "acme", Subject: note, Data: fmt.Appendf(nil, `{"id":%q,"title":"t"}`, note)},
-		"created_at is not a time": {ID: uuid.NewString(), Type: projection.TypeNoteCreated, Tenant: "acme", Subject: note, Data: fmt.Appendf(nil, `{"id":%q,"title":"t","created_at":"now"}`, note)},
+		"deleted_at is not a time": {ID: uuid.NewString(), Type: contract.CloudEventType(contract.EventNoteDeleted), Tenant: "acme", Subject: note, Data: fmt.Appendf(nil, `{"id":%q,"deleted_at":"yesterday"}`, note)},
+		"no deleted_at":            {ID: uuid.NewString(), Type: contract.CloudEventType(contract.EventNoteDeleted), Tenant: "acme", Subject: note, Data: fmt.Appendf(nil, `{"id":%q}`, note)},
+		"no created_at":            {ID: uuid.NewString(), Type: contract.CloudEventType(contract.EventNoteCreated), Tenant: "acme", Subject: note, Data: fmt.Appendf(nil, `{"id":%q,"title":"t"}`, note)},
+		"created_at is not a time": {ID: uuid.NewString(), Type: contract.CloudEventType(contract.EventNoteCreated), Tenant: "acme", Subject: note, Data: fmt.Appendf(nil, `{"id":%q,"title":"t","created_at":"now"}`, note)},
 	} {
 		t.Run(name, func(t *testing.T) {
 			err := apply(t.Context(), pool, ev)

@@ -1,4 +1,4 @@
-package durations_test
+package contract_test
 
 import (
 	"testing"
@@ -6,10 +6,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/quillhq/quill/internal/durations"
+	"github.com/quillhq/quill/contract"
 )
 
-func TestFormat(t *testing.T) {
+func TestFormatDuration(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		in   time.Duration
@@ -29,7 +29,7 @@ func TestFormat(t *testing.T) {
 		{500 * time.Millisecond, "500ms"},
 		{0, "0s"},
 	} {
-		got := durations.Format(tc.in)
+		got := contract.FormatDuration(tc.in)
 		require.Equal(t, tc.want, got, "%v", tc.in)
 		back, err := time.ParseDuration(got)
 		require.NoError(t, err)

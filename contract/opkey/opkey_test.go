@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/quillhq/quill/internal/opkey"
+	"github.com/quillhq/quill/contract/opkey"
 )
 
 // keyChars is every character a key may contain: 0x21–0x7E except '"' and ','.

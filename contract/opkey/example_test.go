@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/quillhq/quill/internal/opkey"
+	"github.com/quillhq/quill/contract/opkey"
 )
 
 func ExampleParse() {
