@@ -74,12 +74,49 @@ func TestClientAndQuillLinkNoDatabaseDriver(t *testing.T) {
 // The client is meant to become a module of its own: of this module it
 // imports only the contract, and internal/wait (standard library only),
 // which it still shares with db and the load generator.
-func TestClientImportsOnlyContract(t *testing.T) {
+// publicLinks names, for each public package, the packages of this module
+// it may link (transitively): what an importer of it compiles of ours.
+var publicLinks = map[string][]string{
+	// internal/wait: the context-aware sleep, standard library only; it
+	// goes with the client when the client becomes a module of its own.
+	"client": {"contract", "contract/opkey", "internal/wait"},
+	// api: the embedded JSON Schemas of the events' data, standard library
+	// only.
+	"consumer": {"contract", "api"},
+	"contract": {},
+}
+
+func TestPublicPackagesLinkOnlyTheContract(t *testing.T) {
 	t.Parallel()
-	for _, imp := range imports(t)["client"] {
-		if rest, ok := strings.CutPrefix(imp, module+"/"); ok {
-			require.True(t, rest == "contract" || strings.HasPrefix(rest, "contract/") || rest == "internal/wait", "client imports %s", imp)
+	for pkg, allowed := range publicLinks {
+		for _, dep := range golist(t, "-deps", "./"+pkg) {
+			rest, ok := strings.CutPrefix(dep, module+"/")
+			if !ok || rest == pkg || strings.HasPrefix(rest, pkg+"/") {
+				continue
+			}
+			require.Contains(t, allowed, rest, "%s links %s of this module", pkg, rest)
 		}
+	}
+}
+
+// TestContractLinksTheStandardLibraryOnly: client and consumer importers
+// pay for what contract imports.
+func TestContractLinksTheStandardLibraryOnly(t *testing.T) {
+	t.Parallel()
+	for _, line := range golist(t, "-deps", "-f", "{{.ImportPath}} {{.Standard}}", "./contract/...") {
+		f := strings.Fields(line)
+		require.True(t, f[1] == "true" || strings.HasPrefix(f[0], module+"/contract"), "contract links %s", f[0])
+	}
+}
+
+// TestNamesOfTheContractLiveInContract: the stream's name and the event
+// types are written once, in contract; every other package names them
+// through it.
+func TestNamesOfTheContractLiveInContract(t *testing.T) {
+	t.Parallel()
+	literal := regexp.MustCompile(`"(?:QUILL_EVENTS|quill\.(?:note|attachment)\.[a-z]+\.v\d+|(?:note|attachment)\.(?:created|deleted|updated|processed))"`)
+	for file, src := range productSources(t, "cmd", "internal", "client", "consumer") {
+		require.NotRegexp(t, literal, src, "%s spells a name of the contract; use package contract", file)
 	}
 }
 
@@ -91,14 +128,15 @@ func root(t *testing.T) string {
 	return r
 }
 
-// productSources returns the non-test Go files of cmd/ and internal/ (the
-// shipped programs and what they link), relative to the root, with their
-// contents. tools/ is left out: a benchmark may seed tables directly.
-func productSources(t *testing.T) map[string]string {
+// productSources returns the non-test Go files under the top directories
+// (cmd/, internal/, client/, consumer/: the shipped programs and the public
+// packages), relative to the root, with their contents. tools/ is left
+// out: a benchmark may seed tables directly.
+func productSources(t *testing.T, tops ...string) map[string]string {
 	t.Helper()
 	r := root(t)
 	files := map[string]string{}
-	for _, top := range []string{"cmd", "internal"} {
+	for _, top := range tops {
 		err := filepath.WalkDir(filepath.Join(r, top), func(path string, d fs.DirEntry, err error) error {
 			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
 				return err
@@ -128,14 +166,24 @@ var tableOwners = map[string]string{
 
 	"console_session_keys": "internal/console",
 	"console_signouts":     "internal/console",
+
+	// The consumer package's tables (consumer.DefaultTablePrefix), which
+	// hold every consumer's inbox and dead letters; its statements name
+	// them through the prefix, so only other writers can be seen here.
+	"quill_consumer_inbox":        "consumer",
+	"quill_consumer_dead_letters": "consumer",
 }
+
+// formattedTables are written by statements that name them through a
+// prefix: a writer cannot be found by its name, only a stranger.
+var formattedTables = []string{"quill_consumer_inbox", "quill_consumer_dead_letters"}
 
 var writeRE = regexp.MustCompile(`(?i)\b(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM|TRUNCATE(?:\s+TABLE)?|COPY)\s+([a-z_]+)`)
 
 func TestEachTableHasOneWriter(t *testing.T) {
 	t.Parallel()
 	seen := map[string]bool{}
-	for file, src := range productSources(t) {
+	for file, src := range productSources(t, "cmd", "internal", "consumer") {
 		for _, m := range writeRE.FindAllStringSubmatch(src, -1) {
 			owner, ok := tableOwners[strings.ToLower(m[1])]
 			if !ok {
@@ -146,18 +194,28 @@ func TestEachTableHasOneWriter(t *testing.T) {
 		}
 	}
 	for table := range tableOwners {
+		if slices.Contains(formattedTables, table) {
+			continue
+		}
 		require.True(t, seen[table], "no writer of %s found: the rule's table list is stale", table)
 	}
 }
 
 var beginRE = regexp.MustCompile(`\.BeginTx\(|\.Begin\(|"BEGIN\b`)
 
+// ownTransaction is the one file outside internal/db that opens a
+// transaction: the public consumer package's stage that commits a batch
+// (it cannot import internal/, being a module of its own to be).
+const ownTransaction = "consumer/stages.go"
+
 func TestOnlyDBOpensTransactions(t *testing.T) {
 	t.Parallel()
-	for file, src := range productSources(t) {
+	files := productSources(t, "cmd", "internal", "client", "consumer")
+	require.Regexp(t, beginRE, files[ownTransaction], "the exception is stale")
+	for file, src := range files {
 		// Only a file that speaks to PostgreSQL can open a transaction; a
 		// Begin elsewhere is another thing (the client's journal).
-		if path.Dir(file) == "internal/db" || !strings.Contains(src, `"github.com/jackc/pgx/v5`) {
+		if path.Dir(file) == "internal/db" || file == ownTransaction || !strings.Contains(src, `"github.com/jackc/pgx/v5`) {
 			continue
 		}
 		require.NotRegexp(t, beginRE, src, "%s opens a transaction itself; use internal/db (WithTx, WithSnapshot, Pipeline)", file)
