@@ -4,13 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,7 +24,6 @@ import (
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/dbtest"
 	"github.com/quillhq/quill/internal/httpapi"
-	"github.com/quillhq/quill/internal/idempotency"
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/natstest"
 	"github.com/quillhq/quill/internal/notes"
@@ -35,13 +32,26 @@ import (
 	"github.com/quillhq/quill/internal/testkit"
 )
 
-// errInjected is the article's "Injected failure before operation record".
-var errInjected = errors.New("injected failure before the operation record")
+// sqlInjectFailure is the article's "Injected failure before operation
+// record", in the article's own schema: while article_fail has a row, the
+// operation record's insert raises once the write's note is there — after
+// the effect, before the COMMIT, inside the one statement production runs.
+const sqlInjectFailure = `
+CREATE TABLE article_fail (on_ boolean PRIMARY KEY);
+CREATE FUNCTION article_fail() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF EXISTS (SELECT 1 FROM article_fail)
+		AND EXISTS (SELECT 1 FROM notes WHERE tenant = NEW.tenant AND '/v1/notes/' || id = NEW.resource) THEN
+		RAISE EXCEPTION 'injected failure before the operation record';
+	END IF;
+	RETURN NEW;
+END $$;
+CREATE TRIGGER article_fail AFTER INSERT ON operations FOR EACH ROW EXECUTE FUNCTION article_fail();`
 
 // article is the world of the article's script: the real API over HTTP on
-// a fresh schema, with its metrics, a hook that fails a write after its
-// note is inserted and before its record, and a relay publishing to
-// JetStream.
+// a fresh schema, with its metrics, a trigger that fails a write after its
+// note is inserted and before its record is committed (failWrites), and a
+// relay publishing to JetStream.
 type article struct {
 	t      *testing.T
 	url    string
@@ -49,7 +59,6 @@ type article struct {
 	stream string
 	pool   *pgxpool.Pool
 	reg    *prometheus.Registry
-	fail   atomic.Bool
 	tokens map[string]string
 }
 
@@ -58,13 +67,9 @@ func newArticle(t *testing.T, tenants ...string) *article {
 	pool, u := dbtest.Pool(t, 8)
 	a := &article{t: t, pool: pool, reg: prometheus.NewRegistry(), tokens: map[string]string{}}
 	m := metrics.NewAPI(a.reg, contract.ActionCreateNote, contract.ActionDeleteNote)
-	svc, err := notes.NewService(pool, notes.Config{Wait: time.Second}, zerolog.Nop(), notes.WithObserver(m),
-		notes.WithHooks(notes.Hooks{AfterEffect: func(context.Context, idempotency.Querier, uuid.UUID) error {
-			if a.fail.Load() {
-				return errInjected
-			}
-			return nil
-		}}))
+	_, err := pool.Exec(t.Context(), sqlInjectFailure)
+	require.NoError(t, err)
+	svc, err := notes.NewService(pool, notes.Config{Wait: time.Second}, zerolog.Nop(), notes.WithObserver(m))
 	require.NoError(t, err)
 	srv := httptest.NewServer(httpapi.NewServer(httpapi.Deps{Pool: pool, Notes: svc, Log: zerolog.Nop(), Metrics: m}))
 	t.Cleanup(srv.Close)
@@ -109,6 +114,17 @@ func (a *article) createNote(tenant, key, title string) (int, http.Header, []byt
 	b, err := io.ReadAll(resp.Body)
 	require.NoError(a.t, err)
 	return resp.StatusCode, resp.Header, b
+}
+
+// failWrites turns the injected failure (sqlInjectFailure) on or off.
+func (a *article) failWrites(on bool) {
+	a.t.Helper()
+	sql := `DELETE FROM article_fail`
+	if on {
+		sql = `INSERT INTO article_fail VALUES (true)`
+	}
+	_, err := a.pool.Exec(a.t.Context(), sql)
+	require.NoError(a.t, err)
 }
 
 func (a *article) count(table string) int {
@@ -172,9 +188,9 @@ func TestArticleScript(t *testing.T) {
 	require.Equal(t, "idempotency_key_reused", p.Code)
 	require.Equal(t, []string{"title"}, p.Fields)
 
-	a.fail.Store(true)
+	a.failWrites(true)
 	status, _, body := a.createNote(demoA, "operation-fail", "Rollback")
-	a.fail.Store(false)
+	a.failWrites(false)
 	require.Equal(t, http.StatusInternalServerError, status, "%s", body)
 	require.Equal(t, 1, notesOf())
 	require.Equal(t, 1, a.count("operations"))

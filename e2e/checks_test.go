@@ -173,7 +173,7 @@ func loadState(ctx context.Context, dbURL, consumer string) (*finalState, error)
 	}); err != nil {
 		return nil, err
 	}
-	if err := collect(`SELECT tenant, key, action, coalesce(resource, ''), response_status FROM operations`, func(r pgx.Rows) error {
+	if err := collect(`SELECT tenant, key, action, coalesce(resource, ''), CASE outcome WHEN 'created' THEN 201 WHEN 'deleted' THEN 200 WHEN 'nothing_to_delete' THEN 404 ELSE 0 END FROM operations`, func(r pgx.Rows) error {
 		var o opRow
 		err := r.Scan(&o.Tenant, &o.Key, &o.Action, &o.Resource, &o.Status)
 		st.ops = append(st.ops, o)

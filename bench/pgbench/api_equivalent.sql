@@ -30,18 +30,18 @@ WITH lk AS (
     FROM claim WHERE claim.claimed
 ), op AS (
     INSERT INTO bench_raw.operations (tenant, key, action, version, fingerprint, field_hashes, resource,
-        response_status, response_body, response_location, created_at, completed_at, expires_at, forget_at)
+        outcome, response_body, created_at, completed_at, expires_at, forget_at)
     SELECT 'bench', 'pgb-' || :client_id::text || '-' || :r::text, 'create-note', 1,
         sha256(convert_to(:r::text, 'UTF8')),
         ('{"body": "' || md5(:r::text) || md5(md5('pgb-' || :client_id::text || '-' || :r::text)::uuid::text) || '", "title": "' || md5(md5('pgb-' || :client_id::text || '-' || :r::text)::uuid::text) || md5(:r::text)
           || '", "attachment": "74234e98afe7498fb5daf1f36ac2d78acc339464f950703b8c019892f982b90b"}')::jsonb,
-        '/v1/notes/' || md5('pgb-' || :client_id::text || '-' || :r::text)::uuid::text, 201,
+        '/v1/notes/' || md5('pgb-' || :client_id::text || '-' || :r::text)::uuid::text, 'created',
         convert_to(rpad('{"id":"' || md5('pgb-' || :client_id::text || '-' || :r::text)::uuid::text, 359, '","body":"lorem ipsum'), 'UTF8'),
-        '/v1/notes/' || md5('pgb-' || :client_id::text || '-' || :r::text)::uuid::text, now(), now(), now() + interval '72 hours', now() + interval '720 hours'
+        now(), now(), now() + interval '72 hours', now() + interval '720 hours'
     FROM claim WHERE claim.claimed
 )
 SELECT claim.locked, claim.claimed, rec.key, rec.action, rec.version, rec.fingerprint, rec.field_hashes,
-       coalesce(rec.resource, ''), rec.response_status, rec.response_body, coalesce(rec.response_location, ''),
+       coalesce(rec.resource, ''), rec.outcome, rec.response_body,
        rec.created_at, rec.completed_at, rec.expires_at, rec.forget_at, rec.compacted_at
 FROM claim LEFT JOIN rec ON true;
 COMMIT;

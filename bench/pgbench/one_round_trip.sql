@@ -17,12 +17,12 @@ WITH note AS (
     FROM note
 )
 INSERT INTO bench_raw.operations (tenant, key, action, version, fingerprint, field_hashes, resource,
-        response_status, response_body, response_location, created_at, completed_at, expires_at, forget_at)
+        outcome, response_body, created_at, completed_at, expires_at, forget_at)
 SELECT 'bench', 'pgb-' || :client_id::text || '-' || :r::text, 'create-note', 1,
        sha256(convert_to(:r::text, 'UTF8')),
        ('{"body": "' || md5(:r::text) || md5(note.id::text) || '", "title": "' || md5(note.id::text) || md5(:r::text)
          || '", "attachment": "74234e98afe7498fb5daf1f36ac2d78acc339464f950703b8c019892f982b90b"}')::jsonb,
-       '/v1/notes/' || note.id::text, 201,
+       '/v1/notes/' || note.id::text, 'created',
        convert_to(rpad('{"id":"' || note.id::text, 359, '","body":"lorem ipsum'), 'UTF8'),
-       '/v1/notes/' || note.id::text, now(), now(), now() + interval '72 hours', now() + interval '720 hours'
+       now(), now(), now() + interval '72 hours', now() + interval '720 hours'
 FROM note;

@@ -80,7 +80,7 @@ func works(t *testing.T, pool *pgxpool.Pool) {
 	res, err := svc.Create(ctx, notes.Request{Tenant: "acme", Key: "key-" + t.Name(), Wait: -1, Render: httpapi.RenderWrite},
 		notes.CreateParams{Title: "written by the runtime role"})
 	require.NoError(t, err)
-	require.Equal(t, 201, res.Status)
+	require.Equal(t, notes.OutcomeCreated, res.Outcome)
 	tok, err := auth.Create(ctx, pool, "acme", time.Now())
 	require.NoError(t, err)
 	tenant, err := auth.Authenticate(ctx, pool, "Bearer "+tok)

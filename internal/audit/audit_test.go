@@ -100,7 +100,7 @@ func (b *bundle) create(key string, withAttachment bool) uuid.UUID {
 	}
 	out, err := b.svc.Create(b.t.Context(), notes.Request{Tenant: b.tenant, Key: key, Wait: -1, Render: httpapi.RenderWrite}, p)
 	require.NoError(b.t, err)
-	id, err := uuid.Parse(strings.TrimPrefix(out.Location, "/v1/notes/"))
+	id, err := uuid.Parse(strings.TrimPrefix(out.Resource, "/v1/notes/"))
 	require.NoError(b.t, err)
 	return id
 }
@@ -458,7 +458,7 @@ func TestRetentionHorizonsAreNotAnomalies(t *testing.T) {
 	b.publish()
 	b.process(tomb)
 	b.publish()
-	b.exec(`UPDATE operations SET response_body = NULL, response_location = NULL, compacted_at = now() WHERE key = 'tomb'`)
+	b.exec(`UPDATE operations SET response_body = NULL, compacted_at = now() WHERE key = 'tomb'`)
 
 	// Forgotten: a note 3h old (key retention 2h) whose record, events and
 	// inbox row are gone; its attachment processed 3h ago.

@@ -168,7 +168,7 @@ func checkSchema(ctx context.Context, q Querier) error {
 // Scope filters: $1 tenant (” = all), and in key mode $2 key and $3 the
 // notes the key's chain touches.
 const (
-	sqlOperations = `SELECT tenant, key, action, coalesce(resource, ''), response_status, created_at, completed_at,
+	sqlOperations = `SELECT tenant, key, action, coalesce(resource, ''), CASE outcome WHEN 'created' THEN 201 WHEN 'deleted' THEN 200 WHEN 'nothing_to_delete' THEN 404 ELSE 0 END, created_at, completed_at,
 		expires_at, forget_at, compacted_at, replays::bigint, coalesce(cleaned_events, '[]'::jsonb)
 	FROM operations WHERE ($1 = '' OR tenant = $1)
 	  AND ($2 = '' OR key = $2 OR resource = ANY($3::text[]))

@@ -9,6 +9,7 @@ import (
 
 	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/httpapi"
+	"github.com/quillhq/quill/internal/idempotency"
 	"github.com/quillhq/quill/internal/notes"
 )
 
@@ -60,7 +61,7 @@ func TestNoLeftoverLockAfterUnclaimedAnswer(t *testing.T) {
 		require.NoError(t, err)
 		b.clock.advance(responseRetention + time.Minute)
 		_, err = b.svc.Create(ctx, r, notes.CreateParams{Title: "x"}) // 410, unclaimed
-		var expired *notes.ExpiredError
+		var expired *idempotency.ExpiredError
 		require.ErrorAs(t, err, &expired)
 		b.clock.advance(keyRetention)
 		op, err := b.svc.Lookup(ctx, b.tenantA, key)

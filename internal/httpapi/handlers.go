@@ -53,52 +53,69 @@ func (s *server) writeRequest(r *http.Request, key string) notes.Request {
 	return notes.Request{Tenant: info(r).tenant, Key: key, Wait: preferWait(r), Traceparent: tp, Tracestate: ts, Render: RenderWrite}
 }
 
-// RenderWrite renders an executed write's result as the HTTP response the
-// notes service records for the operation and replays byte for byte: 201
-// with Location and the note for a create, 200 with the delete result, the
-// error's problem (see problemFor) for a write recorded with an error.
-func RenderWrite(res notes.Result) (notes.RecordedResponse, error) {
+// RenderWrite renders an executed write's result as the response body the
+// notes service records for the operation and replays byte for byte: the
+// note for a create, the delete result, the error's problem (see
+// problemFor) for a write recorded with an error.
+func RenderWrite(res notes.Result) ([]byte, error) {
 	switch {
 	case res.Err != nil:
-		p := problemFor(res.Err)
-		return notes.RecordedResponse{Status: p.Status, Body: p.JSON()}, nil
+		return problemFor(res.Err).JSON(), nil
 	case res.Note != nil:
 		body, err := json.Marshal(res.Note)
 		if err != nil {
-			return notes.RecordedResponse{}, fmt.Errorf("marshal note: %w", err)
+			return nil, fmt.Errorf("marshal note: %w", err)
 		}
-		return notes.RecordedResponse{Status: http.StatusCreated, Body: body, Location: res.Resource}, nil
+		return body, nil
 	case res.Deleted != nil:
 		body, err := json.Marshal(res.Deleted)
 		if err != nil {
-			return notes.RecordedResponse{}, fmt.Errorf("marshal delete result: %w", err)
+			return nil, fmt.Errorf("marshal delete result: %w", err)
 		}
-		return notes.RecordedResponse{Status: http.StatusOK, Body: body}, nil
+		return body, nil
 	default:
-		return notes.RecordedResponse{}, errors.New("render write: the result is empty")
+		return nil, errors.New("render write: the result is empty")
 	}
 }
 
-// writeOutcome sends a write's recorded response, or the problem of err.
-func writeOutcome(w http.ResponseWriter, r *http.Request, out notes.Outcome, err error) {
+// statusOf is the HTTP status of a recorded write outcome (SPEC §3): 201
+// for a create, 200 for a delete, 404 for a delete that found nothing. An
+// outcome this API does not know (a record of a newer version) is a 500.
+func statusOf(outcome string) int {
+	switch outcome {
+	case notes.OutcomeCreated:
+		return http.StatusCreated
+	case notes.OutcomeDeleted:
+		return http.StatusOK
+	case notes.OutcomeNothingToDelete:
+		return http.StatusNotFound
+	default:
+		return http.StatusInternalServerError
+	}
+}
+
+// writeOutcome sends a write's recorded response, or the problem of err:
+// the outcome's status, Location for a created note, and the recorded body.
+func writeOutcome(w http.ResponseWriter, r *http.Request, out notes.Answer, err error) {
 	if err != nil {
 		writeError(w, r, err)
 		return
 	}
+	status := statusOf(out.Outcome)
 	h := w.Header()
-	if out.Status >= 400 {
+	if status >= 400 {
 		h.Set("Content-Type", problem.ContentType)
 	} else {
 		h.Set("Content-Type", "application/json")
 	}
-	if out.Location != "" {
-		h.Set("Location", out.Location)
+	if out.Outcome == notes.OutcomeCreated {
+		h.Set("Location", out.Resource)
 	}
 	if out.Replayed {
 		h.Set("Idempotent-Replayed", "true")
 		info(r).replayed = true
 	}
-	w.WriteHeader(out.Status)
+	w.WriteHeader(status)
 	_, _ = w.Write(out.Body)
 }
 
@@ -307,5 +324,34 @@ func (s *server) getOperation(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, op)
+	writeJSON(w, http.StatusOK, operationView(op))
+}
+
+// operation is an operation lookup's answer (SPEC §4.6).
+type operation struct {
+	Key         string         `json:"key"`
+	Action      *string        `json:"action"`
+	State       string         `json:"state"`
+	CreatedAt   *string        `json:"created_at"`
+	CompletedAt *string        `json:"completed_at"`
+	ExpiresAt   *string        `json:"expires_at"`
+	Resource    *string        `json:"resource"`
+	Response    *response      `json:"response"`
+	Effects     []notes.Effect `json:"effects"`
+}
+
+// response is a recorded response as the lookup shows it: the status its
+// outcome maps to, and the recorded body.
+type response struct {
+	Status int            `json:"status"`
+	Body   jsontext.Value `json:"body"`
+}
+
+func operationView(op *notes.Operation) operation {
+	v := operation{Key: op.Key, Action: op.Action, State: op.State, CreatedAt: op.CreatedAt, CompletedAt: op.CompletedAt,
+		ExpiresAt: op.ExpiresAt, Resource: op.Resource, Effects: op.Effects}
+	if op.Response != nil {
+		v.Response = &response{Status: statusOf(op.Response.Outcome), Body: op.Response.Body}
+	}
+	return v
 }

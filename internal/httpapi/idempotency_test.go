@@ -2,7 +2,6 @@ package httpapi_test
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -12,7 +11,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/quillhq/quill/internal/idempotency"
 	"github.com/quillhq/quill/internal/testkit"
 )
 
@@ -20,28 +18,21 @@ import (
 
 func TestFailureBeforeCommitRollsBackEverything(t *testing.T) {
 	t.Parallel()
-	b := setup(t, hooked)
-	injected := errors.New("injected failure before the operation record")
-	var sawNote bool
-	b.setHook(func(ctx context.Context, q idempotency.Querier, noteID uuid.UUID) error {
-		// The note row exists inside the transaction: the failure comes
-		// after the effect and before its record.
-		var n int
-		require.NoError(t, q.QueryRow(ctx, `SELECT count(*) FROM notes WHERE id = $1`, noteID).Scan(&n))
-		sawNote = n == 1
-		return injected
-	})
+	b := setup(t, standard)
+	// The record's insert raises only when the note row exists inside
+	// the transaction: the failure comes after the effect, before the
+	// COMMIT, on the path production runs.
+	b.fault("fail")
 	r := b.create(b.tokenA, "op-fail", note("Rollback"))
 	require.Equal(t, http.StatusInternalServerError, r.status, "%s", r.body)
 	require.Equal(t, "same_key", r.json(t)["retry"])
-	require.True(t, sawNote, "the hook must run after the note insert")
 	require.Zero(t, b.notes(b.tenantA), "the note must roll back with the failed operation")
 	require.Zero(t, b.count(`SELECT count(*) FROM operations`))
 	require.Zero(t, b.count(`SELECT count(*) FROM outbox_events`))
 	require.Zero(t, b.count(`SELECT count(*) FROM attachments`))
 	require.Equal(t, http.StatusNotFound, b.lookup(b.tokenA, "op-fail").status)
 
-	b.clearHook()
+	b.clearFaults()
 	r = b.create(b.tokenA, "op-fail", note("Rollback"))
 	require.Equal(t, http.StatusCreated, r.status)
 	require.Empty(t, r.header.Get("Idempotent-Replayed"), "the retry executes: nothing was recorded before")
@@ -96,7 +87,7 @@ func TestLostPostCommitResponseIsReplayed(t *testing.T) {
 
 func TestClientDisconnectDoesNotAbortCommit(t *testing.T) {
 	t.Parallel()
-	b := setup(t, hooked)
+	b := setup(t, standard)
 	ctx, cancel := context.WithCancel(t.Context())
 	entered, release := b.holdWrites("")
 	errc := make(chan error, 1)
@@ -109,7 +100,7 @@ func TestClientDisconnectDoesNotAbortCommit(t *testing.T) {
 	require.ErrorIs(t, <-errc, context.Canceled)
 	release()
 	testkit.WaitFor(t, 5*time.Second, func() bool { return b.count(`SELECT count(*) FROM operations`) == 1 }, "the detached transaction commits")
-	b.clearHook()
+	b.clearFaults()
 	require.Equal(t, 1, b.notes(b.tenantA))
 	r := b.create(b.tokenA, "gone", note("t"))
 	require.Equal(t, http.StatusCreated, r.status)
@@ -315,7 +306,7 @@ func TestConcurrentIdenticalRequestsExecuteOnce(t *testing.T) {
 // with a pool of 4 and 100 waiters, other tenants still get served.
 func TestWaitingRequestsDoNotStarveOtherTenants(t *testing.T) {
 	t.Parallel()
-	b := setup(t, setupOpts{maxConns: 4, wait: 20 * time.Second, hooks: true})
+	b := setup(t, setupOpts{maxConns: 4, wait: 20 * time.Second})
 	entered, release := b.holdWrites("")
 	const waiters = 100
 	var wg sync.WaitGroup
@@ -331,7 +322,7 @@ func TestWaitingRequestsDoNotStarveOtherTenants(t *testing.T) {
 		}
 	}
 	testkit.WaitFor(t, 10*time.Second, func() bool { return b.inFlight.Load() == waiters+1 }, "all requests in flight")
-	b.clearHook()
+	b.clearFaults()
 
 	// Another tenant's creates, one after another, while the 100 wait.
 	for i := range 10 {
@@ -357,12 +348,12 @@ func TestWaitingRequestsDoNotStarveOtherTenants(t *testing.T) {
 
 func TestPreferWaitZeroAnswersInProgressAtOnce(t *testing.T) {
 	t.Parallel()
-	b := setup(t, setupOpts{maxConns: 4, wait: 20 * time.Second, hooks: true})
+	b := setup(t, setupOpts{maxConns: 4, wait: 20 * time.Second})
 	entered, release := b.holdWrites("")
 	done := make(chan resp)
 	go func() { done <- b.create(b.tokenA, "held", note("held")) }()
 	<-entered
-	b.clearHook()
+	b.clearFaults()
 	r := b.mustDo(req{method: http.MethodPost, path: "/v1/notes", token: b.tokenA, key: "held", body: note("held"),
 		header: map[string]string{"Prefer": "wait=0"}})
 	require.Equal(t, http.StatusConflict, r.status)
@@ -380,14 +371,10 @@ func TestPreferWaitZeroAnswersInProgressAtOnce(t *testing.T) {
 // committed" after re-checking, and the retry executes.
 func TestConnectionLostBeforeCommitIsRechecked(t *testing.T) {
 	t.Parallel()
-	b := setup(t, hooked)
-	b.setHook(func(ctx context.Context, q idempotency.Querier, _ uuid.UUID) error {
-		var pid int
-		require.NoError(t, q.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid))
-		_, err := b.pool.Exec(ctx, `SELECT pg_terminate_backend($1)`, pid)
-		require.NoError(t, err)
-		return nil
-	})
+	b := setup(t, standard)
+	// The session ends itself inside the write's statement, before the
+	// COMMIT it carries runs.
+	b.fault("terminate")
 	r := b.create(b.tokenA, "op-cut", note("cut"))
 	require.Equal(t, http.StatusServiceUnavailable, r.status, "%s", r.body)
 	p := r.json(t)
@@ -395,7 +382,7 @@ func TestConnectionLostBeforeCommitIsRechecked(t *testing.T) {
 	require.Equal(t, "same_key", p["retry"])
 	require.Contains(t, p["detail"], "nothing was committed")
 	require.NotEmpty(t, r.header.Get("Retry-After"))
-	b.clearHook()
+	b.clearFaults()
 	require.Zero(t, b.notes(b.tenantA))
 	r = b.create(b.tokenA, "op-cut", note("cut"))
 	require.Equal(t, http.StatusCreated, r.status)

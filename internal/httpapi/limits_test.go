@@ -51,7 +51,7 @@ func TestLimitsNeedAToken(t *testing.T) {
 // another tenant is served meanwhile.
 func TestLimitsCountAgainstTheTenantsAdmission(t *testing.T) {
 	t.Parallel()
-	opts := hooked
+	opts := standard
 	opts.api = httpapi.Config{MaxConcurrency: 8, TenantConcurrency: 1}
 	b := setup(t, opts)
 	entered, release := b.holdWrites("held")

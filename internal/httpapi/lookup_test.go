@@ -118,12 +118,12 @@ func requireNullMember(t *testing.T, m map[string]any, name string) {
 
 func TestLookupWhileExecutingIsInProgressNeverNotFound(t *testing.T) {
 	t.Parallel()
-	b := setup(t, hooked)
+	b := setup(t, standard)
 	entered, release := b.holdWrites("")
 	done := make(chan resp)
 	go func() { done <- b.create(b.tokenA, "op-held", note("held")) }()
 	<-entered
-	b.clearHook()
+	b.clearFaults()
 	for range 3 {
 		l := b.lookup(b.tokenA, "op-held")
 		require.Equal(t, http.StatusOK, l.status, "%s", l.body)

@@ -25,7 +25,7 @@ import (
 // free.
 func TestTenantConcurrencyIsAdmittedBeforeTheBody(t *testing.T) {
 	t.Parallel()
-	opts := hooked
+	opts := standard
 	opts.api = httpapi.Config{MaxConcurrency: 8, TenantConcurrency: 2}
 	b := setup(t, opts)
 	entered, release := b.holdWrites("held")
@@ -85,7 +85,7 @@ func TestTenantConcurrencyIsAdmittedBeforeTheBody(t *testing.T) {
 // bucket of its own; the same key succeeds once the bucket refills.
 func TestTenantRateIsABucketPerTenant(t *testing.T) {
 	t.Parallel()
-	opts := hooked
+	opts := standard
 	opts.api = httpapi.Config{MaxConcurrency: 8, TenantConcurrency: 8, TenantRate: 2, TenantBurst: 3}
 	b := setup(t, opts)
 	for i := range 3 {
@@ -114,7 +114,7 @@ func TestTenantRateIsABucketPerTenant(t *testing.T) {
 // of the public routes; the answer names the server's policy.
 func TestMaxConcurrencyRefusesEveryone(t *testing.T) {
 	t.Parallel()
-	opts := hooked
+	opts := standard
 	opts.api = httpapi.Config{MaxConcurrency: 2, TenantConcurrency: 2}
 	b := setup(t, opts)
 	entered, release := b.holdWrites("held")

@@ -24,6 +24,7 @@ import (
 	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/auth"
 	"github.com/quillhq/quill/internal/db"
+	"github.com/quillhq/quill/internal/idempotency"
 	"github.com/quillhq/quill/internal/notes"
 	"github.com/quillhq/quill/internal/problem"
 )
@@ -331,9 +332,9 @@ func problemFor(err error) *problem.Problem {
 	var (
 		verr     *notes.ValidationError
 		tooLarge *notes.TooLargeError
-		reused   *notes.KeyReusedError
-		expired  *notes.ExpiredError
-		unavail  *notes.UnavailableError
+		reused   *idempotency.KeyReusedError
+		expired  *idempotency.ExpiredError
+		unavail  *idempotency.UnavailableError
 	)
 	switch {
 	case errors.As(err, &verr):
@@ -358,7 +359,7 @@ func problemFor(err error) *problem.Problem {
 			expired.Error()+"; the operation is not executed again: look the resource up instead")
 		p.Resource = expired.Resource
 		return p
-	case errors.Is(err, notes.ErrInProgress):
+	case errors.Is(err, idempotency.ErrInProgress):
 		p := problem.New(http.StatusConflict, contract.CodeInProgress,
 			"a request with this key is still executing; send the same request with the same key again")
 		p.RetryAfter = 1

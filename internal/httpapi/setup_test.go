@@ -25,7 +25,6 @@ import (
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/dbtest"
 	"github.com/quillhq/quill/internal/httpapi"
-	"github.com/quillhq/quill/internal/idempotency"
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/notes"
 	"github.com/quillhq/quill/internal/testkit"
@@ -47,11 +46,12 @@ type testBundle struct {
 	tenantA, tokenA string
 	tenantB, tokenB string
 	clock           *fakeClock
-	hook            atomic.Pointer[func(ctx context.Context, q idempotency.Querier, noteID uuid.UUID) error]
 	inFlight        atomic.Int64
 	wrap            atomic.Pointer[func(http.Handler) http.Handler]
 	proxy           *dbtest.Proxy
-	hooked          bool
+	// faulted: the fault table and triggers are installed
+	// (faults_test.go).
+	faulted bool
 }
 
 type setupOpts struct {
@@ -61,11 +61,6 @@ type setupOpts struct {
 	proxy bool
 	// noCache turns the replay cache off: every replay reads the database.
 	noCache bool
-	// hooks installs the AfterEffect hook (setHook). It moves writes off the
-	// production path — one round trip — onto the two-round-trip one that
-	// lets a test act between the effect and the record; only tests that
-	// need it ask for it.
-	hooks bool
 	// api is the API's Config (zero fields: the defaults).
 	api httpapi.Config
 	// lockTimeout and acquireTimeout are the notes service's (zero: the
@@ -78,8 +73,8 @@ type setupOpts struct {
 	responseRetention, keyRetention time.Duration
 }
 
-// hooked is the default setup with hooks.
-var hooked = setupOpts{maxConns: 8, wait: 2 * time.Second, hooks: true}
+// standard is the default setup.
+var standard = setupOpts{maxConns: 8, wait: 2 * time.Second}
 
 type fakeClock struct {
 	mu     sync.Mutex
@@ -110,7 +105,7 @@ func setup(t *testing.T, opts ...setupOpts) *testBundle {
 		o = opts[0]
 	}
 	pool, dbURL := dbtest.Pool(t, o.maxConns)
-	b := &testBundle{t: t, pool: pool, clock: &fakeClock{}, hooked: o.hooks}
+	b := &testBundle{t: t, pool: pool, clock: &fakeClock{}}
 	// The API's pool reaches PostgreSQL directly, or through PgBouncer in
 	// transaction mode (TestIdempotencyThroughPgBouncer), and optionally
 	// through the reply-losing proxy in front of either. The test's own
@@ -131,22 +126,13 @@ func setup(t *testing.T, opts ...setupOpts) *testBundle {
 	b.reg = prometheus.NewRegistry()
 	m := metrics.NewAPI(b.reg, contract.ActionCreateNote, contract.ActionDeleteNote)
 	log := testkit.Logger(t)
-	var hooks notes.Hooks
-	if o.hooks {
-		hooks.AfterEffect = func(ctx context.Context, q idempotency.Querier, id uuid.UUID) error {
-			if h := b.hook.Load(); h != nil {
-				return (*h)(ctx, q, id)
-			}
-			return nil
-		}
-	}
 	cacheBytes := 0
 	if o.noCache {
 		cacheBytes = -1
 	}
 	svc, err := notes.NewService(apiPool, notes.Config{ResponseRetention: cmp.Or(o.responseRetention, responseRetention), KeyRetention: cmp.Or(o.keyRetention, keyRetention), Wait: o.wait, ReplayCacheBytes: cacheBytes,
 		LockTimeout: o.lockTimeout, AcquireTimeout: o.acquireTimeout},
-		log, notes.WithObserver(m), notes.WithClock(b.clock.now), notes.WithHooks(hooks))
+		log, notes.WithObserver(m), notes.WithClock(b.clock.now))
 	require.NoError(t, err)
 	b.svc = svc
 	// The suite sends bursts of one tenant's requests past the production
@@ -186,41 +172,6 @@ func setup(t *testing.T, opts ...setupOpts) *testBundle {
 	b.tokenB, err = auth.Create(ctx, pool, b.tenantB, time.Now())
 	require.NoError(t, err)
 	return b
-}
-
-// setHook installs the AfterEffect hook for the rest of the test; the
-// bundle must have been set up with hooks.
-func (b *testBundle) setHook(h func(ctx context.Context, q idempotency.Querier, noteID uuid.UUID) error) {
-	b.t.Helper()
-	require.True(b.t, b.hooked, "setHook needs setupOpts.hooks")
-	b.hook.Store(&h)
-}
-
-func (b *testBundle) clearHook() { b.hook.Store(nil) }
-
-// holdWrites makes every write of a note titled title ("" any note) wait
-// inside its transaction, after its effect, until the returned release is
-// called (at the latest when the test ends); entered receives one value per
-// write that got there.
-func (b *testBundle) holdWrites(title string) (entered <-chan struct{}, release func()) {
-	b.t.Helper()
-	in := make(chan struct{}, 64)
-	gate := make(chan struct{})
-	var once sync.Once
-	b.setHook(func(ctx context.Context, q idempotency.Querier, id uuid.UUID) error {
-		if title != "" {
-			var got string
-			if err := q.QueryRow(ctx, `SELECT title FROM notes WHERE id = $1`, id).Scan(&got); err != nil || got != title {
-				return err
-			}
-		}
-		in <- struct{}{}
-		<-gate
-		return nil
-	})
-	release = func() { once.Do(func() { close(gate) }) }
-	b.t.Cleanup(release)
-	return in, release
 }
 
 type resp struct {

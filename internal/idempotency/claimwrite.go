@@ -2,71 +2,82 @@ package idempotency
 
 import (
 	"fmt"
-	"time"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/quillhq/quill/internal/db"
 )
 
-// operationInsert is the operation record's insert, in recordArgs' order,
-// for ClaimWrite.
+// operationInsert is the operation record's insert, in appendRecordArgs'
+// order, for ClaimWrite.
 var operationInsert = db.Insert{Table: "operations", Columns: []db.Column{
 	{Name: "tenant", Type: "text"}, {Name: "key", Type: "text"}, {Name: "action", Type: "text"},
 	{Name: "version", Type: "int"}, {Name: "fingerprint", Type: "bytea"}, {Name: "field_hashes", Type: "jsonb"},
-	{Name: "resource", Type: "text", NullIfEmpty: true}, {Name: "response_status", Type: "int"},
-	{Name: "response_body", Type: "bytea"}, {Name: "response_location", Type: "text", NullIfEmpty: true},
+	{Name: "resource", Type: "text", NullIfEmpty: true}, {Name: "outcome", Type: "text"},
+	{Name: "response_body", Type: "bytea"},
 	{Name: "created_at", Type: "timestamptz"}, {Name: "completed_at", Type: "timestamptz"},
 	{Name: "expires_at", Type: "timestamptz"}, {Name: "forget_at", Type: "timestamptz"},
 }}
 
-// ClaimWrite is one statement that claims an operation and, only when it
-// claimed it, writes the operation's effect (the rows of its inserts) and
-// its record: the create's whole write in one statement, where
-// QueueClaimGuarded and guarded statements take one each. Build it once (its
-// text is the prepared statement's) and Queue it per operation.
+// sqlReplaceForgotten ends the record's insert: a record past its key
+// retention is replaced whole, as if it had been deleted; a live one (a
+// record committed after the statement's snapshot) is left as it is, and
+// the insert returns no row, so nothing of the effect is written.
+const sqlReplaceForgotten = `
+	ON CONFLICT (tenant, key) DO UPDATE SET action = EXCLUDED.action, version = EXCLUDED.version,
+		fingerprint = EXCLUDED.fingerprint, field_hashes = EXCLUDED.field_hashes, resource = EXCLUDED.resource,
+		outcome = EXCLUDED.outcome, response_body = EXCLUDED.response_body, created_at = EXCLUDED.created_at,
+		completed_at = EXCLUDED.completed_at, expires_at = EXCLUDED.expires_at, forget_at = EXCLUDED.forget_at,
+		compacted_at = NULL, replays = 0, cleaned_events = NULL
+	WHERE operations.forget_at <= EXCLUDED.created_at
+	RETURNING true AS written`
+
+// ClaimWrite is the one statement that claims an operation and, only when
+// it claimed it, writes its record and its effect (one row of each of its
+// inserts), and turns Claimed on for the statements queued after it. Every
+// write is one: build it once per effect (its text is the prepared
+// statement's) and Queue it per attempt.
 //
-// It claims a key that has no record at all. A forgotten record (past its
-// key retention) is left to QueueClaimGuarded, which deletes it before it
-// writes the new one: the claim then fails with Locked and Record set, and
-// the caller ends this transaction and claims the key that way.
+// It claims a key whose record, if any, is past its key retention: the
+// record is replaced (sqlReplaceForgotten). The record's snapshot is the
+// statement's; a record committed after it (by a transaction that held the
+// lock until its COMMIT, before this one took it) conflicts with the
+// insert, which then writes nothing and returns no row: the effect's
+// inserts read that row, so they write nothing either, and the claim
+// reports not claimed without a record — the caller tries again.
 type ClaimWrite struct {
 	sql     string
 	effects []db.Insert
-	// guarded is each effect insert as a statement of its own guarded by
-	// Claimed, for QueueEffectsGuarded.
-	guarded []string
 }
 
 // NewClaimWrite returns the ClaimWrite whose effect is one row of each
-// insert, in this order.
+// insert, in this order (none: an operation that inserts nothing).
 func NewClaimWrite(effects ...db.Insert) *ClaimWrite {
-	// claim is read by every insert and the final SELECT: MATERIALIZED
-	// (as it would be anyway, being read more than once, and volatile)
-	// so that the lock is tried exactly once. The record's snapshot is
-	// the statement's, as in sqlClaimGuarded; a record committed after it
-	// is caught by a unique constraint — the record's primary key, or
-	// whichever PostgreSQL checks first of the ids the effect derives
-	// from the key — and the attempt fails, writing nothing.
-	sql := []byte(`WITH lk AS (SELECT pg_try_advisory_xact_lock($1) AS locked),
+	created := 4 + slices.IndexFunc(operationInsert.Columns, func(c db.Column) bool { return c.Name == "created_at" })
+	// claim is read by the record's insert and the final SELECT:
+	// MATERIALIZED (as it would be anyway, being read more than once, and
+	// volatile) so that the lock is tried exactly once. The effect's
+	// inserts read the record's, so PostgreSQL runs that one first.
+	sql := fmt.Appendf(nil, `WITH lk AS (SELECT pg_try_advisory_xact_lock($1) AS locked),
 rec AS (SELECT * FROM operations WHERE tenant = $2 AND key = $3),
-claim AS MATERIALIZED (SELECT lk.locked, lk.locked AND NOT EXISTS (SELECT 1 FROM rec) AS claimed FROM lk),
-w0 AS (`)
+claim AS MATERIALIZED (SELECT lk.locked,
+	lk.locked AND NOT EXISTS (SELECT 1 FROM rec WHERE rec.forget_at > $%d) AS claimed FROM lk),
+w0 AS (`, created)
 	sql, next := operationInsert.AppendGuarded(sql, "claim", "claimed", 4)
+	sql = append(sql, sqlReplaceForgotten...)
 	for i, e := range effects {
 		sql = fmt.Appendf(sql, "),\nw%d AS (", i+1)
-		sql, next = e.AppendGuarded(sql, "claim", "claimed", next)
+		sql, next = e.AppendGuarded(sql, "w0", "written", next)
 	}
-	sql = append(sql, `)
-SELECT claim.locked, claim.claimed, rec.key, rec.action, rec.version, rec.fingerprint, rec.field_hashes,
-	coalesce(rec.resource, ''), rec.response_status, rec.response_body, coalesce(rec.response_location, ''),
+	sql = fmt.Appendf(sql, `)
+SELECT claim.locked,
+	set_config('%s', CASE WHEN EXISTS (SELECT 1 FROM w0) THEN 'on' ELSE 'off' END, true)::boolean,
+	rec.key, rec.action, rec.version, rec.fingerprint, rec.field_hashes,
+	coalesce(rec.resource, ''), rec.outcome, rec.response_body,
 	rec.created_at, rec.completed_at, rec.expires_at, rec.forget_at, rec.compacted_at
-FROM claim LEFT JOIN rec ON true`...)
-	w := &ClaimWrite{sql: string(sql), effects: effects}
-	for _, e := range effects {
-		w.guarded = append(w.guarded, e.WhenFlag())
-	}
-	return w
+FROM claim LEFT JOIN rec ON true`, Claimed)
+	return &ClaimWrite{sql: string(sql), effects: effects}
 }
 
 // Queue queues into b, inside a transaction, the statement that claims
@@ -93,22 +104,6 @@ func (w *ClaimWrite) Queue(b *pgx.Batch, rec *Record, c *Claim, args ...[]any) e
 	return nil
 }
 
-// QueueEffectsGuarded queues into b, after QueueClaimGuarded, the rows
-// Queue would write, each insert a statement of its own guarded by Claimed
-// (args as for Queue): the same effect for the guarded attempt, which a
-// key with a forgotten record takes. The record is QueueInsertGuarded's.
-// It returns an error, queueing nothing, when args does not match the
-// inserts.
-func (w *ClaimWrite) QueueEffectsGuarded(b *pgx.Batch, args ...[]any) error {
-	if err := w.check(args); err != nil {
-		return err
-	}
-	for i, a := range args {
-		b.Queue(w.guarded[i], append(a[:len(a):len(a)], string(Claimed))...)
-	}
-	return nil
-}
-
 // check reports whether args holds one list of parameters per effect
 // insert, each as long as its insert's columns.
 func (w *ClaimWrite) check(args [][]any) error {
@@ -121,11 +116,4 @@ func (w *ClaimWrite) check(args [][]any) error {
 		}
 	}
 	return nil
-}
-
-// Forgotten reports whether a claim failed only because the key's record is
-// forgotten at now: the key is free for a new operation, claimed through
-// QueueClaimGuarded.
-func (c *Claim) Forgotten(now time.Time) bool {
-	return c.Locked && !c.Claimed && c.Record != nil && !now.Before(c.Record.ForgetAt)
 }

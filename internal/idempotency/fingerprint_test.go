@@ -258,7 +258,7 @@ func TestDecide(t *testing.T) {
 		r := &idempotency.Record{
 			Tenant: "acme", Key: "k1", Action: "create-note", Version: 1,
 			Fingerprint: recorded.Sum, Fields: maps.Clone(recorded.Fields),
-			Resource: "/v1/notes/x", Status: 201, Body: []byte(`{"id":"x"}`), Location: "/v1/notes/x",
+			Resource: "/v1/notes/x", Outcome: "created", Body: []byte(`{"id":"x"}`),
 			CreatedAt: now.Add(-2 * time.Hour), CompletedAt: now.Add(-2 * time.Hour),
 			ExpiresAt: now.Add(time.Hour), ForgetAt: now.Add(24 * time.Hour),
 		}
@@ -271,7 +271,7 @@ func TestDecide(t *testing.T) {
 	past := func(r *idempotency.Record) { r.ExpiresAt = now.Add(-time.Second) }
 	tombstone := func(r *idempotency.Record) {
 		r.ExpiresAt = now.Add(-time.Hour)
-		r.Body, r.Location, r.CompactedAt = nil, "", &compacted
+		r.Body, r.CompactedAt = nil, &compacted
 	}
 	withParams := func(mod func(p idempotency.Params)) idempotency.Fingerprint {
 		p := baseParams()

@@ -1,8 +1,10 @@
-// Package idempotency holds the pieces of Quill's idempotency contract that do
-// not depend on a particular action: canonical parameter fingerprints, the
-// operation record and its storage, the decision a recorded operation implies
-// for a new request, and in-process coalescing of concurrent requests with
-// one key. The key's syntax is package opkey's.
+// Package idempotency is Quill's idempotency protocol, for every action:
+// canonical parameter fingerprints, the operation record and its storage,
+// the decision a recorded operation implies for a new request, in-process
+// coalescing of concurrent requests with one key, and Protocol, which runs
+// an operation — claim, decide, execute and record in one transaction,
+// replay, wait, recheck a lost COMMIT — from the plan its action gives. The
+// key's syntax is package opkey's.
 package idempotency
 
 import (

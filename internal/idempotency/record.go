@@ -28,10 +28,12 @@ type Record struct {
 	Fields      map[string]string
 	// Resource is the path of the resource the operation created or acted
 	// on, e.g. /v1/notes/{id}; empty when it acted on nothing.
-	Resource    string
-	Status      int
+	Resource string
+	// Outcome names what the operation did, in its action's words
+	// ("created", "deleted"); Body is the response its handler rendered.
+	// Both are replayed as they are; a tombstone keeps the outcome only.
+	Outcome     string
 	Body        []byte
-	Location    string
 	CreatedAt   time.Time
 	CompletedAt time.Time
 	ExpiresAt   time.Time
@@ -90,7 +92,7 @@ type Querier interface {
 
 const (
 	sqlOperationGet = `SELECT tenant, key, action, version, fingerprint, field_hashes,
-		coalesce(resource, ''), response_status, response_body, coalesce(response_location, ''),
+		coalesce(resource, ''), outcome, response_body,
 		created_at, completed_at, expires_at, forget_at, compacted_at
 	FROM operations WHERE tenant = $1 AND key = $2`
 
@@ -98,7 +100,7 @@ const (
 
 	sqlAdvisoryTryLockShared = `SELECT pg_try_advisory_xact_lock_shared($1)`
 
-	sqlOperationsCompact = `UPDATE operations SET response_body = NULL, response_location = NULL, compacted_at = coalesce($1, now())
+	sqlOperationsCompact = `UPDATE operations SET response_body = NULL, compacted_at = coalesce($1, now())
 	WHERE (tenant, key) IN (
 		SELECT tenant, key FROM operations
 		WHERE compacted_at IS NULL AND expires_at <= coalesce($1, now())
@@ -114,7 +116,7 @@ const (
 func scanRecord(row pgx.Row) (*Record, error) {
 	var r Record
 	err := row.Scan(&r.Tenant, &r.Key, &r.Action, &r.Version, &r.Fingerprint, &r.Fields,
-		&r.Resource, &r.Status, &r.Body, &r.Location,
+		&r.Resource, &r.Outcome, &r.Body,
 		&r.CreatedAt, &r.CompletedAt, &r.ExpiresAt, &r.ForgetAt, &r.CompactedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
@@ -158,45 +160,23 @@ func queueLockAndGet(b *pgx.Batch, lockSQL, tenant, key string, got *bool, rec *
 	})
 }
 
-// Claimed is the flag (see db.Flag) that QueueClaimGuarded turns on when the
-// transaction claimed the operation. The statements that write an
-// operation's effect are guarded by it, so that one pipelined round trip can
-// claim, write and commit — and commit nothing when the claim failed.
+// Claimed is the flag (see db.Flag) that the claim statement (ClaimWrite)
+// turns on when it claimed the operation and wrote its record. Statements
+// that follow it in the attempt's round trip are guarded by it, so that
+// they write nothing when the claim failed.
 const Claimed db.Flag = "quill.claimed"
 
-// Claim is the outcome of QueueClaimGuarded.
+// Claim is the outcome of a claim statement (ClaimWrite).
 type Claim struct {
 	// Locked: this transaction holds the operation's lock.
 	Locked bool
-	// Claimed: it holds the lock and no live record exists — none, or,
-	// for QueueClaimGuarded only, one past its key retention, which the
-	// transaction replaces (ClaimWrite claims a key with no record at
-	// all); the guarded writes execute.
+	// Claimed: it holds the lock, the key had no live record — none, or
+	// one past its key retention, which the statement replaced — and the
+	// record and the effect were written.
 	Claimed bool
-	// Record is the committed record, if any (also a forgotten one).
+	// Record is the record the statement saw, if any (also a forgotten
+	// one).
 	Record *Record
-}
-
-const sqlClaimGuarded = `SELECT lk.locked,
-	set_config($5::text,
-		CASE WHEN lk.locked AND (rec.key IS NULL OR rec.forget_at <= $4) THEN 'on' ELSE 'off' END, true)::boolean,
-	rec.key, rec.action, rec.version, rec.fingerprint, rec.field_hashes,
-	coalesce(rec.resource, ''), rec.response_status, rec.response_body, coalesce(rec.response_location, ''),
-	rec.created_at, rec.completed_at, rec.expires_at, rec.forget_at, rec.compacted_at
-FROM (SELECT pg_try_advisory_xact_lock($1) AS locked) lk
-LEFT JOIN (SELECT * FROM operations WHERE tenant = $2 AND key = $3) rec ON true`
-
-// QueueClaimGuarded queues, into b inside a transaction, the statement that
-// claims the operation: it tries the advisory lock, reads the record, and
-// turns Claimed on or off. A record committed between the statement's
-// snapshot and the lock is caught by a unique constraint: the guarded
-// record's primary key, or, first, the unique id of a row the effect
-// derives from the key (a note's), failing the attempt.
-func QueueClaimGuarded(b *pgx.Batch, tenant, key string, now time.Time, c *Claim) {
-	b.Queue(sqlClaimGuarded, LockID(tenant, key), tenant, key, now, string(Claimed)).QueryRow(func(row pgx.Row) error {
-		return scanClaim(row, "claim operation", tenant, c)
-	})
-	b.Queue(sqlOperationDeleteForgotten, tenant, key, now, string(Claimed))
 }
 
 // scanClaim reads a claim's row: locked, claimed, then the record's
@@ -204,12 +184,12 @@ func QueueClaimGuarded(b *pgx.Batch, tenant, key string, now time.Time, c *Claim
 func scanClaim(row pgx.Row, what, tenant string, c *Claim) error {
 	var (
 		r                               Record
-		rkey, action, resource, loc     *string
-		version, status                 *int
+		rkey, action, resource, outcome *string
+		version                         *int
 		created, completed, exp, forget *time.Time
 	)
 	err := row.Scan(&c.Locked, &c.Claimed, &rkey, &action, &version, &r.Fingerprint, &r.Fields,
-		&resource, &status, &r.Body, &loc, &created, &completed, &exp, &forget, &r.CompactedAt)
+		&resource, &outcome, &r.Body, &created, &completed, &exp, &forget, &r.CompactedAt)
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
@@ -217,28 +197,17 @@ func scanClaim(row pgx.Row, what, tenant string, c *Claim) error {
 		c.Record = nil
 		return nil
 	}
-	r.Tenant, r.Key, r.Action, r.Version, r.Resource, r.Status, r.Location = tenant, *rkey, *action, *version, *resource, *status, *loc
+	r.Tenant, r.Key, r.Action, r.Version, r.Resource, r.Outcome = tenant, *rkey, *action, *version, *resource, *outcome
 	r.CreatedAt, r.CompletedAt, r.ExpiresAt, r.ForgetAt = *created, *completed, *exp, *forget
 	c.Record = &r
 	return nil
-}
-
-const sqlOperationDeleteForgotten = `DELETE FROM operations WHERE tenant = $1 AND key = $2 AND forget_at <= $3
-		AND current_setting($4::text)::boolean`
-
-// sqlOperationInsertGuarded writes the record only when Claimed is on.
-var sqlOperationInsertGuarded = operationInsert.WhenFlag()
-
-// QueueInsertGuarded queues the insert of r into b, guarded by Claimed.
-func QueueInsertGuarded(b *pgx.Batch, r *Record) {
-	b.Queue(sqlOperationInsertGuarded, append(appendRecordArgs(make([]any, 0, len(operationInsert.Columns)+1), r), string(Claimed))...)
 }
 
 // appendRecordArgs appends the parameters of r's insert, in
 // operationInsert's order, to dst.
 func appendRecordArgs(dst []any, r *Record) []any {
 	return append(dst, r.Tenant, r.Key, r.Action, r.Version, r.Fingerprint,
-		fieldsJSON(r.Fields), r.Resource, r.Status, r.Body, r.Location,
+		fieldsJSON(r.Fields), r.Resource, r.Outcome, r.Body,
 		r.CreatedAt, r.CompletedAt, r.ExpiresAt, r.ForgetAt)
 }
 
@@ -270,16 +239,6 @@ func fieldsJSON(fields map[string]string) any {
 		}
 	}
 	return string(append(out, '}'))
-}
-
-// TryLock takes the operation's transaction-scoped advisory lock if it is
-// free; q must be inside a transaction for the lock to outlive the statement.
-func TryLock(ctx context.Context, q Querier, tenant, key string) (bool, error) {
-	var ok bool
-	if err := q.QueryRow(ctx, sqlAdvisoryTryLock, LockID(tenant, key)).Scan(&ok); err != nil {
-		return false, fmt.Errorf("try operation lock: %w", err)
-	}
-	return ok, nil
 }
 
 // sqlOperationsAddReplays adds counted replays to their operations. A record

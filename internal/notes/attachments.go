@@ -9,22 +9,11 @@ import (
 )
 
 // This package is the one writer of the attachments table: the create's
-// guarded insert (service.go) and, for the attachment worker, the statements
+// insert in the claim statement (service.go) and, for the attachment worker, the statements
 // below, which queue into the worker's own pipelined transaction so that its
 // inbox rows, results, events and COMMIT still travel together.
 
 const (
-	// The notes' row locks order each event the worker's transaction
-	// writes after every event of the same note committed before it, and
-	// a concurrent delete after it; taken in note id order, they never
-	// deadlock with another transaction's.
-	sqlAttachmentsLock = `SELECT n.id, n.deleted_at IS NOT NULL, a.id, a.status, a.data
-	FROM notes n
-	JOIN unnest($1::uuid[], $2::text[]) AS k(note_id, tenant) ON n.id = k.note_id AND n.tenant = k.tenant
-	JOIN attachments a ON a.note_id = n.id
-	ORDER BY n.id
-	FOR UPDATE OF n, a`
-
 	sqlAttachmentsProcessed = `UPDATE attachments a SET status = v.status, result = v.result::jsonb,
 		reason = nullif(v.reason, ''), thumbnail = v.thumbnail, processed_at = $1
 	FROM unnest($2::uuid[], $3::text[], $4::text[], $5::text[], $6::bytea[]) AS v(id, status, result, reason, thumbnail)
@@ -32,43 +21,6 @@ const (
 
 	sqlAttachmentSkipped = `UPDATE attachments SET reason = $2 WHERE id = $1 AND status = 'pending'`
 )
-
-// NoteRef names a note of a tenant.
-type NoteRef struct {
-	Tenant string
-	ID     uuid.UUID
-}
-
-// LockedAttachment is a note's attachment as read under lock by
-// QueueAttachmentsLock.
-type LockedAttachment struct {
-	NoteDeleted bool
-	ID          uuid.UUID
-	Status      string
-	Data        []byte
-}
-
-// QueueAttachmentsLock queues into b, inside a transaction, the statement
-// that locks the notes of refs and their attachments, in note id order, and
-// reads them into found by note id. A note that does not exist for its
-// tenant, or has no attachment, is left out of found.
-func QueueAttachmentsLock(b *pgx.Batch, refs []NoteRef, found map[uuid.UUID]LockedAttachment) {
-	ids := make([]pgtype.UUID, len(refs))
-	tenants := make([]string, len(refs))
-	for i, r := range refs {
-		ids[i], tenants[i] = pgUUID(r.ID), r.Tenant
-	}
-	b.Queue(sqlAttachmentsLock, ids, tenants).Query(func(rows pgx.Rows) error {
-		var noteID uuid.UUID
-		var l LockedAttachment
-		_, err := pgx.ForEachRow(rows, []any{&noteID, &l.NoteDeleted, &l.ID, &l.Status, &l.Data}, func() error {
-			found[noteID] = l
-			l = LockedAttachment{}
-			return nil
-		})
-		return err
-	})
-}
 
 // AttachmentResult is the outcome of processing one attachment.
 type AttachmentResult struct {

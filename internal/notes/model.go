@@ -1,12 +1,13 @@
 // Package notes is Quill's notes domain: the note and attachment types, the
-// validation of create requests, and the service that performs each write as
-// one idempotent operation — note, attachment, operation record and outbox
-// events in one PostgreSQL transaction — plus the reads and the outcome
-// lookup. It speaks no HTTP: a write returns domain errors and records the
-// response its caller's Render produced.
+// validation of create requests, each write's rules — its parameters'
+// fingerprint, what it reads, the rows and events it writes, its outcome —
+// given to the idempotency protocol (idempotency.Protocol) as a plan, plus
+// the reads and the outcome lookup. It speaks no HTTP: a write returns
+// domain errors and records its outcome and the body its caller's Render
+// produced.
 //
 // It owns the notes and attachments tables: no other package writes them.
-// The attachment worker stores its results through QueueAttachmentsLock,
+// The attachment worker stores its results through
 // QueueAttachmentsProcessed and QueueAttachmentSkipped, in its own
 // transaction.
 package notes
@@ -315,50 +316,7 @@ var (
 	// ErrOperationNotFound: nothing with this key is recorded for this
 	// tenant and nothing with it is executing.
 	ErrOperationNotFound = errors.New("operation not found")
-	// ErrInProgress: another request with this key is still executing.
-	ErrInProgress = errors.New("operation in progress")
 	// ErrNothingToDelete: a delete found no live note with the id; the
 	// operation is recorded with this error. It is also an ErrNotFound.
 	ErrNothingToDelete = fmt.Errorf("%w: no live note to delete", ErrNotFound)
 )
-
-// KeyReusedError: the key is recorded for different parameters or another
-// action.
-type KeyReusedError struct {
-	RecordedAction string
-	Fields         []string
-}
-
-func (e *KeyReusedError) Error() string {
-	return fmt.Sprintf("key is recorded for a %s operation with different parameters: %s",
-		e.RecordedAction, strings.Join(e.Fields, ", "))
-}
-
-// ExpiredError: the key's response is past its retention; only the
-// tombstone is left, and nothing is executed again.
-type ExpiredError struct {
-	Resource    string
-	CompletedAt time.Time
-	ExpiredAt   time.Time
-}
-
-func (e *ExpiredError) Error() string {
-	return fmt.Sprintf("the operation completed at %s; its response expired at %s", FormatTime(e.CompletedAt), FormatTime(e.ExpiredAt))
-}
-
-// UnavailableError: the database could not be used. Committed says what is
-// known: false when nothing was committed, Unknown when the commit's reply
-// was lost and a re-check could not tell.
-type UnavailableError struct {
-	Unknown bool
-	Err     error
-}
-
-func (e *UnavailableError) Error() string {
-	if e.Unknown {
-		return "database unavailable; whether the operation committed is unknown: " + e.Err.Error()
-	}
-	return "database unavailable; nothing was committed: " + e.Err.Error()
-}
-
-func (e *UnavailableError) Unwrap() error { return e.Err }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
@@ -56,12 +57,13 @@ func (l *statementLog) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.Tra
 }
 func (l *statementLog) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
-// A create with a new key is one statement inside its transaction — the
-// claim, the note, its attachment, its event and the record
-// (idempotency.ClaimWrite) — and writes each row once. A key whose record
-// is forgotten finds that statement's claim refused and takes the guarded
-// attempt, which replaces the record and makes the key's next note.
-func TestCreateWithANewKeyIsOneStatement(t *testing.T) {
+// Every write claims its key in one statement (idempotency.ClaimWrite)
+// that also writes the record and the effect's rows, each once: a create
+// with a new key is that statement alone; a key whose record is forgotten
+// takes the same statement, which replaces the record (its first
+// generation's note id is taken, so the second generation's makes the
+// note); a delete locks its note first and updates it after.
+func TestEveryWriteIsOneClaimStatement(t *testing.T) {
 	t.Parallel()
 	direct, _ := dbtest.Pool(t, 2)
 	log := &statementLog{}
@@ -74,14 +76,23 @@ func TestCreateWithANewKeyIsOneStatement(t *testing.T) {
 	svc, err := notes.NewService(pool, notes.Config{ReplayCacheBytes: -1}, zerolog.New(io.Discard), notes.WithClock(c.now))
 	require.NoError(t, err)
 	tenant := reviewTenant()
-	create := func(key, title string) notes.Outcome {
+	create := func(key, title string) notes.Answer {
 		t.Helper()
 		out, err := svc.Create(t.Context(), notes.Request{Tenant: tenant, Key: key, Wait: -1, Render: httpapi.RenderWrite},
 			notes.CreateParams{Title: title, Attachment: &notes.NewAttachment{Filename: "a.txt", ContentType: "text/plain",
 				Data: []byte("hello"), SHA256: "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"}})
 		require.NoError(t, err)
-		require.Equal(t, 201, out.Status)
+		require.Equal(t, notes.OutcomeCreated, out.Outcome)
 		return out
+	}
+	claims := func(stmts []string) int {
+		n := 0
+		for _, s := range stmts {
+			if strings.HasPrefix(s, "WITH lk AS") {
+				n++
+			}
+		}
+		return n
 	}
 	create("warm", "warm") // reads the id secret once
 	log.take()
@@ -89,7 +100,7 @@ func TestCreateWithANewKeyIsOneStatement(t *testing.T) {
 	create("k", "first")
 	stmts := log.take()
 	require.Len(t, stmts, 1, "one statement: %q", stmts)
-	require.True(t, strings.HasPrefix(stmts[0], "WITH lk AS"), stmts[0])
+	require.Equal(t, 1, claims(stmts), stmts[0])
 	count := func(table, where string) int {
 		var n int
 		require.NoError(t, direct.QueryRow(t.Context(), `SELECT count(*) FROM `+table+` WHERE tenant = $1 `+where, tenant).Scan(&n))
@@ -104,11 +115,21 @@ func TestCreateWithANewKeyIsOneStatement(t *testing.T) {
 	c.advance(notes.DefaultKeyRetention + time.Hour)
 	out := create("k", "second")
 	stmts = log.take()
-	require.True(t, strings.HasPrefix(stmts[0], "WITH lk AS"), "the one-statement attempt first: %q", stmts)
-	require.Greater(t, len(stmts), 2, "then the guarded attempt: %q", stmts)
+	require.Len(t, stmts, 2, "the claim statement per generation: %q", stmts)
+	require.Equal(t, 2, claims(stmts), "%q", stmts)
 	require.Equal(t, 3, count("notes", ""), "the key's next note")
 	require.Equal(t, 3, count("outbox_events", ""))
 	var resource string
 	require.NoError(t, direct.QueryRow(t.Context(), `SELECT resource FROM operations WHERE tenant = $1 AND key = 'k'`, tenant).Scan(&resource))
-	require.Equal(t, out.Location, resource, "the record replaced by the second note's")
+	require.Equal(t, out.Resource, resource, "the record replaced by the second note's")
+
+	id := strings.TrimPrefix(out.Resource, "/v1/notes/")
+	del, err := svc.Delete(t.Context(), notes.Request{Tenant: tenant, Key: "d", Wait: -1, Render: httpapi.RenderWrite}, uuid.MustParse(id))
+	require.NoError(t, err)
+	require.Equal(t, notes.OutcomeDeleted, del.Outcome)
+	stmts = log.take()
+	require.Len(t, stmts, 3, "the note's lock, the claim, the update: %q", stmts)
+	require.Equal(t, 1, claims(stmts), "%q", stmts)
+	require.Equal(t, 4, count("outbox_events", ""))
+	require.Equal(t, 1, count("notes", "AND deleted_at IS NOT NULL"))
 }

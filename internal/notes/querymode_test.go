@@ -34,7 +34,7 @@ func TestWritesInEveryQueryMode(t *testing.T) {
 				Data: []byte("hello"), SHA256: "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"}}
 			first, err := svc.Create(t.Context(), r, p)
 			require.NoError(t, err)
-			require.Equal(t, 201, first.Status)
+			require.Equal(t, notes.OutcomeCreated, first.Outcome)
 			again, err := svc.Create(t.Context(), r, p)
 			require.NoError(t, err)
 			require.True(t, again.Replayed)
@@ -45,7 +45,7 @@ func TestWritesInEveryQueryMode(t *testing.T) {
 			require.NoError(t, err)
 			del, err := svc.Delete(t.Context(), notes.Request{Tenant: tenant, Key: "d", Wait: -1, Render: httpapi.RenderWrite}, id)
 			require.NoError(t, err)
-			require.Equal(t, 200, del.Status)
+			require.Equal(t, notes.OutcomeDeleted, del.Outcome)
 		})
 	}
 }

@@ -66,20 +66,20 @@ func scanNote(row pgx.Row) (*Note, error) {
 }
 
 // readErr translates a read's error: no rows → ErrNotFound, an unreachable
-// database → *UnavailableError.
+// database → *idempotency.UnavailableError.
 func readErr(what string, err error) error {
 	if errors.Is(err, pgx.ErrNoRows) {
 		return ErrNotFound
 	}
 	if errors.Is(db.Translate(err), db.ErrUnavailable) {
-		return &UnavailableError{Err: err}
+		return &idempotency.UnavailableError{Err: err}
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }
 
 // acquire takes a pool connection for a read by tenant, in the tenant's
 // turn (turn), waiting at most Config.AcquireTimeout in all; past it the
-// error wraps db.ErrPoolTimeout (readErr makes it an *UnavailableError).
+// error wraps db.ErrPoolTimeout (readErr makes it an *idempotency.UnavailableError).
 // The caller releases the connection, which gives the turn back.
 func (s *Service) acquire(ctx context.Context, tenant string) (*heldConn, error) {
 	start := time.Now()
@@ -138,7 +138,7 @@ func (c *heldConn) Release() {
 }
 
 // Get returns the tenant's live note id. Errors: ErrNotFound,
-// *UnavailableError.
+// *idempotency.UnavailableError.
 func (s *Service) Get(ctx context.Context, tenant string, id uuid.UUID) (*Note, error) {
 	conn, err := s.acquire(ctx, tenant)
 	if err != nil {
@@ -157,7 +157,7 @@ func (s *Service) Get(ctx context.Context, tenant string, id uuid.UUID) (*Note, 
 // early once the notes read hold maxBytes of title and body (0: no byte
 // bound), so that a page of large notes is not all read into memory; it
 // always returns at least one note when there is one. next is the cursor
-// of the following page, nil on the last one. Errors: *UnavailableError.
+// of the following page, nil on the last one. Errors: *idempotency.UnavailableError.
 func (s *Service) List(ctx context.Context, tenant string, limit int, after *uuid.UUID, maxBytes int) (notes []*Note, next *uuid.UUID, err error) {
 	var cursor pgtype.UUID
 	if after != nil {
@@ -204,7 +204,7 @@ func (s *Service) List(ctx context.Context, tenant string, limit int, after *uui
 }
 
 // Attachment returns the attachment of the tenant's live note. Errors:
-// ErrNotFound (no note, or no attachment), *UnavailableError.
+// ErrNotFound (no note, or no attachment), *idempotency.UnavailableError.
 func (s *Service) Attachment(ctx context.Context, tenant string, noteID uuid.UUID) (*Attachment, error) {
 	n, err := s.Get(ctx, tenant, noteID)
 	if err != nil {
@@ -217,7 +217,7 @@ func (s *Service) Attachment(ctx context.Context, tenant string, noteID uuid.UUI
 }
 
 // AttachmentContent returns the declared content type, the filename and the
-// bytes of a live note's attachment. Errors: ErrNotFound, *UnavailableError.
+// bytes of a live note's attachment. Errors: ErrNotFound, *idempotency.UnavailableError.
 func (s *Service) AttachmentContent(ctx context.Context, tenant string, noteID uuid.UUID) (contentType, filename string, data []byte, err error) {
 	conn, err := s.acquire(ctx, tenant)
 	if err != nil {
@@ -233,7 +233,7 @@ func (s *Service) AttachmentContent(ctx context.Context, tenant string, noteID u
 
 // Thumbnail returns the PNG thumbnail of a live note's processed image
 // attachment. Errors: ErrNotFound (also while not processed, or not an
-// image), *UnavailableError.
+// image), *idempotency.UnavailableError.
 func (s *Service) Thumbnail(ctx context.Context, tenant string, noteID uuid.UUID) ([]byte, error) {
 	conn, err := s.acquire(ctx, tenant)
 	if err != nil {
@@ -247,23 +247,25 @@ func (s *Service) Thumbnail(ctx context.Context, tenant string, noteID uuid.UUID
 	return png, nil
 }
 
-// Operation is the outcome lookup of one key (SPEC §4.6).
+// Operation is the outcome lookup of one key (SPEC §4.6); the API shows it.
 type Operation struct {
-	Key         string    `json:"key"`
-	Action      *string   `json:"action"`
-	State       string    `json:"state"`
-	CreatedAt   *string   `json:"created_at"`
-	CompletedAt *string   `json:"completed_at"`
-	ExpiresAt   *string   `json:"expires_at"`
-	Resource    *string   `json:"resource"`
-	Response    *Response `json:"response"`
-	Effects     []Effect  `json:"effects"`
+	Key         string
+	Action      *string
+	State       string
+	CreatedAt   *string
+	CompletedAt *string
+	ExpiresAt   *string
+	Resource    *string
+	Response    *Response
+	Effects     []Effect
 }
 
-// Response is a recorded response; nil once the record is a tombstone.
+// Response is a recorded response: the operation's outcome (an Outcome
+// constant) and the body rendered for it; nil once the record is a
+// tombstone. The API shows it with the status the outcome maps to.
 type Response struct {
-	Status int            `json:"status"`
-	Body   jsontext.Value `json:"body"`
+	Outcome string
+	Body    jsontext.Value
 }
 
 // Effect is one downstream effect of an operation and its own state. It is
@@ -365,7 +367,7 @@ const (
 // it sees the committed record or it knows whether someone holds the lock.
 // Lookups take the lock shared, so concurrent lookups never see each other
 // as an executing request.
-// Errors: ErrOperationNotFound, *UnavailableError.
+// Errors: ErrOperationNotFound, *idempotency.UnavailableError.
 func (s *Service) Lookup(ctx context.Context, tenant, key string) (*Operation, error) {
 	var (
 		locked bool
@@ -403,7 +405,7 @@ func (s *Service) Lookup(ctx context.Context, tenant, key string) (*Operation, e
 		return nil, ErrOperationNotFound
 	}
 	op = &Operation{Key: key, State: contract.OperationInProgress, Effects: []Effect{}}
-	if action, ok := s.flights.Executing(idempotency.LockID(tenant, key)); ok {
+	if action, ok := s.proto.Executing(tenant, key); ok {
 		op.Action = &action
 	}
 	return op, nil
@@ -418,7 +420,7 @@ func (s *Service) describe(ctx context.Context, tx pgx.Tx, rec *idempotency.Reco
 		op.Resource = &rec.Resource
 	}
 	if !rec.Expired(s.clock()) {
-		op.Response = &Response{Status: rec.Status, Body: jsontext.Value(rec.Body)}
+		op.Response = &Response{Outcome: rec.Outcome, Body: jsontext.Value(rec.Body)}
 	}
 	rows, err := tx.Query(ctx, sqlOperationEvents, rec.Tenant, rec.Key, rec.CreatedAt)
 	if err != nil {

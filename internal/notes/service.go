@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/google/uuid"
@@ -17,15 +16,14 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/quillhq/quill/contract"
-	"github.com/quillhq/quill/contract/opkey"
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/idempotency"
 	"github.com/quillhq/quill/internal/outbox"
 )
 
-// Actions and their parameter versions. A version changes whenever the
-// meaning of a parameter or a default changes, so that an old key never
-// silently matches a new meaning.
+// The actions' parameter versions. A version changes whenever the meaning
+// of a parameter or a default changes, so that an old key never silently
+// matches a new meaning.
 const (
 	createVersion = 1
 	deleteVersion = 1
@@ -45,8 +43,9 @@ const (
 	DefaultLockTimeout = 3 * time.Second
 	// DefaultAcquireTimeout bounds the wait for a free pool connection.
 	DefaultAcquireTimeout = 5 * time.Second
-	// recheckTimeout bounds how long a lost COMMIT reply is investigated.
-	recheckTimeout = 5 * time.Second
+	// DefaultReplayFlushInterval is how often the replay counts are
+	// written to operations.replays.
+	DefaultReplayFlushInterval = time.Second
 )
 
 // Config tunes the service.
@@ -72,11 +71,11 @@ type Config struct {
 	// counted in memory to operations.replays. Default 1s.
 	ReplayFlushInterval time.Duration
 	// LockTimeout is the lock_timeout of a write's transaction: a write
-	// that waits longer for a lock fails with *UnavailableError wrapping
+	// that waits longer for a lock fails with *idempotency.UnavailableError wrapping
 	// db.ErrLockTimeout, nothing committed. Default 3s.
 	LockTimeout time.Duration
 	// AcquireTimeout bounds the wait of a write or a read for a free pool
-	// connection; past it the request fails with *UnavailableError
+	// connection; past it the request fails with *idempotency.UnavailableError
 	// wrapping db.ErrPoolTimeout. Default 5s.
 	AcquireTimeout time.Duration
 }
@@ -115,25 +114,25 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Observer receives the service's counts; see internal/metrics.
-type Observer interface {
-	// Idempotency counts one write request by action and outcome:
-	// executed, replayed, key_reused, in_progress or expired.
-	Idempotency(action, outcome string)
-	// BusinessEffect counts one committed business effect of action.
-	BusinessEffect(action string)
-}
+// Observer receives the service's counts (see internal/metrics); the
+// protocol's.
+type Observer = idempotency.Observer
 
 type nopObserver struct{}
 
 func (nopObserver) Idempotency(string, string) {}
 func (nopObserver) BusinessEffect(string)      {}
 
-// Hooks let tests act inside a write's transaction. Nil hooks cost nothing.
-type Hooks struct {
-	// AfterEffect runs after the business effect is written and before the
-	// operation record and events are; an error rolls everything back.
-	AfterEffect func(ctx context.Context, tx idempotency.Querier, noteID uuid.UUID) error
+// signaling wakes the relays after every committed business effect (each
+// writes an event), besides counting it.
+type signaling struct {
+	Observer
+	notifier *outbox.Notifier
+}
+
+func (o signaling) BusinessEffect(action string) {
+	o.Observer.BusinessEffect(action)
+	o.notifier.Signal()
 }
 
 // Service performs note writes as idempotent operations and answers reads.
@@ -143,13 +142,9 @@ type Service struct {
 	log      zerolog.Logger
 	now      func() time.Time
 	obs      Observer
-	flights  *idempotency.Flights
-	hooks    Hooks
 	notifier *outbox.Notifier
-	cache    *idempotency.Cache
-	// replays counts answered replays per operation until a flush writes
-	// them to operations.replays (see RunReplayCounter).
-	replays *replayCounter
+	// proto runs every write under the idempotency contract.
+	proto *idempotency.Protocol
 	// fair shares the pool's connections among tenants by turns when they
 	// are contended (db.Fair): a tenant flooding within its concurrency
 	// limit does not hold the pool against the others.
@@ -170,9 +165,6 @@ func WithObserver(o Observer) Option { return func(s *Service) { s.obs = o } }
 // WithNotifier sets who wakes the relays after a commit that wrote events.
 func WithNotifier(n *outbox.Notifier) Option { return func(s *Service) { s.notifier = n } }
 
-// WithHooks installs test hooks.
-func WithHooks(h Hooks) Option { return func(s *Service) { s.hooks = h } }
-
 // Retentions returns the response and key retentions the service runs
 // with (QUILL_IDEMPOTENCY_RETENTION, QUILL_KEY_RETENTION), defaults applied.
 func (s *Service) Retentions() (response, key time.Duration) {
@@ -186,13 +178,40 @@ func NewService(pool *pgxpool.Pool, cfg Config, log zerolog.Logger, opts ...Opti
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("notes config: %w", err)
 	}
-	s := &Service{pool: pool, cfg: cfg, log: log, now: time.Now, obs: nopObserver{}, flights: idempotency.NewFlights(),
-		cache: idempotency.NewCache(cfg.ReplayCacheBytes), replays: newReplayCounter(),
+	s := &Service{pool: pool, cfg: cfg, log: log, now: time.Now, obs: nopObserver{},
 		fair: db.NewFair(int(pool.Config().MaxConns))}
 	for _, o := range opts {
 		o(s)
 	}
+	s.proto = idempotency.NewProtocol(pool, idempotency.Config{
+		ResponseRetention: cfg.ResponseRetention, KeyRetention: cfg.KeyRetention, Wait: cfg.Wait,
+		WriteTimeout: cfg.WriteTimeout, LockTimeout: cfg.LockTimeout, AcquireTimeout: cfg.AcquireTimeout,
+		ReplayCacheBytes: cfg.ReplayCacheBytes, ReplayFlushInterval: cfg.ReplayFlushInterval,
+	}, log, s.now, signaling{Observer: s.obs, notifier: s.notifier}, gate{s})
 	return s, nil
+}
+
+// FlushReplays adds the replays counted since the last flush to their
+// operations (idempotency.Protocol.FlushReplays) and returns how many it
+// wrote; on failure the counts are kept for the next flush.
+func (s *Service) FlushReplays(ctx context.Context) (int64, error) { return s.proto.FlushReplays(ctx) }
+
+// RunReplayCounter writes the replay counts every ReplayFlushInterval until
+// ctx ends, and once more then (idempotency.Protocol.RunReplayCounter).
+// It returns nil.
+func (s *Service) RunReplayCounter(ctx context.Context) error { return s.proto.RunReplayCounter(ctx) }
+
+// gate hands the protocol the pool in a tenant's turn, as the reads take it.
+type gate struct{ s *Service }
+
+func (g gate) Turn(ctx context.Context, tenant string) (func(), error) { return g.s.turn(ctx, tenant) }
+
+func (g gate) Acquire(ctx context.Context, tenant string) (idempotency.Querier, func(), error) {
+	c, err := g.s.acquire(ctx, tenant)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, c.Release, nil
 }
 
 // Request identifies one write request: the authenticated tenant, the
@@ -207,23 +226,24 @@ type Request struct {
 	// publish; empty when there is none.
 	Traceparent string
 	Tracestate  string
-	// Render renders the response recorded for the operation when this
-	// request executes it; required.
+	// Render renders the response body recorded for the operation when
+	// this request executes it; required.
 	Render Render
 }
 
-// RecordedResponse is the response recorded for an operation and replayed,
-// byte for byte, to every later request with its key. The service stores it
-// as it gets it from the request's Render and gives it no meaning of its own.
-type RecordedResponse struct {
-	Status   int
-	Body     []byte
-	Location string
-}
+// Outcomes a note write is recorded with: what it did. The API maps each to
+// its status and headers (SPEC §3).
+const (
+	OutcomeCreated         = "created"
+	OutcomeDeleted         = "deleted"
+	OutcomeNothingToDelete = "nothing_to_delete"
+)
 
 // Result is what an executed write produced, for Render to turn into the
-// recorded Response.
+// recorded body.
 type Result struct {
+	// Outcome is one of the Outcome constants.
+	Outcome string
 	// Resource is the path of the note the write created or acted on,
 	// e.g. /v1/notes/{id}.
 	Resource string
@@ -237,41 +257,37 @@ type Result struct {
 	Err error
 }
 
-// Render turns an executed write's result into the response recorded for
-// the operation. It runs inside the write, before the commit, so that the
-// recorded bytes are written in the same round trip as the effect; an error
-// aborts the write (nothing is committed).
-type Render func(Result) (RecordedResponse, error)
+// Render turns an executed write's result into the response body recorded
+// for the operation and replayed, byte for byte, to every later request
+// with its key (decision 0028). It runs inside the write, before the
+// commit; an error aborts the write (nothing is committed).
+type Render func(Result) ([]byte, error)
 
-// Outcome is a write's answer: the recorded response, and whether it is a
-// replay of an earlier execution.
-type Outcome struct {
-	RecordedResponse
-	Replayed bool
-}
+// Answer is a write's answer: the recorded outcome (an Outcome constant),
+// body and resource, and whether it is a replay of an earlier execution.
+type Answer = idempotency.Answer
 
-func (s *Service) waitFor(r Request) time.Duration {
-	if r.Wait < 0 || r.Wait > s.cfg.Wait {
-		return s.cfg.Wait
-	}
-	return r.Wait
-}
-
-// now returns the service clock truncated to what PostgreSQL stores, so that
-// a recorded body and a later read agree.
+// clock returns the service clock truncated to what PostgreSQL stores, so
+// that a recorded time and a later read agree.
 func (s *Service) clock() time.Time { return s.now().UTC().Truncate(time.Microsecond) }
 
 // errNoRender: a write request came without its Render.
 var errNoRender = errors.New("notes: the write request has no Render")
 
+// protocolRequest is r's request to the protocol, fp's, planned by plan.
+func (r Request) protocolRequest(fp idempotency.Fingerprint, plan func(ctx context.Context, tx *db.Pipeline, now time.Time) (*idempotency.Plan, error)) idempotency.Request {
+	return idempotency.Request{Tenant: r.Tenant, Key: r.Key, Wait: r.Wait, Fingerprint: fp, Plan: plan}
+}
+
 // Create creates a note as the operation (r.Tenant, r.Key); the note's id
-// is derived from the operation (ids.go). Errors: *KeyReusedError,
-// *ExpiredError, ErrInProgress, *UnavailableError, ErrKeyGenerations (the
-// key made maxGenerations notes already), and others for unexpected
-// failures (nothing committed).
-func (s *Service) Create(ctx context.Context, r Request, p CreateParams) (Outcome, error) {
+// is derived from the operation (ids.go). Errors: *idempotency.KeyReusedError,
+// *idempotency.ExpiredError, idempotency.ErrInProgress,
+// *idempotency.UnavailableError, ErrKeyGenerations (the key made
+// maxGenerations notes already), and others for unexpected failures
+// (nothing committed).
+func (s *Service) Create(ctx context.Context, r Request, p CreateParams) (Answer, error) {
 	if r.Render == nil {
-		return Outcome{}, errNoRender
+		return Answer{}, errNoRender
 	}
 	params := idempotency.Params{"title": p.Title, "body": p.Body, "attachment": nil}
 	if a := p.Attachment; a != nil {
@@ -280,22 +296,24 @@ func (s *Service) Create(ctx context.Context, r Request, p CreateParams) (Outcom
 	}
 	fp, err := idempotency.NewFingerprint(contract.ActionCreateNote, createVersion, params)
 	if err != nil {
-		return Outcome{}, err
+		return Answer{}, err
 	}
 	secret, err := s.ids.get(ctx, s.pool)
 	if err != nil {
-		return Outcome{}, s.unavailable(err, false)
+		return Answer{}, s.unavailable(err)
 	}
 	// The note id is derived from the operation (ids.go); a key used for a
 	// new intent after it was forgotten finds its earlier notes' ids taken,
 	// and each refusal (nothing committed) moves it to the next generation.
 	for gen := 0; ; gen++ {
-		out, err := s.run(ctx, r, fp, func(now time.Time) (*plan, error) { return s.planCreate(r, p, secret, gen, now) })
+		out, err := s.proto.Run(ctx, r.protocolRequest(fp, func(_ context.Context, _ *db.Pipeline, now time.Time) (*idempotency.Plan, error) {
+			return s.planCreate(r, p, secret, gen, now)
+		}))
 		if !noteIDTaken(err) {
 			return out, err
 		}
 		if gen+1 >= maxGenerations {
-			return Outcome{}, fmt.Errorf("create note: %w", ErrKeyGenerations)
+			return Answer{}, fmt.Errorf("create note: %w", ErrKeyGenerations)
 		}
 	}
 }
@@ -317,397 +335,26 @@ func noteIDTaken(err error) bool {
 }
 
 // Delete deletes note id as the operation (r.Tenant, r.Key). Deleting a note
-// that does not exist (or not any more) is recorded with ErrNothingToDelete.
-// Errors as for Create.
-func (s *Service) Delete(ctx context.Context, r Request, id uuid.UUID) (Outcome, error) {
+// that does not exist (or not any more) is recorded as
+// OutcomeNothingToDelete. Errors as for Create.
+func (s *Service) Delete(ctx context.Context, r Request, id uuid.UUID) (Answer, error) {
 	if r.Render == nil {
-		return Outcome{}, errNoRender
+		return Answer{}, errNoRender
 	}
 	fp, err := idempotency.NewFingerprint(contract.ActionDeleteNote, deleteVersion, idempotency.Params{"id": id.String()})
 	if err != nil {
-		return Outcome{}, err
+		return Answer{}, err
 	}
-	return s.run(ctx, r, fp, func(now time.Time) (*plan, error) { return s.planDelete(r, id, now), nil })
+	return s.proto.Run(ctx, r.protocolRequest(fp, func(ctx context.Context, tx *db.Pipeline, now time.Time) (*idempotency.Plan, error) {
+		return s.planDelete(ctx, tx, r, id, now)
+	}))
 }
 
-// effect is what an executed write produced, to be recorded.
-type effect struct {
-	resp     RecordedResponse
-	resource string
-	// counted: whether a business effect happened (a 404 delete has none).
-	counted bool
-	noteID  uuid.UUID
-}
-
-// plan is how one write executes. An effect known in advance (a create) is
-// queued whole, guarded by the claim, so that claim, effect, record and
-// COMMIT travel in one round trip; an effect that depends on what the
-// database holds (a delete) runs once the claim is known.
-type plan struct {
-	// eff: the effect, known before the transaction when write is set.
-	eff *effect
-	// write: the effect as rows of one statement that also claims the
-	// operation and writes its record (idempotency.ClaimWrite), args one
-	// list per insert; the guarded attempt queues the same rows as
-	// statements of their own. Nil for a write with no such form.
-	write     *idempotency.ClaimWrite
-	writeArgs [][]any
-	// run: executes the effect inside the claimed transaction, queueing
-	// what it can into tx's batch.
-	run func(ctx context.Context, tx *db.Pipeline) (*effect, error)
-}
-
-// planFunc prepares a write at time now.
-type planFunc func(now time.Time) (*plan, error)
-
-// The test hook runs its statements on the write's pipeline.
-var _ idempotency.Querier = (*db.Pipeline)(nil)
-
-// errBusy: another transaction holds the operation's lock.
-var errBusy = errors.New("operation locked by another transaction")
-
-// run is the idempotency protocol around one write: coalesce with
-// concurrent requests of this process, claim the operation's lock, replay or
-// refuse a recorded operation, otherwise execute and record in one
-// transaction.
-func (s *Service) run(ctx context.Context, r Request, fp idempotency.Fingerprint, exec planFunc) (Outcome, error) {
-	if rec := s.cache.Get(r.Tenant, r.Key); rec != nil {
-		if out, err, done := s.answerRecorded(rec, fp); done {
-			return out, err
-		}
-	}
-	lockID := idempotency.LockID(r.Tenant, r.Key)
-	deadline := time.Now().Add(s.waitFor(r))
-	backoff := 5 * time.Millisecond
-	for {
-		wait, leave := s.flights.Join(lockID, fp.Action)
-		if wait != nil {
-			if !sleepUntil(ctx, wait, deadline) {
-				return s.finalCheck(ctx, r, fp)
-			}
-			out, done, err := s.checkRecorded(ctx, r, fp)
-			if done {
-				return out, err
-			}
-			continue
-		}
-		out, err := func() (Outcome, error) {
-			defer leave()
-			return s.attempt(ctx, r, fp, exec)
-		}()
-		if !errors.Is(err, errBusy) {
-			return out, err
-		}
-		// Another process (or a lookup) holds the lock: poll with jitter.
-		sleep := min(backoff, time.Until(deadline))
-		if sleep <= 0 {
-			return s.finalCheck(ctx, r, fp)
-		}
-		backoff = min(backoff*2, 100*time.Millisecond)
-		t := time.NewTimer(sleep/2 + rand.N(sleep/2+1))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return Outcome{}, ctx.Err()
-		case <-t.C:
-		}
-		out, done, err := s.checkRecorded(ctx, r, fp)
-		if done {
-			return out, err
-		}
-	}
-}
-
-// sleepUntil waits for ch or the deadline; it reports whether ch closed.
-func sleepUntil(ctx context.Context, ch <-chan struct{}, deadline time.Time) bool {
-	d := time.Until(deadline)
-	if d <= 0 {
-		select {
-		case <-ch:
-			return true
-		default:
-			return false
-		}
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ch:
-		return true
-	case <-t.C:
-		return false
-	case <-ctx.Done():
-		return false
-	}
-}
-
-// finalCheck answers a request whose wait ran out: the recorded outcome if
-// it appeared meanwhile, else ErrInProgress.
-func (s *Service) finalCheck(ctx context.Context, r Request, fp idempotency.Fingerprint) (Outcome, error) {
-	if ctx.Err() != nil {
-		return Outcome{}, ctx.Err()
-	}
-	out, done, err := s.checkRecorded(ctx, r, fp)
-	if done {
-		return out, err
-	}
-	s.obs.Idempotency(fp.Action, contract.OutcomeInProgress)
-	return Outcome{}, ErrInProgress
-}
-
-// checkRecorded reads the record without locking; done is false when there
-// is none (or only a forgotten one) and the caller should try to execute.
-func (s *Service) checkRecorded(ctx context.Context, r Request, fp idempotency.Fingerprint) (Outcome, bool, error) {
-	conn, err := s.acquire(ctx, r.Tenant)
-	if err != nil {
-		return Outcome{}, true, s.unavailable(err, false)
-	}
-	rec, err := idempotency.RecordGet(ctx, conn, r.Tenant, r.Key)
-	conn.Release()
-	if err != nil {
-		return Outcome{}, true, s.unavailable(err, false)
-	}
-	if rec == nil {
-		return Outcome{}, false, nil
-	}
-	s.cache.Put(rec)
-	out, err, done := s.answerRecorded(rec, fp)
-	return out, done, err
-}
-
-// answerRecorded turns a committed record into the answer for fp; done is
-// false for a forgotten record.
-func (s *Service) answerRecorded(rec *idempotency.Record, fp idempotency.Fingerprint) (Outcome, error, bool) {
-	verdict, fields := idempotency.Decide(rec, fp, s.clock())
-	switch verdict {
-	case idempotency.Replay:
-		s.obs.Idempotency(fp.Action, contract.OutcomeReplayed)
-		s.replays.add(rec.Tenant, rec.Key, rec.CreatedAt)
-		return Outcome{RecordedResponse: recorded(rec), Replayed: true}, nil, true
-	case idempotency.Reused:
-		s.obs.Idempotency(fp.Action, contract.OutcomeKeyReused)
-		return Outcome{}, &KeyReusedError{RecordedAction: rec.Action, Fields: fields}, true
-	case idempotency.Expired:
-		s.obs.Idempotency(fp.Action, contract.OutcomeExpired)
-		return Outcome{}, &ExpiredError{Resource: rec.Resource, CompletedAt: rec.CompletedAt, ExpiredAt: rec.ExpiresAt}, true
-	default:
-		return Outcome{}, nil, false
-	}
-}
-
-// recorded returns rec's response.
-func recorded(rec *idempotency.Record) RecordedResponse {
-	return RecordedResponse{Status: rec.Status, Body: rec.Body, Location: rec.Location}
-}
-
-func (s *Service) unavailable(err error, unknown bool) error {
+func (s *Service) unavailable(err error) error {
 	if errors.Is(db.Translate(err), db.ErrUnavailable) || db.IsConnectionError(err) {
-		return &UnavailableError{Unknown: unknown, Err: err}
+		return &idempotency.UnavailableError{Err: err}
 	}
 	return err
-}
-
-// attempt runs one execution attempt in its own transaction, detached from
-// the client's cancellation. It returns errBusy when another transaction owns
-// the key.
-//
-// In the common case — a create with a new key — it is one round trip of
-// one statement: BEGIN, the claim that writes the note, its event and the
-// record only when it claimed (plan.write), COMMIT. A key whose record is
-// forgotten takes a second attempt, the guarded one (attemptOnce's guarded), which
-// replaces the record.
-func (s *Service) attempt(reqCtx context.Context, r Request, fp idempotency.Fingerprint, planFn planFunc) (Outcome, error) {
-	out, err := s.attemptOnce(reqCtx, r, fp, planFn, false)
-	if errors.Is(err, errForgotten) {
-		return s.attemptOnce(reqCtx, r, fp, planFn, true)
-	}
-	return out, err
-}
-
-// errForgotten says the one-statement claim found the key's record
-// forgotten: the key is free, through the guarded claim.
-var errForgotten = errors.New("the key's record is forgotten")
-
-// attemptOnce is one attempt, guarded or (when the plan has one, no hook is
-// installed and guarded is false) in one statement.
-//
-// The guarded attempt: BEGIN, the claim, the guarded effect, the guarded
-// record, COMMIT. When the claim fails the guarded statements write nothing
-// and the COMMIT commits nothing; the claim's row says why (a record to
-// replay, or a lock held).
-func (s *Service) attemptOnce(reqCtx context.Context, r Request, fp idempotency.Fingerprint, planFn planFunc, guarded bool) (Outcome, error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(reqCtx), s.cfg.WriteTimeout)
-	defer cancel()
-	now := s.clock()
-	p, err := planFn(now)
-	if err != nil {
-		return Outcome{}, err
-	}
-	turn, err := s.turn(ctx, r.Tenant)
-	if err != nil {
-		return Outcome{}, s.unavailable(err, false)
-	}
-	defer turn()
-	tx, err := db.BeginPipeline(ctx, s.pool, db.WithAcquireTimeout(s.cfg.AcquireTimeout), db.WithLockTimeout(s.cfg.LockTimeout))
-	if err != nil {
-		return Outcome{}, s.unavailable(err, false)
-	}
-	defer tx.Release()
-
-	var claim idempotency.Claim
-	eff := p.eff
-	if p.write != nil && s.hooks.AfterEffect == nil && !guarded {
-		record := s.record(r, fp, eff, now)
-		if err := p.write.Queue(tx.Batch(), record, &claim, p.writeArgs...); err != nil {
-			return Outcome{}, err
-		}
-		return s.commit(ctx, reqCtx, tx, r, fp, &claim, record, eff)
-	}
-	idempotency.QueueClaimGuarded(tx.Batch(), r.Tenant, r.Key, now, &claim)
-	if p.write != nil {
-		if err := p.write.QueueEffectsGuarded(tx.Batch(), p.writeArgs...); err != nil {
-			return Outcome{}, err
-		}
-	}
-	if p.run != nil || s.hooks.AfterEffect != nil {
-		// The effect must be decided (delete) or observed (test hook)
-		// before the record is written: this round trip ends here.
-		if err := tx.Send(ctx); err != nil {
-			return Outcome{}, s.unavailable(err, false)
-		}
-		if !claim.Claimed {
-			// End the transaction before answering: until then it holds
-			// the key's lock, and a lookup would see "in progress".
-			tx.Rollback(ctx)
-			return s.unclaimed(claim, fp)
-		}
-		if p.run != nil {
-			if eff, err = p.run(ctx, tx); err != nil {
-				tx.Rollback(ctx)
-				return Outcome{}, s.unavailable(err, false)
-			}
-		}
-		if s.hooks.AfterEffect != nil {
-			if err := tx.Send(ctx); err != nil {
-				return Outcome{}, s.unavailable(err, false)
-			}
-			if err := s.hooks.AfterEffect(ctx, tx, eff.noteID); err != nil {
-				tx.Rollback(ctx)
-				return Outcome{}, err
-			}
-		}
-	}
-	record := s.record(r, fp, eff, now)
-	idempotency.QueueInsertGuarded(tx.Batch(), record)
-	return s.commit(ctx, reqCtx, tx, r, fp, &claim, record, eff)
-}
-
-// record is the operation record of eff, an execution that started at now
-// and completes now.
-func (s *Service) record(r Request, fp idempotency.Fingerprint, eff *effect, now time.Time) *idempotency.Record {
-	completed := s.clock()
-	return &idempotency.Record{
-		Tenant: r.Tenant, Key: r.Key, Action: fp.Action, Version: fp.Version,
-		Fingerprint: fp.Sum, Fields: fp.Fields, Resource: eff.resource,
-		Status: eff.resp.Status, Body: eff.resp.Body, Location: eff.resp.Location,
-		CreatedAt: now, CompletedAt: completed,
-		ExpiresAt: completed.Add(s.cfg.ResponseRetention), ForgetAt: completed.Add(s.cfg.KeyRetention),
-	}
-}
-
-// commit sends what tx still holds with COMMIT and answers from the
-// outcome: executed, the claim's answer when it did not claim (the COMMIT
-// then committed nothing), or the recheck's when the COMMIT's reply was
-// lost. A claim that did not claim because the record is forgotten (the
-// one-statement claim) returns errForgotten.
-func (s *Service) commit(ctx, reqCtx context.Context, tx *db.Pipeline, r Request, fp idempotency.Fingerprint, claim *idempotency.Claim, record *idempotency.Record, eff *effect) (Outcome, error) {
-	err := tx.Commit(ctx)
-	var lost *db.OutcomeUnknownError
-	switch {
-	case err == nil && claim.Forgotten(record.CreatedAt):
-		return Outcome{}, errForgotten
-	case err == nil && !claim.Claimed:
-		return s.unclaimed(*claim, fp) // the COMMIT committed nothing
-	case err == nil:
-		s.committed(fp, eff)
-		s.cache.Put(record)
-		return Outcome{RecordedResponse: eff.resp}, nil
-	case errors.As(err, &lost):
-		// The COMMIT may or may not have happened: find out on another
-		// connection (Commit gave this one back, closed).
-		return s.recheck(reqCtx, r, fp, record, eff, lost)
-	case errors.Is(err, db.ErrDuplicate) && !noteIDTaken(err):
-		return Outcome{}, errBusy // a concurrent writer recorded the key first
-	default:
-		return Outcome{}, fmt.Errorf("write %s: %w", fp.Action, err)
-	}
-}
-
-// unclaimed answers an attempt whose claim failed: the recorded outcome, or
-// errBusy when another transaction holds the key.
-func (s *Service) unclaimed(c idempotency.Claim, fp idempotency.Fingerprint) (Outcome, error) {
-	if c.Record != nil {
-		s.cache.Put(c.Record)
-		if out, err, done := s.answerRecorded(c.Record, fp); done {
-			return out, err
-		}
-	}
-	return Outcome{}, errBusy
-}
-
-// committed counts an executed operation and wakes the relays when it wrote
-// events (every counted effect does).
-func (s *Service) committed(fp idempotency.Fingerprint, eff *effect) {
-	s.obs.Idempotency(fp.Action, contract.OutcomeExecuted)
-	if eff.counted {
-		s.obs.BusinessEffect(fp.Action)
-		s.notifier.Signal()
-	}
-}
-
-// recheck establishes whether a write whose COMMIT reply was lost
-// committed. Once db.Recheck ended the old session, it takes the key's lock
-// and reads the record: found means committed; absent means nothing was.
-func (s *Service) recheck(reqCtx context.Context, r Request, fp idempotency.Fingerprint, mine *idempotency.Record, eff *effect, lost *db.OutcomeUnknownError) (Outcome, error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(reqCtx), recheckTimeout)
-	defer cancel()
-	s.log.Warn().Err(lost.Err).Str("action", fp.Action).Str("key_hash", opkey.Hash(r.Tenant, r.Key)).
-		Str("error_category", "commit_reply_lost").Msg("commit reply lost; re-checking the outcome")
-	var (
-		out    Outcome
-		outErr error
-	)
-	err := db.Recheck(ctx, s.pool, lost, func(ctx context.Context) bool {
-		var locked bool
-		var rec *idempotency.Record
-		err := db.WithTx(ctx, s.pool, func(tx pgx.Tx) error {
-			b := &pgx.Batch{}
-			idempotency.QueueClaim(b, r.Tenant, r.Key, &locked, &rec)
-			return tx.SendBatch(ctx, b).Close()
-		})
-		switch {
-		case err != nil:
-			return false
-		case rec != nil && rec.Resource == mine.Resource && rec.CreatedAt.Equal(mine.CreatedAt):
-			s.committed(fp, eff)
-			s.cache.Put(rec)
-			out = Outcome{RecordedResponse: recorded(rec)}
-		case rec != nil:
-			var done bool
-			if out, outErr, done = s.answerRecorded(rec, fp); !done {
-				outErr = &UnavailableError{Err: lost.Err}
-			}
-		case locked:
-			outErr = &UnavailableError{Err: lost.Err}
-		default:
-			return false // someone else holds the key's lock
-		}
-		return true
-	})
-	if err != nil {
-		return Outcome{}, &UnavailableError{Unknown: true, Err: lost.Err}
-	}
-	return out, outErr
 }
 
 // The rows a create writes, as notes owns them (see db.Insert).
@@ -728,9 +375,25 @@ var (
 	createWithAttachmentWrite = idempotency.NewClaimWrite(noteInsert, attachmentInsert, outbox.EventInsert)
 )
 
-const sqlNoteDelete = `UPDATE notes SET deleted_at = $3 WHERE tenant = $1 AND id = $2 AND deleted_at IS NULL`
+const (
+	// sqlNoteLock locks the note a delete acts on, before the claim, so
+	// that whether it is live holds until the COMMIT; the lock orders the
+	// delete's event after every other event of the note committed before
+	// it. No row: no such note.
+	sqlNoteLock = `SELECT deleted_at IS NULL FROM notes WHERE tenant = $1 AND id = $2 FOR UPDATE`
 
-func (s *Service) planCreate(r Request, p CreateParams, secret []byte, generation int, now time.Time) (*plan, error) {
+	// sqlNoteDelete follows the claim, guarded by idempotency.Claimed.
+	sqlNoteDelete = `UPDATE notes SET deleted_at = $3 WHERE tenant = $1 AND id = $2 AND current_setting($4::text)::boolean`
+)
+
+var (
+	// A delete that deletes writes its event with the record; one that
+	// finds nothing writes the record only.
+	deleteWrite  = idempotency.NewClaimWrite(outbox.EventInsert)
+	nothingWrite = idempotency.NewClaimWrite()
+)
+
+func (s *Service) planCreate(r Request, p CreateParams, secret []byte, generation int, now time.Time) (*idempotency.Plan, error) {
 	id := NoteID(secret, r.Tenant, r.Key, generation)
 	n := Note{ID: id, Tenant: r.Tenant, Title: p.Title, Body: p.Body, CreatedAt: now}
 	var aid uuid.UUID
@@ -741,24 +404,23 @@ func (s *Service) planCreate(r Request, p CreateParams, secret []byte, generatio
 	}
 	view := n.View()
 	resource := contract.NotePath(id.String())
-	resp, err := r.Render(Result{Resource: resource, Note: &view})
+	body, err := r.Render(Result{Outcome: OutcomeCreated, Resource: resource, Note: &view})
 	if err != nil {
 		return nil, fmt.Errorf("render create: %w", err)
 	}
-	eff := &effect{resp: resp, resource: resource, counted: true, noteID: id}
+	plan := &idempotency.Plan{Outcome: OutcomeCreated, Body: body, Resource: resource, Effect: true}
 	noteArgs := []any{pgUUID(n.ID), n.Tenant, n.Title, n.Body, n.CreatedAt}
-	var attArgs []any
-	if a := p.Attachment; a != nil {
-		attArgs = []any{pgUUID(aid), r.Tenant, pgUUID(id), a.Filename, a.ContentType, len(a.Data), a.SHA256, a.Data}
-	}
 	event, err := outbox.InsertArgs(s.event(r, contract.EventNoteCreated, id, now, view))
 	if err != nil {
 		return nil, err
 	}
-	if attArgs != nil {
-		return &plan{eff: eff, write: createWithAttachmentWrite, writeArgs: [][]any{noteArgs, attArgs, event}}, nil
+	if a := p.Attachment; a != nil {
+		attArgs := []any{pgUUID(aid), r.Tenant, pgUUID(id), a.Filename, a.ContentType, len(a.Data), a.SHA256, a.Data}
+		plan.Write, plan.Args = createWithAttachmentWrite, [][]any{noteArgs, attArgs, event}
+	} else {
+		plan.Write, plan.Args = createWrite, [][]any{noteArgs, event}
 	}
-	return &plan{eff: eff, write: createWrite, writeArgs: [][]any{noteArgs, event}}, nil
+	return plan, nil
 }
 
 // DeleteResult is what a successful delete did.
@@ -767,41 +429,43 @@ type DeleteResult struct {
 	DeletedAt string `json:"deleted_at"`
 }
 
-func (s *Service) planDelete(r Request, id uuid.UUID, now time.Time) *plan {
-	return &plan{run: func(ctx context.Context, tx *db.Pipeline) (*effect, error) {
-		// The UPDATE takes the note's row lock, which orders this event
-		// after every other event of the note that committed before it.
-		tag, err := tx.Exec(ctx, sqlNoteDelete, r.Tenant, pgUUID(id), now)
-		if err != nil {
-			return nil, fmt.Errorf("delete note: %w", db.Translate(err))
-		}
-		resource := contract.NotePath(id.String())
-		if tag.RowsAffected() == 0 {
-			resp, err := r.Render(Result{Resource: resource, Err: ErrNothingToDelete})
-			if err != nil {
-				return nil, fmt.Errorf("render delete: %w", err)
-			}
-			return &effect{resp: resp, resource: resource, noteID: id}, nil
-		}
-		res := DeleteResult{ID: id.String(), DeletedAt: FormatTime(now)}
-		resp, err := r.Render(Result{Resource: resource, Deleted: &res})
+// planDelete reads, under the note's row lock, whether note id is live,
+// and plans its delete: the event and the guarded UPDATE, or the record of
+// nothing to delete.
+func (s *Service) planDelete(ctx context.Context, tx *db.Pipeline, r Request, id uuid.UUID, now time.Time) (*idempotency.Plan, error) {
+	var live bool
+	err := tx.QueryRow(ctx, sqlNoteLock, r.Tenant, pgUUID(id)).Scan(&live)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("lock note: %w", db.Translate(err))
+	}
+	resource := contract.NotePath(id.String())
+	if !live {
+		body, err := r.Render(Result{Outcome: OutcomeNothingToDelete, Resource: resource, Err: ErrNothingToDelete})
 		if err != nil {
 			return nil, fmt.Errorf("render delete: %w", err)
 		}
-		if err := s.queueEvent(tx.Batch(), r, contract.EventNoteDeleted, id, now, res); err != nil {
-			return nil, err
-		}
-		return &effect{resp: resp, resource: resource, counted: true, noteID: id}, nil
-	}}
+		return &idempotency.Plan{Outcome: OutcomeNothingToDelete, Body: body, Resource: resource, Write: nothingWrite}, nil
+	}
+	res := DeleteResult{ID: id.String(), DeletedAt: FormatTime(now)}
+	body, err := r.Render(Result{Outcome: OutcomeDeleted, Resource: resource, Deleted: &res})
+	if err != nil {
+		return nil, fmt.Errorf("render delete: %w", err)
+	}
+	event, err := outbox.InsertArgs(s.event(r, contract.EventNoteDeleted, id, now, res))
+	if err != nil {
+		return nil, err
+	}
+	return &idempotency.Plan{Outcome: OutcomeDeleted, Body: body, Resource: resource, Effect: true,
+		Write: deleteWrite, Args: [][]any{event},
+		Then: func(b *pgx.Batch) error {
+			b.Queue(sqlNoteDelete, r.Tenant, pgUUID(id), now, string(idempotency.Claimed))
+			return nil
+		}}, nil
 }
 
 // pgUUID passes a UUID to pgx in binary; a uuid.UUID would go through its
 // string form.
 func pgUUID(u uuid.UUID) pgtype.UUID { return pgtype.UUID{Bytes: u, Valid: true} }
-
-func (s *Service) queueEvent(b *pgx.Batch, r Request, typ string, noteID uuid.UUID, now time.Time, data any) error {
-	return outbox.QueueGuarded(b, s.event(r, typ, noteID, now, data), idempotency.Claimed)
-}
 
 // event is the event of type typ that operation r writes about note noteID.
 func (s *Service) event(r Request, typ string, noteID uuid.UUID, now time.Time, data any) outbox.Event {

@@ -24,6 +24,7 @@ import (
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/dbtest"
 	"github.com/quillhq/quill/internal/httpapi"
+	"github.com/quillhq/quill/internal/idempotency"
 	"github.com/quillhq/quill/internal/notes"
 )
 
@@ -70,7 +71,7 @@ func TestProductionPathConcurrentAcrossProcessesExecutesOnce(t *testing.T) {
 				out, err := svcs[i%len(svcs)].Create(context.Background(),
 					notes.Request{Tenant: tenant, Key: key, Wait: -1, Render: httpapi.RenderWrite}, notes.CreateParams{Title: "same"})
 				switch {
-				case errors.Is(err, notes.ErrInProgress):
+				case errors.Is(err, idempotency.ErrInProgress):
 					busy.Add(1)
 				case err != nil:
 					t.Errorf("round %d: %v", round, err)
@@ -175,7 +176,7 @@ func TestRecheckEndsTheOldSessionBeforeSayingNothingCommitted(t *testing.T) {
 
 	proxy.armed.Store(true)
 	_, err := svc.Create(ctx, notes.Request{Tenant: tenant, Key: "late", Wait: -1, Render: httpapi.RenderWrite}, notes.CreateParams{Title: "late"})
-	var unavail *notes.UnavailableError
+	var unavail *idempotency.UnavailableError
 	require.ErrorAs(t, err, &unavail)
 	<-proxy.delivered
 
@@ -219,5 +220,5 @@ func TestRecheckWorksWithAFullPool(t *testing.T) {
 	out, err := svc.Create(ctx, notes.Request{Tenant: tenant, Key: "lost", Wait: -1, Render: httpapi.RenderWrite}, notes.CreateParams{Title: "lost"})
 	require.Equal(t, 1, proxy.Cuts())
 	require.NoError(t, err, "after %s: the COMMIT succeeded and the database is reachable; the recheck should find it", time.Since(start))
-	require.Equal(t, 201, out.Status)
+	require.Equal(t, notes.OutcomeCreated, out.Outcome)
 }

@@ -56,8 +56,8 @@ func TestCloudEventsSDKReadsEveryAttribute(t *testing.T) {
 		notes.CreateParams{Title: "Meeting notes", Body: "Ship on Friday.",
 			Attachment: &notes.NewAttachment{Filename: "board.png", ContentType: "image/png", Data: png, SHA256: hex.EncodeToString(sum[:])}})
 	require.NoError(t, err)
-	require.Equal(t, http.StatusCreated, created.Status, "%s", created.Body)
-	noteID := uuid.MustParse(strings.TrimPrefix(created.Location, "/v1/notes/"))
+	require.Equal(t, notes.OutcomeCreated, created.Outcome, "%s", created.Body)
+	noteID := uuid.MustParse(strings.TrimPrefix(created.Resource, "/v1/notes/"))
 	var note struct {
 		Attachment struct {
 			ID string `json:"id"`
@@ -80,7 +80,7 @@ func TestCloudEventsSDKReadsEveryAttribute(t *testing.T) {
 
 	deleted, err := svc.Delete(ctx, notes.Request{Tenant: h.tenant, Key: "ce-delete", Wait: -1, Render: httpapi.RenderWrite}, noteID)
 	require.NoError(t, err)
-	require.Equal(t, http.StatusOK, deleted.Status, "%s", deleted.Body)
+	require.Equal(t, notes.OutcomeDeleted, deleted.Outcome, "%s", deleted.Body)
 
 	h.waitPublished(3)
 	msgs := h.requireExactlyOnce(3)

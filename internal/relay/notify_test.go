@@ -2,7 +2,6 @@ package relay_test
 
 import (
 	"context"
-	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -153,7 +152,7 @@ func TestNotifyWakesAnIdleRelay(t *testing.T) {
 	out, err := svc.Create(ctx, notes.Request{Tenant: tenant, Key: "notify-" + suffix, Wait: -1, Render: httpapi.RenderWrite},
 		notes.CreateParams{Title: "wakes the relay"})
 	require.NoError(t, err)
-	require.Equal(t, http.StatusCreated, out.Status)
+	require.Equal(t, notes.OutcomeCreated, out.Outcome)
 	var created uuid.UUID
 	require.NoError(t, writer.QueryRow(ctx, `SELECT id FROM outbox_events WHERE id <> $1`, silent.ID).Scan(&created))
 

@@ -613,9 +613,9 @@ func TestTwoRelaysPublishEveryEventOnceInCommitOrderPerNote(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		id, err := uuid.Parse(strings.TrimPrefix(out.Location, "/v1/notes/"))
+		id, err := uuid.Parse(strings.TrimPrefix(out.Resource, "/v1/notes/"))
 		if err != nil {
-			return fmt.Errorf("create %d: location %q: %w", n, out.Location, err)
+			return fmt.Errorf("create %d: resource %q: %w", n, out.Resource, err)
 		}
 		for step := range extraPerNote {
 			e := h.event(h.tenant, id, contract.EventAttachmentProcessed, processedData(id, fmt.Sprintf("step %d", step)))
@@ -628,8 +628,8 @@ func TestTwoRelaysPublishEveryEventOnceInCommitOrderPerNote(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if out.Status != 200 {
-			return fmt.Errorf("delete %d: status %d: %s", n, out.Status, out.Body)
+		if out.Outcome != notes.OutcomeDeleted {
+			return fmt.Errorf("delete %d: outcome %s: %s", n, out.Outcome, out.Body)
 		}
 		return nil
 	}

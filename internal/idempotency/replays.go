@@ -1,17 +1,11 @@
-package notes
+package idempotency
 
 import (
 	"context"
 	"fmt"
 	"sync"
 	"time"
-
-	"github.com/quillhq/quill/internal/idempotency"
 )
-
-// DefaultReplayFlushInterval is how often RunReplayCounter adds the replays
-// counted in memory to operations.replays.
-const DefaultReplayFlushInterval = time.Second
 
 // replayFlushTimeout bounds one flush, the final one at shutdown included.
 const replayFlushTimeout = 5 * time.Second
@@ -71,8 +65,8 @@ func (c *replayCounter) giveBack(m map[replayKey]int64) {
 // operations' replays column and returns how many replays it wrote. On
 // failure the counts are kept for the next flush and the error (the
 // driver's, wrapped) is returned.
-func (s *Service) FlushReplays(ctx context.Context) (int64, error) {
-	m := s.replays.take()
+func (p *Protocol) FlushReplays(ctx context.Context) (int64, error) {
+	m := p.replays.take()
 	if len(m) == 0 {
 		return 0, nil
 	}
@@ -86,7 +80,7 @@ func (s *Service) FlushReplays(ctx context.Context) (int64, error) {
 		if len(keys) == 0 {
 			return nil
 		}
-		if err := idempotency.AddReplays(ctx, s.pool, tenants, keys, created, ns); err != nil {
+		if err := AddReplays(ctx, p.pool, tenants, keys, created, ns); err != nil {
 			return err
 		}
 		for _, n := range ns {
@@ -105,14 +99,14 @@ func (s *Service) FlushReplays(ctx context.Context) (int64, error) {
 		delete(m, k)
 		if len(keys) == replayFlushChunk {
 			if err := flush(); err != nil {
-				s.replays.giveBack(pending)
-				s.replays.giveBack(m)
+				p.replays.giveBack(pending)
+				p.replays.giveBack(m)
 				return written, fmt.Errorf("flush replay counts: %w", err)
 			}
 		}
 	}
 	if err := flush(); err != nil {
-		s.replays.giveBack(pending)
+		p.replays.giveBack(pending)
 		return written, fmt.Errorf("flush replay counts: %w", err)
 	}
 	return written, nil
@@ -124,23 +118,23 @@ func (s *Service) FlushReplays(ctx context.Context) (int64, error) {
 // it after the last one: counts not flushed when the process dies (SIGKILL,
 // a crash) are lost — at most one interval's worth. A failed flush is
 // logged and retried at the next tick.
-func (s *Service) RunReplayCounter(ctx context.Context) error {
-	t := time.NewTicker(s.cfg.ReplayFlushInterval)
+func (p *Protocol) RunReplayCounter(ctx context.Context) error {
+	t := time.NewTicker(p.cfg.ReplayFlushInterval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), replayFlushTimeout)
 			defer cancel()
-			if _, err := s.FlushReplays(fctx); err != nil {
-				s.log.Warn().Err(err).Str("error_category", "replay_count_lost").
+			if _, err := p.FlushReplays(fctx); err != nil {
+				p.log.Warn().Err(err).Str("error_category", "replay_count_lost").
 					Msg("could not write the last replay counts at shutdown; they are lost (operations.replays undercounts)")
 			}
 			return nil
 		case <-t.C:
 			fctx, cancel := context.WithTimeout(ctx, replayFlushTimeout)
-			if _, err := s.FlushReplays(fctx); err != nil && ctx.Err() == nil {
-				s.log.Warn().Err(err).Str("error_category", "replay_count_flush_failed").
+			if _, err := p.FlushReplays(fctx); err != nil && ctx.Err() == nil {
+				p.log.Warn().Err(err).Str("error_category", "replay_count_flush_failed").
 					Msg("could not write replay counts; retrying at the next flush")
 			}
 			cancel()
