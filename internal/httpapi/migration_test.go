@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/quillhq/quill/consumer"
 	"github.com/quillhq/quill/internal/auth"
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/dbtest"
@@ -39,12 +40,14 @@ func TestOperationOutcomeMigrationKeepsReplays(t *testing.T) {
 	t.Cleanup(func() { _ = sqlDB.Close() })
 	provider, err := goose.NewProvider(goose.DialectPostgres, sqlDB, migrations.FS)
 	require.NoError(t, err)
-	_, err = provider.UpTo(ctx, 15)
-	require.NoError(t, err)
-
 	pool, err := db.Open(ctx, u, 4)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
+	// As db.Migrate: the consumer package's tables first (00014 moves
+	// rows into them).
+	require.NoError(t, consumer.Migrate(ctx, pool))
+	_, err = provider.UpTo(ctx, 15)
+	require.NoError(t, err)
 	svc, err := notes.NewService(pool, notes.Config{ReplayCacheBytes: -1}, zerolog.Nop())
 	require.NoError(t, err)
 	srv := httptest.NewServer(httpapi.NewServer(httpapi.Deps{Pool: pool, Notes: svc, Log: zerolog.Nop()}))
