@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"flag"
+	"fmt"
 	"io"
 	"maps"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -288,6 +290,16 @@ func TestRemovedSettingsAreWarnings(t *testing.T) {
 		require.Contains(t, logs, `"setting":"`+env+`","fixed":"`+fixed+`"`)
 	}
 	require.Contains(t, logs, `"error_category":"database_unreachable"`)
+}
+
+// make bench-relay runs the relays at their fixed batch and bounds the raw
+// publisher's pending acks by it: the script's copy of the constant is the
+// relay's.
+func TestBenchRelayKnowsTheBatch(t *testing.T) {
+	t.Parallel()
+	script, err := os.ReadFile("../../scripts/bench-relay.sh")
+	require.NoError(t, err)
+	require.Contains(t, string(script), fmt.Sprintf("\nRELAY_BATCH=%d\n", relay.DefaultBatch))
 }
 
 // TestUnreachableDependencyAtStart: a dependency that is not there at start
