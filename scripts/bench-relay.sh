@@ -26,8 +26,7 @@
 # used), BENCH_EVENTS (100000), BENCH_NOTES (20000), BENCH_RAW_RUNS (3),
 # BENCH_RATE (500, creates/s), BENCH_E2E_DURATION (20, seconds),
 # BENCH_E2E_WARMUP (2, seconds), BENCH_E2E_CONCURRENCY (32, most creates in
-# flight), BENCH_NATS_MODES ("default always"), BENCH_RELAY_BATCH (the
-# relay's default, read from relay run --help), BENCH_STRICT=1 to exit 1
+# flight), BENCH_NATS_MODES ("default always"), BENCH_STRICT=1 to exit 1
 # when a target is missed, BENCH_WAIT_QUIET (0, seconds to wait for an
 # otherwise idle machine).
 #
@@ -50,7 +49,9 @@ E2E_DURATION=${BENCH_E2E_DURATION:-20}
 E2E_WARMUP=${BENCH_E2E_WARMUP:-2}
 E2E_CONCURRENCY=${BENCH_E2E_CONCURRENCY:-32}
 MODES=${BENCH_NATS_MODES:-default always}
-RELAY_BATCH=${BENCH_RELAY_BATCH:-}
+# The relay's batch, fixed (relay.DefaultBatch, decision 0076; it was
+# QUILL_RELAY_BATCH): raw bounds its pending acks as the relay does, 2 × it.
+RELAY_BATCH=256
 STREAM=QUILL_BENCH
 PREFIX=quillbench
 TENANT=bench
@@ -72,7 +73,6 @@ posint BENCH_RATE "$RATE"
 posint BENCH_E2E_DURATION "$E2E_DURATION"
 posint BENCH_E2E_CONCURRENCY "$E2E_CONCURRENCY"
 seconds BENCH_E2E_WARMUP "$E2E_WARMUP"
-[[ -z $RELAY_BATCH ]] || posint BENCH_RELAY_BATCH "$RELAY_BATCH"
 ((NOTES <= EVENTS)) || die "BENCH_NOTES ($NOTES) must not exceed BENCH_EVENTS ($EVENTS)"
 for m in $MODES; do
 	case $m in default | always) ;; *) die "BENCH_NATS_MODES holds '$m'; use default and/or always" ;; esac
@@ -87,14 +87,6 @@ if ((SCALEOUT)); then BINS+=(./cmd/attachment-worker); fi
 build_bins "${BINS[@]}"
 nats_server_bin
 log "nats-server $NATS_SERVER_VERSION (from go.mod) in $NATS_SERVER"
-# The relays run with RELAY_BATCH, and raw bounds its pending acks as the
-# relay does (2 × the batch): the relay's default unless BENCH_RELAY_BATCH.
-BATCH_NOTE=""
-if [[ -z $RELAY_BATCH ]]; then
-	RELAY_BATCH=$(./bin/relay run --help 2>&1 | sed -n '/^  --batch$/{n;s/.*default "\([0-9]*\)".*/\1/p;}')
-	posint "the relay's default batch (from relay run --help)" "$RELAY_BATCH"
-	BATCH_NOTE=" (default)"
-fi
 recreate_bench_db
 
 # With BENCH_WAIT_QUIET=N, every measured phase first waits (up to N s) for
@@ -138,7 +130,7 @@ start_relays() {
 	local i pid cmd
 	for ((i = 1; i <= $1; i++)); do
 		cmd=(env DATABASE_URL="$BENCH_URL" NATS_URL="$NATS_URL" QUILL_STREAM="$STREAM"
-			QUILL_SUBJECT_PREFIX="$PREFIX" QUILL_ADMIN_ADDR=127.0.0.1:0 QUILL_RELAY_BATCH="$RELAY_BATCH"
+			QUILL_SUBJECT_PREFIX="$PREFIX" QUILL_ADMIN_ADDR=127.0.0.1:0
 			"${RELAY_ENV[@]}" ./bin/relay run)
 		if [[ -n $RELAY_CAP ]]; then
 			cap_start "relay$i" "$RELAY_CAP" "$WORK/$2-relay$i.log" "${cmd[@]}"
@@ -332,7 +324,7 @@ mode_name() { if [[ $1 == always ]]; then echo "sync always"; else echo "default
 	pg_line synchronous_commit fsync shared_buffers autovacuum
 	echo "nats-server $NATS_SERVER_VERSION (built from go.mod) on a free loopback port, fresh file store; 'sync always' = jetstream { sync_interval: always }"
 	echo "stream as the relay provisions it: file storage, Duplicates 10m, MaxAge 168h, subjects $PREFIX.>; deleted before every run"
-	echo "relay: QUILL_RELAY_BATCH=$RELAY_BATCH$BATCH_NOTE, so up to $((2 * RELAY_BATCH)) pending acks; raw: the same message ids, headers, sizes and pending bound"
+	echo "relay: its fixed batch of $RELAY_BATCH events, so up to $((2 * RELAY_BATCH)) pending acks; raw: the same message ids, headers, sizes and pending bound"
 	echo "backlog: $(jget "$SEED" events) pending events over $NOTES notes, payload avg $(jget "$SEED" payload_avg_bytes) B (the API's CloudEvents JSON of a note), random note order; VACUUM ANALYZE + CHECKPOINT before each run"
 	echo "relays, nats-server, PostgreSQL, API and clients share the $NCPU CPUs (GOMAXPROCS unset); before the start, $BG_START cores were busy with other work$QUIET_NOTE"
 	echo

@@ -280,7 +280,7 @@ esac
 	echo "nats-server $NATS_SERVER_VERSION (built from go.mod), fresh file stores; single server at its defaults; cluster: 3 processes on loopback, routes between all, JetStream on each"
 	echo "CPU cap: $RELAY_CORES cores per relay process, $WORKER_CORES per worker process, by $CAP_HOW"
 	echo "uncapped: PostgreSQL, nats-server, the API, the clients, the relay that publishes the workers' backlog and the relay of the cluster run"
-	echo "relay: QUILL_RELAY_BATCH=$RELAY_BATCH$BATCH_NOTE; before the start, $BG_START of $NCPU cores were busy with other work$QUIET_NOTE; load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
+	echo "relay: its fixed batch of $RELAY_BATCH events; before the start, $BG_START of $NCPU cores were busy with other work$QUIET_NOTE; load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 	echo
 	echo "Targets:"
 	if has_part relay; then

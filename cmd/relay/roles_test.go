@@ -31,7 +31,7 @@ func TestDaemonUnderTheRuntimeRole(t *testing.T) {
 	w := &world{t: t, pool: pool, srv: srv, js: js, suffix: suffix,
 		stream: "RELAY_" + strings.ToUpper(suffix), prefix: "q" + suffix, tenant: "acme-" + suffix, admin: clitest.FreeAddr(t)}
 	w.vars = map[string]string{"DATABASE_URL": r.Runtime, "NATS_URL": srv.URL(), "QUILL_ADMIN_ADDR": w.admin,
-		"QUILL_STREAM": w.stream, "QUILL_SUBJECT_PREFIX": w.prefix, "QUILL_RELAY_POLL_INTERVAL": "100ms"}
+		"QUILL_STREAM": w.stream, "QUILL_SUBJECT_PREFIX": w.prefix}
 	p := clitest.Start(t, run, clitest.Env(w.vars))
 	waitStatus(t, "http://"+w.admin+"/readyz", http.StatusOK)
 	for range 3 {

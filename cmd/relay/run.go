@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -29,13 +30,31 @@ Run "relay run --help" for the settings.`
 // defaultAdminAddr is the relay's admin address (SPEC §2).
 const defaultAdminAddr = ":9091"
 
+// removed are the relay's settings that decision 0076 fixed, with their
+// values (package relay's constants); one still set in the environment is
+// a warning at start-up.
+var removed = []config.Removed{
+	{Env: "QUILL_RELAY_BATCH", Fixed: strconv.Itoa(relay.DefaultBatch)},
+	{Env: "QUILL_RELAY_LEASE", Fixed: relay.DefaultLease.String()},
+	{Env: "QUILL_RELAY_POLL_INTERVAL", Fixed: relay.DefaultPollInterval.String()},
+	{Env: "QUILL_RELAY_MAX_BACKOFF", Fixed: relay.DefaultMaxBackoff.String()},
+}
+
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	var c settings
+	return runWith(ctx, args, getenv, stdout, stderr, relay.Config{})
+}
+
+// runWith is run with the relay's timings and batch taken from timings
+// where they are set, package relay's constants elsewhere: the in-process
+// tests shorten them, the program never does (they are not settings).
+func runWith(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, timings relay.Config) error {
+	c := settings{relay: timings}
 	return daemon.Program{
 		Name:      "relay",
 		Overview:  overview,
 		About:     "Publishes committed outbox events to NATS JetStream and runs the retention cleanup.",
 		AdminAddr: defaultAdminAddr,
+		Removed:   removed,
 		Define:    c.define,
 		Start:     c.start,
 		Commands:  map[string]cli.RunFunc{"events": events},
@@ -44,6 +63,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 // settings are the relay's own settings, besides daemon.Settings.
 type settings struct {
+	// relay's Stream comes from the settings; its timings and batch are
+	// runWith's.
 	relay     relay.Config
 	retention retention.Config
 	// sessionURL is the claim and LISTEN sessions' URL
@@ -52,13 +73,8 @@ type settings struct {
 }
 
 func (c *settings) define(s *config.Set) {
-	r := &c.relay
 	s.String(&c.sessionURL, "relay-database-url", "QUILL_RELAY_DATABASE_URL", "", "PostgreSQL URL of the claim and LISTEN sessions: direct or a session pooler, never a transaction pooler (default: DATABASE_URL)")
-	r.Stream.Define(s)
-	s.Duration(&r.Lease, "lease", "QUILL_RELAY_LEASE", relay.DefaultLease, "how long PostgreSQL keeps the claims of a relay whose connection went silent (a relay that exits loses them at once)")
-	s.Duration(&r.PollInterval, "poll-interval", "QUILL_RELAY_POLL_INTERVAL", relay.DefaultPollInterval, "polling fallback when notifications are lost")
-	s.Duration(&r.MaxBackoff, "max-backoff", "QUILL_RELAY_MAX_BACKOFF", relay.DefaultMaxBackoff, "longest backoff while NATS or PostgreSQL fail")
-	s.Int(&r.Batch, "batch", "QUILL_RELAY_BATCH", relay.DefaultBatch, 1, "events claimed per pass")
+	c.relay.Stream.Define(s)
 	s.Duration(&c.retention.OutboxRetention, "outbox-retention", "QUILL_OUTBOX_RETENTION", retention.DefaultOutboxRetention, "how long published events stay in the outbox")
 	s.Duration(&c.retention.InboxRetention, "inbox-retention", "QUILL_INBOX_RETENTION", retention.DefaultInboxRetention, "how long consumers remember processed event ids; at least the stream's MaxAge")
 }

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"flag"
+	"fmt"
 	"io"
 	"maps"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -25,6 +27,7 @@ import (
 	"github.com/quillhq/quill/internal/dbtest"
 	"github.com/quillhq/quill/internal/natstest"
 	"github.com/quillhq/quill/internal/outbox"
+	"github.com/quillhq/quill/internal/relay"
 	"github.com/quillhq/quill/internal/testkit"
 )
 
@@ -82,16 +85,15 @@ func newWorld(t *testing.T) *world {
 	w := &world{t: t, pool: pool, srv: srv, js: js, suffix: suffix,
 		stream: "RELAY_" + strings.ToUpper(suffix), prefix: "q" + suffix, tenant: "acme-" + suffix, admin: clitest.FreeAddr(t)}
 	w.vars = map[string]string{
-		"DATABASE_URL":              dbURL,
-		"NATS_URL":                  srv.URL(),
-		"QUILL_ADMIN_ADDR":          w.admin,
-		"QUILL_STREAM":              w.stream,
-		"QUILL_SUBJECT_PREFIX":      w.prefix,
-		"QUILL_DUPLICATE_WINDOW":    "1m",
-		"QUILL_STREAM_MAX_AGE":      "1h",
-		"QUILL_RELAY_LEASE":         "1s",
-		"QUILL_RELAY_POLL_INTERVAL": "100ms",
-		"QUILL_RELAY_MAX_BACKOFF":   "250ms",
+		"DATABASE_URL":         dbURL,
+		"NATS_URL":             srv.URL(),
+		"QUILL_ADMIN_ADDR":     w.admin,
+		"QUILL_STREAM":         w.stream,
+		"QUILL_SUBJECT_PREFIX": w.prefix,
+		// Past the relay's worst republish delay at its fixed
+		// timings (71s).
+		"QUILL_DUPLICATE_WINDOW": "2m",
+		"QUILL_STREAM_MAX_AGE":   "1h",
 	}
 	return w
 }
@@ -180,9 +182,12 @@ func TestHelp(t *testing.T) {
 	require.Zero(t, exitCode(err, &stderr))
 	require.Empty(t, stderr.String())
 	for _, v := range []string{"DATABASE_URL", "NATS_URL", "QUILL_ADMIN_ADDR", "QUILL_STREAM", "QUILL_SUBJECT_PREFIX",
-		"QUILL_DUPLICATE_WINDOW", "QUILL_STREAM_MAX_AGE", "QUILL_STREAM_REPLICAS", "QUILL_NATS_CREDS", "QUILL_NATS_TLS_CA", "QUILL_NATS_TLS_CERT", "QUILL_NATS_TLS_KEY", "QUILL_RELAY_LEASE", "QUILL_RELAY_POLL_INTERVAL",
-		"QUILL_RELAY_MAX_BACKOFF", "QUILL_RELAY_BATCH", "QUILL_OUTBOX_RETENTION", "QUILL_INBOX_RETENTION", "QUILL_LOG_LEVEL"} {
+		"QUILL_DUPLICATE_WINDOW", "QUILL_STREAM_MAX_AGE", "QUILL_STREAM_REPLICAS", "QUILL_NATS_CREDS", "QUILL_NATS_TLS_CA", "QUILL_NATS_TLS_CERT", "QUILL_NATS_TLS_KEY",
+		"QUILL_OUTBOX_RETENTION", "QUILL_INBOX_RETENTION", "QUILL_LOG_LEVEL"} {
 		require.Contains(t, out, v)
+	}
+	for _, r := range removed {
+		require.NotContains(t, out, r.Env, "a fixed value, not a setting")
 	}
 
 	for _, args := range [][]string{{"events", "--help"}, {"events", "list", "--help"}, {"events", "retry", "--help"}} {
@@ -208,18 +213,20 @@ func TestCommandLineErrors(t *testing.T) {
 		{args: []string{"publish"}, want: []string{`unknown command "publish"`}},
 		{args: []string{"run", "extra"}, want: []string{"unexpected arguments"}},
 		{env: map[string]string{"QUILL_DUPLICATE_WINDOW": "banana"}, want: []string{`invalid QUILL_DUPLICATE_WINDOW "banana"`}},
-		{args: []string{"--lease", "soon"}, want: []string{`invalid --lease "soon"`}},
-		{env: map[string]string{"QUILL_RELAY_LEASE": "-1s"}, want: []string{"QUILL_RELAY_LEASE", "negative"}},
-		{env: map[string]string{"QUILL_RELAY_BATCH": "0"}, want: []string{"QUILL_RELAY_BATCH", "at least 1"}},
+		// The removed settings' flags are unknown (decision 0076).
+		{args: []string{"--lease", "1s"}, want: []string{"flag provided but not defined: -lease"}},
+		{args: []string{"--poll-interval", "1s"}, want: []string{"flag provided but not defined: -poll-interval"}},
+		{args: []string{"--max-backoff", "1s"}, want: []string{"flag provided but not defined: -max-backoff"}},
+		{args: []string{"--batch", "1"}, want: []string{"flag provided but not defined: -batch"}},
 		// Zero is refused, not silently taken for the default.
 		{env: map[string]string{"QUILL_DUPLICATE_WINDOW": "0s"}, want: []string{"QUILL_DUPLICATE_WINDOW", "greater than 0"}},
 		{env: map[string]string{"QUILL_OUTBOX_RETENTION": "0"}, want: []string{"QUILL_OUTBOX_RETENTION", "greater than 0"}},
-		{args: []string{"--poll-interval", "0s"}, want: []string{"--poll-interval", "greater than 0"}},
+		{args: []string{"--duplicate-window", "0s"}, want: []string{"--duplicate-window", "greater than 0"}},
 		{env: map[string]string{"QUILL_OUTBOX_RETENTION": "a week"}, want: []string{"QUILL_OUTBOX_RETENTION"}},
 		{env: map[string]string{"QUILL_LOG_LEVEL": "loud"}, want: []string{"QUILL_LOG_LEVEL"}},
-		// Horizons that do not nest name the settings involved.
-		{env: map[string]string{"QUILL_RELAY_LEASE": "20m"}, want: []string{"QUILL_RELAY_LEASE 20m0s", "QUILL_DUPLICATE_WINDOW 10m0s"}},
-		{env: map[string]string{"QUILL_DUPLICATE_WINDOW": "2m", "QUILL_RELAY_MAX_BACKOFF": "2m"}, want: []string{"QUILL_RELAY_MAX_BACKOFF 2m0s", "QUILL_DUPLICATE_WINDOW 2m0s"}},
+		// Horizons that do not nest name the settings involved, and the
+		// relay's fixed timings: 10s + 30s + 30s + 1s.
+		{env: map[string]string{"QUILL_DUPLICATE_WINDOW": "71s"}, want: []string{"QUILL_DUPLICATE_WINDOW 1m11s", "lease 30s", "= 1m11s"}},
 		{env: map[string]string{"QUILL_DUPLICATE_WINDOW": "200h"}, want: []string{"QUILL_DUPLICATE_WINDOW 200h0m0s", "QUILL_STREAM_MAX_AGE 168h0m0s"}},
 		{env: map[string]string{"QUILL_STREAM_MAX_AGE": "400h"}, want: []string{"QUILL_INBOX_RETENTION 336h0m0s", "QUILL_STREAM_MAX_AGE 400h0m0s"}},
 		{env: map[string]string{"QUILL_STREAM_REPLICAS": "0"}, want: []string{`invalid QUILL_STREAM_REPLICAS "0"`, "1 to 5"}},
@@ -267,6 +274,33 @@ func TestCommandLineErrors(t *testing.T) {
 			require.NotContains(t, strings.TrimSpace(stderr.String()), "\n", "one line")
 		})
 	}
+}
+
+// The relay's removed settings (decision 0076), still set in an env file,
+// are each a warning naming the value now fixed, and the relay goes on
+// starting: here it then fails to reach PostgreSQL (exit 1), not a usage
+// error.
+func TestRemovedSettingsAreWarnings(t *testing.T) {
+	t.Parallel()
+	vars := map[string]string{"DATABASE_URL": "postgres://postgres@" + clitest.FreeAddr(t) + "/quill?sslmode=disable&connect_timeout=2",
+		"QUILL_ADMIN_ADDR":  clitest.FreeAddr(t),
+		"QUILL_RELAY_BATCH": "1", "QUILL_RELAY_LEASE": "1s", "QUILL_RELAY_POLL_INTERVAL": "100ms", "QUILL_RELAY_MAX_BACKOFF": "5s"}
+	_, logs, err := clitest.RunOut(t, run, clitest.Env(vars))
+	require.Equal(t, 1, exitCode(err, io.Discard), "err: %v", err)
+	for env, fixed := range map[string]string{"QUILL_RELAY_BATCH": "256", "QUILL_RELAY_LEASE": "30s", "QUILL_RELAY_POLL_INTERVAL": "1s", "QUILL_RELAY_MAX_BACKOFF": "30s"} {
+		require.Contains(t, logs, `"setting":"`+env+`","fixed":"`+fixed+`"`)
+	}
+	require.Contains(t, logs, `"error_category":"database_unreachable"`)
+}
+
+// make bench-relay runs the relays at their fixed batch and bounds the raw
+// publisher's pending acks by it: the script's copy of the constant is the
+// relay's.
+func TestBenchRelayKnowsTheBatch(t *testing.T) {
+	t.Parallel()
+	script, err := os.ReadFile("../../scripts/bench-relay.sh")
+	require.NoError(t, err)
+	require.Contains(t, string(script), fmt.Sprintf("\nRELAY_BATCH=%d\n", relay.DefaultBatch))
 }
 
 // TestUnreachableDependencyAtStart: a dependency that is not there at start
@@ -318,7 +352,7 @@ func TestOperatorsReplicatedStream(t *testing.T) {
 	w := newWorld(t)
 	cl, js := w.onCluster()
 	op := jetstream.StreamConfig{Name: w.stream, Subjects: []string{w.prefix + ".>"}, Storage: jetstream.FileStorage,
-		Replicas: 3, Duplicates: 2 * time.Minute, MaxAge: 2 * time.Hour, MaxMsgs: 123456, MaxBytes: 1 << 30,
+		Replicas: 3, Duplicates: 3 * time.Minute, MaxAge: 2 * time.Hour, MaxMsgs: 123456, MaxBytes: 1 << 30,
 		Description: "set by the operator", Compression: jetstream.S2Compression}
 	_, err := js.CreateStream(w.ctx(), op)
 	require.NoError(t, err)
@@ -340,7 +374,7 @@ func TestOperatorsReplicatedStream(t *testing.T) {
 		require.NoError(t, err)
 		cfg := st.CachedInfo().Config
 		require.Equal(t, 3, cfg.Replicas, "the operator's replicas are kept")
-		require.Equal(t, time.Minute, cfg.Duplicates, "Quill's window")
+		require.Equal(t, 2*time.Minute, cfg.Duplicates, "Quill's window")
 		require.Equal(t, time.Hour, cfg.MaxAge, "Quill's MaxAge")
 		require.Equal(t, op.MaxMsgs, cfg.MaxMsgs)
 		require.Equal(t, op.MaxBytes, cfg.MaxBytes)
@@ -405,7 +439,7 @@ func TestDaemon(t *testing.T) {
 	cfg := st.CachedInfo().Config
 	require.Equal(t, []string{w.prefix + ".>"}, cfg.Subjects)
 	require.Equal(t, jetstream.FileStorage, cfg.Storage)
-	require.Equal(t, time.Minute, cfg.Duplicates)
+	require.Equal(t, 2*time.Minute, cfg.Duplicates)
 	require.Equal(t, time.Hour, cfg.MaxAge)
 
 	var ids []uuid.UUID
@@ -563,10 +597,14 @@ func TestSessionURLThroughPgBouncer(t *testing.T) {
 	vars := maps.Clone(w.vars)
 	app := "relay-" + w.suffix
 	vars["DATABASE_URL"], vars["QUILL_RELAY_DATABASE_URL"] = pooled, dbtest.WithParam(t, direct, "application_name", app)
-	// A long poll interval: only the notification can publish in time.
-	vars["QUILL_RELAY_POLL_INTERVAL"], vars["QUILL_DUPLICATE_WINDOW"] = "1m", "5m"
-	vars["QUILL_RELAY_LEASE"], vars["QUILL_RELAY_MAX_BACKOFF"] = "5s", "1s"
-	p := clitest.Start(t, run, clitest.Env(vars))
+	// A poll interval of a minute (in process: it is no setting), so that
+	// only the notification can publish in time; the duplicate window past
+	// the longer worst republish delay.
+	vars["QUILL_DUPLICATE_WINDOW"] = "5m"
+	longPoll := func(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+		return runWith(ctx, args, getenv, stdout, stderr, relay.Config{PollInterval: time.Minute})
+	}
+	p := clitest.Start(t, longPoll, clitest.Env(vars))
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("relay log:\n%s", p.Stderr.String())

@@ -16,13 +16,16 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/quillhq/quill/internal/auth"
 	"github.com/quillhq/quill/internal/clitest"
+	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/dbtest"
 	"github.com/quillhq/quill/internal/natstest"
+	"github.com/quillhq/quill/internal/outbox"
 	"github.com/quillhq/quill/internal/testkit"
 )
 
@@ -240,9 +243,20 @@ func TestDaemonsUnderTheirUnits(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM notes").Scan(&notes))
 	require.Equal(t, backlog+1, notes)
 
-	// The relay, one event per pass, stopped while it works through the
-	// backlog: every event the stream got is marked published.
-	rel := startService(t, "quill-relay.service", with(map[string]string{"QUILL_ADMIN_ADDR": clitest.FreeAddr(t), "QUILL_RELAY_BATCH": "1"}))
+	// The relay, stopped while it works through the backlog: every event
+	// the stream got is marked published. Its batch (256) takes the API's
+	// thousand events in four passes, too quick to stop amid, so the
+	// outbox gets ten thousand more, written straight into it.
+	const more = 10000
+	var b pgx.Batch
+	for range more {
+		note := uuid.New()
+		require.NoError(t, outbox.Queue(&b, outbox.Event{ID: uuid.Must(uuid.NewV7()), Tenant: tenant, AggregateID: note,
+			Type: outbox.TypeNoteCreated, Time: time.Now(), Data: map[string]any{"id": note.String()}}))
+	}
+	require.NoError(t, db.WithTx(ctx, pool, func(tx pgx.Tx) error { return tx.SendBatch(ctx, &b).Close() }))
+	total := backlog + 1 + more
+	rel := startService(t, "quill-relay.service", with(map[string]string{"QUILL_ADMIN_ADDR": clitest.FreeAddr(t)}))
 	rel.awaitReady(t)
 	rel.hangUp(t)
 	streamed := func() uint64 {
@@ -262,8 +276,8 @@ func TestDaemonsUnderTheirUnits(t *testing.T) {
 	var published int
 	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM outbox_events WHERE published_at IS NOT NULL").Scan(&published))
 	require.Equal(t, streamed(), uint64(published), "every event the stream holds is marked published: none was left in flight")
-	require.Less(t, published, backlog+1, "stopped with the backlog under way")
-	t.Logf("the relay stopped after publishing %d of %d events", published, backlog+1)
+	require.Less(t, published, total, "stopped with the backlog under way")
+	t.Logf("the relay stopped after publishing %d of %d events", published, total)
 
 	// The worker: ready once its consumer can consume; SIGHUP and SIGTERM
 	// as the others.

@@ -173,7 +173,7 @@ func TestNotifyWakesAnIdleRelay(t *testing.T) {
 // again and again listens again each time within its first backoff step —
 // the backoff starts over after every connection that listened — rather
 // than after a wait that doubles with every loss over the process's life
-// (up to QUILL_RELAY_MAX_BACKOFF, here a minute).
+// (up to Config.MaxBackoff, here a minute).
 func TestListenReconnectsPromptly(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()

@@ -50,40 +50,52 @@ import (
 	"github.com/quillhq/quill/internal/wait"
 )
 
-// Defaults of Config.
+// The relay's timings and batch: fixed values, not settings (decision
+// 0076); Config's fields of the same names let a test of this package or
+// an in-process run shorten them.
 const (
-	DefaultLease        = 30 * time.Second
+	// DefaultLease bounds how long a vanished relay's claims outlive it
+	// (it was QUILL_RELAY_LEASE).
+	DefaultLease = 30 * time.Second
+	// DefaultPollInterval is the polling fallback when a notification is
+	// lost (it was QUILL_RELAY_POLL_INTERVAL).
 	DefaultPollInterval = time.Second
-	DefaultMaxBackoff   = 30 * time.Second
-	DefaultAckTimeout   = 10 * time.Second
-	DefaultBatch        = 256
-	statsInterval       = 5 * time.Second
+	// DefaultMaxBackoff caps the backoff while NATS or PostgreSQL fail
+	// (it was QUILL_RELAY_MAX_BACKOFF).
+	DefaultMaxBackoff = 30 * time.Second
+	// DefaultAckTimeout bounds the wait for the stream's acknowledgement.
+	DefaultAckTimeout = 10 * time.Second
+	// DefaultBatch is how many events one pass claims (it was
+	// QUILL_RELAY_BATCH).
+	DefaultBatch  = 256
+	statsInterval = 5 * time.Second
 )
 
-// Config tunes a relay. Every zero field takes its default.
+// Config tunes a relay. Every zero field takes its default; only Stream
+// comes from settings (QUILL_STREAM and the others of package stream), the
+// rest are the constants above unless a test sets them.
 type Config struct {
 	// Stream is the stream the relay provisions and publishes to; its
 	// zero fields take stream's defaults.
 	Stream stream.Config
 	// Lease bounds how long the claims of a relay that vanished without
 	// closing its connection (a host crash, a network partition) outlive
-	// it (QUILL_RELAY_LEASE): the claim session's TCP keepalives and
-	// tcp_user_timeout make PostgreSQL end it within about Lease. A relay
-	// process that dies loses its claims at once. It also bounds a claim
-	// statement and the wait for a batch's acknowledgements beyond
-	// AckTimeout. Default 30s.
+	// it: the claim session's TCP keepalives and tcp_user_timeout make
+	// PostgreSQL end it within about Lease. A relay process that dies
+	// loses its claims at once. It also bounds a claim statement and the
+	// wait for a batch's acknowledgements beyond AckTimeout. Default
+	// DefaultLease.
 	Lease time.Duration
 	// PollInterval is the longest a committed event waits when its
-	// notification is lost (QUILL_RELAY_POLL_INTERVAL). Default 1s.
+	// notification is lost. Default DefaultPollInterval.
 	PollInterval time.Duration
-	// MaxBackoff caps the jittered backoff while NATS or PostgreSQL fail
-	// (QUILL_RELAY_MAX_BACKOFF). Default 30s.
+	// MaxBackoff caps the jittered backoff while NATS or PostgreSQL fail.
+	// Default DefaultMaxBackoff.
 	MaxBackoff time.Duration
 	// AckTimeout bounds the wait for the stream's acknowledgement.
-	// Default 10s.
+	// Default DefaultAckTimeout.
 	AckTimeout time.Duration
-	// Batch is how many events one pass claims (QUILL_RELAY_BATCH).
-	// Default 256.
+	// Batch is how many events one pass claims. Default DefaultBatch.
 	Batch int
 }
 
@@ -110,15 +122,15 @@ func (c Config) WorstRepublishDelay() time.Duration {
 // Validate checks that the horizons nest: a republish after a crash falls
 // inside the duplicate window (so JetStream drops it), and the duplicate
 // window fits in the stream's MaxAge (stream.Config.Validate). The error
-// names the settings involved. (That consumers remember events for as long
+// names the settings involved and the relay's fixed timings. (That consumers remember events for as long
 // as the stream keeps them is retention.Config.CoversStream's check.)
 func (c Config) Validate() error {
 	switch {
 	case c.Batch < 1:
-		return errors.New("QUILL_RELAY_BATCH must be at least 1")
+		return errors.New("the relay's batch must be at least 1")
 	case c.WorstRepublishDelay() >= c.Stream.DuplicateWindow:
-		return fmt.Errorf("the worst-case republish delay, ack timeout %s + QUILL_RELAY_LEASE %s + QUILL_RELAY_MAX_BACKOFF %s + QUILL_RELAY_POLL_INTERVAL %s = %s, must be shorter than QUILL_DUPLICATE_WINDOW %s, or a relay crash or hang could publish an event twice",
-			c.AckTimeout, c.Lease, c.MaxBackoff, c.PollInterval, c.WorstRepublishDelay(), c.Stream.DuplicateWindow)
+		return fmt.Errorf("QUILL_DUPLICATE_WINDOW %s must be longer than the relay's worst-case republish delay, ack timeout %s + lease %s + backoff cap %s + poll interval %s = %s, or a relay crash or hang could publish an event twice",
+			c.Stream.DuplicateWindow, c.AckTimeout, c.Lease, c.MaxBackoff, c.PollInterval, c.WorstRepublishDelay())
 	}
 	return c.Stream.Validate()
 }

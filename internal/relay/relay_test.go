@@ -352,18 +352,18 @@ func TestConfigValidateRefusesHorizonsThatDoNotNest(t *testing.T) {
 		{name: "short test horizons nest", cfg: relay.Config{Stream: stream.Config{DuplicateWindow: time.Minute, MaxAge: time.Hour},
 			Lease: 300 * time.Millisecond, PollInterval: 100 * time.Millisecond, MaxBackoff: 250 * time.Millisecond, AckTimeout: time.Second}},
 		{name: "lease longer than the duplicate window", cfg: relay.Config{Lease: 15 * time.Minute},
-			want: []string{"QUILL_RELAY_LEASE 15m0s", "QUILL_DUPLICATE_WINDOW 10m0s", "QUILL_RELAY_MAX_BACKOFF", "QUILL_RELAY_POLL_INTERVAL", "ack timeout"}},
+			want: []string{"QUILL_DUPLICATE_WINDOW 10m0s", "lease 15m0s", "backoff cap 30s", "poll interval 1s", "ack timeout 10s"}},
 		{name: "lease, backoff, poll and ack timeout together reach the window",
 			// 10s + 30s + 30s + 1s = 71s: equal is refused, shorter than the window is required.
 			cfg:  relay.Config{Stream: stream.Config{DuplicateWindow: 71 * time.Second}},
 			want: []string{"= 1m11s", "QUILL_DUPLICATE_WINDOW 1m11s"}},
 		{name: "one more second and they fit", cfg: relay.Config{Stream: stream.Config{DuplicateWindow: 72 * time.Second}}},
 		{name: "backoff alone breaks a short window", cfg: relay.Config{Stream: stream.Config{DuplicateWindow: time.Minute}, MaxBackoff: time.Minute, Lease: time.Second},
-			want: []string{"QUILL_RELAY_MAX_BACKOFF 1m0s", "QUILL_DUPLICATE_WINDOW 1m0s"}},
+			want: []string{"backoff cap 1m0s", "QUILL_DUPLICATE_WINDOW 1m0s"}},
 		{name: "duplicate window longer than the stream keeps messages", cfg: relay.Config{Stream: stream.Config{DuplicateWindow: 2 * time.Hour, MaxAge: time.Hour}},
 			want: []string{"QUILL_DUPLICATE_WINDOW 2h0m0s", "QUILL_STREAM_MAX_AGE 1h0m0s"}},
 		{name: "duplicate window equal to MaxAge", cfg: relay.Config{Stream: stream.Config{DuplicateWindow: time.Hour, MaxAge: time.Hour}}},
-		{name: "negative batch", cfg: relay.Config{Batch: -1}, want: []string{"QUILL_RELAY_BATCH"}},
+		{name: "negative batch", cfg: relay.Config{Batch: -1}, want: []string{"batch must be at least 1"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
