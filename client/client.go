@@ -530,7 +530,7 @@ func (c *Client) write(ctx context.Context, action, method, path string, params 
 		}
 		return w, unknown
 	case op.State != contract.OperationCompleted || op.Response == nil:
-		unknown.Lookup = "in_progress"
+		unknown.Lookup = contract.OperationInProgress
 		return w, unknown
 	}
 	// The lookup has the recorded answer: the operation's real outcome.

@@ -19,8 +19,8 @@ import (
 	"github.com/quillhq/quill/internal/cli"
 	"github.com/quillhq/quill/internal/config"
 	"github.com/quillhq/quill/internal/db"
+	"github.com/quillhq/quill/internal/idempotency"
 	"github.com/quillhq/quill/internal/natsconn"
-	"github.com/quillhq/quill/internal/notes"
 	"github.com/quillhq/quill/internal/retention"
 )
 
@@ -72,8 +72,8 @@ func auditCmd(ctx context.Context, args []string, getenv func(string) string, st
 	natsCfg.Define(s, "NATS with JetStream; the stream is compared with the outbox")
 	cfg.Stream.DefineSubjects(s)
 	s.String(&cfg.Consumer, "consumer", "QUILL_CONSUMER", audit.DefaultConsumer, "the attachment worker's durable consumer (its inbox's consumer)")
-	s.Duration(&cfg.ResponseRetention, "idempotency-retention", "QUILL_IDEMPOTENCY_RETENTION", notes.DefaultResponseRetention, "how long a completed operation's response is replayed")
-	s.Duration(&cfg.KeyRetention, "key-retention", "QUILL_KEY_RETENTION", notes.DefaultKeyRetention, "how long a key is remembered at all; an older effect may have lost its operation record")
+	s.Duration(&cfg.ResponseRetention, "idempotency-retention", "QUILL_IDEMPOTENCY_RETENTION", idempotency.DefaultResponseRetention, "how long a completed operation's response is replayed")
+	s.Duration(&cfg.KeyRetention, "key-retention", "QUILL_KEY_RETENTION", idempotency.DefaultKeyRetention, "how long a key is remembered at all; an older effect may have lost its operation record")
 	s.Duration(&cfg.OutboxRetention, "outbox-retention", "QUILL_OUTBOX_RETENTION", retention.DefaultOutboxRetention, "how long published events stay in the outbox")
 	s.Duration(&cfg.InboxRetention, "inbox-retention", "QUILL_INBOX_RETENTION", retention.DefaultInboxRetention, "how long the worker remembers processed event ids")
 	fs := s.FlagSet()

@@ -21,6 +21,7 @@ import (
 	"github.com/quillhq/quill/internal/daemon"
 	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/httpapi"
+	"github.com/quillhq/quill/internal/idempotency"
 	"github.com/quillhq/quill/internal/logging"
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/notes"
@@ -60,9 +61,9 @@ const (
 // values; one still set in the environment is a warning at start-up.
 var removed = []config.Removed{
 	{Env: "QUILL_DB_MAX_CONNS", Fixed: "16, or pool_max_conns in DATABASE_URL"},
-	{Env: "QUILL_DB_ACQUIRE_TIMEOUT", Fixed: notes.DefaultAcquireTimeout.String()},
-	{Env: "QUILL_LOCK_TIMEOUT", Fixed: notes.DefaultLockTimeout.String()},
-	{Env: "QUILL_REPLAY_CACHE_BYTES", Fixed: strconv.Itoa(notes.DefaultReplayCacheBytes)},
+	{Env: "QUILL_DB_ACQUIRE_TIMEOUT", Fixed: idempotency.DefaultAcquireTimeout.String()},
+	{Env: "QUILL_LOCK_TIMEOUT", Fixed: idempotency.DefaultLockTimeout.String()},
+	{Env: "QUILL_REPLAY_CACHE_BYTES", Fixed: strconv.Itoa(idempotency.DefaultReplayCacheBytes)},
 	{Env: "QUILL_TOKEN_CACHE_TTL", Fixed: tokenCacheTTL.String()},
 	{Env: "QUILL_TENANT_BURST", Fixed: "one second of QUILL_TENANT_RATE, at least 1"},
 }
@@ -101,9 +102,9 @@ type serveSettings struct {
 
 func (c *serveSettings) define(s *config.Set) {
 	s.String(&c.httpAddr, "http-addr", "QUILL_HTTP_ADDR", defaultHTTPAddr, "API listen address")
-	s.Duration(&c.responseRetention, "idempotency-retention", "QUILL_IDEMPOTENCY_RETENTION", notes.DefaultResponseRetention, "how long a completed operation's response is replayed")
-	s.Duration(&c.keyRetention, "key-retention", "QUILL_KEY_RETENTION", notes.DefaultKeyRetention, "how long a key is remembered at all (tombstone); at least the response retention")
-	s.Duration(&c.wait, "idempotency-wait", "QUILL_IDEMPOTENCY_WAIT", notes.DefaultWait, "how long a request waits for a concurrent one with the same key")
+	s.Duration(&c.responseRetention, "idempotency-retention", "QUILL_IDEMPOTENCY_RETENTION", idempotency.DefaultResponseRetention, "how long a completed operation's response is replayed")
+	s.Duration(&c.keyRetention, "key-retention", "QUILL_KEY_RETENTION", idempotency.DefaultKeyRetention, "how long a key is remembered at all (tombstone); at least the response retention")
+	s.Duration(&c.wait, "idempotency-wait", "QUILL_IDEMPOTENCY_WAIT", idempotency.DefaultWait, "how long a request waits for a concurrent one with the same key")
 	s.Int(&c.maxBody, "max-body-bytes", "QUILL_MAX_BODY_BYTES", httpapi.DefaultMaxBodyBytes, 1, "request body limit")
 	s.Int(&c.maxAttachment, "max-attachment-bytes", "QUILL_MAX_ATTACHMENT_BYTES", httpapi.DefaultMaxAttachmentBytes, 0, "decoded attachment limit")
 	s.Int(&c.maxConcurrency, "max-concurrency", "QUILL_MAX_CONCURRENCY", httpapi.DefaultMaxConcurrency, 1, "requests the API works on at once; past it a request is answered 429 before its body is read")

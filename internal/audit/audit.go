@@ -895,7 +895,7 @@ func (a *auditor) chain(k opKey, o *opRow) Chain {
 	var evs []*eventRow
 	if o != nil {
 		c.Action, c.Status, c.Resource, c.Replays = o.Action, o.Status, o.Resource, o.Replays
-		c.State = "completed"
+		c.State = contract.OperationCompleted
 		if o.CompactedAt != nil {
 			c.State = "tombstone"
 		}

@@ -1,6 +1,7 @@
 package idempotency
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -19,26 +20,90 @@ import (
 // recheckTimeout bounds how long a lost COMMIT reply is investigated.
 const recheckTimeout = 5 * time.Second
 
-// Config tunes a Protocol; every field is required (the owner of the
-// settings applies their defaults).
+// Defaults of Config.
+const (
+	DefaultResponseRetention = 72 * time.Hour
+	DefaultKeyRetention      = 720 * time.Hour
+	DefaultWait              = 2 * time.Second
+	DefaultWriteTimeout      = 30 * time.Second
+	DefaultReplayCacheBytes  = 32 << 20
+	// DefaultLockTimeout bounds a write's wait for a row lock another
+	// transaction holds (a worker's batch holds its notes' rows): long
+	// enough for a batch's commit, short enough that a pool connection is
+	// not held for the batch's whole ack wait.
+	DefaultLockTimeout = 3 * time.Second
+	// DefaultAcquireTimeout bounds the wait for a free pool connection.
+	DefaultAcquireTimeout = 5 * time.Second
+	// DefaultReplayFlushInterval is how often the replay counts are
+	// written to operations.replays.
+	DefaultReplayFlushInterval = time.Second
+)
+
+// Config tunes a Protocol (and the note service, whose settings these
+// are); NewProtocol takes it with WithDefaults applied.
 type Config struct {
 	// ResponseRetention is how long a completed operation's response is
-	// replayed; KeyRetention how long its key is remembered at all.
-	ResponseRetention, KeyRetention time.Duration
-	// Wait is the longest a request waits for a concurrent one with its
-	// key.
+	// replayed. Default 72h.
+	ResponseRetention time.Duration
+	// KeyRetention is how long a key is remembered at all (tombstone);
+	// at least ResponseRetention. Default 720h.
+	KeyRetention time.Duration
+	// Wait is the longest a request waits for a concurrent one with the
+	// same key. Default 2s.
 	Wait time.Duration
-	// WriteTimeout bounds one attempt's transaction, which runs detached
-	// from the request's cancellation.
+	// WriteTimeout bounds one write's transaction; it runs detached from
+	// the client's connection so that a disconnect never aborts a commit.
+	// Default 30s.
 	WriteTimeout time.Duration
-	// LockTimeout is the attempt transaction's lock_timeout, and
-	// AcquireTimeout its wait for a pool connection.
-	LockTimeout, AcquireTimeout time.Duration
-	// ReplayCacheBytes bounds the cache of committed records (<= 0: none).
+	// ReplayCacheBytes bounds the in-process cache of committed records
+	// that answers replays without a round trip. Default 32 MiB; negative
+	// disables it.
 	ReplayCacheBytes int
-	// ReplayFlushInterval is how often RunReplayCounter writes the replay
-	// counts.
+	// ReplayFlushInterval is how often RunReplayCounter adds the replays
+	// counted in memory to operations.replays. Default 1s.
 	ReplayFlushInterval time.Duration
+	// LockTimeout is the lock_timeout of a write's transaction: a write
+	// that waits longer for a lock fails with *idempotency.UnavailableError wrapping
+	// db.ErrLockTimeout, nothing committed. Default 3s.
+	LockTimeout time.Duration
+	// AcquireTimeout bounds the wait of a write or a read for a free pool
+	// connection; past it the request fails with *idempotency.UnavailableError
+	// wrapping db.ErrPoolTimeout. Default 5s.
+	AcquireTimeout time.Duration
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	c.ResponseRetention = cmp.Or(c.ResponseRetention, DefaultResponseRetention)
+	c.KeyRetention = cmp.Or(c.KeyRetention, DefaultKeyRetention)
+	c.Wait = cmp.Or(c.Wait, DefaultWait)
+	c.WriteTimeout = cmp.Or(c.WriteTimeout, DefaultWriteTimeout)
+	c.ReplayCacheBytes = cmp.Or(c.ReplayCacheBytes, DefaultReplayCacheBytes)
+	c.ReplayFlushInterval = cmp.Or(c.ReplayFlushInterval, DefaultReplayFlushInterval)
+	c.LockTimeout = cmp.Or(c.LockTimeout, DefaultLockTimeout)
+	c.AcquireTimeout = cmp.Or(c.AcquireTimeout, DefaultAcquireTimeout)
+	return c
+}
+
+// Validate returns an error naming the first invalid field.
+func (c Config) Validate() error {
+	switch {
+	case c.ResponseRetention <= 0:
+		return errors.New("response retention must be positive")
+	case c.KeyRetention < c.ResponseRetention:
+		return fmt.Errorf("key retention (%s) must be at least the response retention (%s)", c.KeyRetention, c.ResponseRetention)
+	case c.Wait < 0:
+		return errors.New("wait must not be negative")
+	case c.WriteTimeout <= 0:
+		return errors.New("write timeout must be positive")
+	case c.ReplayFlushInterval < 0:
+		return errors.New("replay flush interval must not be negative")
+	case c.LockTimeout < 0:
+		return errors.New("lock timeout must not be negative")
+	case c.AcquireTimeout < 0:
+		return errors.New("acquire timeout must not be negative")
+	}
+	return nil
 }
 
 // Observer receives a protocol's counts.

@@ -238,7 +238,7 @@ func writeOutcome(tool, key string, w *client.Write, resource any, err error) (*
 			advice = "This answer is final; do not retry."
 		}
 		return text(fmt.Sprintf("%s refused (operation_key %q): %v. %s", tool, key, refused.Problem, advice), true), out, nil
-	case errors.As(err, &unknown) && rateLimited(unknown) != nil && unknown.Lookup != "in_progress":
+	case errors.As(err, &unknown) && rateLimited(unknown) != nil && unknown.Lookup != contract.OperationInProgress:
 		// The server declined the attempts for now (429 rate_limited)
 		// until the client's attempts ran out, and the lookup found
 		// nothing executing. The operation's state stays unknown (an

@@ -132,7 +132,7 @@ func TestLookupListsEventsTheOutboxCleanupDeleted(t *testing.T) {
 
 	// Past the key retention the key is forgotten: 404, and the kept
 	// events go with the record.
-	b.clock.advance(notes.DefaultKeyRetention)
+	b.clock.advance(idempotency.DefaultKeyRetention)
 	b.clean(t)
 	_, err = b.svc.Lookup(t.Context(), b.tenant, "create")
 	require.ErrorIs(t, err, notes.ErrOperationNotFound)
@@ -151,7 +151,7 @@ func TestLookupKeepsNoEventOfAnEarlierExecutionUnderTheKey(t *testing.T) {
 
 	// Forgotten before its event left the outbox (a key retention
 	// shorter than the outbox retention), then executed again.
-	b.clock.advance(notes.DefaultKeyRetention + time.Hour)
+	b.clock.advance(idempotency.DefaultKeyRetention + time.Hour)
 	b.create(t, "k", notes.CreateParams{Title: "second"})
 	b.publishAll(t)
 	second := b.lookup(t, "k").Effects

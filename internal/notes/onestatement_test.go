@@ -16,6 +16,7 @@ import (
 
 	"github.com/quillhq/quill/internal/dbtest"
 	"github.com/quillhq/quill/internal/httpapi"
+	"github.com/quillhq/quill/internal/idempotency"
 	"github.com/quillhq/quill/internal/notes"
 )
 
@@ -112,7 +113,7 @@ func TestEveryWriteIsOneClaimStatement(t *testing.T) {
 	require.Equal(t, 1, count("operations", "AND key = 'k'"))
 
 	// Past the key retention the record is still there, forgotten.
-	c.advance(notes.DefaultKeyRetention + time.Hour)
+	c.advance(idempotency.DefaultKeyRetention + time.Hour)
 	out := create("k", "second")
 	stmts = log.take()
 	require.Len(t, stmts, 2, "the claim statement per generation: %q", stmts)

@@ -1,7 +1,6 @@
 package notes
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -29,90 +28,9 @@ const (
 	deleteVersion = 1
 )
 
-// Defaults of Config.
-const (
-	DefaultResponseRetention = 72 * time.Hour
-	DefaultKeyRetention      = 720 * time.Hour
-	DefaultWait              = 2 * time.Second
-	DefaultWriteTimeout      = 30 * time.Second
-	DefaultReplayCacheBytes  = 32 << 20
-	// DefaultLockTimeout bounds a write's wait for a row lock another
-	// transaction holds (a worker's batch holds its notes' rows): long
-	// enough for a batch's commit, short enough that a pool connection is
-	// not held for the batch's whole ack wait.
-	DefaultLockTimeout = 3 * time.Second
-	// DefaultAcquireTimeout bounds the wait for a free pool connection.
-	DefaultAcquireTimeout = 5 * time.Second
-	// DefaultReplayFlushInterval is how often the replay counts are
-	// written to operations.replays.
-	DefaultReplayFlushInterval = time.Second
-)
-
-// Config tunes the service.
-type Config struct {
-	// ResponseRetention is how long a completed operation's response is
-	// replayed. Default 72h.
-	ResponseRetention time.Duration
-	// KeyRetention is how long a key is remembered at all (tombstone);
-	// at least ResponseRetention. Default 720h.
-	KeyRetention time.Duration
-	// Wait is the longest a request waits for a concurrent one with the
-	// same key. Default 2s.
-	Wait time.Duration
-	// WriteTimeout bounds one write's transaction; it runs detached from
-	// the client's connection so that a disconnect never aborts a commit.
-	// Default 30s.
-	WriteTimeout time.Duration
-	// ReplayCacheBytes bounds the in-process cache of committed records
-	// that answers replays without a round trip. Default 32 MiB; negative
-	// disables it.
-	ReplayCacheBytes int
-	// ReplayFlushInterval is how often RunReplayCounter adds the replays
-	// counted in memory to operations.replays. Default 1s.
-	ReplayFlushInterval time.Duration
-	// LockTimeout is the lock_timeout of a write's transaction: a write
-	// that waits longer for a lock fails with *idempotency.UnavailableError wrapping
-	// db.ErrLockTimeout, nothing committed. Default 3s.
-	LockTimeout time.Duration
-	// AcquireTimeout bounds the wait of a write or a read for a free pool
-	// connection; past it the request fails with *idempotency.UnavailableError
-	// wrapping db.ErrPoolTimeout. Default 5s.
-	AcquireTimeout time.Duration
-}
-
-// WithDefaults returns c with zero fields set to their defaults.
-func (c Config) WithDefaults() Config {
-	c.ResponseRetention = cmp.Or(c.ResponseRetention, DefaultResponseRetention)
-	c.KeyRetention = cmp.Or(c.KeyRetention, DefaultKeyRetention)
-	c.Wait = cmp.Or(c.Wait, DefaultWait)
-	c.WriteTimeout = cmp.Or(c.WriteTimeout, DefaultWriteTimeout)
-	c.ReplayCacheBytes = cmp.Or(c.ReplayCacheBytes, DefaultReplayCacheBytes)
-	c.ReplayFlushInterval = cmp.Or(c.ReplayFlushInterval, DefaultReplayFlushInterval)
-	c.LockTimeout = cmp.Or(c.LockTimeout, DefaultLockTimeout)
-	c.AcquireTimeout = cmp.Or(c.AcquireTimeout, DefaultAcquireTimeout)
-	return c
-}
-
-// Validate returns an error naming the first invalid field.
-func (c Config) Validate() error {
-	switch {
-	case c.ResponseRetention <= 0:
-		return errors.New("response retention must be positive")
-	case c.KeyRetention < c.ResponseRetention:
-		return fmt.Errorf("key retention (%s) must be at least the response retention (%s)", c.KeyRetention, c.ResponseRetention)
-	case c.Wait < 0:
-		return errors.New("wait must not be negative")
-	case c.WriteTimeout <= 0:
-		return errors.New("write timeout must be positive")
-	case c.ReplayFlushInterval < 0:
-		return errors.New("replay flush interval must not be negative")
-	case c.LockTimeout < 0:
-		return errors.New("lock timeout must not be negative")
-	case c.AcquireTimeout < 0:
-		return errors.New("acquire timeout must not be negative")
-	}
-	return nil
-}
+// Config tunes the service: the idempotency protocol's settings, which
+// are all a note write has.
+type Config = idempotency.Config
 
 // Observer receives the service's counts (see internal/metrics); the
 // protocol's.
@@ -183,11 +101,7 @@ func NewService(pool *pgxpool.Pool, cfg Config, log zerolog.Logger, opts ...Opti
 	for _, o := range opts {
 		o(s)
 	}
-	s.proto = idempotency.NewProtocol(pool, idempotency.Config{
-		ResponseRetention: cfg.ResponseRetention, KeyRetention: cfg.KeyRetention, Wait: cfg.Wait,
-		WriteTimeout: cfg.WriteTimeout, LockTimeout: cfg.LockTimeout, AcquireTimeout: cfg.AcquireTimeout,
-		ReplayCacheBytes: cfg.ReplayCacheBytes, ReplayFlushInterval: cfg.ReplayFlushInterval,
-	}, log, s.now, signaling{Observer: s.obs, notifier: s.notifier}, gate{s})
+	s.proto = idempotency.NewProtocol(pool, cfg, log, s.now, signaling{Observer: s.obs, notifier: s.notifier}, gate{s})
 	return s, nil
 }
 
