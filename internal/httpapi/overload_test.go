@@ -79,7 +79,7 @@ func TestTenantConcurrencyIsAdmittedBeforeTheBody(t *testing.T) {
 	require.Equal(t, http.StatusCreated, b.create(b.tokenA, "third", note("third")).status, "the same key once a slot is free")
 }
 
-// Past QUILL_TENANT_RATE (a bucket of QUILL_TENANT_BURST) a tenant's
+// Past QUILL_TENANT_RATE (a bucket of one second of it) a tenant's
 // requests are answered 429 naming the "tenant-rate" policy, with nothing
 // executed or recorded, however few it has in flight; another tenant has a
 // bucket of its own; the same key succeeds once the bucket refills.

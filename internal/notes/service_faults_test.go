@@ -1,8 +1,8 @@
 package notes_test
 
-// Fault tests of the production write path (no AfterEffect hook, so a
-// create is the one-round-trip guarded claim): concurrency across
-// processes, and the re-check of a lost COMMIT reply.
+// Fault tests of the write path (the one production runs; a create is one
+// statement in one round trip): concurrency across processes, and the
+// re-check of a lost COMMIT reply.
 
 import (
 	"context"
@@ -204,7 +204,7 @@ func warmService(t *testing.T, url string, conns int32) (*notes.Service, string)
 
 // The recheck must not need a second pool slot: when every slot is held by
 // a write whose COMMIT reply was lost (a pool of 1 here; a failover under
-// load with QUILL_DB_MAX_CONNS in-flight writes in general), a recheck that
+// load with a pool's size of in-flight writes in general), a recheck that
 // cannot acquire a connection would wait its 5 s and answer "outcome
 // unknown", although the database is up and the answer (201) is one query
 // away.
