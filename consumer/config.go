@@ -52,7 +52,8 @@ const (
 	// after its first: short, since every event of the batch waits with it.
 	DefaultMaxBatchWait = 2 * time.Millisecond
 	// DefaultPendingInterval is how often Run reads the durable
-	// consumer's backlog from JetStream (quill_consumer_pending_messages):
+	// consumer's backlog from JetStream (quill_consumer_pending_messages)
+	// and counts its dead letters (quill_consumer_dead_letters):
 	// Prometheus's usual scrape interval.
 	DefaultPendingInterval = 15 * time.Second
 )
@@ -121,9 +122,10 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
-	// PendingInterval is how often Run reads the durable consumer's
-	// info from JetStream for quill_consumer_pending_messages (only with a
-	// Registerer). Default 15s.
+	// PendingInterval is how often Run reads what waits: the durable
+	// consumer's info from JetStream for quill_consumer_pending_messages,
+	// and its dead letters not yet re-driven in the package's table for
+	// quill_consumer_dead_letters (only with a Registerer). Default 15s.
 	PendingInterval time.Duration
 
 	// MaxBatch is the most events a consumer made by NewBatch commits in

@@ -210,9 +210,11 @@ const routerCloseTimeout = 5 * time.Second
 // those still running (their messages are Nak'ed, to be redelivered), and
 // returns nil. Until the durable consumer can be provisioned (the stream
 // missing, NATS away) it retries with backoff, and Ready says why. With a
-// Config.Registerer it also reads the durable consumer's backlog from
-// JetStream into quill_consumer_pending_messages, at once and then every
-// Config.PendingInterval, for as long as it runs. It returns an error when
+// Config.Registerer it also reads, at once and then every
+// Config.PendingInterval for as long as it runs, the durable consumer's
+// backlog from JetStream into quill_consumer_pending_messages and its
+// dead letters not yet re-driven from the package's table into
+// quill_consumer_dead_letters (DeadLetterCount). It returns an error when
 // it is called a second time, or when the router cannot start or stops on
 // its own.
 func (c *Consumer) Run(ctx context.Context) error {
@@ -221,14 +223,14 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	if c.m != nil {
 		// From the start, before the consumer is provisioned: a durable
-		// consumer left by an earlier run shows its backlog at once.
+		// consumer left by an earlier run shows its backlog and its dead
+		// letters at once. Two loops, so that NATS away does not hold up
+		// the count in the database, nor the other way round.
 		pctx, stopPolling := context.WithCancel(ctx)
-		polled := make(chan struct{})
-		go func() {
-			defer close(polled)
-			c.pollPending(pctx)
-		}()
-		defer func() { stopPolling(); <-polled }()
+		var polls sync.WaitGroup
+		polls.Go(func() { c.pollPending(pctx) })
+		polls.Go(func() { c.pollDeadLetters(pctx) })
+		defer func() { stopPolling(); polls.Wait() }()
 	}
 	cons, ok := c.awaitConsumer(ctx)
 	if !ok {

@@ -43,7 +43,8 @@ func TestEventsAreProcessedOnceAndAcknowledged(t *testing.T) {
 		}
 	}
 	require.Equal(t, map[string]bool{"quill_consumer_messages_total": true, "quill_consumer_handler_duration_seconds": true,
-		"quill_consumer_handlers_running": true, "quill_consumer_acks_total": true, "quill_consumer_pending_messages": true}, seen)
+		"quill_consumer_handlers_running": true, "quill_consumer_acks_total": true, "quill_consumer_pending_messages": true,
+		"quill_consumer_dead_letters": true}, seen)
 }
 
 // A republish beyond the duplicate window (another Nats-Msg-Id, the same

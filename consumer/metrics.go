@@ -3,6 +3,7 @@ package consumer
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -29,10 +30,13 @@ type metrics struct {
 	duration prometheus.Histogram
 	running  prometheus.Gauge
 	// acks counts the acknowledgements the server confirmed; pending is
-	// the durable consumer's backlog as JetStream last reported it
-	// (pending.go).
-	acks    prometheus.Counter
-	pending prometheus.Gauge
+	// the durable consumer's backlog as JetStream last reported it, and
+	// deadLetters its dead letters not yet re-driven as the table last
+	// counted them (pending.go), for quill_consumer_dead_letters and
+	// Consumer.DeadLetterCount.
+	acks        prometheus.Counter
+	pending     prometheus.Gauge
+	deadLetters atomic.Int64
 
 	// Group commit (NewBatch) only.
 	batchSize *prometheus.HistogramVec
@@ -85,7 +89,14 @@ func newMetrics(reg prometheus.Registerer, durable, stream string, batched bool)
 	for _, r := range []string{ResultProcessed, ResultDuplicate, ResultDeadLettered, ResultFailed} {
 		m.messages.WithLabelValues(r)
 	}
-	cs := []prometheus.Collector{m.messages, m.duration, m.running, m.acks, m.pending}
+	deadLetters := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "quill_consumer_dead_letters",
+		Help: "Dead letters of the consumer not yet re-driven, as the package's table last counted them: " +
+			"a retry from the command line or another process's dead letter shows. " +
+			"The same on every process of the consumer: aggregate with max.",
+		ConstLabels: labels,
+	}, func() float64 { return float64(m.deadLetters.Load()) })
+	cs := []prometheus.Collector{m.messages, m.duration, m.running, m.acks, m.pending, deadLetters}
 	if batched {
 		m.batchSize = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "quill_consumer_batch_size",
@@ -143,5 +154,11 @@ func (m *metrics) acked() {
 func (m *metrics) setPending(n float64) {
 	if m != nil {
 		m.pending.Set(n)
+	}
+}
+
+func (m *metrics) setDeadLetters(n int64) {
+	if m != nil {
+		m.deadLetters.Store(n)
 	}
 }

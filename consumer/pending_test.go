@@ -3,9 +3,11 @@ package consumer_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -129,6 +131,100 @@ func TestPendingMessagesKeepTheLastValueWhileNATSIsAway(t *testing.T) {
 	v, _ := sample(t, cfg.Registerer, "quill_consumer_pending_messages")
 	require.Less(t, time.Since(start), time.Second, "a scrape does not wait for NATS")
 	require.Equal(t, float64(3), v, "the last value read")
+}
+
+// quill_consumer_dead_letters counts the consumer's dead letters not yet
+// re-driven as the table holds them, not as this process wrote them: one
+// another process of the consumer wrote shows, another consumer's does
+// not, and a retry as the command line makes it (Store.Redrive) no longer
+// counts.
+func TestDeadLettersCountTheTable(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	cfg := b.config()
+	cfg.PendingInterval = 20 * time.Millisecond
+	var fixed atomic.Bool
+	c, err := consumer.New(b.pool, b.js, cfg, func(ctx context.Context, tx pgx.Tx, ev consumer.Event) error {
+		if !fixed.Load() {
+			return consumer.Permanent(errors.New("a bug"))
+		}
+		return record(ctx, tx, ev)
+	})
+	require.NoError(t, err)
+	v, labels := sample(t, cfg.Registerer, "quill_consumer_dead_letters")
+	require.Zero(t, v, "exported from New on, at 0")
+	require.Equal(t, map[string]string{"consumer": "projection"}, labels)
+	b.run(c)
+
+	id := b.created("")
+	waitGauge(t, cfg.Registerer, "quill_consumer_dead_letters", 1)
+	require.Equal(t, int64(1), c.DeadLetterCount())
+
+	// In one transaction: a count that took the other consumer's would
+	// read 3, never 2.
+	tx, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	other, err := consumer.NewStore(tx, "")
+	require.NoError(t, err)
+	letter := consumer.DeadLetter{Event: consumer.Event{ID: "not-an-event"}, Payload: []byte("x"), Reason: "elsewhere"}
+	require.NoError(t, other.WriteDeadLetter(ctx, "another-consumer", letter, time.Now()))
+	require.NoError(t, other.WriteDeadLetter(ctx, cfg.Durable, letter, time.Now()))
+	require.NoError(t, tx.Commit(ctx))
+	waitGauge(t, cfg.Registerer, "quill_consumer_dead_letters", 2)
+	require.Never(t, func() bool { v, _ := sample(t, cfg.Registerer, "quill_consumer_dead_letters"); return v != 2 },
+		10*cfg.PendingInterval, tick, "another consumer's dead letter counted")
+
+	store, err := consumer.NewStore(b.pool, "")
+	require.NoError(t, err)
+	open, err := store.DeadLetters(ctx, consumer.DeadLetterQuery{Consumer: cfg.Durable})
+	require.NoError(t, err)
+	require.Len(t, open, 2)
+	require.Equal(t, id, open[0].EventID)
+	fixed.Store(true)
+	_, err = store.Redrive(ctx, b.js, open[0], time.Now())
+	require.NoError(t, err)
+	waitMetric(t, cfg.Registerer, consumer.ResultProcessed, 1)
+	waitGauge(t, cfg.Registerer, "quill_consumer_dead_letters", 1)
+	require.Equal(t, int64(1), c.DeadLetterCount())
+	b.settled(cfg.Durable)
+}
+
+// With the table unreadable the gauge keeps the last count, the failure
+// is logged once however many reads fail, and the count resumes when the
+// table is back.
+func TestDeadLettersKeepTheLastCountWhileTheTableIsAway(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	cfg := b.config()
+	cfg.PendingInterval = 20 * time.Millisecond
+	logs := &syncLog{}
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	store, err := consumer.NewStore(b.pool, "")
+	require.NoError(t, err)
+	letter := consumer.DeadLetter{Event: consumer.Event{ID: "not-an-event"}, Payload: []byte("x"), Reason: "boom"}
+	for range 2 {
+		require.NoError(t, store.WriteDeadLetter(ctx, cfg.Durable, letter, time.Now()))
+	}
+	c, _ := b.start(cfg, record)
+	waitGauge(t, cfg.Registerer, "quill_consumer_dead_letters", 2)
+
+	// A fault in the test's own schema: the count's table is gone.
+	_, err = b.pool.Exec(ctx, `ALTER TABLE quill_consumer_dead_letters RENAME TO away`)
+	require.NoError(t, err)
+	const failed = "cannot count the consumer's dead letters"
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), failed) }, waitLong, tick, "the failed count is logged")
+	time.Sleep(10 * cfg.PendingInterval) // more failed counts
+	require.Equal(t, 1, strings.Count(logs.String(), failed), "logged once per reason")
+	v, _ := sample(t, cfg.Registerer, "quill_consumer_dead_letters")
+	require.Equal(t, float64(2), v, "the last count")
+	require.Equal(t, int64(2), c.DeadLetterCount())
+
+	_, err = b.pool.Exec(ctx, `ALTER TABLE away RENAME TO quill_consumer_dead_letters`)
+	require.NoError(t, err)
+	require.NoError(t, store.WriteDeadLetter(ctx, cfg.Durable, letter, time.Now()))
+	waitGauge(t, cfg.Registerer, "quill_consumer_dead_letters", 3)
 }
 
 // syncLog is a log destination safe for concurrent writes.

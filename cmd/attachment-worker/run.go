@@ -93,11 +93,6 @@ func (c *settings) start(ctx context.Context, ds daemon.Settings, stderr io.Writ
 		return err
 	}
 	defer d.Close()
-	store, err := consumer.NewStore(d.Pool, cfg.Consumer.TablePrefix)
-	if err != nil {
-		return err
-	}
-	deadLetters := metrics.NewDeadLetters(d.Registry, store, cfg.Consumer.Durable, d.Log)
 	log := d.Log
 	notifier := outbox.NewNotifier(d.Pool, func(err error) { log.Warn().Err(err).Msg("notify relays") })
 	w, err := worker.New(d.Pool, d.NATS, cfg, log, metrics.NewWorker(d.Registry),
@@ -106,10 +101,11 @@ func (c *settings) start(ctx context.Context, ds daemon.Settings, stderr io.Writ
 	if err != nil {
 		return cli.UsageError{Msg: err.Error()}
 	}
+	metrics.RegisterWorkerDeadLetters(d.Registry, w.DeadLetterCount)
 	// The notifier outlives the worker, so the last commits still wake
 	// the relays.
 	return d.Run(ctx, daemon.Services{Ready: map[string]metrics.ReadyFunc{"worker": w.Ready},
-		Loops: []func(context.Context) error{deadLetters.Run, w.Run}, Trailing: []func(context.Context) error{notifier.Run}})
+		Loops: []func(context.Context) error{w.Run}, Trailing: []func(context.Context) error{notifier.Run}})
 }
 
 // defineConsumer defines the durable consumer's name: the worker's, and

@@ -26,6 +26,7 @@ import (
 	"github.com/quillhq/quill/internal/notes"
 	"github.com/quillhq/quill/internal/stream"
 	"github.com/quillhq/quill/internal/testkit"
+	"github.com/quillhq/quill/internal/worker"
 )
 
 // syncBuffer is the shared in-process helper, under this package's name.
@@ -78,6 +79,13 @@ func TestRunProcessesAndDeadLetters(t *testing.T) {
 			strings.Contains(b, `quill_consumer_acks_total{consumer="w-`+suffix+`"} 2`) &&
 			strings.Contains(b, `quill_consumer_pending_messages{consumer="w-`+suffix+`",stream="CMD_`+suffix+`"} `)
 	}, "metrics show one processed and one dead letter, acknowledged")
+	// Counted in the table by the consumer's poll; the worker's gauge
+	// reads the consumer's.
+	testkit.WaitFor(t, 30*time.Second, func() bool {
+		_, b, ok := getAdmin(admin, "/metrics")
+		return ok && strings.Contains(b, "\nquill_worker_dead_letters 1\n") &&
+			strings.Contains(b, `quill_consumer_dead_letters{consumer="w-`+suffix+`"} 1`)
+	}, "the dead letter counted")
 
 	var out bytes.Buffer
 	cli := map[string]string{"DATABASE_URL": dbURL, "NATS_URL": srv.URL(), "QUILL_CONSUMER": "w-" + suffix}
@@ -327,7 +335,10 @@ func startWorker(t *testing.T, vars map[string]string) (stderr *syncBuffer, exit
 		}
 	})
 	errc := make(chan error, 1)
-	go func() { errc <- run(ctx, nil, clitest.Env(vars), io.Discard, stderr) }()
+	// The consumer's gauges read often, so that a dead letter shows at
+	// once.
+	fast := func(c *worker.Config) { c.Consumer.PendingInterval = 50 * time.Millisecond }
+	go func() { errc <- runWith(ctx, nil, clitest.Env(vars), io.Discard, stderr, fast) }()
 	return stderr, errc, func() {
 		t.Helper()
 		cancel()

@@ -327,6 +327,11 @@ func (w *Worker) Ready(ctx context.Context) error {
 	return fmt.Errorf("NATS: consume %s: %w", w.cfg.Consumer.Durable, err)
 }
 
+// DeadLetterCount returns the consumer's dead letters not yet retried, as
+// its poll last counted them in the database (quill_worker_dead_letters
+// reads it); 0 without WithConsumerMetrics, which the poll needs.
+func (w *Worker) DeadLetterCount() int64 { return w.c.DeadLetterCount() }
+
 // Run consumes until ctx ends, then stops fetching, lets the messages in
 // flight finish (and be acknowledged) for up to the consumer's
 // ShutdownTimeout, and returns nil.
