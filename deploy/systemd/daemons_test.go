@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/auth"
 	"github.com/quillhq/quill/internal/clitest"
 	"github.com/quillhq/quill/internal/db"
@@ -252,7 +253,7 @@ func TestDaemonsUnderTheirUnits(t *testing.T) {
 	for range more {
 		note := uuid.New()
 		require.NoError(t, outbox.Queue(&b, outbox.Event{ID: uuid.Must(uuid.NewV7()), Tenant: tenant, AggregateID: note,
-			Type: outbox.TypeNoteCreated, Time: time.Now(), Data: map[string]any{"id": note.String()}}))
+			Type: contract.EventNoteCreated, Time: time.Now(), Data: map[string]any{"id": note.String()}}))
 	}
 	require.NoError(t, db.WithTx(ctx, pool, func(tx pgx.Tx) error { return tx.SendBatch(ctx, &b).Close() }))
 	total := backlog + 1 + more
