@@ -44,6 +44,7 @@ type Store struct {
 type storeSQL struct {
 	inboxRecord, inboxForget, inboxDeleteBefore, inboxDeleteExpired        string
 	deadInsert, deadOpen, deadAll, deadOne, deadCountOpen, deadMarkRetried string
+	deadOpenAny, deadAllAny, deadCountByConsumer                           string
 }
 
 const (
@@ -85,9 +86,19 @@ const (
 	WHERE consumer = $1 AND retried_at IS NULL AND id > $2 ORDER BY id LIMIT $3`
 	sqlDeadLettersAll = `SELECT ` + sqlDeadLetterColumns + ` FROM %[1]s
 	WHERE consumer = $1 AND id > $2 ORDER BY id LIMIT $3`
+	// Of every consumer: the open ones are read from the same partial
+	// index and sorted, a cost of the open dead letters however many were
+	// re-driven.
+	sqlDeadLettersOpenAny = `SELECT ` + sqlDeadLetterColumns + ` FROM %[1]s
+	WHERE retried_at IS NULL AND id > $1 ORDER BY id LIMIT $2`
+	sqlDeadLettersAllAny = `SELECT ` + sqlDeadLetterColumns + ` FROM %[1]s
+	WHERE id > $1 ORDER BY id LIMIT $2`
 	sqlDeadLetterOne = `SELECT ` + sqlDeadLetterColumns + ` FROM %[1]s WHERE consumer = $1 AND id = $2`
 
 	sqlDeadLettersCountOpen = `SELECT count(*) FROM %[1]s WHERE consumer = $1 AND retried_at IS NULL`
+
+	sqlDeadLettersCountByConsumer = `SELECT consumer, count(*) FROM %[1]s WHERE retried_at IS NULL
+	GROUP BY consumer ORDER BY consumer`
 
 	sqlDeadLetterMarkRetried = `UPDATE %[1]s SET retried_at = $2 WHERE id = $1`
 )
@@ -106,6 +117,7 @@ func NewStore(db Querier, prefix string) (*Store, error) {
 		inboxDeleteBefore: in(sqlInboxDeleteBefore), inboxDeleteExpired: in(sqlInboxDeleteExpired),
 		deadInsert: dl(sqlDeadLetterInsert), deadOpen: dl(sqlDeadLettersOpen), deadAll: dl(sqlDeadLettersAll),
 		deadOne: dl(sqlDeadLetterOne), deadCountOpen: dl(sqlDeadLettersCountOpen), deadMarkRetried: dl(sqlDeadLetterMarkRetried),
+		deadOpenAny: dl(sqlDeadLettersOpenAny), deadAllAny: dl(sqlDeadLettersAllAny), deadCountByConsumer: dl(sqlDeadLettersCountByConsumer),
 	}}, nil
 }
 
@@ -322,10 +334,15 @@ func scanDeadLetter(row pgx.Row) (StoredDeadLetter, error) {
 	return l, nil
 }
 
-// DeadLetterQuery selects dead letters of one consumer.
+// DeadLetterQuery selects dead letters of one consumer, or of every one.
 type DeadLetterQuery struct {
-	// Consumer is the durable consumer's name. Required.
+	// Consumer is the durable consumer's name. Required unless
+	// AnyConsumer.
 	Consumer string
+	// AnyConsumer selects every consumer's dead letters, in one id order
+	// (ids are the table's, unique across consumers); Consumer must then
+	// be "". For the tools that show every consumer, the operator console.
+	AnyConsumer bool
 	// All includes the dead letters already re-driven.
 	All bool
 	// After skips the ids up to it: the cursor of a page.
@@ -334,21 +351,35 @@ type DeadLetterQuery struct {
 	Limit int
 }
 
-// DeadLetters returns q.Consumer's dead letters, oldest first. It returns
-// the database's error, wrapped.
+// DeadLetters returns q.Consumer's dead letters, or with q.AnyConsumer
+// every consumer's, oldest first. It returns an error for a query that
+// names no consumer and not AnyConsumer, or both, and the database's
+// error, wrapped.
 func (s *Store) DeadLetters(ctx context.Context, q DeadLetterQuery) ([]StoredDeadLetter, error) {
-	if q.Consumer == "" {
-		return nil, errors.New("consumer: list dead letters: no consumer named")
-	}
-	stmt := s.sql.deadOpen
-	if q.All {
-		stmt = s.sql.deadAll
-	}
 	var limit *int
 	if q.Limit > 0 {
 		limit = &q.Limit
 	}
-	rows, err := s.db.Query(ctx, stmt, q.Consumer, q.After, limit)
+	var rows pgx.Rows
+	var err error
+	switch {
+	case q.AnyConsumer && q.Consumer != "":
+		return nil, errors.New("consumer: list dead letters: a consumer named and AnyConsumer")
+	case q.AnyConsumer:
+		stmt := s.sql.deadOpenAny
+		if q.All {
+			stmt = s.sql.deadAllAny
+		}
+		rows, err = s.db.Query(ctx, stmt, q.After, limit)
+	case q.Consumer == "":
+		return nil, errors.New("consumer: list dead letters: no consumer named")
+	default:
+		stmt := s.sql.deadOpen
+		if q.All {
+			stmt = s.sql.deadAll
+		}
+		rows, err = s.db.Query(ctx, stmt, q.Consumer, q.After, limit)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("consumer: list dead letters: %w", err)
 	}
@@ -389,6 +420,27 @@ func (s *Store) OpenDeadLetters(ctx context.Context, durable string) (int64, err
 		return 0, fmt.Errorf("consumer: count dead letters: %w", err)
 	}
 	return n, nil
+}
+
+// ConsumerDeadLetters is one consumer's count of open dead letters.
+type ConsumerDeadLetters struct {
+	Consumer string `json:"consumer"`
+	Open     int64  `json:"open"`
+}
+
+// OpenDeadLettersByConsumer counts the dead letters not yet re-driven of
+// every consumer that has some, by consumer name. It returns the
+// database's error, wrapped.
+func (s *Store) OpenDeadLettersByConsumer(ctx context.Context) ([]ConsumerDeadLetters, error) {
+	rows, err := s.db.Query(ctx, s.sql.deadCountByConsumer)
+	if err != nil {
+		return nil, fmt.Errorf("consumer: count dead letters by consumer: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[ConsumerDeadLetters])
+	if err != nil {
+		return nil, fmt.Errorf("consumer: count dead letters by consumer: %w", err)
+	}
+	return out, nil
 }
 
 // RedriveMsgID is the Nats-Msg-Id of a re-driven dead letter: a new one, so

@@ -1,6 +1,7 @@
 package consumer_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -58,4 +59,50 @@ func TestStoreInboxOfSeveralConsumers(t *testing.T) {
 	n, err := store.DeleteExpiredInbox(ctx, time.Hour, 100)
 	require.NoError(t, err)
 	require.EqualValues(t, 2, n, "both consumers' expired rows")
+}
+
+// The tools that show every consumer list their open dead letters in one
+// id order and count them by consumer; a dead letter re-driven is left
+// out of both; a query names one consumer or asks for every one.
+func TestStoreDeadLettersOfEveryConsumer(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool, err := pgxpool.New(ctx, dbtest.EmptySchema(t))
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	require.NoError(t, consumer.Migrate(ctx, pool))
+	store, err := consumer.NewStore(pool, "")
+	require.NoError(t, err)
+	for _, durable := range []string{"webhooks", "search", "webhooks", "search"} {
+		require.NoError(t, store.WriteDeadLetter(ctx, durable, consumer.DeadLetter{Reason: durable}, time.Now()))
+	}
+	all, err := store.DeadLetters(ctx, consumer.DeadLetterQuery{AnyConsumer: true})
+	require.NoError(t, err)
+	require.Len(t, all, 4)
+	_, err = pool.Exec(ctx, `UPDATE quill_consumer_dead_letters SET retried_at = now() WHERE id = $1`, all[1].ID)
+	require.NoError(t, err)
+
+	open, err := store.DeadLetters(ctx, consumer.DeadLetterQuery{AnyConsumer: true})
+	require.NoError(t, err)
+	var got []string
+	for _, l := range open {
+		got = append(got, fmt.Sprint(l.ID-all[0].ID, l.Consumer))
+	}
+	require.Equal(t, []string{"0webhooks", "2webhooks", "3search"}, got, "the open ones, in id order")
+	page, err := store.DeadLetters(ctx, consumer.DeadLetterQuery{AnyConsumer: true, After: all[0].ID, Limit: 1})
+	require.NoError(t, err)
+	require.Len(t, page, 1)
+	require.Equal(t, all[2].ID, page[0].ID, "a page after a cursor")
+	every, err := store.DeadLetters(ctx, consumer.DeadLetterQuery{AnyConsumer: true, All: true})
+	require.NoError(t, err)
+	require.Len(t, every, 4, "with All, the re-driven one too")
+
+	counts, err := store.OpenDeadLettersByConsumer(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []consumer.ConsumerDeadLetters{{Consumer: "search", Open: 1}, {Consumer: "webhooks", Open: 2}}, counts)
+
+	_, err = store.DeadLetters(ctx, consumer.DeadLetterQuery{AnyConsumer: true, Consumer: "search"})
+	require.Error(t, err, "one consumer and every consumer")
+	_, err = store.DeadLetters(ctx, consumer.DeadLetterQuery{})
+	require.Error(t, err, "no consumer")
 }

@@ -26,7 +26,8 @@
 // chain it shows is the audit's chain, anomalies included — one source, not
 // a second implementation. Retries go through the code paths of the CLI
 // commands (outbox.Unpark for "relay events retry", consumer.Store.Redrive for
-// "attachment-worker dead-letters retry").
+// "attachment-worker dead-letters retry"); the dead-letter pages show and
+// retry every consumer's, each named by its consumer and id.
 package console
 
 import (
@@ -126,8 +127,8 @@ type Deps struct {
 // Console serves the console's pages; see the package comment.
 type Console struct {
 	pool *pgxpool.Pool
-	// store is the consumer package's tables: the worker's dead letters,
-	// under its durable name (Config.Audit.Consumer).
+	// store is the consumer package's tables: the dead letters of every
+	// consumer, each under its durable name.
 	store *consumer.Store
 	js    func() jetstream.JetStream
 	log   zerolog.Logger

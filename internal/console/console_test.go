@@ -477,9 +477,12 @@ func TestLookupCostsNoMoreQueriesThanTheAudit(t *testing.T) {
 	require.LessOrEqual(t, page, cli)
 }
 
-// TestDeadLetterRetry: an open dead letter is listed and republished
-// through consumer.Store.Redrive, once; without NATS the
-// page says so and the action is refused with 503.
+// TestDeadLetterRetry: the open dead letters of every consumer are listed,
+// each under its consumer's name, and one consumer's on its own; a dead
+// letter is republished through consumer.Store.Redrive, once, by its
+// consumer and id — a pair of one consumer's name and another's id
+// re-drives nothing; without NATS the page says so and the action is
+// refused with 503.
 func TestDeadLetterRetry(t *testing.T) {
 	t.Parallel()
 	api := apitest.Start(t)
@@ -489,15 +492,33 @@ func TestDeadLetterRetry(t *testing.T) {
 	subj := "ct" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
 	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: strings.ToUpper(subj), Subjects: []string{subj + ".>"}})
 	require.NoError(t, err)
-	var id int64
-	event := uuid.NewString()
-	require.NoError(t, api.Pool.QueryRow(ctx, `INSERT INTO quill_consumer_dead_letters (consumer, event_id, event_type, stream_seq, subject, payload, headers, reason, deliveries, created_at)
-		VALUES ('attachment-worker', $1, '', 7, $2, '{"id":"x"}', '{}', 'handler failed: boom', 5, now()) RETURNING id`,
-		event, subj+".acme.note.created").Scan(&id))
+	// A dead letter of the worker and one of a second consumer on the
+	// package, the webhook dispatcher.
+	type letter struct {
+		id              int64
+		consumer, event string
+	}
+	insert := func(name, reason string) letter {
+		l := letter{consumer: name, event: uuid.NewString()}
+		require.NoError(t, api.Pool.QueryRow(ctx, `INSERT INTO quill_consumer_dead_letters (consumer, event_id, event_type, stream_seq, subject, payload, headers, reason, deliveries, created_at)
+			VALUES ($1, $2, '', 7, $3, '{"id":"x"}', '{}', $4, 5, now()) RETURNING id`,
+			name, l.event, subj+".acme.note.created", reason).Scan(&l.id))
+		return l
+	}
+	worker, hooks := insert("attachment-worker", "handler failed: boom"), insert("webhooks", "endpoint answered 500")
+	open := func(l letter) bool {
+		var o bool
+		require.NoError(t, api.Pool.QueryRow(ctx, `SELECT retried_at IS NULL FROM quill_consumer_dead_letters WHERE id = $1`, l.id).Scan(&o))
+		return o
+	}
+	retryForm := func(l letter) url.Values {
+		return url.Values{"consumer": {l.consumer}, "id": {fmt.Sprint(l.id)}}
+	}
 
 	var connected atomic.Bool
 	connected.Store(true)
-	con, err := console.New(console.Deps{Pool: api.Pool, Log: zerolog.Nop(), JetStream: func() jetstream.JetStream {
+	logs := &strings.Builder{}
+	con, err := console.New(console.Deps{Pool: api.Pool, Log: zerolog.New(syncWriter{logs}), JetStream: func() jetstream.JetStream {
 		if connected.Load() {
 			return js
 		}
@@ -514,34 +535,70 @@ func TestDeadLetterRetry(t *testing.T) {
 
 	code, body, _ := get(t, c, srv.URL+"/console/dead-letters")
 	require.Equal(t, http.StatusOK, code)
-	require.Contains(t, body, fmt.Sprintf(`data-dead-letter="%d"`, id))
+	for _, l := range []letter{worker, hooks} {
+		require.Contains(t, body, fmt.Sprintf(`data-dead-letter="%d" data-consumer="%s"`, l.id, l.consumer), "every consumer's")
+		require.Contains(t, body, fmt.Sprintf(`href="/console/dead-letters/retry?consumer=%s&amp;id=%d"`, l.consumer, l.id))
+	}
 	require.Contains(t, body, "handler failed: boom")
-	code, body, _ = get(t, c, srv.URL+fmt.Sprintf("/console/dead-letters/retry?id=%d", id))
+	require.Contains(t, body, "endpoint answered 500")
+	code, body, _ = get(t, c, srv.URL+"/console/dead-letters?consumer=webhooks")
 	require.Equal(t, http.StatusOK, code)
-	require.Contains(t, body, event)
+	require.Contains(t, body, fmt.Sprintf(`data-dead-letter="%d"`, hooks.id))
+	require.NotContains(t, body, fmt.Sprintf(`data-dead-letter="%d"`, worker.id), "one consumer's only")
+	require.Contains(t, body, "Consumer <code>webhooks</code> only")
+	code, body, _ = get(t, c, srv.URL+"/console/overview.json")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, `"dead_letters":2,"dead_letters_by_consumer":[{"consumer":"attachment-worker","open":1},{"consumer":"webhooks","open":1}]`)
+	code, body, _ = get(t, c, srv.URL+"/console/")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, `data-figure="dead_letters">2<`)
+	require.Contains(t, body, `<a href="/console/dead-letters?consumer=webhooks">webhooks</a> 1`)
+
+	code, body, _ = get(t, c, srv.URL+"/console/dead-letters/retry?"+retryForm(hooks).Encode())
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, hooks.event)
+	require.Contains(t, body, `<input type="hidden" name="consumer" value="webhooks">`)
+	require.Contains(t, body, fmt.Sprintf(`<input type="hidden" name="id" value="%d">`, hooks.id))
+
+	// The worker's name with the dispatcher's id, and no name at all.
+	forged := retryForm(hooks)
+	forged.Set("consumer", worker.consumer)
+	code, _, _ = get(t, c, srv.URL+"/console/dead-letters/retry?"+forged.Encode())
+	require.Equal(t, http.StatusNotFound, code)
+	code, _, _ = post(t, c, srv.URL+"/console/dead-letters/retry", forged)
+	require.Equal(t, http.StatusNotFound, code, "a forged pair")
+	code, _, _ = post(t, c, srv.URL+"/console/dead-letters/retry", url.Values{"id": {fmt.Sprint(hooks.id)}})
+	require.Equal(t, http.StatusNotFound, code, "no consumer")
+	require.True(t, open(hooks), "refused: not re-driven")
+	require.Contains(t, logs.String(), fmt.Sprintf(`"console_action":"retry_dead_letter","consumer":"attachment-worker","dead_letter":%d,"found":false`, hooks.id))
 
 	connected.Store(false)
 	code, body, _ = get(t, c, srv.URL+"/console/dead-letters")
 	require.Equal(t, http.StatusOK, code)
 	require.Contains(t, body, "not connected to NATS")
-	code, _, _ = post(t, c, srv.URL+"/console/dead-letters/retry", url.Values{"id": {fmt.Sprint(id)}})
+	code, _, _ = post(t, c, srv.URL+"/console/dead-letters/retry", retryForm(hooks))
 	require.Equal(t, http.StatusServiceUnavailable, code)
 	connected.Store(true)
-
-	code, _, hdr := post(t, c, srv.URL+"/console/dead-letters/retry", url.Values{"id": {fmt.Sprint(id)}})
-	require.Equal(t, http.StatusSeeOther, code)
-	_, body, _ = get(t, c, srv.URL+hdr.Get("Location"))
-	require.Contains(t, body, fmt.Sprintf("Dead letter %d is republished (stream sequence 1)", id))
-	var retried bool
-	require.NoError(t, api.Pool.QueryRow(ctx, `SELECT retried_at IS NOT NULL FROM quill_consumer_dead_letters WHERE id = $1`, id).Scan(&retried))
-	require.True(t, retried)
 	s, err := js.Stream(ctx, strings.ToUpper(subj))
 	require.NoError(t, err)
-	msg, err := s.GetMsg(ctx, 1)
+	info, err := s.Info(ctx)
 	require.NoError(t, err)
-	require.Equal(t, event+":redrive:"+fmt.Sprint(id), msg.Header.Get("Nats-Msg-Id"))
-	code, _, _ = post(t, c, srv.URL+"/console/dead-letters/retry", url.Values{"id": {fmt.Sprint(id)}})
-	require.Equal(t, http.StatusNotFound, code, "retried already: not published twice")
+	require.Zero(t, info.State.Msgs, "nothing refused published anything")
+
+	for seq, l := range []letter{hooks, worker} {
+		code, _, hdr := post(t, c, srv.URL+"/console/dead-letters/retry", retryForm(l))
+		require.Equal(t, http.StatusSeeOther, code)
+		require.Equal(t, fmt.Sprintf("/console/dead-letters?consumer=%s&retried=%d&seq=%d", l.consumer, l.id, seq+1), hdr.Get("Location"))
+		_, body, _ = get(t, c, srv.URL+hdr.Get("Location"))
+		require.Contains(t, body, fmt.Sprintf("Dead letter %d is republished (stream sequence %d)", l.id, seq+1))
+		require.False(t, open(l))
+		msg, err := s.GetMsg(ctx, uint64(seq+1))
+		require.NoError(t, err)
+		require.Equal(t, l.event+":redrive:"+fmt.Sprint(l.id), msg.Header.Get("Nats-Msg-Id"))
+		code, _, _ = post(t, c, srv.URL+"/console/dead-letters/retry", retryForm(l))
+		require.Equal(t, http.StatusNotFound, code, "retried already: not published twice")
+	}
+	require.Contains(t, logs.String(), fmt.Sprintf(`"console_action":"retry_dead_letter","consumer":"webhooks","dead_letter":%d,"found":true`, hooks.id))
 }
 
 // TestListPagesCostNoMoreQueriesThanTheCLI: a page of parked events or dead

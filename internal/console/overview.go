@@ -117,14 +117,18 @@ type minute struct {
 
 // overviewData is the overview: figures of now and the last hour.
 type overviewData struct {
-	At          int64    `json:"t"`
-	Pending     int64    `json:"pending"`
-	OldestAge   float64  `json:"oldest_age_seconds"`
-	Parked      int64    `json:"parked"`
-	DeadLetters int64    `json:"dead_letters"`
-	Consumer    string   `json:"consumer"`
-	Minutes     []minute `json:"minutes"`
-	Backlog     []sample `json:"backlog"`
+	At        int64   `json:"t"`
+	Pending   int64   `json:"pending"`
+	OldestAge float64 `json:"oldest_age_seconds"`
+	Parked    int64   `json:"parked"`
+	// DeadLetters are the open dead letters of every consumer, and
+	// DeadLettersByConsumer the consumers that have some, by name.
+	DeadLetters           int64                          `json:"dead_letters"`
+	DeadLettersByConsumer []consumer.ConsumerDeadLetters `json:"dead_letters_by_consumer"`
+	// Consumer is the worker's, whose results the charts show.
+	Consumer string   `json:"consumer"`
+	Minutes  []minute `json:"minutes"`
+	Backlog  []sample `json:"backlog"`
 	// Totals over the window, for the page without its script.
 	Published, Duplicates, Processed, Failed int64
 }
@@ -153,8 +157,11 @@ func (c *Console) collect(ctx context.Context) (*overviewData, error) {
 		if err != nil {
 			return err
 		}
-		if d.DeadLetters, err = store.OpenDeadLetters(ctx, c.cfg.Audit.Consumer); err != nil {
+		if d.DeadLettersByConsumer, err = store.OpenDeadLettersByConsumer(ctx); err != nil {
 			return err
+		}
+		for _, n := range d.DeadLettersByConsumer {
+			d.DeadLetters += n.Open
 		}
 		rows, err := tx.Query(ctx, sqlPublishedPerMinute, from)
 		if err != nil {

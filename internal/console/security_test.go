@@ -502,3 +502,47 @@ func TestTrustedProxies(t *testing.T) {
 		require.Equal(t, tc.secure, ps.Secure(r), tc.name)
 	}
 }
+
+// TestDeadLetterConsumerNameEscaped: a consumer's name is text the pages
+// escape wherever they show it — taken from ?consumer= or from the table
+// (a DeadLetterWriter chooses it) — in the page, in its links and in the
+// overview; the name of no consumer lists none; the retry's POST is
+// refused from another origin before anything else is asked.
+func TestDeadLetterConsumerNameEscaped(t *testing.T) {
+	t.Parallel()
+	h := start(t)
+	c := browser(t)
+	_, _ = h.signIn(t, c, h.opToken)
+	ctx := t.Context()
+	const evil = `"><script>alert(1)</script>`
+	var id int64
+	require.NoError(t, h.api.Pool.QueryRow(ctx, `INSERT INTO quill_consumer_dead_letters (consumer, event_id, event_type, stream_seq, subject, payload, headers, reason, deliveries, created_at)
+		VALUES ($1, 'e', '', 7, 's', '', '{}', 'boom', 5, now()) RETURNING id`, evil).Scan(&id))
+	escaped := url.Values{"consumer": {evil}, "id": {strconv.FormatInt(id, 10)}}
+
+	for _, path := range []string{"/console/dead-letters", "/console/dead-letters?consumer=" + url.QueryEscape(evil),
+		"/console/dead-letters/retry?" + escaped.Encode(), "/console/"} {
+		code, body, _ := get(t, c, h.srv.URL+path)
+		require.Equal(t, http.StatusOK, code, path)
+		require.NotContains(t, body, "<script>alert", path)
+		require.Contains(t, body, "&lt;script&gt;alert(1)&lt;/script&gt;", path)
+	}
+	code, body, _ := get(t, c, h.srv.URL+"/console/dead-letters")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, `href="/console/dead-letters?consumer=%22%3e%3cscript%3ealert%281%29%3c%2fscript%3e"`, "query-escaped in a link")
+	code, body, _ = get(t, c, h.srv.URL+"/console/dead-letters?consumer="+url.QueryEscape("<b>nobody</b>"))
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, "No dead letters of this consumer")
+	require.NotContains(t, body, "<b>nobody")
+
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.srv.URL+"/console/dead-letters/retry", strings.NewReader(escaped.Encode()))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Sec-Fetch-Site", "cross-site")
+	resp, err := c.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusForbidden, resp.StatusCode, "refused before the console looks for NATS")
+	code, _, _ = post(t, c, h.srv.URL+"/console/dead-letters/retry", escaped)
+	require.Equal(t, http.StatusServiceUnavailable, code, "from the console itself: past the origin check (no NATS here)")
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -129,7 +130,8 @@ type confirmView struct {
 	Kind   string // parked or dead
 	What   string
 	Action string
-	ID     string
+	// Fields are the form's hidden fields: what names the row.
+	Fields map[string]string
 	Row    any
 	Back   string
 }
@@ -148,8 +150,11 @@ type stuckKind[K, T any] struct {
 	none string
 	// question is what the confirmation page asks.
 	question string
-	parse    func(string) (K, error)
-	format   func(K) string
+	// parse reads the key of a row from a request's values (the query
+	// of a confirmation page, the form of a retry); fields are the form's
+	// values that name key.
+	parse  func(get func(string) string) (K, error)
+	fields func(K) map[string]string
 	// one reads the row of id: pgx.ErrNoRows when there is none to retry.
 	one func(ctx context.Context, c *Console, id K) (T, error)
 }
@@ -158,24 +163,43 @@ func parkedEvents() stuckKind[uuid.UUID, parkedRow] {
 	return stuckKind[uuid.UUID, parkedRow]{
 		kind: "parked", list: "parked", noun: "parked event", none: "no parked event has this id",
 		question: "Return this event to the relays' queue? They publish it on their next pass; if the reason it was parked still holds, it is parked again.",
-		parse:    uuid.Parse,
-		format:   uuid.UUID.String,
+		parse:    func(get func(string) string) (uuid.UUID, error) { return uuid.Parse(get("id")) },
+		fields:   func(id uuid.UUID) map[string]string { return map[string]string{"id": id.String()} },
 		one: func(ctx context.Context, c *Console, id uuid.UUID) (parkedRow, error) {
 			return scanParked(c.pool.QueryRow(ctx, sqlParkedOne, id))
 		},
 	}
 }
 
-func deadLetters() stuckKind[int64, consumer.StoredDeadLetter] {
-	return stuckKind[int64, consumer.StoredDeadLetter]{
-		kind: "dead", list: "dead-letters", noun: "dead letter", none: "no open dead letter has this id",
-		question: "Republish this message to its subject? The worker handles it again; its inbox still recognises an event it has already applied.",
-		parse:    func(s string) (int64, error) { return strconv.ParseInt(s, 10, 64) },
-		format:   func(id int64) string { return strconv.FormatInt(id, 10) },
-		one: func(ctx context.Context, c *Console, id int64) (consumer.StoredDeadLetter, error) {
-			// Only an open dead letter of this console's consumer: the
-			// list shows those, and a retried one would be published again.
-			l, err := c.store.DeadLetter(ctx, c.cfg.Audit.Consumer, id)
+// deadKey names a dead letter: its consumer (the durable name it is kept
+// under) and its id. Both come from the request, and the store reads a
+// dead letter only under its consumer: a pair that does not match, forged
+// or stale, finds none.
+type deadKey struct {
+	consumer string
+	id       int64
+}
+
+func deadLetters() stuckKind[deadKey, consumer.StoredDeadLetter] {
+	return stuckKind[deadKey, consumer.StoredDeadLetter]{
+		kind: "dead", list: "dead-letters", noun: "dead letter", none: "this consumer has no open dead letter with this id",
+		question: "Republish this message to its subject? Its consumer handles it again; its inbox still recognises an event it has already applied.",
+		parse: func(get func(string) string) (deadKey, error) {
+			k := deadKey{consumer: get("consumer")}
+			if k.consumer == "" {
+				return k, errors.New("no consumer named")
+			}
+			var err error
+			k.id, err = strconv.ParseInt(get("id"), 10, 64)
+			return k, err
+		},
+		fields: func(k deadKey) map[string]string {
+			return map[string]string{"consumer": k.consumer, "id": strconv.FormatInt(k.id, 10)}
+		},
+		one: func(ctx context.Context, c *Console, k deadKey) (consumer.StoredDeadLetter, error) {
+			// Only an open dead letter of the consumer named: the list
+			// shows those, and a retried one would be published again.
+			l, err := c.store.DeadLetter(ctx, k.consumer, k.id)
 			if errors.Is(err, consumer.ErrDeadLetterNotFound) || err == nil && l.RetriedAt != nil {
 				return l, pgx.ErrNoRows
 			}
@@ -184,10 +208,11 @@ func deadLetters() stuckKind[int64, consumer.StoredDeadLetter] {
 	}
 }
 
-// id parses v, the id a page was asked for; one that does not parse is
-// answered 404, as no row has it.
-func (k stuckKind[K, T]) id(c *Console, w http.ResponseWriter, r *http.Request, v string) (K, bool) {
-	id, err := k.parse(v)
+// id parses the key a page was asked for from get (the query's or the
+// form's values); one that does not parse is answered 404, as no row has
+// it.
+func (k stuckKind[K, T]) id(c *Console, w http.ResponseWriter, r *http.Request, get func(string) string) (K, bool) {
+	id, err := k.parse(get)
 	if err != nil {
 		k.unknown(c, w, r)
 		return id, false
@@ -223,7 +248,7 @@ func (k stuckKind[K, T]) row(ctx context.Context, c *Console, w http.ResponseWri
 // confirm answers the page that asks the operator to confirm the retry of
 // the row ?id= names.
 func (k stuckKind[K, T]) confirm(c *Console, w http.ResponseWriter, r *http.Request) {
-	id, ok := k.id(c, w, r, r.URL.Query().Get("id"))
+	id, ok := k.id(c, w, r, r.URL.Query().Get)
 	if !ok {
 		return
 	}
@@ -234,7 +259,7 @@ func (k stuckKind[K, T]) confirm(c *Console, w http.ResponseWriter, r *http.Requ
 		return
 	}
 	c.render(w, r, http.StatusOK, "confirm", page{Title: "Retry a " + k.noun, Nav: k.kind, Data: confirmView{Kind: k.kind,
-		What: k.question, Action: Prefix + k.list + "/retry", ID: k.format(id), Row: row, Back: Prefix + k.list}})
+		What: k.question, Action: Prefix + k.list + "/retry", Fields: k.fields(id), Row: row, Back: Prefix + k.list}})
 }
 
 func (c *Console) parkedConfirm(w http.ResponseWriter, r *http.Request) {
@@ -245,7 +270,7 @@ func (c *Console) parkedConfirm(w http.ResponseWriter, r *http.Request) {
 // it, for the signed-in operator s, under the query timeout.
 func (k stuckKind[K, T]) retry(c *Console, w http.ResponseWriter, r *http.Request, act func(ctx context.Context, s session, id K)) {
 	s, _ := sessionOf(r)
-	id, ok := k.id(c, w, r, r.PostFormValue("id"))
+	id, ok := k.id(c, w, r, r.PostFormValue)
 	if !ok {
 		return
 	}
@@ -284,16 +309,28 @@ func (c *Console) parkedRetry(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
+// deadListView is the dead-letter list's data: a page of every
+// consumer's, or of Consumer's when ?consumer= names one.
+type deadListView struct {
+	listView[consumer.StoredDeadLetter]
+	Consumer string
+}
+
+// deadList lists the open dead letters of every consumer, or of the one
+// ?consumer= names. The name is only a statement's parameter and is
+// escaped wherever the page shows it; a name no consumer has lists none.
 func (c *Console) deadList(w http.ResponseWriter, r *http.Request) {
+	name := r.URL.Query().Get("consumer")
 	v, ok := listPage(c, w, r, "list the dead letters", func(d consumer.StoredDeadLetter) int64 { return d.ID },
 		func(ctx context.Context, after int64, limit int) ([]consumer.StoredDeadLetter, error) {
-			return c.store.DeadLetters(ctx, consumer.DeadLetterQuery{Consumer: c.cfg.Audit.Consumer, After: after, Limit: limit})
+			return c.store.DeadLetters(ctx, consumer.DeadLetterQuery{Consumer: name, AnyConsumer: name == "", After: after, Limit: limit})
 		})
 	if !ok {
 		return
 	}
 	v.Retriable = c.js() != nil
-	c.render(w, r, http.StatusOK, "deadletters", page{Title: "Dead letters", Nav: "dead", Data: v, Message: deadDone(r)})
+	c.render(w, r, http.StatusOK, "deadletters", page{Title: "Dead letters", Nav: "dead",
+		Data: deadListView{listView: v, Consumer: name}, Message: deadDone(r)})
 }
 
 func (c *Console) deadConfirm(w http.ResponseWriter, r *http.Request) {
@@ -302,24 +339,28 @@ func (c *Console) deadConfirm(w http.ResponseWriter, r *http.Request) {
 
 func (c *Console) deadRetry(w http.ResponseWriter, r *http.Request) {
 	k := deadLetters()
-	k.retry(c, w, r, func(ctx context.Context, s session, id int64) {
+	k.retry(c, w, r, func(ctx context.Context, s session, key deadKey) {
 		js := c.js()
 		if js == nil {
-			c.fail(w, r, http.StatusServiceUnavailable, "A dead letter is retried by publishing it to NATS, and the API is not connected to NATS (NATS_URL). Try again, or use \"attachment-worker dead-letters retry\".")
+			c.fail(w, r, http.StatusServiceUnavailable, "A dead letter is retried by publishing it to NATS, and the API is not connected to NATS (NATS_URL). Try again, or use \"attachment-worker dead-letters retry --consumer NAME ID\".")
 			return
 		}
-		// The one read serves the check and the republish.
-		l, ok := k.row(ctx, c, w, r, id)
-		if !ok {
+		// The one read serves the check and the republish; a pair of a
+		// consumer and an id that do not match finds none.
+		l, err := k.one(ctx, c, key)
+		logged := c.actionLog(s, "retry_dead_letter").Str("consumer", key.consumer).Int64("dead_letter", key.id)
+		if k.failed(c, w, r, logged, err, pgx.ErrNoRows, k.gone) {
 			return
 		}
 		ack, err := c.store.Redrive(ctx, js, l, c.cfg.Now())
-		logged := c.actionLog(s, "retry_dead_letter").Int64("dead_letter", id)
-		if k.failed(c, w, r, logged, err, consumer.ErrDeadLetterNotFound, k.unknown) {
+		if err != nil {
+			c.failErr(w, r, "retry the "+k.noun, err)
 			return
 		}
 		logged.Bool("found", true).Uint64("stream_seq", ack.Sequence).Bool("duplicate", ack.Duplicate).Msg("console: dead letter republished")
-		http.Redirect(w, r, fmt.Sprintf("%sdead-letters?retried=%d&seq=%d", Prefix, id, ack.Sequence), http.StatusSeeOther)
+		// Back to the list of the letter's consumer, as the row names it.
+		back := url.Values{"consumer": {l.Consumer}, "retried": {strconv.FormatInt(l.ID, 10)}, "seq": {strconv.FormatUint(ack.Sequence, 10)}}
+		http.Redirect(w, r, Prefix+"dead-letters?"+back.Encode(), http.StatusSeeOther)
 	})
 }
 

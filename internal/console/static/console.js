@@ -60,6 +60,18 @@
       el.textContent = k === "oldest_age_seconds" ? v.toFixed(1) + " s" : String(v);
       el.parentElement.classList.toggle("bad", (k === "parked" || k === "dead_letters") && v > 0);
     }
+    // Every consumer's open dead letters, by name: made of text nodes
+    // and a query built by URLSearchParams, never markup from the data.
+    const by = document.querySelector("[data-by-consumer]");
+    if (by && d.dead_letters_by_consumer) {
+      by.replaceChildren(...d.dead_letters_by_consumer.map((x) => {
+        const li = document.createElement("li"), a = document.createElement("a");
+        a.href = "/console/dead-letters?" + new URLSearchParams({ consumer: x.consumer });
+        a.textContent = x.consumer;
+        li.append(a, " " + x.open);
+        return li;
+      }));
+    }
     document.body.dataset.updated = String(d.t);
   }
 
