@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quillhq/quill/internal/console"
+	"github.com/quillhq/quill/internal/httpserve"
 )
 
 // signInRaw posts a sign-in with tok through c, with extra headers, and
@@ -75,7 +76,7 @@ func noRedirects(c *http.Client) *http.Client {
 
 func loopback(t *testing.T) console.TrustedProxies {
 	t.Helper()
-	ps, err := console.ParseTrustedProxies("127.0.0.0/8, ::1")
+	ps, err := httpserve.ParsePrefixes("127.0.0.0/8, ::1")
 	require.NoError(t, err)
 	return ps
 }
@@ -150,7 +151,7 @@ func TestSecureCookieBehindTrustedProxy(t *testing.T) {
 	require.False(t, cookieNamed(resp, "quill_console").Secure)
 
 	// A peer not declared: its X-Forwarded-Proto is not believed.
-	undeclared, err := console.ParseTrustedProxies("10.0.0.0/8")
+	undeclared, err := httpserve.ParsePrefixes("10.0.0.0/8")
 	require.NoError(t, err)
 	for name, ps := range map[string]console.TrustedProxies{"no proxies": nil, "another network": undeclared} {
 		h := startWith(t, options{cfg: console.Config{TrustedProxies: ps}})
@@ -459,7 +460,7 @@ func TestTrustedProxies(t *testing.T) {
 		{in: "10.0.0.0/8,proxy.internal", err: `"proxy.internal" is neither an IP address nor a CIDR prefix`},
 		{in: "10.0.0.0/33", err: `"10.0.0.0/33"`},
 	} {
-		ps, err := console.ParseTrustedProxies(tc.in)
+		ps, err := httpserve.ParsePrefixes(tc.in)
 		if tc.err != "" {
 			require.ErrorContains(t, err, tc.err, tc.in)
 			continue

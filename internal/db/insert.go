@@ -39,19 +39,6 @@ func (ins Insert) AppendGuarded(sql []byte, rel, cond string, first int) ([]byte
 	return sql, n
 }
 
-// WhenFlag returns the insert as a statement of its own that writes only
-// when a Flag is on, the flag's name bound as the parameter after the
-// columns' (see Flag):
-//
-//	INSERT INTO table (c1, ...) SELECT $1::type1, ... WHERE current_setting($n::text)::boolean
-func (ins Insert) WhenFlag() string {
-	sql, n := ins.appendSelect(nil, 1)
-	sql = append(sql, " WHERE current_setting($"...)
-	sql = strconv.AppendInt(sql, int64(n), 10)
-	sql = append(sql, "::text)::boolean"...)
-	return string(sql)
-}
-
 // Values returns the insert as a plain statement of its own:
 //
 //	INSERT INTO table (c1, ...) VALUES ($1::type1, ...)

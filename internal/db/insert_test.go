@@ -23,8 +23,6 @@ func TestInsertRendering(t *testing.T) {
 		{"appended", `x, INSERT INTO t (a, b) SELECT $1::uuid, nullif($2::text, '') FROM r WHERE r.c`,
 			func() string { sql, _ := ins.AppendGuarded([]byte("x, "), "r", "c", 1); return string(sql) }},
 		{"plain", `INSERT INTO t (a, b) VALUES ($1::uuid, nullif($2::text, ''))`, ins.Values},
-		{"guarded by a flag", `INSERT INTO t (a, b) SELECT $1::uuid, nullif($2::text, '') WHERE current_setting($3::text)::boolean`,
-			ins.WhenFlag},
 	} {
 		t.Run(tc.name, func(t *testing.T) { require.Equal(t, tc.want, tc.got()) })
 	}

@@ -121,21 +121,3 @@ func backendPID(ctx context.Context, c *pgx.Conn) (uint32, error) {
 	}
 	return pid, nil
 }
-
-// RequireSession returns an error wrapping ErrTransactionPooler, naming
-// setting (the variable url came from), when url reaches a transaction
-// pooler, and the probe's error, wrapped likewise, when it cannot tell.
-func RequireSession(ctx context.Context, setting, url string) error {
-	cc, err := pgx.ParseConfig(url)
-	if err != nil {
-		return fmt.Errorf("parse %s: %w", setting, err)
-	}
-	route, err := ProbeRoute(ctx, cc)
-	if err != nil {
-		return fmt.Errorf("%s: %w", setting, err)
-	}
-	if route == RouteTransactionPooler {
-		return fmt.Errorf("%s %w", setting, ErrTransactionPooler)
-	}
-	return nil
-}

@@ -97,21 +97,12 @@ func Queue(b *pgx.Batch, e Event) error {
 	return queue(b, sqlEventInsert, e)
 }
 
-// sqlEventInsertGuarded writes only when the flag bound last is on.
-var sqlEventInsertGuarded = EventInsert.WhenFlag()
-
-// QueueGuarded is Queue for an insert that writes only when guard, set by an
-// earlier statement of the same transaction, is on (see db.Flag).
-func QueueGuarded(b *pgx.Batch, e Event, guard db.Flag) error {
-	return queue(b, sqlEventInsertGuarded, e, string(guard))
-}
-
-func queue(b *pgx.Batch, sql string, e Event, extra ...any) error {
+func queue(b *pgx.Batch, sql string, e Event) error {
 	args, err := InsertArgs(e)
 	if err != nil {
 		return err
 	}
-	b.Queue(sql, append(args, extra...)...)
+	b.Queue(sql, args...)
 	return nil
 }
 

@@ -227,9 +227,6 @@ func WithHooks(h Hooks) Option { return func(w *Worker) { w.hooks = h } }
 // message's trace context is passed on as it came.
 func WithTracer(t trace.Tracer) Option { return func(w *Worker) { w.tracer = t } }
 
-// WithClock sets the clock (default time.Now).
-func WithClock(now func() time.Time) Option { return func(w *Worker) { w.now = now } }
-
 // WithNotifier signals n after each commit that wrote an outbox event, so
 // relays publish it at once. Without it relays find it by polling.
 func WithNotifier(n *outbox.Notifier) Option { return func(w *Worker) { w.notifier = n } }
