@@ -62,9 +62,9 @@
     }
     // Every consumer's open dead letters, by name: made of text nodes
     // and a query built by URLSearchParams, never markup from the data.
-    const by = document.querySelector("[data-by-consumer]");
-    if (by && d.dead_letters_by_consumer) {
-      by.replaceChildren(...d.dead_letters_by_consumer.map((x) => {
+    const list = document.querySelector("[data-by-consumer]");
+    if (list && d.dead_letters_by_consumer) {
+      list.replaceChildren(...d.dead_letters_by_consumer.map((x) => {
         const li = document.createElement("li"), a = document.createElement("a");
         a.href = "/console/dead-letters?" + new URLSearchParams({ consumer: x.consumer });
         a.textContent = x.consumer;
