@@ -18,11 +18,11 @@ import (
 func TestSchemas(t *testing.T) {
 	t.Parallel()
 	var want []string
-	for _, typ := range []string{contract.EventAttachmentProcessed, contract.EventNoteCreated, contract.EventNoteDeleted} {
+	for _, typ := range []string{contract.EventAttachmentProcessed, contract.EventNoteCreated, contract.EventNoteDeleted, contract.EventNoteUpdated} {
 		want = append(want, contract.CloudEventType(typ))
 	}
 	require.Equal(t, want, api.SchemaTypes())
-	for _, typ := range []string{contract.EventAttachmentProcessed, contract.EventNoteCreated, contract.EventNoteDeleted} {
+	for _, typ := range []string{contract.EventAttachmentProcessed, contract.EventNoteCreated, contract.EventNoteDeleted, contract.EventNoteUpdated} {
 		raw, err := api.Schema(contract.CloudEventType(typ))
 		require.NoError(t, err, typ)
 		var s struct {
@@ -76,5 +76,6 @@ func ExampleSchemaTypes() {
 	// /schemas/quill.attachment.processed.v1.json
 	// /schemas/quill.note.created.v1.json
 	// /schemas/quill.note.deleted.v1.json
+	// /schemas/quill.note.updated.v1.json
 	// application/schema+json
 }

@@ -23,6 +23,7 @@ import (
 // CloudEvents type of each.
 const (
 	EventNoteCreated         = "note.created"
+	EventNoteUpdated         = "note.updated"
 	EventNoteDeleted         = "note.deleted"
 	EventAttachmentProcessed = "attachment.processed"
 )
@@ -30,7 +31,7 @@ const (
 // EventTypes returns every event type, in SPEC §5's order. The slice is
 // the caller's.
 func EventTypes() []string {
-	return []string{EventNoteCreated, EventNoteDeleted, EventAttachmentProcessed}
+	return []string{EventNoteCreated, EventNoteUpdated, EventNoteDeleted, EventAttachmentProcessed}
 }
 
 // CloudEventType returns the CloudEvents type of an event type, e.g.
@@ -116,11 +117,12 @@ func SubjectTenant(prefix, subject string) string {
 // fingerprint and the metrics name them.
 const (
 	ActionCreateNote = "create-note"
+	ActionUpdateNote = "update-note"
 	ActionDeleteNote = "delete-note"
 )
 
 // Actions returns every action. The slice is the caller's.
-func Actions() []string { return []string{ActionCreateNote, ActionDeleteNote} }
+func Actions() []string { return []string{ActionCreateNote, ActionUpdateNote, ActionDeleteNote} }
 
 // Idempotency outcomes of a write, the outcome label of
 // quill_idempotency_requests_total (SPEC §8).
@@ -188,10 +190,15 @@ const (
 	CodeTooLarge         = "payload_too_large"
 	CodeUnsupportedMedia = "unsupported_media_type"
 	CodeKeyReused        = "idempotency_key_reused"
-	CodeUnavailable      = "unavailable"
-	CodeRateLimited      = "rate_limited"
-	CodeInternal         = "internal_error"
-	CodeMethodNotAllowed = "method_not_allowed"
+	// CodePreconditionFailed: If-Match names another version than the
+	// note's (the problem's current_version names the note's); final.
+	CodePreconditionFailed = "precondition_failed"
+	// CodePreconditionRequired: a PATCH without If-Match.
+	CodePreconditionRequired = "precondition_required"
+	CodeUnavailable          = "unavailable"
+	CodeRateLimited          = "rate_limited"
+	CodeInternal             = "internal_error"
+	CodeMethodNotAllowed     = "method_not_allowed"
 	// The request could not be read as HTTP at all (decision 0066):
 	// answered by the server before any handler runs.
 	CodeBadRequest                  = "bad_request"

@@ -328,7 +328,7 @@ func TestTailBadSettingsExit2(t *testing.T) {
 		{name: "no tenant", args: []string{}, want: "--tenant is required", ownTenant: true},
 		{name: "bad tenant", args: []string{"--tenant", "Acme"}, want: `invalid --tenant "Acme": tenant names`, ownTenant: true},
 		{name: "wildcard tenant", args: []string{"--tenant", "*"}, want: `invalid --tenant "*"`, ownTenant: true},
-		{name: "unknown type", args: []string{"--type", "note.create"}, want: `invalid --type "note.create": not an event type; one of note.created, note.deleted, attachment.processed`},
+		{name: "unknown type", args: []string{"--type", "note.create"}, want: `invalid --type "note.create": not an event type; one of note.created, note.updated, note.deleted, attachment.processed`},
 		{name: "count zero", args: []string{"--count", "0"}, want: `invalid --count "0": not a positive integer`},
 		{name: "positional argument", args: []string{"acme"}, want: `unexpected argument "acme"`},
 	}

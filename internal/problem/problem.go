@@ -34,6 +34,9 @@ type Problem struct {
 	Errors   []FieldError `json:"errors,omitempty"`
 	Fields   []string     `json:"fields,omitempty"`
 	Resource string       `json:"resource,omitempty"`
+	// CurrentVersion is the note's version when If-Match named another
+	// (precondition_failed).
+	CurrentVersion int `json:"current_version,omitzero"`
 	// RetryAfter, in seconds, is sent as the Retry-After header when > 0.
 	RetryAfter int `json:"-"`
 }
@@ -62,7 +65,7 @@ func retryFor(status int, code string) string {
 		return contract.RetrySameKey
 	case status == http.StatusBadRequest, status == http.StatusUnauthorized,
 		status == http.StatusRequestEntityTooLarge, status == http.StatusUnsupportedMediaType,
-		status == http.StatusMethodNotAllowed:
+		status == http.StatusMethodNotAllowed, status == http.StatusPreconditionRequired:
 		return contract.RetryAfterFixing
 	default:
 		return contract.RetryNo
