@@ -241,7 +241,7 @@ func (b *batcher) lead(bt *batch, parent context.Context) {
 	}
 	for k, it := range txItems {
 		if it.Err != nil {
-			bt.outcomes[ready[k]].err = fmt.Errorf("handler: %w", it.Err)
+			bt.outcomes[ready[k]].err = itemErr(it.Err)
 			continue
 		}
 		doneIdx, doneItems = append(doneIdx, ready[k]), append(doneItems, it)

@@ -158,6 +158,17 @@ type Config struct {
 	// no bound.
 	MaxBatchWeight int64
 
+	// Versions selects the version guard: VersionsOff (the default, no
+	// guard), VersionsSkipStale (skip what is not newer; for a consumer
+	// of only some note types) or VersionsInOrder (skip what is not
+	// newer, hold back what comes early; for a consumer of every note
+	// event). It needs the versions table of Migrate.
+	Versions VersionGuard
+	// HoldBackDelay is the redelivery delay of an event VersionsInOrder
+	// holds back, on its first delivery, doubled per delivery up to
+	// MaxNakDelay. Default 200ms.
+	HoldBackDelay time.Duration
+
 	// Inbox, when set, replaces the package's inbox table: for a service
 	// that already keeps one of its own. Default: the table of Migrate.
 	Inbox Inbox
@@ -188,6 +199,7 @@ func (c Config) WithDefaults() Config {
 	c.MaxBatchWait = cmp.Or(c.MaxBatchWait, DefaultMaxBatchWait)
 	c.BatchTimeout = cmp.Or(c.BatchTimeout, c.HandlerTimeout/4)
 	c.PendingInterval = cmp.Or(c.PendingInterval, DefaultPendingInterval)
+	c.HoldBackDelay = cmp.Or(c.HoldBackDelay, DefaultHoldBackDelay)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -232,6 +244,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("consumer: Config.MaxBatchWeight %d must not be negative", c.MaxBatchWeight)
 	case c.PendingInterval < 0:
 		return fmt.Errorf("consumer: Config.PendingInterval %s must not be negative", c.PendingInterval)
+	case c.Versions != VersionsOff && c.Versions != VersionsSkipStale && c.Versions != VersionsInOrder:
+		return fmt.Errorf("consumer: Config.Versions %q must be %q, %q or %q", c.Versions, VersionsOff, VersionsSkipStale, VersionsInOrder)
+	case c.HoldBackDelay < 0:
+		return fmt.Errorf("consumer: Config.HoldBackDelay %s must not be negative", c.HoldBackDelay)
 	}
 	for _, s := range c.FilterSubjects {
 		if s == "" || strings.ContainsAny(s, " \t\r\n") || strings.Contains(s, "..") {
@@ -274,6 +290,17 @@ func (c Config) ConsumerConfig() jetstream.ConsumerConfig {
 // NakDelay doubled per delivery after the first, up to MaxNakDelay.
 func (c Config) nakDelay(n int) time.Duration {
 	d := c.NakDelay
+	for i := 1; i < n && d < c.MaxNakDelay; i++ {
+		d *= 2
+	}
+	return min(d, c.MaxNakDelay)
+}
+
+// holdBackDelay is the redelivery delay of an event held back on delivery
+// number n: HoldBackDelay doubled per delivery after the first, up to
+// MaxNakDelay.
+func (c Config) holdBackDelay(n int) time.Duration {
+	d := c.HoldBackDelay
 	for i := 1; i < n && d < c.MaxNakDelay; i++ {
 		d *= 2
 	}

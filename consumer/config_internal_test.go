@@ -16,6 +16,16 @@ func TestNakDelayDoublesPerDeliveryUpToTheCap(t *testing.T) {
 	}
 }
 
+func TestHoldBackDelayDoublesPerDeliveryUpToTheCap(t *testing.T) {
+	t.Parallel()
+	c := Config{Durable: "d", MaxNakDelay: time.Second}.WithDefaults()
+	require.Equal(t, DefaultHoldBackDelay, c.HoldBackDelay)
+	for n, want := range map[int]time.Duration{1: 200 * time.Millisecond, 2: 400 * time.Millisecond, 3: 800 * time.Millisecond,
+		4: time.Second, 100: time.Second} {
+		require.Equal(t, want, c.holdBackDelay(n), "delivery %d", n)
+	}
+}
+
 func TestConfigValidateNamesTheField(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -38,6 +48,8 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 		{"max batch wait", Config{Durable: "d", MaxBatchWait: -time.Millisecond}, "Config.MaxBatchWait"},
 		{"batch timeout", Config{Durable: "d", BatchTimeout: 2 * time.Minute}, "Config.BatchTimeout"},
 		{"pending interval", Config{Durable: "d", PendingInterval: -time.Second}, "Config.PendingInterval"},
+		{"versions", Config{Durable: "d", Versions: "strict"}, `Config.Versions "strict" must be "", "skip-stale" or "in-order"`},
+		{"hold-back delay", Config{Durable: "d", HoldBackDelay: -time.Second}, "Config.HoldBackDelay"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -46,6 +58,9 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 		})
 	}
 	require.NoError(t, Config{Durable: "projection"}.WithDefaults().validate())
+	for _, v := range []VersionGuard{VersionsOff, VersionsSkipStale, VersionsInOrder} {
+		require.NoError(t, Config{Durable: "projection", Versions: v}.WithDefaults().validate())
+	}
 }
 
 func TestConsumerConfigLeavesDeliveriesToTheConsumer(t *testing.T) {

@@ -52,6 +52,10 @@ type Consumer struct {
 	// batch gathers deliveries into group commits; nil for New's consumer.
 	batch *batcher
 
+	// inflight counts the versions of the deliveries held, per note
+	// (VersionsInOrder only).
+	inflight inFlight
+
 	// afterCommit, set by tests, runs after a commit and before the
 	// acknowledgement; an error stands for a crash in between.
 	afterCommit func(Event) error
@@ -90,7 +94,7 @@ func newConsumer(pool *pgxpool.Pool, js jetstream.JetStream, cfg Config, st Stag
 	if err != nil {
 		return nil, err
 	}
-	m, err := newMetrics(cfg.Registerer, cfg.Durable, cfg.Stream, batched)
+	m, err := newMetrics(cfg.Registerer, cfg.Durable, cfg.Stream, batched, cfg.Versions != VersionsOff)
 	if err != nil {
 		return nil, err
 	}
@@ -268,7 +272,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 			Multiplier:      2,
 			MaxElapsedTime:  c.cfg.AckWait / 2,
 			ShouldRetry: func(r middleware.RetryParams) bool {
-				return !IsPermanent(r.Err) && !errors.Is(r.Err, context.Canceled) && !errors.Is(r.Err, context.DeadlineExceeded)
+				// Not an event held back: retried in process it would keep
+				// its note's turn (OrderBySubject) from the predecessor
+				// it waits for.
+				return !IsPermanent(r.Err) && !isHeldBack(r.Err) &&
+					!errors.Is(r.Err, context.Canceled) && !errors.Is(r.Err, context.DeadlineExceeded)
 			},
 		}.Middleware)
 	}
@@ -373,7 +381,13 @@ func (c *Consumer) lastDelivery(h message.HandlerFunc) message.HandlerFunc {
 			return out, d.dead(fmt.Errorf("delivery %d: permanent: %w", n, err))
 		case n >= c.cfg.MaxDeliver:
 			return out, d.dead(fmt.Errorf("delivery %d of at most %d: %w", n, c.cfg.MaxDeliver, err))
+		case isHeldBack(err):
+			// Expected whenever a note's events arrive out of order.
+			d.heldBack = true
+			c.log.Debug("event held back for its note's earlier version; it will be redelivered", d.event.logAttrs("deliveries", n, "reason", err)...)
+			return out, err
 		}
+		d.heldBack = false
 		c.log.Warn("handling failed; the message will be redelivered", d.event.logAttrs("deliveries", n, "error", err)...)
 		return out, err
 	}

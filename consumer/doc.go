@@ -34,6 +34,16 @@
 // an event arriving late — for instance keep the note's latest event time
 // and skip what is older, or treat a deletion as final.
 //
+// Versions: every note event carries the note's version after the change
+// (Event.Version), contiguous per note. Config.Versions turns on the
+// standard guard, in the consumer's transaction against a versions table
+// of the package: VersionsSkipStale skips an event whose version is not
+// above the one the consumer applied for the note (counted stale);
+// VersionsInOrder also holds back one that comes before its predecessor
+// (redelivered shortly, counted held_back) so that a note.updated, which
+// carries only the fields it changed, is never applied ahead of the one it
+// follows. Off by default: which mode fits depends on the filter.
+//
 // Group commit: NewBatch's consumer takes a BatchHandler and commits the
 // deliveries that arrive together (up to Config.MaxBatch, and
 // Config.MaxBatchWeight of their Config.Weight) in one transaction, their

@@ -91,3 +91,47 @@ func TestParseEventReadsWhatTheOutboxWrites(t *testing.T) {
 		require.JSONEq(t, `{"id":"`+note.String()+`"}`, string(ev.Data))
 	}
 }
+
+// Version reads a note event's data.version; an event of another
+// aggregate, one written before Quill versioned notes and one whose
+// version is not a positive integer carry none.
+func TestEventVersion(t *testing.T) {
+	t.Parallel()
+	const note = "01a229cf-df18-7236-a349-3735bd4a95ce"
+	created := contract.CloudEventType(contract.EventNoteCreated)
+	updated := contract.CloudEventType(contract.EventNoteUpdated)
+	deleted := contract.CloudEventType(contract.EventNoteDeleted)
+	processed := contract.CloudEventType(contract.EventAttachmentProcessed)
+	for _, tc := range []struct {
+		name, typ, data string
+		want            int64
+		ok              bool
+	}{
+		{"created", created, `{"id":"` + note + `","title":"t","body":"","created_at":"2026-12-01T10:00:00.000000Z","attachment":null,"version":1,"updated_at":"2026-12-01T10:00:00.000000Z"}`, 1, true},
+		{"updated", updated, `{"id":"` + note + `","version":7,"title":"t","updated_at":"2026-12-01T10:00:00.000000Z"}`, 7, true},
+		{"deleted", deleted, `{"id":"` + note + `","deleted_at":"2026-12-01T10:00:00.000000Z","version":3}`, 3, true},
+		{"version first, large", updated, `{"version":9007199254740993,"id":"` + note + `"}`, 9007199254740993, true},
+		{"created before versioning", created, `{"id":"` + note + `","title":"t","body":"","created_at":"2026-12-01T10:00:00.000000Z","attachment":null}`, 0, false},
+		{"deleted before versioning", deleted, `{"id":"` + note + `","deleted_at":"2026-12-01T10:00:00.000000Z"}`, 0, false},
+		{"attachment.processed", processed, `{"note_id":"` + note + `","attachment_id":"` + note + `","state":"processed","version":4}`, 0, false},
+		{"another aggregate", "quill.tag.created.v1", `{"version":2}`, 0, false},
+		{"a type this build does not know", "quill.note.updated.v2", `{"version":2}`, 0, false},
+		{"a member named version inside another", updated, `{"id":"` + note + `","title":{"version":2}}`, 0, false},
+		{"zero", updated, `{"version":0}`, 0, false},
+		{"negative", updated, `{"version":-2}`, 0, false},
+		{"fraction", updated, `{"version":2.5}`, 0, false},
+		{"exponent", updated, `{"version":2e0}`, 0, false},
+		{"a string", updated, `{"version":"2"}`, 0, false},
+		{"null", updated, `{"version":null}`, 0, false},
+		{"beyond int64", updated, `{"version":9223372036854775808}`, 0, false},
+		{"data not an object", updated, `[{"version":2}]`, 0, false},
+		{"data not JSON", updated, `{"version":`, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			v, ok := consumer.Event{Type: tc.typ, Subject: note, Data: []byte(tc.data)}.Version()
+			require.Equal(t, tc.ok, ok)
+			require.Equal(t, tc.want, v)
+		})
+	}
+}

@@ -48,7 +48,7 @@ const (
 	batchFellBack  = "fell_back"
 )
 
-func newMetrics(reg prometheus.Registerer, durable, stream string, batched bool) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, durable, stream string, batched, guarded bool) (*metrics, error) {
 	if reg == nil {
 		return nil, nil
 	}
@@ -56,7 +56,7 @@ func newMetrics(reg prometheus.Registerer, durable, stream string, batched bool)
 	m := &metrics{
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name:        "quill_consumer_messages_total",
-			Help:        "Messages handled by the consumer, by result: processed, duplicate, dead_lettered, failed.",
+			Help:        "Messages handled by the consumer, by result: processed, duplicate, dead_lettered, failed; skipped; with the version guard stale and held_back.",
 			ConstLabels: labels,
 		}, []string{"result"}),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -88,6 +88,10 @@ func newMetrics(reg prometheus.Registerer, durable, stream string, batched bool)
 	// Every result is exported from the start, at 0.
 	for _, r := range []string{ResultProcessed, ResultDuplicate, ResultDeadLettered, ResultFailed} {
 		m.messages.WithLabelValues(r)
+	}
+	if guarded {
+		m.messages.WithLabelValues(ResultStale)
+		m.messages.WithLabelValues(ResultHeldBack)
 	}
 	deadLetters := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "quill_consumer_dead_letters",

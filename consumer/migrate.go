@@ -23,8 +23,9 @@ import (
 var migrationFS embed.FS
 
 // DefaultTablePrefix is the prefix of the consumer package's tables:
-// quill_consumer_inbox, quill_consumer_dead_letters and the migrations'
-// version table quill_consumer_schema_version.
+// quill_consumer_inbox, quill_consumer_dead_letters,
+// quill_consumer_versions (the version guard's, Config.Versions) and the
+// migrations' version table quill_consumer_schema_version.
 const DefaultTablePrefix = "quill_consumer_"
 
 // prefixRE is what a table prefix may be: a lower-case SQL identifier
@@ -33,19 +34,20 @@ var prefixRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,39}$`)
 
 // tables are the consumer's table names for one prefix.
 type tables struct {
-	inbox, deadLetters, version string
+	inbox, deadLetters, versions, version string
 }
 
 func tablesOf(prefix string) (tables, error) {
 	if !prefixRE.MatchString(prefix) {
 		return tables{}, fmt.Errorf("table prefix %q: must match %s", prefix, prefixRE)
 	}
-	return tables{inbox: prefix + "inbox", deadLetters: prefix + "dead_letters", version: prefix + "schema_version"}, nil
+	return tables{inbox: prefix + "inbox", deadLetters: prefix + "dead_letters", versions: prefix + "versions",
+		version: prefix + "schema_version"}, nil
 }
 
 // expand substitutes the table names into a migration's SQL.
 func (t tables) expand(sql string) string {
-	return strings.NewReplacer("{{inbox}}", t.inbox, "{{dead_letters}}", t.deadLetters).Replace(sql)
+	return strings.NewReplacer("{{inbox}}", t.inbox, "{{dead_letters}}", t.deadLetters, "{{versions}}", t.versions).Replace(sql)
 }
 
 // MigrateOption configures Migrate.
@@ -56,15 +58,15 @@ type migrateConfig struct {
 }
 
 // WithTablePrefix makes Migrate create tables named prefix+"inbox",
-// prefix+"dead_letters" and prefix+"schema_version" instead of
+// prefix+"dead_letters", prefix+"versions" and prefix+"schema_version" instead of
 // DefaultTablePrefix's; the Consumer must be given the same prefix
 // (Config.TablePrefix).
 func WithTablePrefix(prefix string) MigrateOption {
 	return func(c *migrateConfig) { c.prefix = prefix }
 }
 
-// Migrate applies the consumer package's pending migrations — the inbox and
-// dead-letter tables — to the database of pool, in the schema its
+// Migrate applies the consumer package's pending migrations — the inbox,
+// dead-letter and versions tables — to the database of pool, in the schema its
 // search_path names. The applied versions are recorded in a version table
 // of their own (<prefix>schema_version), so that the service's own goose
 // migrations, in goose_db_version, are left alone. Several processes may

@@ -31,8 +31,8 @@ func TestMigrateCreatesPrefixedTablesWithAVersionTableOfTheirOwn(t *testing.T) {
 	require.NoError(t, consumer.Migrate(ctx, pool))
 	require.NoError(t, consumer.Migrate(ctx, pool), "a second run applies nothing")
 	require.NoError(t, consumer.Migrate(ctx, pool, consumer.WithTablePrefix("search_")))
-	require.Equal(t, []string{"quill_consumer_dead_letters", "quill_consumer_inbox", "quill_consumer_schema_version",
-		"search_dead_letters", "search_inbox", "search_schema_version"}, tables(),
+	require.Equal(t, []string{"quill_consumer_dead_letters", "quill_consumer_inbox", "quill_consumer_schema_version", "quill_consumer_versions",
+		"search_dead_letters", "search_inbox", "search_schema_version", "search_versions"}, tables(),
 		"no goose_db_version: the service's own migrations keep theirs")
 
 	err = consumer.Migrate(ctx, pool, consumer.WithTablePrefix("x; DROP TABLE y; --"))

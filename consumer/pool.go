@@ -41,6 +41,12 @@ type delivery struct {
 	alone bool
 	// deadErr is why d is a dead letter, once lastDelivery decided it.
 	deadErr error
+	// heldBack is set by lastDelivery when the version guard held the
+	// event back: its Nak has the hold-back delay and result.
+	heldBack bool
+	// inFlight is the version d counts under in Consumer.inflight
+	// (VersionsInOrder), 0 for none.
+	inFlight int64
 
 	// Set under pool.mu when the delivery is handed to the router.
 	emitted bool
@@ -190,6 +196,12 @@ func (p *pool) dispatch(ctx context.Context, m jetstream.Msg) {
 		if p.c.cfg.OrderBySubject {
 			d.key = ev.Tenant + "/" + ev.Subject
 		}
+		if p.c.cfg.Versions == VersionsInOrder {
+			if v, err := ev.version(); err == nil && v > 0 {
+				d.inFlight = v
+				p.c.inflight.add(keyOf(ev), v)
+			}
+		}
 	}
 	d.wm = message.NewMessage(strconv.FormatUint(d.event.Delivery.StreamSeq, 10)+"."+strconv.Itoa(d.event.Delivery.Deliveries), m.Data())
 	d.wm.SetContext(context.WithValue(context.Background(), deliveryKey{}, d))
@@ -235,6 +247,9 @@ func (p *pool) emit(d *delivery) {
 // delivery of its key to the router.
 func (p *pool) track(d *delivery) {
 	defer p.held.Done()
+	if d.inFlight > 0 {
+		defer p.c.inflight.remove(keyOf(d.event), d.inFlight)
+	}
 	cfg := p.c.cfg
 	t := time.NewTicker(cfg.AckWait / 3)
 	acked := false
@@ -279,18 +294,30 @@ wait:
 			p.c.log.Debug("nak", "error", err)
 		}
 		if emitted {
-			p.c.m.count(ResultFailed)
+			p.c.m.count(d.failedResult())
 		}
 	default:
-		if err := d.msg.NakWithDelay(cfg.nakDelay(d.event.Delivery.Deliveries)); err != nil {
+		delay := cfg.nakDelay(d.event.Delivery.Deliveries)
+		if d.heldBack {
+			delay = cfg.holdBackDelay(d.event.Delivery.Deliveries)
+		}
+		if err := d.msg.NakWithDelay(delay); err != nil {
 			p.c.log.Debug("nak", "error", err)
 		}
-		p.c.m.count(ResultFailed)
+		p.c.m.count(d.failedResult())
 	}
 	<-p.slots
 	if emitted && d.key != "" {
 		p.next(d.key)
 	}
+}
+
+// failedResult is the result a Nak'ed delivery is counted under.
+func (d *delivery) failedResult() string {
+	if d.heldBack {
+		return ResultHeldBack
+	}
+	return ResultFailed
 }
 
 // reportable says whether d is still reported in progress: while it waits

@@ -36,7 +36,9 @@ type Item struct {
 	// Result (default ResultSkipped).
 	Skip bool
 
-	// Err, set by Prepare or Apply, fails this event on its own: its
+	// Err, set by Prepare or Apply (or, before Apply, by the version
+	// guard: a *HeldBackError, or an *InvalidEventError for a malformed
+	// version), fails this event on its own: its
 	// inbox row is forgotten in the same transaction — Apply must leave
 	// its effect unwritten — while the rest commits, and it is then
 	// handled under Handler's error rules (retried alone in process,
@@ -48,12 +50,18 @@ type Item struct {
 	// Result is the result the event is counted under once committed
 	// (quill_consumer_messages_total). Apply may set it — "failed" for an
 	// effect that records a failure, say. Default ResultProcessed; the
-	// consumer sets ResultDuplicate for an event the inbox held, and
-	// Apply does not see that item.
+	// consumer sets ResultDuplicate for an event the inbox held and
+	// ResultStale for one the version guard skipped (Stale), and Apply
+	// sees neither.
 	Result string
 	// Duplicate is set, before Apply, on an event the inbox already held
 	// or that appeared twice in the batch.
 	Duplicate bool
+	// Stale is set, before Apply, under Config.Versions, on a note event
+	// whose version is not above the note's version the consumer applied
+	// (Event.Version): Apply does not see it; it commits with its inbox
+	// row and is counted ResultStale.
+	Stale bool
 }
 
 // Stages are the steps of a consumer made by NewStaged, for a handler
@@ -70,8 +78,10 @@ type Stages struct {
 	// whose events are then handled alone.
 	Prepare func(ctx context.Context, items []*Item)
 	// Apply applies the effects of the fresh items inside tx, the
-	// consumer's transaction, which already holds their inbox rows. It
-	// must write through tx only. Per item it may set Err (that event
+	// consumer's transaction, which already holds their inbox rows — and,
+	// under Config.Versions, the locked versions rows of their notes, the
+	// stale and held-back items left out and each note's events in
+	// version order. It must write through tx only. Per item it may set Err (that event
 	// fails alone; the rest commits) and Result. Returning an error — or
 	// panicking, or outlasting Config.BatchTimeout — rolls the whole
 	// batch back, and each event is handled again alone, as with
@@ -126,10 +136,20 @@ func (c *Consumer) transact(ctx context.Context, d *delivery) error {
 		return err
 	}
 	if it.Err != nil {
-		return fmt.Errorf("handler: %w", it.Err)
+		return itemErr(it.Err)
 	}
 	c.done(items)
 	return it.Err
+}
+
+// itemErr is the error of an item that failed on its own: Apply's, as the
+// handler's; the version guard's as it is.
+func itemErr(err error) error {
+	var inv *InvalidEventError
+	if isHeldBack(err) || errors.As(err, &inv) {
+		return err
+	}
+	return fmt.Errorf("handler: %w", err)
 }
 
 // apply is one transaction: the inbox rows of items, Apply with the fresh
@@ -167,8 +187,22 @@ func (c *Consumer) apply(ctx context.Context, items []*Item) error {
 		it.Duplicate, it.Result = true, ResultDuplicate
 	}
 	if len(todo) > 0 {
-		if err := c.st.Apply(ctx, tx, todo); err != nil {
-			return fmt.Errorf("handler: %w", err)
+		run := todo
+		var g *guardTx
+		if c.cfg.Versions != VersionsOff {
+			if g, run, err = c.guard(ctx, tx, todo); err != nil {
+				return err
+			}
+		}
+		if len(run) > 0 {
+			if err := c.st.Apply(ctx, tx, run); err != nil {
+				return fmt.Errorf("handler: %w", err)
+			}
+		}
+		if g != nil {
+			if err := g.finish(ctx, tx); err != nil {
+				return err
+			}
 		}
 		var failed []Event
 		for _, it := range todo {

@@ -42,9 +42,10 @@ type Store struct {
 // storeSQL are the statements with the table names substituted (the names
 // are validated identifiers, tablesOf, never input).
 type storeSQL struct {
-	inboxRecord, inboxForget, inboxDeleteBefore, inboxDeleteExpired        string
-	deadInsert, deadOpen, deadAll, deadOne, deadCountOpen, deadMarkRetried string
-	deadOpenAny, deadAllAny, deadCountByConsumer                           string
+	inboxRecord, inboxForget, inboxDeleteBefore, inboxDeleteExpired          string
+	deadInsert, deadOpen, deadAll, deadOne, deadCountOpen, deadMarkRetried   string
+	deadOpenAny, deadAllAny, deadCountByConsumer                             string
+	versionsLock, versionsWrite, versionsDeleteBefore, versionsDeleteExpired string
 }
 
 const (
@@ -101,6 +102,39 @@ const (
 	GROUP BY consumer ORDER BY consumer`
 
 	sqlDeadLetterMarkRetried = `UPDATE %[1]s SET retried_at = $2 WHERE id = $1`
+
+	// The version guard's lock: every note's row, inserted at version 0
+	// when missing, locked until the transaction ends, so that two
+	// transactions of one note decide one after the other. Rows go in key
+	// order, so that two transactions of the same notes wait rather than
+	// deadlock. The no-op update is what locks an existing row and
+	// returns it; xmax is 0 only on a row this statement inserted.
+	sqlVersionsLock = `INSERT INTO %[1]s AS v (consumer, tenant, note_id, version, applied_at)
+	SELECT $1, k.tenant, k.note_id, 0, $4
+	FROM unnest($2::text[], $3::text[]) AS k(tenant, note_id)
+	ORDER BY k.tenant, k.note_id
+	ON CONFLICT (consumer, tenant, note_id) DO UPDATE SET version = v.version
+	RETURNING v.tenant, v.note_id, v.version, v.xmax = 0`
+
+	// After the handler: each note's new version, or (version 0) the
+	// deletion of the row the lock inserted for a note none of whose
+	// events applied.
+	sqlVersionsWrite = `WITH u AS (
+		SELECT * FROM unnest($2::text[], $3::text[], $4::bigint[], $5::boolean[]) AS u(tenant, note_id, version, deleted)
+	), gone AS (
+		DELETE FROM %[1]s v USING u
+		WHERE u.version = 0 AND v.consumer = $1 AND v.tenant = u.tenant AND v.note_id = u.note_id AND v.version = 0
+	)
+	UPDATE %[1]s v SET version = u.version, deleted = u.deleted, applied_at = $6
+	FROM u WHERE u.version > 0 AND v.consumer = $1 AND v.tenant = u.tenant AND v.note_id = u.note_id`
+
+	// Only deleted notes' rows: see DeleteExpiredVersions.
+	sqlVersionsDeleteBefore = `DELETE FROM %[1]s WHERE (consumer, tenant, note_id) IN (
+		SELECT consumer, tenant, note_id FROM %[1]s WHERE deleted AND consumer = $1 AND applied_at < $2
+		ORDER BY applied_at LIMIT $3 FOR UPDATE SKIP LOCKED)`
+	sqlVersionsDeleteExpired = `DELETE FROM %[1]s WHERE (consumer, tenant, note_id) IN (
+		SELECT consumer, tenant, note_id FROM %[1]s WHERE deleted AND applied_at < now() - $1::interval
+		ORDER BY applied_at LIMIT $2 FOR UPDATE SKIP LOCKED)`
 )
 
 // NewStore returns the Store of the tables Migrate made with prefix
@@ -112,12 +146,15 @@ func NewStore(db Querier, prefix string) (*Store, error) {
 		return nil, fmt.Errorf("consumer: %w", err)
 	}
 	in, dl := func(q string) string { return fmt.Sprintf(q, t.inbox) }, func(q string) string { return fmt.Sprintf(q, t.deadLetters) }
+	vs := func(q string) string { return fmt.Sprintf(q, t.versions) }
 	return &Store{db: db, t: t, sql: storeSQL{
 		inboxRecord: in(sqlInboxRecord), inboxForget: in(sqlInboxForget),
 		inboxDeleteBefore: in(sqlInboxDeleteBefore), inboxDeleteExpired: in(sqlInboxDeleteExpired),
 		deadInsert: dl(sqlDeadLetterInsert), deadOpen: dl(sqlDeadLettersOpen), deadAll: dl(sqlDeadLettersAll),
 		deadOne: dl(sqlDeadLetterOne), deadCountOpen: dl(sqlDeadLettersCountOpen), deadMarkRetried: dl(sqlDeadLetterMarkRetried),
 		deadOpenAny: dl(sqlDeadLettersOpenAny), deadAllAny: dl(sqlDeadLettersAllAny), deadCountByConsumer: dl(sqlDeadLettersCountByConsumer),
+		versionsLock: vs(sqlVersionsLock), versionsWrite: vs(sqlVersionsWrite),
+		versionsDeleteBefore: vs(sqlVersionsDeleteBefore), versionsDeleteExpired: vs(sqlVersionsDeleteExpired),
 	}}, nil
 }
 
@@ -197,6 +234,26 @@ func (s *Store) DeleteExpiredInbox(ctx context.Context, retention time.Duration,
 	return tag.RowsAffected(), nil
 }
 
+// DeleteExpiredVersions deletes up to limit rows of the version guard's
+// table (Config.Versions), of every consumer, whose note was deleted —
+// the event applied last was its note.deleted — more than retention ago
+// by the database's clock, oldest first, and returns how many. Give it
+// the inbox's retention: a deleted note has no later version, and an
+// earlier one can reach the consumer again only while the stream holds
+// it, within its MaxAge; past that only a re-driven dead letter or a
+// manual republish can, and the handler must then treat the delete as
+// final (a tombstone) as it would without the guard. Rows of live notes
+// are kept: without its row a note takes whatever version comes first,
+// so two of its events out of order could lose a field. Safe to run from
+// several processes at once. It returns the database's error, wrapped.
+func (s *Store) DeleteExpiredVersions(ctx context.Context, retention time.Duration, limit int) (int64, error) {
+	tag, err := s.db.Exec(ctx, s.sql.versionsDeleteExpired, retention, limit)
+	if err != nil {
+		return 0, fmt.Errorf("consumer: versions cleanup: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
 // Inbox records which events a consumer has applied, in the consumer's own
 // transaction. The package's table (Migrate) is the default; a service
 // that already keeps an inbox of its own — with columns of its own, read
@@ -240,6 +297,20 @@ func (c *Consumer) DeleteInboxBefore(ctx context.Context, cutoff time.Time, limi
 	tag, err := c.pool.Exec(ctx, c.store.sql.inboxDeleteBefore, c.cfg.Durable, cutoff.UTC(), limit)
 	if err != nil {
 		return 0, fmt.Errorf("consumer: inbox cleanup: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// DeleteVersionsBefore deletes up to limit of this consumer's rows of the
+// version guard's table whose note was deleted before cutoff (by the
+// time its note.deleted was applied), oldest first, and returns how many:
+// DeleteInboxBefore's analogue, given the same cutoff. Rows of live notes
+// are kept (see Store.DeleteExpiredVersions). Safe to run from several
+// processes at once. It returns the database's error, wrapped.
+func (c *Consumer) DeleteVersionsBefore(ctx context.Context, cutoff time.Time, limit int) (int64, error) {
+	tag, err := c.pool.Exec(ctx, c.store.sql.versionsDeleteBefore, c.cfg.Durable, cutoff.UTC(), limit)
+	if err != nil {
+		return 0, fmt.Errorf("consumer: versions cleanup: %w", err)
 	}
 	return tag.RowsAffected(), nil
 }

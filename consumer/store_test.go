@@ -106,3 +106,46 @@ func TestStoreDeadLettersOfEveryConsumer(t *testing.T) {
 	_, err = store.DeadLetters(ctx, consumer.DeadLetterQuery{})
 	require.Error(t, err, "no consumer")
 }
+
+// The versions cleanup forgets only the rows of deleted notes, past the
+// retention (every consumer's, by the database's clock) or before a
+// cutoff (one consumer's); a live note's row stays however old.
+func TestStoreForgetsTheVersionsOfDeletedNotes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	store, err := consumer.NewStore(b.pool, "")
+	require.NoError(t, err)
+	insert := func(durable, note string, deleted bool, age string) {
+		_, err := b.pool.Exec(ctx, `INSERT INTO quill_consumer_versions (consumer, tenant, note_id, version, deleted, applied_at)
+			VALUES ($1, 'acme', $2, 4, $3, now() - $4::interval)`, durable, note, deleted, age)
+		require.NoError(t, err)
+	}
+	insert("search", "old-deleted", true, "3 hours")
+	insert("webhooks", "old-deleted", true, "3 hours")
+	insert("search", "young-deleted", true, "10 minutes")
+	insert("search", "old-live", false, "30 days")
+	insert(b.config().Durable, "old-deleted", true, "3 hours")
+	insert(b.config().Durable, "young-deleted", true, "10 minutes")
+	left := func() []string {
+		rows, err := b.pool.Query(ctx, `SELECT consumer || '/' || note_id FROM quill_consumer_versions ORDER BY 1`)
+		require.NoError(t, err)
+		out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		return out
+	}
+
+	c, err := consumer.New(b.pool, b.js, b.config(), record)
+	require.NoError(t, err)
+	n, err := c.DeleteVersionsBefore(ctx, time.Now().Add(-time.Hour), 100)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n, "this consumer's deleted note before the cutoff")
+
+	n, err = store.DeleteExpiredVersions(ctx, 2*time.Hour, 1)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n, "up to the limit")
+	n, err = store.DeleteExpiredVersions(ctx, 2*time.Hour, 100)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	require.Equal(t, []string{"projection/young-deleted", "search/old-live", "search/young-deleted"}, left())
+}

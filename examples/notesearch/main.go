@@ -1,7 +1,8 @@
 // Command notesearch is an example consumer of Quill's events: it keeps a
 // per-tenant search table of notes in its own PostgreSQL database, applying
-// note.created and note.deleted through package consumer, so that each
-// event takes effect once although JetStream delivers it at least once.
+// note.created, note.updated and note.deleted through package consumer, so
+// that each event takes effect once although JetStream delivers it at least
+// once, and a note's events in version order (consumer.VersionsInOrder).
 // See README.md.
 package main
 
@@ -156,7 +157,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 	pcfg, _ := pgxpool.ParseConfig(s.databaseURL) // checked by parse
 	// Each running handler holds a connection for its transaction; one more
-	// is for the inbox cleanup.
+	// is for the cleanup.
 	pcfg.MaxConns = max(pcfg.MaxConns, int32(s.concurrency)+1)
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
@@ -191,10 +192,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		Validate: validate,
 		Durable:  s.durable,
 		Stream:   s.stream,
+		// Every note event, so the in-order guard: a note's versions are
+		// contiguous, and an update applied before the one it follows
+		// would lose that one's fields.
 		FilterSubjects: []string{
 			contract.TypeSubjects(s.prefix, contract.EventNoteCreated),
+			contract.TypeSubjects(s.prefix, contract.EventNoteUpdated),
 			contract.TypeSubjects(s.prefix, contract.EventNoteDeleted),
 		},
+		Versions:        consumer.VersionsInOrder,
 		Concurrency:     s.concurrency,
 		OrderBySubject:  s.orderByNote,
 		AckWait:         s.ackWait,
@@ -218,8 +224,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 }
 
 // cleanInbox deletes the inbox rows older than the retention every
-// cleanup interval, until ctx ends. A failure is logged and tried again
-// next time: a late cleanup costs only disk.
+// cleanup interval, and the version guard's rows of notes deleted longer
+// ago than it, until ctx ends. A failure is logged and tried again next
+// time: a late cleanup costs only disk.
 func cleanInbox(ctx context.Context, c *consumer.Consumer, s settings, log *slog.Logger) error {
 	t := time.NewTicker(s.cleanupInterval)
 	defer t.Stop()
@@ -229,16 +236,22 @@ func cleanInbox(ctx context.Context, c *consumer.Consumer, s settings, log *slog
 			return nil
 		case <-t.C:
 		}
-		for {
-			n, err := c.DeleteInboxBefore(ctx, time.Now().Add(-s.inboxRetention), cleanupBatch)
-			if err != nil {
-				if ctx.Err() == nil {
-					log.Warn("inbox cleanup failed; retrying next interval", "error", err)
+		cutoff := time.Now().Add(-s.inboxRetention)
+		for _, step := range []struct {
+			name   string
+			delete func(context.Context, time.Time, int) (int64, error)
+		}{{"inbox", c.DeleteInboxBefore}, {"versions", c.DeleteVersionsBefore}} {
+			for {
+				n, err := step.delete(ctx, cutoff, cleanupBatch)
+				if err != nil {
+					if ctx.Err() == nil {
+						log.Warn(step.name+" cleanup failed; retrying next interval", "error", err)
+					}
+					break
 				}
-				break
-			}
-			if n < cleanupBatch {
-				break
+				if n < cleanupBatch {
+					break
+				}
 			}
 		}
 	}

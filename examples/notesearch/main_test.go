@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -355,4 +356,120 @@ func TestConvergesAfterKillRepublishAndRedelivery(t *testing.T) {
 		}
 	}
 	assert.Len(t, found, live)
+}
+
+// publishNote publishes an event of n's of type typ with data, as the
+// relay does, and returns its id.
+func (w *world) publishNote(n *note, typ string, at time.Time, data map[string]any) string {
+	w.t.Helper()
+	id := uuid.Must(uuid.NewV7())
+	w.publish(outbox.Event{ID: id, Tenant: n.tenant, AggregateID: uuid.MustParse(n.id), Type: typ, Time: at, Data: data})
+	return id.String()
+}
+
+// inboxDeliveries is the delivery that committed event id, 0 while none
+// did (or the service has not made its inbox yet).
+func (w *world) inboxDeliveries(id string) int {
+	var n int
+	err := w.db.QueryRow(context.Background(), `SELECT coalesce(max(deliveries), 0) FROM quill_consumer_inbox WHERE consumer = $1 AND event_id = $2`,
+		testDurable, id).Scan(&n)
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+func (w *world) waitApplied(ids ...string) {
+	w.t.Helper()
+	for _, id := range ids {
+		require.Eventually(w.t, func() bool { return w.inboxDeliveries(id) > 0 }, waitLong, tick, "event %s never committed", id)
+	}
+}
+
+// projected is the projection's row of n.
+func (w *world) projected(n *note) projection.Note {
+	w.t.Helper()
+	all, err := projection.List(w.t.Context(), w.db)
+	require.NoError(w.t, err)
+	for _, p := range all {
+		if p.Tenant == n.tenant && p.ID == n.id {
+			return p
+		}
+	}
+	w.t.Fatalf("no row for note %s", n.id)
+	return projection.Note{}
+}
+
+// TestUpdatesApplyInVersionOrder runs the service over one note's
+// versioned events: updates apply in order, each changing only its
+// fields; a copy of an older update that the inbox no longer knows is
+// skipped as stale; an update that reaches the service before the one it
+// follows is held back and applied after it; a delete ends it. No field
+// of any update is lost.
+func TestUpdatesApplyInVersionOrder(t *testing.T) {
+	t.Parallel()
+	w := setup(t)
+	w.start("notesearch")
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	ts := now.Format(outbox.TimeFormat)
+	n := &note{tenant: "acme", id: uuid.Must(uuid.NewV7()).String(), createdAt: now}
+	version := int64(0)
+	update := func(fields map[string]any) string {
+		version++
+		data := map[string]any{"id": n.id, "version": version, "updated_at": ts}
+		maps.Copy(data, fields)
+		return w.publishNote(n, contract.EventNoteUpdated, now, data)
+	}
+	check := func(title string, bodyLen int, v int64, updates int) {
+		t.Helper()
+		got := w.projected(n)
+		require.NotNil(t, got.Title)
+		require.NotNil(t, got.BodyLength)
+		require.NotNil(t, got.Version)
+		require.Equal(t, [4]any{title, bodyLen, v, updates}, [4]any{*got.Title, *got.BodyLength, *got.Version, got.UpdatedApplied})
+	}
+
+	// In order: each update changes only its fields.
+	version = 1
+	created := w.publishNote(n, contract.EventNoteCreated, now, map[string]any{"id": n.id, "title": "Groceries", "body": "milk",
+		"created_at": ts, "attachment": nil, "version": 1, "updated_at": ts})
+	shopping := update(map[string]any{"title": "Shopping"})
+	body := update(map[string]any{"body": "milk, eggs"})
+	weekly := update(map[string]any{"title": "Weekly shopping"})
+	w.waitApplied(created, shopping, body, weekly)
+	check("Weekly shopping", 10, 4, 3)
+
+	// A copy of version 2 beyond the inbox's memory (its row gone, the
+	// duplicate window past): skipped as stale, the title stays.
+	_, err := w.db.Exec(t.Context(), `DELETE FROM quill_consumer_inbox WHERE event_id = $1`, shopping)
+	require.NoError(t, err)
+	old := w.published[1]
+	require.Equal(t, shopping, old.id)
+	require.Eventually(t, func() bool { return !w.send(old).Duplicate }, waitLong, 50*time.Millisecond, "still a duplicate")
+	w.waitApplied(shopping)
+	check("Weekly shopping", 10, 4, 3)
+
+	// Version 6 reaches the service before version 5: held back (the
+	// service's queue for the note gives it the first turn), then applied
+	// after 5. 5's title and 6's body both stay.
+	version = 5
+	eggs := update(map[string]any{"body": "eggs"})
+	version = 4
+	market := update(map[string]any{"title": "Market"})
+	w.waitApplied(market, eggs)
+	check("Market", 4, 6, 5)
+	require.GreaterOrEqual(t, w.inboxDeliveries(eggs), 2, "version 6 was held back, applied on a redelivery")
+	require.Equal(t, 1, w.inboxDeliveries(market))
+
+	// The delete, version 7, makes it a tombstone; the guard's row says
+	// so, for the cleanup.
+	gone := w.publishNote(n, contract.EventNoteDeleted, now, map[string]any{"id": n.id, "deleted_at": ts, "version": 7})
+	w.waitApplied(gone)
+	got := w.projected(n)
+	require.True(t, got.Deleted())
+	require.Equal(t, int64(7), *got.Version)
+	require.Equal(t, 1, w.count(`SELECT count(*) FROM quill_consumer_versions WHERE consumer = $1 AND note_id = $2 AND version = 7 AND deleted`,
+		testDurable, n.id))
+	w.waitDrained()
+	assert.Zero(t, w.count(`SELECT count(*) FROM quill_consumer_dead_letters`), "dead letters")
 }

@@ -172,11 +172,12 @@ var tableOwners = map[string]string{
 	// them through the prefix, so only other writers can be seen here.
 	"quill_consumer_inbox":        "consumer",
 	"quill_consumer_dead_letters": "consumer",
+	"quill_consumer_versions":     "consumer",
 }
 
 // formattedTables are written by statements that name them through a
 // prefix: a writer cannot be found by its name, only a stranger.
-var formattedTables = []string{"quill_consumer_inbox", "quill_consumer_dead_letters"}
+var formattedTables = []string{"quill_consumer_inbox", "quill_consumer_dead_letters", "quill_consumer_versions"}
 
 var writeRE = regexp.MustCompile(`(?i)\b(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM|TRUNCATE(?:\s+TABLE)?|COPY)\s+([a-z_]+)`)
 

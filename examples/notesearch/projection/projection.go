@@ -1,8 +1,10 @@
 // Package projection is notesearch's read model: a per-tenant table of
-// notes with a searchable title, kept from Quill's note.created and
-// note.deleted events. Apply is a consumer.Handler: it writes through the
-// consumer's transaction, which already holds the event's inbox row, so each
-// event changes the table once however often it is delivered.
+// notes with a searchable title, kept from Quill's note.created,
+// note.updated and note.deleted events. Apply is a consumer.Handler: it
+// writes through the consumer's transaction, which already holds the
+// event's inbox row — and, under the consumer's version guard, the note's
+// version row — so each event changes the table once however often it is
+// delivered, and a note's updates apply in version order.
 package projection
 
 import (
@@ -54,6 +56,15 @@ type noteCreated struct {
 	CreatedAt time.Time `json:"created_at"`
 }
 
+// noteUpdated is a note.updated event's data: the fields that changed,
+// nil for those that did not.
+type noteUpdated struct {
+	ID        string    `json:"id"`
+	Title     *string   `json:"title"`
+	Body      *string   `json:"body"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
 // noteDeleted is a note.deleted event's data.
 type noteDeleted struct {
 	ID        string    `json:"id"`
@@ -64,29 +75,48 @@ const (
 	// A create that finds a tombstone counts itself and leaves the title
 	// and body length empty: the note stays deleted.
 	sqlNoteCreate = `INSERT INTO notesearch_notes AS n
-		(tenant, note_id, title, body_length, created_at, created_applied)
-	VALUES ($1, $2, $3, $4, $5, 1)
+		(tenant, note_id, title, body_length, created_at, created_applied, version)
+	VALUES ($1, $2, $3, $4, $5, 1, $6)
 	ON CONFLICT (tenant, note_id) DO UPDATE SET
 		title           = CASE WHEN n.deleted_at IS NULL THEN EXCLUDED.title END,
 		body_length     = CASE WHEN n.deleted_at IS NULL THEN EXCLUDED.body_length END,
 		created_at      = EXCLUDED.created_at,
-		created_applied = n.created_applied + 1`
+		created_applied = n.created_applied + 1,
+		version         = coalesce(n.version, EXCLUDED.version)`
+
+	// An update changes only the fields its event names (NULL: unchanged).
+	// The consumer's guard (VersionsInOrder) hands a note's updates over
+	// in version order, each after the one before it, so none of their
+	// fields is lost. An update of a tombstone changes nothing; one that
+	// finds no row (notesearch started after the note's create was gone
+	// from the stream) inserts what it knows.
+	sqlNoteUpdate = `INSERT INTO notesearch_notes AS n
+		(tenant, note_id, title, body_length, updated_applied, version)
+	VALUES ($1, $2, $3, $4, 1, $5)
+	ON CONFLICT (tenant, note_id) DO UPDATE SET
+		title           = CASE WHEN n.deleted_at IS NULL THEN coalesce(EXCLUDED.title, n.title) END,
+		body_length     = CASE WHEN n.deleted_at IS NULL THEN coalesce(EXCLUDED.body_length, n.body_length) END,
+		updated_applied = n.updated_applied + 1,
+		version         = CASE WHEN n.deleted_at IS NULL THEN EXCLUDED.version ELSE n.version END`
 
 	// A delete that arrives first leaves a tombstone; one that finds the
 	// note clears what made it searchable. The first deletion time stays.
 	sqlNoteDelete = `INSERT INTO notesearch_notes AS n
-		(tenant, note_id, deleted_at, deleted_applied)
-	VALUES ($1, $2, $3, 1)
+		(tenant, note_id, deleted_at, deleted_applied, version)
+	VALUES ($1, $2, $3, 1, $4)
 	ON CONFLICT (tenant, note_id) DO UPDATE SET
 		title           = NULL,
 		body_length     = NULL,
 		deleted_at      = coalesce(n.deleted_at, EXCLUDED.deleted_at),
-		deleted_applied = n.deleted_applied + 1`
+		deleted_applied = n.deleted_applied + 1,
+		version         = CASE WHEN n.deleted_at IS NULL THEN coalesce(EXCLUDED.version, n.version) ELSE n.version END`
 )
 
 // Apply applies one event to the projection within tx: a note.created
-// inserts the note, a note.deleted marks it deleted (or leaves a tombstone
-// when the create has not come yet); any other type changes nothing. An
+// inserts the note, a note.updated changes the title and body length it
+// names, a note.deleted marks it deleted (or leaves a tombstone when the
+// create has not come yet); any other type changes nothing. The row keeps
+// the note's version (Event.Version) of the event applied last. An
 // event whose data cannot be read, or names another note than its subject,
 // is a consumer.Permanent error: no redelivery can cure it, so the consumer
 // makes it a dead letter. Other errors are the database's, wrapped, and
@@ -101,8 +131,24 @@ func Apply(ctx context.Context, tx pgx.Tx, ev consumer.Event) error {
 		if d.CreatedAt.IsZero() {
 			return consumer.Permanent(fmt.Errorf("%s %s: data has no created_at", ev.Type, ev.ID))
 		}
-		if _, err := tx.Exec(ctx, sqlNoteCreate, ev.Tenant, ev.Subject, d.Title, utf8.RuneCountInString(d.Body), d.CreatedAt); err != nil {
+		if _, err := tx.Exec(ctx, sqlNoteCreate, ev.Tenant, ev.Subject, d.Title, utf8.RuneCountInString(d.Body), d.CreatedAt, version(ev)); err != nil {
 			return fmt.Errorf("apply note.created %s: %w", ev.ID, err)
+		}
+	case contract.CloudEventType(contract.EventNoteUpdated):
+		var d noteUpdated
+		if err := decode(ev, &d, &d.ID); err != nil {
+			return err
+		}
+		v := version(ev)
+		if d.UpdatedAt.IsZero() || v == nil {
+			return consumer.Permanent(fmt.Errorf("%s %s: data has no updated_at or no version", ev.Type, ev.ID))
+		}
+		var bodyLength *int
+		if d.Body != nil {
+			bodyLength = new(utf8.RuneCountInString(*d.Body))
+		}
+		if _, err := tx.Exec(ctx, sqlNoteUpdate, ev.Tenant, ev.Subject, d.Title, bodyLength, v); err != nil {
+			return fmt.Errorf("apply note.updated %s: %w", ev.ID, err)
 		}
 	case contract.CloudEventType(contract.EventNoteDeleted):
 		var d noteDeleted
@@ -112,12 +158,21 @@ func Apply(ctx context.Context, tx pgx.Tx, ev consumer.Event) error {
 		if d.DeletedAt.IsZero() {
 			return consumer.Permanent(fmt.Errorf("%s %s: data has no deleted_at", ev.Type, ev.ID))
 		}
-		if _, err := tx.Exec(ctx, sqlNoteDelete, ev.Tenant, ev.Subject, d.DeletedAt); err != nil {
+		if _, err := tx.Exec(ctx, sqlNoteDelete, ev.Tenant, ev.Subject, d.DeletedAt, version(ev)); err != nil {
 			return fmt.Errorf("apply note.deleted %s: %w", ev.ID, err)
 		}
 	}
 	// Another type (the filter lets none through) is recorded in the inbox
 	// and acknowledged: nothing to apply.
+	return nil
+}
+
+// version is ev's note version, nil for an event without one (written
+// before Quill versioned notes).
+func version(ev consumer.Event) *int64 {
+	if v, ok := ev.Version(); ok {
+		return &v
+	}
 	return nil
 }
 
@@ -144,15 +199,19 @@ type Note struct {
 	BodyLength *int    // nil for a deleted note
 	CreatedAt  *time.Time
 	DeletedAt  *time.Time
-	// CreatedApplied and DeletedApplied count the note.created and
-	// note.deleted events applied to the row.
-	CreatedApplied, DeletedApplied int
+	// Version is the note's version of the event applied last; nil while
+	// only events without one were.
+	Version *int64
+	// CreatedApplied, UpdatedApplied and DeletedApplied count the
+	// note.created, note.updated and note.deleted events applied to the
+	// row.
+	CreatedApplied, UpdatedApplied, DeletedApplied int
 }
 
 // Deleted reports whether the note is deleted (a tombstone).
 func (n Note) Deleted() bool { return n.DeletedAt != nil }
 
-const sqlNotesList = `SELECT tenant, note_id::text, title, body_length, created_at, deleted_at, created_applied, deleted_applied
+const sqlNotesList = `SELECT tenant, note_id::text, title, body_length, created_at, deleted_at, version, created_applied, updated_applied, deleted_applied
 	FROM notesearch_notes ORDER BY tenant, note_id`
 
 // List returns every row of the projection, tombstones included, by tenant
@@ -177,12 +236,12 @@ func queryNotes(ctx context.Context, db *pgxpool.Pool, what, sql string, args ..
 
 func scanNote(r pgx.CollectableRow) (Note, error) {
 	var n Note
-	err := r.Scan(&n.Tenant, &n.ID, &n.Title, &n.BodyLength, &n.CreatedAt, &n.DeletedAt, &n.CreatedApplied, &n.DeletedApplied)
+	err := r.Scan(&n.Tenant, &n.ID, &n.Title, &n.BodyLength, &n.CreatedAt, &n.DeletedAt, &n.Version, &n.CreatedApplied, &n.UpdatedApplied, &n.DeletedApplied)
 	return n, err
 }
 
 // The query is parsed by plainto_tsquery: any text is a valid query.
-const sqlNotesSearch = `SELECT tenant, note_id::text, title, body_length, created_at, deleted_at, created_applied, deleted_applied
+const sqlNotesSearch = `SELECT tenant, note_id::text, title, body_length, created_at, deleted_at, version, created_applied, updated_applied, deleted_applied
 	FROM notesearch_notes
 	WHERE tenant = $1 AND deleted_at IS NULL AND title_tsv @@ plainto_tsquery('simple', $2)
 	ORDER BY created_at DESC, note_id LIMIT $3`

@@ -31,6 +31,7 @@ func setup(t *testing.T) *pgxpool.Pool {
 const (
 	createdAt = "2026-12-01T10:00:00.000001Z"
 	deletedAt = "2026-12-01T11:00:00.000002Z"
+	updatedAt = "2026-12-01T10:30:00.000003Z"
 )
 
 func created(note, title, body string) consumer.Event {
@@ -41,6 +42,33 @@ func created(note, title, body string) consumer.Event {
 func deleted(note string) consumer.Event {
 	return consumer.Event{ID: uuid.NewString(), Type: contract.CloudEventType(contract.EventNoteDeleted), Tenant: "acme", Subject: note,
 		Data: fmt.Appendf(nil, `{"id":%q,"deleted_at":%q}`, note, deletedAt)}
+}
+
+// The versioned events, as Quill writes them since it versions notes.
+func createdV(note, title, body string) consumer.Event {
+	ev := created(note, title, body)
+	ev.Data = fmt.Appendf(nil, `{"id":%q,"title":%q,"body":%q,"created_at":%q,"attachment":null,"version":1,"updated_at":%q}`,
+		note, title, body, createdAt, createdAt)
+	return ev
+}
+
+// updated is a note.updated of version v changing the fields given.
+func updated(note string, v int64, title, body *string) consumer.Event {
+	data := fmt.Sprintf(`{"id":%q,"version":%d,"updated_at":%q`, note, v, updatedAt)
+	if title != nil {
+		data += fmt.Sprintf(`,"title":%q`, *title)
+	}
+	if body != nil {
+		data += fmt.Sprintf(`,"body":%q`, *body)
+	}
+	return consumer.Event{ID: uuid.NewString(), Type: contract.CloudEventType(contract.EventNoteUpdated), Tenant: "acme", Subject: note,
+		Data: []byte(data + "}")}
+}
+
+func deletedV(note string, v int64) consumer.Event {
+	ev := deleted(note)
+	ev.Data = fmt.Appendf(nil, `{"id":%q,"deleted_at":%q,"version":%d}`, note, deletedAt, v)
+	return ev
 }
 
 func apply(ctx context.Context, pool *pgxpool.Pool, ev consumer.Event) error {
@@ -89,6 +117,35 @@ func TestApply(t *testing.T) {
 			want:   &projection.Note{DeletedAt: mustTime(deletedAt), DeletedApplied: 1},
 		},
 		{
+			name: "create and updates: each changes only its fields",
+			events: func(n string) []consumer.Event {
+				return []consumer.Event{createdV(n, "Groceries", "milk"), updated(n, 2, ptr("Shopping"), nil), updated(n, 3, nil, ptr("milk, eggs"))}
+			},
+			want: &projection.Note{Title: ptr("Shopping"), BodyLength: ptr(10), CreatedAt: mustTime(createdAt), Version: ptr[int64](3),
+				CreatedApplied: 1, UpdatedApplied: 2},
+		},
+		{
+			name: "an update that changes both",
+			events: func(n string) []consumer.Event {
+				return []consumer.Event{createdV(n, "Groceries", "milk"), updated(n, 2, ptr("Shopping"), ptr(""))}
+			},
+			want: &projection.Note{Title: ptr("Shopping"), BodyLength: ptr(0), CreatedAt: mustTime(createdAt), Version: ptr[int64](2),
+				CreatedApplied: 1, UpdatedApplied: 1},
+		},
+		{
+			name:   "an update without its create (started late): what it knows",
+			events: func(n string) []consumer.Event { return []consumer.Event{updated(n, 5, ptr("Later"), nil)} },
+			want:   &projection.Note{Title: ptr("Later"), Version: ptr[int64](5), UpdatedApplied: 1},
+		},
+		{
+			name: "an update of a tombstone changes nothing",
+			events: func(n string) []consumer.Event {
+				return []consumer.Event{createdV(n, "Groceries", "milk"), deletedV(n, 2), updated(n, 2, ptr("Back"), nil)}
+			},
+			want: &projection.Note{CreatedAt: mustTime(createdAt), DeletedAt: mustTime(deletedAt), Version: ptr[int64](2),
+				CreatedApplied: 1, UpdatedApplied: 1, DeletedApplied: 1},
+		},
+		{
 			name: "a type the projection does not use",
 			events: func(n string) []consumer.Event {
 				return []consumer.Event{{ID: uuid.NewString(), Type: contract.CloudEventType(contract.EventAttachmentProcessed), Tenant: "acme", Subject: n, Data: []byte(`{}`)}}
@@ -135,14 +192,17 @@ func TestApplyRefusesWhatNoRedeliveryCures(t *testing.T) {
 	other.Subject = note
 	notUUID := created("not-a-uuid", "x", "")
 	for name, ev := range map[string]consumer.Event{
-		"data not JSON":            {ID: uuid.NewString(), Type: contract.CloudEventType(contract.EventNoteCreated), Tenant: "acme", Subject: note, Data: []byte(`{`)},
-		"data of the wrong shape":  {ID: uuid.NewString(), Type: contract.CloudEventType(contract.EventNoteDeleted), Tenant: "acme", Subject: note, Data: []byte(`{"id":1}`)},
-		"data names another note":  other,
-		"subject is not a note id": notUUID,
-		"deleted_at is not a time": {ID: uuid.NewString(), Type: contract.CloudEventType(contract.EventNoteDeleted), Tenant: "acme", Subject: note, Data: fmt.Appendf(nil, `{"id":%q,"deleted_at":"yesterday"}`, note)},
-		"no deleted_at":            {ID: uuid.NewString(), Type: contract.CloudEventType(contract.EventNoteDeleted), Tenant: "acme", Subject: note, Data: fmt.Appendf(nil, `{"id":%q}`, note)},
-		"no created_at":            {ID: uuid.NewString(), Type: contract.CloudEventType(contract.EventNoteCreated), Tenant: "acme", Subject: note, Data: fmt.Appendf(nil, `{"id":%q,"title":"t"}`, note)},
-		"created_at is not a time": {ID: uuid.NewString(), Type: contract.CloudEventType(contract.EventNoteCreated), Tenant: "acme", Subject: note, Data: fmt.Appendf(nil, `{"id":%q,"title":"t","created_at":"now"}`, note)},
+		"data not JSON":             {ID: uuid.NewString(), Type: contract.CloudEventType(contract.EventNoteCreated), Tenant: "acme", Subject: note, Data: []byte(`{`)},
+		"data of the wrong shape":   {ID: uuid.NewString(), Type: contract.CloudEventType(contract.EventNoteDeleted), Tenant: "acme", Subject: note, Data: []byte(`{"id":1}`)},
+		"data names another note":   other,
+		"subject is not a note id":  notUUID,
+		"deleted_at is not a time":  {ID: uuid.NewString(), Type: contract.CloudEventType(contract.EventNoteDeleted), Tenant: "acme", Subject: note, Data: fmt.Appendf(nil, `{"id":%q,"deleted_at":"yesterday"}`, note)},
+		"no deleted_at":             {ID: uuid.NewString(), Type: contract.CloudEventType(contract.EventNoteDeleted), Tenant: "acme", Subject: note, Data: fmt.Appendf(nil, `{"id":%q}`, note)},
+		"no created_at":             {ID: uuid.NewString(), Type: contract.CloudEventType(contract.EventNoteCreated), Tenant: "acme", Subject: note, Data: fmt.Appendf(nil, `{"id":%q,"title":"t"}`, note)},
+		"created_at is not a time":  {ID: uuid.NewString(), Type: contract.CloudEventType(contract.EventNoteCreated), Tenant: "acme", Subject: note, Data: fmt.Appendf(nil, `{"id":%q,"title":"t","created_at":"now"}`, note)},
+		"update without updated_at": {ID: uuid.NewString(), Type: contract.CloudEventType(contract.EventNoteUpdated), Tenant: "acme", Subject: note, Data: fmt.Appendf(nil, `{"id":%q,"version":2,"title":"t"}`, note)},
+		"update without version":    {ID: uuid.NewString(), Type: contract.CloudEventType(contract.EventNoteUpdated), Tenant: "acme", Subject: note, Data: fmt.Appendf(nil, `{"id":%q,"updated_at":%q,"title":"t"}`, note, updatedAt)},
+		"update's title not a text": {ID: uuid.NewString(), Type: contract.CloudEventType(contract.EventNoteUpdated), Tenant: "acme", Subject: note, Data: fmt.Appendf(nil, `{"id":%q,"version":2,"updated_at":%q,"title":7}`, note, updatedAt)},
 	} {
 		t.Run(name, func(t *testing.T) {
 			err := apply(t.Context(), pool, ev)

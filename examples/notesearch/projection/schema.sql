@@ -2,8 +2,9 @@
 -- service's own schema. A deleted note keeps its row as a tombstone
 -- (deleted_at set, title and body length cleared), so that a create that
 -- arrives after its delete finds the tombstone and resurrects nothing.
--- created_applied and deleted_applied count the events applied to the row:
--- each is 1 at most when every event is applied once.
+-- created_applied, updated_applied and deleted_applied count the events
+-- applied to the row: each event is applied once. version is the note's
+-- version of the event applied last (NULL while its events had none).
 CREATE TABLE IF NOT EXISTS notesearch_notes (
     tenant          text        NOT NULL,
     note_id         uuid        NOT NULL,
@@ -18,3 +19,7 @@ CREATE TABLE IF NOT EXISTS notesearch_notes (
 );
 
 CREATE INDEX IF NOT EXISTS notesearch_notes_title_tsv ON notesearch_notes USING gin (title_tsv);
+
+-- Added with note.updated: tables made before it gain the columns.
+ALTER TABLE notesearch_notes ADD COLUMN IF NOT EXISTS version bigint;
+ALTER TABLE notesearch_notes ADD COLUMN IF NOT EXISTS updated_applied integer NOT NULL DEFAULT 0;
