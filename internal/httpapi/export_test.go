@@ -22,3 +22,6 @@ func Routes() []Route {
 	}
 	return out
 }
+
+// ParseIfMatch is parseIfMatch, for its table test.
+var ParseIfMatch = parseIfMatch

@@ -79,16 +79,19 @@ func RenderWrite(res notes.Result) ([]byte, error) {
 }
 
 // statusOf is the HTTP status of a recorded write outcome (SPEC §3): 201
-// for a create, 200 for a delete, 404 for a delete that found nothing. An
+// for a create, 200 for a delete or an update, 404 for one that found no
+// note, 412 for one whose If-Match named another version. An
 // outcome this API does not know (a record of a newer version) is a 500.
 func statusOf(outcome string) int {
 	switch outcome {
 	case notes.OutcomeCreated:
 		return http.StatusCreated
-	case notes.OutcomeDeleted:
+	case notes.OutcomeDeleted, notes.OutcomeUpdated, notes.OutcomeUnchanged:
 		return http.StatusOK
-	case notes.OutcomeNothingToDelete:
+	case notes.OutcomeNothingToDelete, notes.OutcomeNothingToUpdate:
 		return http.StatusNotFound
+	case notes.OutcomeVersionMismatch:
+		return http.StatusPreconditionFailed
 	default:
 		return http.StatusInternalServerError
 	}
@@ -110,6 +113,9 @@ func writeOutcome(w http.ResponseWriter, r *http.Request, out notes.Answer, err 
 	}
 	if out.Outcome == notes.OutcomeCreated {
 		h.Set("Location", out.Resource)
+	}
+	if out.ResourceVersion > 0 && status < 400 {
+		h.Set("ETag", etag(out.ResourceVersion))
 	}
 	if out.Replayed {
 		h.Set("Idempotent-Replayed", "true")
@@ -139,8 +145,50 @@ func (s *server) createNote(w http.ResponseWriter, r *http.Request) {
 	writeOutcome(w, r, out, err)
 }
 
+func (s *server) updateNote(w http.ResponseWriter, r *http.Request) {
+	key, p := operationKey(r, contract.ActionUpdateNote)
+	if p != nil {
+		writeProblem(w, r, p)
+		return
+	}
+	version, p := ifMatch(r)
+	if p != nil {
+		writeProblem(w, r, p)
+		return
+	}
+	if version == 0 {
+		writeProblem(w, r, problem.New(http.StatusPreconditionRequired, contract.CodePreconditionRequired,
+			`an update needs If-Match with the version it is made against, as GET /v1/notes/{id} answered it in ETag (If-Match: "3")`))
+		return
+	}
+	var in notes.UpdateInput
+	if p := decodeBody(w, r, s.Config.MaxBodyBytes, &in); p != nil {
+		writeProblem(w, r, p)
+		return
+	}
+	params, err := notes.ValidateUpdate(in)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	id, ok := parseID(r)
+	if !ok {
+		writeError(w, r, notes.ErrNotFound)
+		return
+	}
+	req := s.writeRequest(r, key)
+	req.IfMatch = version
+	out, err := s.Notes.Update(r.Context(), req, id, params)
+	writeOutcome(w, r, out, err)
+}
+
 func (s *server) deleteNote(w http.ResponseWriter, r *http.Request) {
 	key, p := operationKey(r, contract.ActionDeleteNote)
+	if p != nil {
+		writeProblem(w, r, p)
+		return
+	}
+	version, p := ifMatch(r)
 	if p != nil {
 		writeProblem(w, r, p)
 		return
@@ -158,12 +206,15 @@ func (s *server) deleteNote(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, notes.ErrNotFound)
 		return
 	}
-	out, err := s.Notes.Delete(r.Context(), s.writeRequest(r, key), id)
+	req := s.writeRequest(r, key)
+	req.IfMatch = version
+	out, err := s.Notes.Delete(r.Context(), req, id)
 	writeOutcome(w, r, out, err)
 }
 
 func (s *server) getNote(w http.ResponseWriter, r *http.Request) {
 	if n, ok := readNote(w, r, s.Notes.Get); ok {
+		w.Header().Set("ETag", etag(n.Version))
 		writeJSON(w, http.StatusOK, n.View())
 	}
 }
@@ -355,3 +406,6 @@ func operationView(op *notes.Operation) operation {
 	}
 	return v
 }
+
+// etag is the ETag of a note at version: a strong tag, the quoted version.
+func etag(version int) string { return `"` + strconv.Itoa(version) + `"` }

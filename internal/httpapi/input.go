@@ -135,3 +135,53 @@ func traceparent(r *http.Request) string {
 	}
 	return tp
 }
+
+// maxVersion is the largest note version (PostgreSQL's integer).
+const maxVersion = 1<<31 - 1
+
+// ifMatch reads the If-Match header: the note version it names, 0 when
+// there is none, or the problem of a header that names no single version.
+// Quill's ETags are strong quoted versions ("3"); "*", a weak tag, a list
+// or an unquoted number are refused rather than guessed at, since an
+// update applied against the wrong version would overwrite someone's edit.
+func ifMatch(r *http.Request) (int, *problem.Problem) {
+	values := r.Header.Values("If-Match")
+	if len(values) == 0 {
+		return 0, nil
+	}
+	v, err := parseIfMatch(values)
+	if err != nil {
+		p := problem.New(http.StatusBadRequest, contract.CodeValidation, "the request has invalid fields; see errors")
+		p.Errors = []problem.FieldError{{Field: "If-Match", Message: err.Error()}}
+		return 0, p
+	}
+	return v, nil
+}
+
+// parseIfMatch returns the version that the If-Match field values name:
+// exactly one strong entity tag of a decimal version, 1 to 2^31-1, without
+// leading zeros.
+func parseIfMatch(values []string) (int, error) {
+	if len(values) != 1 {
+		return 0, errors.New(`send one If-Match header with one version, e.g. If-Match: "3"`)
+	}
+	v := strings.Trim(values[0], " \t")
+	if v == "*" {
+		return 0, errors.New(`"*" is not accepted: name the version you read, e.g. If-Match: "3"`)
+	}
+	if strings.HasPrefix(v, "W/") {
+		return 0, errors.New(`a weak entity tag is not accepted: name the version as ETag gave it, e.g. If-Match: "3"`)
+	}
+	digits, ok := strings.CutPrefix(v, `"`)
+	if ok {
+		digits, ok = strings.CutSuffix(digits, `"`)
+	}
+	if !ok || digits == "" || len(digits) > 10 || digits[0] == '0' || strings.Trim(digits, "0123456789") != "" {
+		return 0, errors.New(`must be one version in quotes as ETag gives it, e.g. If-Match: "3"`)
+	}
+	n, err := strconv.Atoi(digits)
+	if err != nil || n > maxVersion {
+		return 0, errors.New(`names no version a note can have`)
+	}
+	return n, nil
+}

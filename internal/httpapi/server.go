@@ -208,7 +208,7 @@ type route struct {
 func (s *server) routes() []route {
 	return []route{
 		{pattern: "/v1/notes", methods: methods{http.MethodPost: s.createNote, http.MethodGet: s.listNotes}},
-		{pattern: "/v1/notes/{id}", methods: methods{http.MethodGet: s.getNote, http.MethodDelete: s.deleteNote}},
+		{pattern: "/v1/notes/{id}", methods: methods{http.MethodGet: s.getNote, http.MethodPatch: s.updateNote, http.MethodDelete: s.deleteNote}},
 		{pattern: "/v1/notes/{id}/attachment", methods: methods{http.MethodGet: s.getAttachment}},
 		{pattern: "/v1/notes/{id}/attachment/content", methods: methods{http.MethodGet: s.getAttachmentContent}},
 		{pattern: "/v1/notes/{id}/attachment/thumbnail", methods: methods{http.MethodGet: s.getThumbnail}},
@@ -335,6 +335,7 @@ func problemFor(err error) *problem.Problem {
 		reused   *idempotency.KeyReusedError
 		expired  *idempotency.ExpiredError
 		unavail  *idempotency.UnavailableError
+		mismatch *notes.VersionMismatchError
 	)
 	switch {
 	case errors.As(err, &verr):
@@ -386,6 +387,14 @@ func problemFor(err error) *problem.Problem {
 		p := problem.New(http.StatusServiceUnavailable, contract.CodeUnavailable, "the database is unavailable; nothing was changed")
 		p.RetryAfter = 1
 		return p
+	case errors.As(err, &mismatch):
+		p := problem.New(http.StatusPreconditionFailed, contract.CodePreconditionFailed, fmt.Sprintf(
+			"the note is at version %d, not %d as If-Match says: someone changed it since you read it; read it again (GET /v1/notes/{id}) and decide — do not resend this under a new key",
+			mismatch.Current, mismatch.Expected))
+		p.CurrentVersion = mismatch.Current
+		return p
+	case errors.Is(err, notes.ErrNothingToUpdate):
+		return problem.New(http.StatusNotFound, contract.CodeNotFound, "no note with this id exists for this tenant (it may have been deleted)")
 	case errors.Is(err, notes.ErrNothingToDelete):
 		return problem.New(http.StatusNotFound, contract.CodeNotFound, "no note with this id exists for this tenant (it may have been deleted)")
 	case errors.Is(err, notes.ErrNotFound):

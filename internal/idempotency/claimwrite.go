@@ -18,6 +18,7 @@ var operationInsert = db.Insert{Table: "operations", Columns: []db.Column{
 	{Name: "response_body", Type: "bytea"},
 	{Name: "created_at", Type: "timestamptz"}, {Name: "completed_at", Type: "timestamptz"},
 	{Name: "expires_at", Type: "timestamptz"}, {Name: "forget_at", Type: "timestamptz"},
+	{Name: "resource_version", Type: "int"},
 }}
 
 // sqlReplaceForgotten ends the record's insert: a record past its key
@@ -29,6 +30,7 @@ const sqlReplaceForgotten = `
 		fingerprint = EXCLUDED.fingerprint, field_hashes = EXCLUDED.field_hashes, resource = EXCLUDED.resource,
 		outcome = EXCLUDED.outcome, response_body = EXCLUDED.response_body, created_at = EXCLUDED.created_at,
 		completed_at = EXCLUDED.completed_at, expires_at = EXCLUDED.expires_at, forget_at = EXCLUDED.forget_at,
+		resource_version = EXCLUDED.resource_version,
 		compacted_at = NULL, replays = 0, cleaned_events = NULL
 	WHERE operations.forget_at <= EXCLUDED.created_at
 	RETURNING true AS written`
@@ -75,7 +77,7 @@ SELECT claim.locked,
 	set_config('%s', CASE WHEN EXISTS (SELECT 1 FROM w0) THEN 'on' ELSE 'off' END, true)::boolean,
 	rec.key, rec.action, rec.version, rec.fingerprint, rec.field_hashes,
 	coalesce(rec.resource, ''), rec.outcome, rec.response_body,
-	rec.created_at, rec.completed_at, rec.expires_at, rec.forget_at, rec.compacted_at
+	rec.created_at, rec.completed_at, rec.expires_at, rec.forget_at, rec.compacted_at, rec.resource_version
 FROM claim LEFT JOIN rec ON true`, Claimed)
 	return &ClaimWrite{sql: string(sql), effects: effects}
 }

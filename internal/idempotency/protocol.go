@@ -175,6 +175,9 @@ type Plan struct {
 	Body    []byte
 	// Resource is the path of what the operation created or acted on.
 	Resource string
+	// ResourceVersion is the version the operation left the resource at
+	// (recorded, and replayed as the ETag); 0 for none.
+	ResourceVersion int
 	// Effect says whether the operation has a business effect (counted,
 	// and reported to the Observer after the COMMIT).
 	Effect bool
@@ -193,7 +196,10 @@ type Answer struct {
 	Outcome  string
 	Body     []byte
 	Resource string
-	Replayed bool
+	// ResourceVersion is the version the operation left its resource at;
+	// 0 for none.
+	ResourceVersion int
+	Replayed        bool
 }
 
 // Executing reports whether a request of this process is executing
@@ -326,7 +332,7 @@ func (p *Protocol) answerRecorded(rec *Record, fp Fingerprint) (Answer, error, b
 	case Replay:
 		p.obs.Idempotency(fp.Action, contract.OutcomeReplayed)
 		p.replays.add(rec.Tenant, rec.Key, rec.CreatedAt)
-		return Answer{Outcome: rec.Outcome, Body: rec.Body, Resource: rec.Resource, Replayed: true}, nil, true
+		return Answer{Outcome: rec.Outcome, Body: rec.Body, Resource: rec.Resource, ResourceVersion: rec.ResourceVersion, Replayed: true}, nil, true
 	case Reused:
 		p.obs.Idempotency(fp.Action, contract.OutcomeKeyReused)
 		return Answer{}, &KeyReusedError{RecordedAction: rec.Action, Fields: fields}, true
@@ -397,7 +403,7 @@ func (p *Protocol) attempt(reqCtx context.Context, r Request) (Answer, error) {
 	case err == nil:
 		p.executed(r.Fingerprint, plan)
 		p.cache.Put(rec)
-		return Answer{Outcome: plan.Outcome, Body: plan.Body, Resource: plan.Resource}, nil
+		return Answer{Outcome: plan.Outcome, Body: plan.Body, Resource: plan.Resource, ResourceVersion: plan.ResourceVersion}, nil
 	case errors.As(err, &lost):
 		// The COMMIT may or may not have happened: find out on another
 		// connection (Commit gave this one back, closed).
@@ -415,7 +421,7 @@ func (p *Protocol) record(r Request, plan *Plan, now time.Time) *Record {
 	return &Record{
 		Tenant: r.Tenant, Key: r.Key, Action: fp.Action, Version: fp.Version,
 		Fingerprint: fp.Sum, Fields: fp.Fields, Resource: plan.Resource,
-		Outcome: plan.Outcome, Body: plan.Body,
+		Outcome: plan.Outcome, Body: plan.Body, ResourceVersion: plan.ResourceVersion,
 		CreatedAt: now, CompletedAt: completed,
 		ExpiresAt: completed.Add(p.cfg.ResponseRetention), ForgetAt: completed.Add(p.cfg.KeyRetention),
 	}
@@ -469,7 +475,7 @@ func (p *Protocol) recheck(reqCtx context.Context, r Request, plan *Plan, mine *
 		case rec != nil && rec.Resource == mine.Resource && rec.CreatedAt.Equal(mine.CreatedAt):
 			p.executed(fp, plan)
 			p.cache.Put(rec)
-			out = Answer{Outcome: rec.Outcome, Body: rec.Body, Resource: rec.Resource}
+			out = Answer{Outcome: rec.Outcome, Body: rec.Body, Resource: rec.Resource, ResourceVersion: rec.ResourceVersion}
 		case rec != nil:
 			var done bool
 			if out, outErr, done = p.answerRecorded(rec, fp); !done {

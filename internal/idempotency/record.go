@@ -32,13 +32,17 @@ type Record struct {
 	// Outcome names what the operation did, in its action's words
 	// ("created", "deleted"); Body is the response its handler rendered.
 	// Both are replayed as they are; a tombstone keeps the outcome only.
-	Outcome     string
-	Body        []byte
-	CreatedAt   time.Time
-	CompletedAt time.Time
-	ExpiresAt   time.Time
-	ForgetAt    time.Time
-	CompactedAt *time.Time
+	Outcome string
+	Body    []byte
+	// ResourceVersion is the version the operation left its resource at,
+	// replayed as the ETag; 0 for none (a refusal, a record written before
+	// versions).
+	ResourceVersion int
+	CreatedAt       time.Time
+	CompletedAt     time.Time
+	ExpiresAt       time.Time
+	ForgetAt        time.Time
+	CompactedAt     *time.Time
 }
 
 // Verdict is what a recorded operation means for a new request with its key.
@@ -93,7 +97,7 @@ type Querier interface {
 const (
 	sqlOperationGet = `SELECT tenant, key, action, version, fingerprint, field_hashes,
 		coalesce(resource, ''), outcome, response_body,
-		created_at, completed_at, expires_at, forget_at, compacted_at
+		created_at, completed_at, expires_at, forget_at, compacted_at, coalesce(resource_version, 0)
 	FROM operations WHERE tenant = $1 AND key = $2`
 
 	sqlAdvisoryTryLock = `SELECT pg_try_advisory_xact_lock($1)`
@@ -117,7 +121,7 @@ func scanRecord(row pgx.Row) (*Record, error) {
 	var r Record
 	err := row.Scan(&r.Tenant, &r.Key, &r.Action, &r.Version, &r.Fingerprint, &r.Fields,
 		&r.Resource, &r.Outcome, &r.Body,
-		&r.CreatedAt, &r.CompletedAt, &r.ExpiresAt, &r.ForgetAt, &r.CompactedAt)
+		&r.CreatedAt, &r.CompletedAt, &r.ExpiresAt, &r.ForgetAt, &r.CompactedAt, &r.ResourceVersion)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
@@ -185,11 +189,11 @@ func scanClaim(row pgx.Row, what, tenant string, c *Claim) error {
 	var (
 		r                               Record
 		rkey, action, resource, outcome *string
-		version                         *int
+		version, resourceVersion        *int
 		created, completed, exp, forget *time.Time
 	)
 	err := row.Scan(&c.Locked, &c.Claimed, &rkey, &action, &version, &r.Fingerprint, &r.Fields,
-		&resource, &outcome, &r.Body, &created, &completed, &exp, &forget, &r.CompactedAt)
+		&resource, &outcome, &r.Body, &created, &completed, &exp, &forget, &r.CompactedAt, &resourceVersion)
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
@@ -199,6 +203,9 @@ func scanClaim(row pgx.Row, what, tenant string, c *Claim) error {
 	}
 	r.Tenant, r.Key, r.Action, r.Version, r.Resource, r.Outcome = tenant, *rkey, *action, *version, *resource, *outcome
 	r.CreatedAt, r.CompletedAt, r.ExpiresAt, r.ForgetAt = *created, *completed, *exp, *forget
+	if resourceVersion != nil {
+		r.ResourceVersion = *resourceVersion
+	}
 	c.Record = &r
 	return nil
 }
@@ -208,7 +215,16 @@ func scanClaim(row pgx.Row, what, tenant string, c *Claim) error {
 func appendRecordArgs(dst []any, r *Record) []any {
 	return append(dst, r.Tenant, r.Key, r.Action, r.Version, r.Fingerprint,
 		fieldsJSON(r.Fields), r.Resource, r.Outcome, r.Body,
-		r.CreatedAt, r.CompletedAt, r.ExpiresAt, r.ForgetAt)
+		r.CreatedAt, r.CompletedAt, r.ExpiresAt, r.ForgetAt, resourceVersionArg(r.ResourceVersion))
+}
+
+// resourceVersionArg is a record's resource version as its column holds
+// it: NULL for none.
+func resourceVersionArg(v int) any {
+	if v == 0 {
+		return nil
+	}
+	return int32(v)
 }
 
 // fieldsJSON is the JSON object of the field hashes, members sorted, as

@@ -47,7 +47,7 @@ var ErrKeyGenerations = errors.New("the operation key was used for too many inte
 const (
 	labelNote       = "quill/note-id/v1"
 	labelAttachment = "quill/attachment-id/v1"
-	labelEvent      = "quill/event-id/v1"
+	labelNoteEvent  = "quill/note-event-id/v2"
 	labelProcessed  = "quill/attachment-processed-id/v1"
 )
 
@@ -66,12 +66,17 @@ func AttachmentID(note uuid.UUID) uuid.UUID {
 	return hashed(labelAttachment, note.String())
 }
 
-// EventID returns the id of the event of type typ (an outbox type such as
-// note.created) about note. A note has at most one event of each type the
-// API writes: one note.created, and one note.deleted since only a live note
-// is deleted.
-func EventID(note uuid.UUID, typ string) uuid.UUID {
-	return hashed(labelEvent, note.String(), typ)
+// NoteEventID returns the id of the note event that the operation with key
+// writes about note at version, the note's version after the change
+// (SPEC §5: note.created 1, each note.updated its new version, note.deleted
+// the last plus one). A note has one event per version, so (note, version)
+// alone would be unique; the key is hashed too so that, after a restore
+// from an older backup, another operation that reaches the same version
+// writes an event of its own rather than one that every consumer's inbox
+// and JetStream's duplicate window take for the lost one (decision 0078).
+// The same operation executed again writes the same id.
+func NoteEventID(note uuid.UUID, version int, key string) uuid.UUID {
+	return hashed(labelNoteEvent, note.String(), strconv.Itoa(version), key)
 }
 
 // ProcessedEventID returns the id of the attachment.processed event that

@@ -26,7 +26,7 @@ func TestDerivedIDs(t *testing.T) {
 	secret := []byte("0123456789abcdef0123456789abcdef")
 	other := []byte("fedcba9876543210fedcba9876543210")
 	note := notes.NoteID(secret, "acme", "k1", 0)
-	event := notes.EventID(note, "note.created")
+	event := notes.NoteEventID(note, 1, "k1")
 	ids := map[string]uuid.UUID{
 		"note":                    note,
 		"another secret":          notes.NoteID(other, "acme", "k1", 0),
@@ -36,9 +36,14 @@ func TestDerivedIDs(t *testing.T) {
 		"tenant and key shifted":  notes.NoteID(secret, "acmek", "1", 0),
 		"attachment":              notes.AttachmentID(note),
 		"note.created":            event,
-		"note.deleted":            notes.EventID(note, "note.deleted"),
+		"note.updated to 2":       notes.NoteEventID(note, 2, "u1"),
+		"another update to 2":     notes.NoteEventID(note, 2, "u2"),
+		"note.updated to 3":       notes.NoteEventID(note, 3, "u1"),
+		"version 2, key 11":       notes.NoteEventID(note, 2, "11"),
+		"version 21, key 1":       notes.NoteEventID(note, 21, "1"),
+		"note.deleted at 4":       notes.NoteEventID(note, 4, "d1"),
 		"attachment.processed":    notes.ProcessedEventID(event),
-		"another note's created":  notes.EventID(notes.NoteID(secret, "acme", "k2", 0), "note.created"),
+		"another note's created":  notes.NoteEventID(notes.NoteID(secret, "acme", "k2", 0), 1, "k2"),
 		"processed of the note":   notes.ProcessedEventID(note),
 		"attachment of the event": notes.AttachmentID(event),
 	}
@@ -50,7 +55,7 @@ func TestDerivedIDs(t *testing.T) {
 		seen[id] = name
 	}
 	require.Equal(t, note, notes.NoteID(secret, "acme", "k1", 0), "derived again")
-	require.Equal(t, event, notes.EventID(notes.NoteID(secret, "acme", "k1", 0), "note.created"))
+	require.Equal(t, event, notes.NoteEventID(notes.NoteID(secret, "acme", "k1", 0), 1, "k1"))
 }
 
 func createNote(t *testing.T, svc *notes.Service, tenant, key, title string, data []byte) notes.NoteView {

@@ -54,6 +54,11 @@ type Note struct {
 	CreatedAt  time.Time
 	DeletedAt  *time.Time
 	Attachment *Attachment
+	// Version is 1 at creation and one more for each accepted update
+	// that changed the note (decision 0078).
+	Version int
+	// UpdatedAt is when the note last changed; CreatedAt until then.
+	UpdatedAt time.Time
 }
 
 // Attachment is a note's attachment and its processing state.
@@ -77,6 +82,8 @@ type NoteView struct {
 	Body       string          `json:"body"`
 	CreatedAt  string          `json:"created_at"`
 	Attachment *AttachmentView `json:"attachment"`
+	Version    int             `json:"version"`
+	UpdatedAt  string          `json:"updated_at"`
 }
 
 // AttachmentView is an attachment inside a NoteView.
@@ -104,7 +111,8 @@ func FormatTime(t time.Time) string { return t.UTC().Format(outbox.TimeFormat) }
 
 // View returns the API representation of n.
 func (n *Note) View() NoteView {
-	v := NoteView{ID: n.ID.String(), Title: n.Title, Body: n.Body, CreatedAt: FormatTime(n.CreatedAt)}
+	v := NoteView{ID: n.ID.String(), Title: n.Title, Body: n.Body, CreatedAt: FormatTime(n.CreatedAt),
+		Version: n.Version, UpdatedAt: FormatTime(n.UpdatedAt)}
 	if a := n.Attachment; a != nil {
 		av := a.View()
 		v.Attachment = &av
@@ -319,4 +327,18 @@ var (
 	// ErrNothingToDelete: a delete found no live note with the id; the
 	// operation is recorded with this error. It is also an ErrNotFound.
 	ErrNothingToDelete = fmt.Errorf("%w: no live note to delete", ErrNotFound)
+	// ErrNothingToUpdate: an update found no live note with the id; the
+	// operation is recorded with this error. It is also an ErrNotFound.
+	ErrNothingToUpdate = fmt.Errorf("%w: no live note to update", ErrNotFound)
 )
+
+// VersionMismatchError: the write's If-Match named another version than
+// the note's (precondition_failed); the operation is recorded with it.
+type VersionMismatchError struct {
+	// Expected is the version the request named; Current is the note's.
+	Expected, Current int
+}
+
+func (e *VersionMismatchError) Error() string {
+	return fmt.Sprintf("the note is at version %d, not %d", e.Current, e.Expected)
+}

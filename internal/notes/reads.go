@@ -19,7 +19,7 @@ import (
 )
 
 const (
-	noteColumns = `n.id, n.tenant, n.title, n.body, n.created_at,
+	noteColumns = `n.id, n.tenant, n.title, n.body, n.created_at, n.version, coalesce(n.updated_at, n.created_at),
 		a.id, a.filename, a.content_type, a.size, a.sha256, a.status, a.result, a.reason, a.processed_at`
 
 	sqlNoteGet = `SELECT ` + noteColumns + `
@@ -51,7 +51,7 @@ func scanNote(row pgx.Row) (*Note, error) {
 		aReason                         *string
 		aProcessed                      *time.Time
 	)
-	if err := row.Scan(&n.ID, &n.Tenant, &n.Title, &n.Body, &n.CreatedAt,
+	if err := row.Scan(&n.ID, &n.Tenant, &n.Title, &n.Body, &n.CreatedAt, &n.Version, &n.UpdatedAt,
 		&aID, &aFilename, &aType, &aSize, &aSHA, &aStatus, &aResult, &aReason, &aProcessed); err != nil {
 		return nil, err
 	}
@@ -506,6 +506,12 @@ func forgottenEvent(ctx context.Context, tx pgx.Tx, rec *idempotency.Record) (st
 	switch rec.Action {
 	case contract.ActionCreateNote:
 		return contract.EventNoteCreated, nil
+	case contract.ActionUpdateNote:
+		// Updates are younger than migration 00008 and their outcome says
+		// whether they wrote an event; this covers a row lost by hand.
+		if rec.Outcome == OutcomeUpdated {
+			return contract.EventNoteUpdated, nil
+		}
 	case contract.ActionDeleteNote:
 		var deleted bool
 		if err := tx.QueryRow(ctx, sqlOperationDeleted, rec.Tenant, pgUUID(noteID), rec.CreatedAt).Scan(&deleted); err != nil {

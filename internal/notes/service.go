@@ -25,6 +25,7 @@ import (
 // matches a new meaning.
 const (
 	createVersion = 1
+	updateVersion = 1
 	deleteVersion = 1
 )
 
@@ -140,6 +141,10 @@ type Request struct {
 	// publish; empty when there is none.
 	Traceparent string
 	Tracestate  string
+	// IfMatch is the note version the request's If-Match names: required
+	// by an update, optional for a delete (0: none). It is one of the
+	// operation's parameters.
+	IfMatch int
 	// Render renders the response body recorded for the operation when
 	// this request executes it; required.
 	Render Render
@@ -149,8 +154,14 @@ type Request struct {
 // its status and headers (SPEC §3).
 const (
 	OutcomeCreated         = "created"
+	OutcomeUpdated         = "updated"
+	OutcomeUnchanged       = "unchanged"
+	OutcomeNothingToUpdate = "nothing_to_update"
 	OutcomeDeleted         = "deleted"
 	OutcomeNothingToDelete = "nothing_to_delete"
+	// OutcomeVersionMismatch: an update or a delete whose If-Match named
+	// another version than the note's.
+	OutcomeVersionMismatch = "version_mismatch"
 )
 
 // Result is what an executed write produced, for Render to turn into the
@@ -161,12 +172,14 @@ type Result struct {
 	// Resource is the path of the note the write created or acted on,
 	// e.g. /v1/notes/{id}.
 	Resource string
-	// Note is the created note (a create).
+	// Note is the created note (a create), or the note as an update left
+	// it.
 	Note *NoteView
 	// Deleted is the deleted note (a delete).
 	Deleted *DeleteResult
 	// Err is the domain error the operation is recorded with:
-	// ErrNothingToDelete for a delete that found no live note. Note and
+	// ErrNothingToDelete or ErrNothingToUpdate when there was no live note,
+	// a *VersionMismatchError when If-Match named another version. Note and
 	// Deleted are nil then.
 	Err error
 }
@@ -255,12 +268,51 @@ func (s *Service) Delete(ctx context.Context, r Request, id uuid.UUID) (Answer, 
 	if r.Render == nil {
 		return Answer{}, errNoRender
 	}
-	fp, err := idempotency.NewFingerprint(contract.ActionDeleteNote, deleteVersion, idempotency.Params{"id": id.String()})
+	params := idempotency.Params{"id": id.String()}
+	if r.IfMatch != 0 {
+		// Only when sent: a delete without If-Match keeps the fingerprint
+		// it had before versions, so that its key still replays.
+		params["if_match"] = r.IfMatch
+	}
+	fp, err := idempotency.NewFingerprint(contract.ActionDeleteNote, deleteVersion, params)
 	if err != nil {
 		return Answer{}, err
 	}
 	return s.proto.Run(ctx, r.protocolRequest(fp, func(ctx context.Context, tx *db.Pipeline, now time.Time) (*idempotency.Plan, error) {
 		return s.planDelete(ctx, tx, r, id, now)
+	}))
+}
+
+// errNoIfMatch: an update request came without its If-Match.
+var errNoIfMatch = errors.New("notes: an update needs the version it is made against (Request.IfMatch)")
+
+// Update sets p's fields of note id as the operation (r.Tenant, r.Key), made
+// against version r.IfMatch. The outcome is recorded whatever it is: the
+// note updated to the next version with its note.updated event, or
+// unchanged (p sets what the note holds: no version, no event), or
+// ErrNothingToUpdate, or a *VersionMismatchError naming the note's version
+// — so that a retry under the key replays it even after the note changed
+// since. Errors as for Create.
+func (s *Service) Update(ctx context.Context, r Request, id uuid.UUID, p UpdateParams) (Answer, error) {
+	if r.Render == nil {
+		return Answer{}, errNoRender
+	}
+	if r.IfMatch <= 0 {
+		return Answer{}, errNoIfMatch
+	}
+	params := idempotency.Params{"id": id.String(), "if_match": r.IfMatch, "title": nil, "body": nil}
+	if p.Title != nil {
+		params["title"] = *p.Title
+	}
+	if p.Body != nil {
+		params["body"] = *p.Body
+	}
+	fp, err := idempotency.NewFingerprint(contract.ActionUpdateNote, updateVersion, params)
+	if err != nil {
+		return Answer{}, err
+	}
+	return s.proto.Run(ctx, r.protocolRequest(fp, func(ctx context.Context, tx *db.Pipeline, now time.Time) (*idempotency.Plan, error) {
+		return s.planUpdate(ctx, tx, r, id, p, now)
 	}))
 }
 
@@ -276,11 +328,12 @@ var (
 	noteInsert = db.Insert{Table: "notes", Columns: []db.Column{
 		{Name: "id", Type: "uuid"}, {Name: "tenant", Type: "text"}, {Name: "title", Type: "text"},
 		{Name: "body", Type: "text"}, {Name: "created_at", Type: "timestamptz"},
+		{Name: "version", Type: "int"}, {Name: "updated_at", Type: "timestamptz"},
 	}}
 	attachmentInsert = db.Insert{Table: "attachments", Columns: []db.Column{
 		{Name: "id", Type: "uuid"}, {Name: "tenant", Type: "text"}, {Name: "note_id", Type: "uuid"},
 		{Name: "filename", Type: "text"}, {Name: "content_type", Type: "text"}, {Name: "size", Type: "int"},
-		{Name: "sha256", Type: "text"}, {Name: "data", Type: "bytea"},
+		{Name: "sha256", Type: "text"}, {Name: "data", Type: "bytea"}, {Name: "operation_key", Type: "text"},
 	}}
 
 	// A create in one statement: the claim, the note (and its
@@ -291,25 +344,39 @@ var (
 
 const (
 	// sqlNoteLock locks the note a delete acts on, before the claim, so
-	// that whether it is live holds until the COMMIT; the lock orders the
-	// delete's event after every other event of the note committed before
-	// it. No row: no such note.
-	sqlNoteLock = `SELECT deleted_at IS NULL FROM notes WHERE tenant = $1 AND id = $2 FOR UPDATE`
+	// that whether it is live, and its version, hold until the COMMIT; the
+	// lock orders the delete's event after every other event of the note
+	// committed before it. No row: no such note.
+	sqlNoteLock = `SELECT deleted_at IS NULL, version FROM notes WHERE tenant = $1 AND id = $2 FOR UPDATE`
 
-	// sqlNoteDelete follows the claim, guarded by idempotency.Claimed.
-	sqlNoteDelete = `UPDATE notes SET deleted_at = $3 WHERE tenant = $1 AND id = $2 AND current_setting($4::text)::boolean`
+	// sqlNoteDelete follows the claim, guarded by idempotency.Claimed. The
+	// delete is a version of its own: its event orders after every update.
+	sqlNoteDelete = `UPDATE notes SET deleted_at = $3, version = version + 1
+	WHERE tenant = $1 AND id = $2 AND current_setting($4::text)::boolean`
+
+	// sqlNoteLockLive reads and locks the live note an update acts on, as
+	// a read shows it: its version and fields hold until the COMMIT, and
+	// concurrent updates of the note take turns, so that exactly one of
+	// two made against one version is accepted and the note's events
+	// commit in version order.
+	sqlNoteLockLive = sqlNoteGet + ` FOR UPDATE OF n`
+
+	// sqlNoteUpdate follows the claim, guarded by idempotency.Claimed.
+	sqlNoteUpdate = `UPDATE notes SET title = $3, body = $4, version = $5, updated_at = $6
+	WHERE tenant = $1 AND id = $2 AND current_setting($7::text)::boolean`
 )
 
 var (
-	// A delete that deletes writes its event with the record; one that
-	// finds nothing writes the record only.
-	deleteWrite  = idempotency.NewClaimWrite(outbox.EventInsert)
+	// A write that changes the note writes its event with the record (a
+	// delete that deletes, an update that changes it); one that finds
+	// nothing, or refuses, writes the record only.
+	eventWrite   = idempotency.NewClaimWrite(outbox.EventInsert)
 	nothingWrite = idempotency.NewClaimWrite()
 )
 
 func (s *Service) planCreate(r Request, p CreateParams, secret []byte, generation int, now time.Time) (*idempotency.Plan, error) {
 	id := NoteID(secret, r.Tenant, r.Key, generation)
-	n := Note{ID: id, Tenant: r.Tenant, Title: p.Title, Body: p.Body, CreatedAt: now}
+	n := Note{ID: id, Tenant: r.Tenant, Title: p.Title, Body: p.Body, CreatedAt: now, Version: 1, UpdatedAt: now}
 	var aid uuid.UUID
 	if a := p.Attachment; a != nil {
 		aid = AttachmentID(id)
@@ -322,14 +389,17 @@ func (s *Service) planCreate(r Request, p CreateParams, secret []byte, generatio
 	if err != nil {
 		return nil, fmt.Errorf("render create: %w", err)
 	}
-	plan := &idempotency.Plan{Outcome: OutcomeCreated, Body: body, Resource: resource, Effect: true}
-	noteArgs := []any{pgUUID(n.ID), n.Tenant, n.Title, n.Body, n.CreatedAt}
-	event, err := outbox.InsertArgs(s.event(r, contract.EventNoteCreated, id, now, view))
+	plan := &idempotency.Plan{Outcome: OutcomeCreated, Body: body, Resource: resource, ResourceVersion: n.Version, Effect: true}
+	noteArgs := []any{pgUUID(n.ID), n.Tenant, n.Title, n.Body, n.CreatedAt, n.Version, n.UpdatedAt}
+	event, err := outbox.InsertArgs(s.event(r, contract.EventNoteCreated, id, n.Version, now, view))
 	if err != nil {
 		return nil, err
 	}
 	if a := p.Attachment; a != nil {
-		attArgs := []any{pgUUID(aid), r.Tenant, pgUUID(id), a.Filename, a.ContentType, len(a.Data), a.SHA256, a.Data}
+		// The key goes with the attachment so that the worker's
+		// attachment.processed is written under it: the create's lookup
+		// lists it among the operation's effects.
+		attArgs := []any{pgUUID(aid), r.Tenant, pgUUID(id), a.Filename, a.ContentType, len(a.Data), a.SHA256, a.Data, r.Key}
 		plan.Write, plan.Args = createWithAttachmentWrite, [][]any{noteArgs, attArgs, event}
 	} else {
 		plan.Write, plan.Args = createWrite, [][]any{noteArgs, event}
@@ -343,36 +413,119 @@ type DeleteResult struct {
 	DeletedAt string `json:"deleted_at"`
 }
 
-// planDelete reads, under the note's row lock, whether note id is live,
-// and plans its delete: the event and the guarded UPDATE, or the record of
-// nothing to delete.
+// deletedData is a note.deleted event's data: the delete's answer and the
+// version the delete made.
+type deletedData struct {
+	ID        string `json:"id"`
+	DeletedAt string `json:"deleted_at"`
+	Version   int    `json:"version"`
+}
+
+// refusal plans the record of a write that changes nothing and answers
+// err: no live note, or another version than If-Match names.
+func refusal(r Request, what, outcome, resource string, err error) (*idempotency.Plan, error) {
+	body, rerr := r.Render(Result{Outcome: outcome, Resource: resource, Err: err})
+	if rerr != nil {
+		return nil, fmt.Errorf("render %s: %w", what, rerr)
+	}
+	return &idempotency.Plan{Outcome: outcome, Body: body, Resource: resource, Write: nothingWrite}, nil
+}
+
+// planDelete reads, under the note's row lock, whether note id is live and
+// its version, and plans its delete: the event and the guarded UPDATE, or
+// the record of nothing to delete, or of another version than If-Match
+// names.
 func (s *Service) planDelete(ctx context.Context, tx *db.Pipeline, r Request, id uuid.UUID, now time.Time) (*idempotency.Plan, error) {
-	var live bool
-	err := tx.QueryRow(ctx, sqlNoteLock, r.Tenant, pgUUID(id)).Scan(&live)
+	var (
+		live    bool
+		version int
+	)
+	err := tx.QueryRow(ctx, sqlNoteLock, r.Tenant, pgUUID(id)).Scan(&live, &version)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("lock note: %w", db.Translate(err))
 	}
 	resource := contract.NotePath(id.String())
-	if !live {
-		body, err := r.Render(Result{Outcome: OutcomeNothingToDelete, Resource: resource, Err: ErrNothingToDelete})
-		if err != nil {
-			return nil, fmt.Errorf("render delete: %w", err)
-		}
-		return &idempotency.Plan{Outcome: OutcomeNothingToDelete, Body: body, Resource: resource, Write: nothingWrite}, nil
+	switch {
+	case !live:
+		return refusal(r, "delete", OutcomeNothingToDelete, resource, ErrNothingToDelete)
+	case r.IfMatch != 0 && r.IfMatch != version:
+		return refusal(r, "delete", OutcomeVersionMismatch, resource, &VersionMismatchError{Expected: r.IfMatch, Current: version})
 	}
 	res := DeleteResult{ID: id.String(), DeletedAt: FormatTime(now)}
 	body, err := r.Render(Result{Outcome: OutcomeDeleted, Resource: resource, Deleted: &res})
 	if err != nil {
 		return nil, fmt.Errorf("render delete: %w", err)
 	}
-	event, err := outbox.InsertArgs(s.event(r, contract.EventNoteDeleted, id, now, res))
+	event, err := outbox.InsertArgs(s.event(r, contract.EventNoteDeleted, id, version+1, now,
+		deletedData{ID: res.ID, DeletedAt: res.DeletedAt, Version: version + 1}))
 	if err != nil {
 		return nil, err
 	}
-	return &idempotency.Plan{Outcome: OutcomeDeleted, Body: body, Resource: resource, Effect: true,
-		Write: deleteWrite, Args: [][]any{event},
+	return &idempotency.Plan{Outcome: OutcomeDeleted, Body: body, Resource: resource, ResourceVersion: version + 1, Effect: true,
+		Write: eventWrite, Args: [][]any{event},
 		Then: func(b *pgx.Batch) error {
 			b.Queue(sqlNoteDelete, r.Tenant, pgUUID(id), now, string(idempotency.Claimed))
+			return nil
+		}}, nil
+}
+
+// updatedData is a note.updated event's data: the version the update made
+// and only the fields it changed (SPEC §5).
+type updatedData struct {
+	ID        string  `json:"id"`
+	Version   int     `json:"version"`
+	Title     *string `json:"title,omitzero"`
+	Body      *string `json:"body,omitzero"`
+	UpdatedAt string  `json:"updated_at"`
+}
+
+// planUpdate reads and locks the live note id and plans the update: the
+// next version and its event with the guarded UPDATE, or the record of an
+// update that changes nothing, of no live note, or of another version than
+// If-Match names.
+func (s *Service) planUpdate(ctx context.Context, tx *db.Pipeline, r Request, id uuid.UUID, p UpdateParams, now time.Time) (*idempotency.Plan, error) {
+	resource := contract.NotePath(id.String())
+	n, err := scanNote(tx.QueryRow(ctx, sqlNoteLockLive, r.Tenant, pgUUID(id)))
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return refusal(r, "update", OutcomeNothingToUpdate, resource, ErrNothingToUpdate)
+	case err != nil:
+		return nil, fmt.Errorf("lock note: %w", db.Translate(err))
+	case r.IfMatch != n.Version:
+		return refusal(r, "update", OutcomeVersionMismatch, resource, &VersionMismatchError{Expected: r.IfMatch, Current: n.Version})
+	}
+	data := updatedData{ID: id.String(), Version: n.Version + 1, UpdatedAt: FormatTime(now)}
+	if p.Title != nil && *p.Title != n.Title {
+		n.Title, data.Title = *p.Title, p.Title
+	}
+	if p.Body != nil && *p.Body != n.Body {
+		n.Body, data.Body = *p.Body, p.Body
+	}
+	if data.Title == nil && data.Body == nil {
+		// Recorded and replayable, but no version and no event: nothing
+		// changed that a consumer could apply.
+		view := n.View()
+		body, err := r.Render(Result{Outcome: OutcomeUnchanged, Resource: resource, Note: &view})
+		if err != nil {
+			return nil, fmt.Errorf("render update: %w", err)
+		}
+		return &idempotency.Plan{Outcome: OutcomeUnchanged, Body: body, Resource: resource, ResourceVersion: n.Version,
+			Write: nothingWrite}, nil
+	}
+	n.Version, n.UpdatedAt = data.Version, now
+	view := n.View()
+	body, err := r.Render(Result{Outcome: OutcomeUpdated, Resource: resource, Note: &view})
+	if err != nil {
+		return nil, fmt.Errorf("render update: %w", err)
+	}
+	event, err := outbox.InsertArgs(s.event(r, contract.EventNoteUpdated, id, n.Version, now, data))
+	if err != nil {
+		return nil, err
+	}
+	return &idempotency.Plan{Outcome: OutcomeUpdated, Body: body, Resource: resource, ResourceVersion: n.Version, Effect: true,
+		Write: eventWrite, Args: [][]any{event},
+		Then: func(b *pgx.Batch) error {
+			b.Queue(sqlNoteUpdate, r.Tenant, pgUUID(id), n.Title, n.Body, n.Version, now, string(idempotency.Claimed))
 			return nil
 		}}, nil
 }
@@ -381,8 +534,9 @@ func (s *Service) planDelete(ctx context.Context, tx *db.Pipeline, r Request, id
 // string form.
 func pgUUID(u uuid.UUID) pgtype.UUID { return pgtype.UUID{Bytes: u, Valid: true} }
 
-// event is the event of type typ that operation r writes about note noteID.
-func (s *Service) event(r Request, typ string, noteID uuid.UUID, now time.Time, data any) outbox.Event {
-	return outbox.Event{ID: EventID(noteID, typ), Tenant: r.Tenant, OperationKey: r.Key, AggregateID: noteID,
+// event is the event of type typ that operation r writes about note noteID,
+// which it leaves at version.
+func (s *Service) event(r Request, typ string, noteID uuid.UUID, version int, now time.Time, data any) outbox.Event {
+	return outbox.Event{ID: NoteEventID(noteID, version, r.Key), Tenant: r.Tenant, OperationKey: r.Key, AggregateID: noteID,
 		Type: typ, Time: now, Data: data, Traceparent: r.Traceparent, Tracestate: r.Tracestate}
 }

@@ -167,7 +167,7 @@ func eventData(note uuid.UUID, typ string) any {
 	now := notes.FormatTime(time.Now())
 	switch typ {
 	case contract.EventNoteCreated:
-		return notes.NoteView{ID: note.String(), Title: "note", CreatedAt: now}
+		return notes.NoteView{ID: note.String(), Title: "note", CreatedAt: now, Version: 1, UpdatedAt: now}
 	case contract.EventNoteDeleted:
 		return notes.DeleteResult{ID: note.String(), DeletedAt: now}
 	default:
@@ -725,7 +725,7 @@ func TestParkedEventDoesNotBlockOthers(t *testing.T) {
 	noteA, noteB, noteC := uuid.New(), uuid.New(), uuid.New()
 	before := h.write(h.tenant, noteB, contract.EventNoteCreated)
 	big := h.writeEvent(h.event(h.tenant, noteA, contract.EventNoteCreated,
-		notes.NoteView{ID: noteA.String(), Title: "big", Body: strings.Repeat("x", 8192), CreatedAt: notes.FormatTime(time.Now())}))
+		notes.NoteView{ID: noteA.String(), Title: "big", Body: strings.Repeat("x", 8192), CreatedAt: notes.FormatTime(time.Now()), Version: 1, UpdatedAt: notes.FormatTime(time.Now())}))
 	behind := h.write(h.tenant, noteA, contract.EventNoteDeleted)
 	after := h.write(h.tenant, noteC, contract.EventNoteCreated)
 	start(t, r)

@@ -137,7 +137,7 @@ func TestParkedEventLineNamesItsTrace(t *testing.T) {
 	require.NoError(t, r.Provision(h.ctx()))
 	start(t, r)
 	e := h.event(h.tenant, uuid.New(), contract.EventNoteCreated, nil)
-	e.Data = notes.NoteView{ID: e.AggregateID.String(), Title: "big", Body: strings.Repeat("x", 8192), CreatedAt: notes.FormatTime(time.Now())}
+	e.Data = notes.NoteView{ID: e.AggregateID.String(), Title: "big", Body: strings.Repeat("x", 8192), CreatedAt: notes.FormatTime(time.Now()), Version: 1, UpdatedAt: notes.FormatTime(time.Now())}
 	e.Traceparent = clientTraceparent
 	h.writeEvent(e)
 	testkit.WaitFor(t, waitLong, func() bool { return len(logs.Lines(t, "event parked: it cannot be published as it is")) == 1 }, "the event parked")

@@ -81,6 +81,11 @@ type attState struct {
 	deleted bool
 	attID   uuid.UUID
 	status  string
+	// opKey is the operation key of the create that made the attachment
+	// ("" for attachments made before migration 00016): the
+	// attachment.processed event is written under it, so that the
+	// create's outcome lookup lists it.
+	opKey string
 }
 
 // processable reports whether the attachment of j's event is to be
@@ -102,7 +107,7 @@ const sqlAttachmentsRead = `SELECT n.id, n.deleted_at IS NOT NULL, a.id, a.statu
 // done). The notes' row locks order each event this transaction writes
 // after every event of the same note committed before it, and a
 // concurrent delete after it.
-const sqlAttachmentsLock = `SELECT n.id, n.deleted_at IS NOT NULL, a.id, a.status
+const sqlAttachmentsLock = `SELECT n.id, n.deleted_at IS NOT NULL, a.id, a.status, coalesce(a.operation_key, '')
 	FROM notes n
 	JOIN unnest($1::uuid[], $2::text[]) AS k(note_id, tenant) ON n.id = k.note_id AND n.tenant = k.tenant
 	JOIN attachments a ON a.note_id = n.id
@@ -409,7 +414,7 @@ func (w *Worker) apply(ctx context.Context, tx pgx.Tx, items []*consumer.Item) e
 	locked := make(map[uuid.UUID]attState, len(jobs))
 	var noteID uuid.UUID
 	var s attState
-	if _, err := pgx.ForEachRow(rows, []any{&noteID, &s.deleted, &s.attID, &s.status}, func() error {
+	if _, err := pgx.ForEachRow(rows, []any{&noteID, &s.deleted, &s.attID, &s.status, &s.opKey}, func() error {
 		s.found = true
 		locked[noteID] = s
 		s = attState{}
@@ -500,7 +505,7 @@ func (w *Worker) applyOne(ctx context.Context, b *pgx.Batch, it *consumer.Item, 
 		// it again, after a restore or beyond the inbox's memory, writes the
 		// event every consumer has seen already.
 		tp, ts := tracing.Inject(ctx)
-		if err := outbox.Queue(b, outbox.Event{ID: notes.ProcessedEventID(j.p.id), Tenant: j.p.tenant, AggregateID: j.p.noteID,
+		if err := outbox.Queue(b, outbox.Event{ID: notes.ProcessedEventID(j.p.id), Tenant: j.p.tenant, OperationKey: s.opKey, AggregateID: j.p.noteID,
 			Type: contract.EventAttachmentProcessed, Time: now, Data: p.ev, Traceparent: tp, Tracestate: ts}); err != nil {
 			return fmt.Errorf("outbox event: %w", err)
 		}

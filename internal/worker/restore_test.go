@@ -406,6 +406,7 @@ func sameEvent(t *testing.T, data []byte) map[string]any {
 	if d, ok := ev["data"].(map[string]any); ok {
 		delete(d, "created_at")
 		delete(d, "deleted_at")
+		delete(d, "updated_at")
 	}
 	return ev
 }
