@@ -580,8 +580,8 @@ func TestShutdownFinishesTheBatchInFlight(t *testing.T) {
 
 // TestTwoRelaysPublishEveryEventOnceInCommitOrderPerNote runs two relays
 // over 2,000 events of 200 notes: four writers each take notes through their
-// life — the API creates the note, eight processing events are committed,
-// the API deletes it — so creates and deletes of different notes interleave
+// life — the API creates the note, four updates through the API and four
+// processing events are committed in turn, the API deletes it — so creates and deletes of different notes interleave
 // and each note's events commit one after another. Half the notes are
 // written before the relays start (a backlog in which a note's events sit
 // side by side, as after an outage), half while they run. Every event is in
@@ -617,14 +617,31 @@ func TestTwoRelaysPublishEveryEventOnceInCommitOrderPerNote(t *testing.T) {
 		if err != nil {
 			return fmt.Errorf("create %d: resource %q: %w", n, out.Resource, err)
 		}
+		version := 1
 		for step := range extraPerNote {
+			if step%2 == 0 {
+				// Every other event is an update through the API, each
+				// against the version the previous one made.
+				title := fmt.Sprintf("note %d v%d", n, version+1)
+				out, err := svc.Update(ctx, notes.Request{Tenant: h.tenant, Key: fmt.Sprintf("update-%d-%d", n, step), Wait: -1,
+					IfMatch: version, Render: httpapi.RenderWrite}, id, notes.UpdateParams{Title: &title})
+				if err != nil {
+					return err
+				}
+				if out.Outcome != notes.OutcomeUpdated {
+					return fmt.Errorf("update %d: outcome %s: %s", n, out.Outcome, out.Body)
+				}
+				version++
+				continue
+			}
 			e := h.event(h.tenant, id, contract.EventAttachmentProcessed, processedData(id, fmt.Sprintf("step %d", step)))
 			if err := db.WithTx(ctx, h.pool, func(tx pgx.Tx) error { return outbox.Insert(ctx, tx, e) }); err != nil {
 				return err
 			}
 			notifier.Signal()
 		}
-		out, err = svc.Delete(ctx, notes.Request{Tenant: h.tenant, Key: fmt.Sprintf("delete-%d", n), Wait: -1, Render: httpapi.RenderWrite}, id)
+		out, err = svc.Delete(ctx, notes.Request{Tenant: h.tenant, Key: fmt.Sprintf("delete-%d", n), Wait: -1,
+			IfMatch: version, Render: httpapi.RenderWrite}, id)
 		if err != nil {
 			return err
 		}
@@ -663,6 +680,29 @@ func TestTwoRelaysPublishEveryEventOnceInCommitOrderPerNote(t *testing.T) {
 		require.Equal(t, "quill.note.created.v1", ts[0], "note %s", note)
 		require.Equal(t, "quill.note.deleted.v1", ts[perNote-1], "note %s", note)
 	}
+	// Per note, the stream holds its versions in order: created 1, the
+	// updates 2.., the delete last + 1 — version order is publish order.
+	versions := map[string][]int{}
+	for _, m := range msgs {
+		var ce struct {
+			Subject string `json:"subject"`
+			Data    struct {
+				Version *int `json:"version"`
+			} `json:"data"`
+		}
+		require.NoError(t, json.Unmarshal(m.Data, &ce))
+		if ce.Data.Version != nil {
+			versions[ce.Subject] = append(versions[ce.Subject], *ce.Data.Version)
+		}
+	}
+	want := make([]int, extraPerNote/2+2)
+	for i := range want {
+		want[i] = i + 1
+	}
+	for note, vs := range versions {
+		require.Equal(t, want, vs, "versions of note %s in stream order", note)
+	}
+	require.Len(t, versions, noteCount)
 	by := map[string]int{}
 	for _, r := range h.rows() {
 		by[r.ClaimedBy]++
