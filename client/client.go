@@ -1,11 +1,11 @@
 // Package client is the Go client of Quill's HTTP API, built for callers —
 // AI agents above all — on an unreliable network.
 //
-// Every write (CreateNote, DeleteNote) belongs to one operation named by an
-// operation key. Pass WithKey to name it yourself (one key per user intent);
-// otherwise the client makes one for the call. Retries of that call always
-// reuse the key, so however often the request is delivered the server
-// executes it once. Retries are bounded by an attempt limit and a total
+// Every write (CreateNote, UpdateNote, DeleteNote) belongs to one operation
+// named by an operation key. Pass WithKey to name it yourself (one key per
+// user intent); otherwise the client makes one for the call. Retries of that
+// call always reuse the key, so however often the request is delivered the
+// server executes it once. Retries are bounded by an attempt limit and a total
 // deadline, spaced by exponential backoff with full jitter and Retry-After
 // (capped by MaxRetryAfter), and only happen when they are safe: the
 // problem's retry advice is same_key (409 operation_in_progress, 429
@@ -15,6 +15,12 @@
 // with the outcome unknown, the client looks the key up; if that cannot
 // settle it either, the write returns an *UnknownOutcomeError carrying the
 // key — never a plain failure.
+//
+// An edit names the version it was decided on: UpdateNote (and
+// DeleteNoteIfVersion) send it as If-Match, and a note at another version
+// is a final refusal, 412 precondition_failed with Problem.CurrentVersion —
+// read the note again and decide; a retry under a new key would overwrite
+// the change it missed.
 //
 // With a Journal (FileJournal), each write is recorded durably before its
 // first send and settled after its final answer, so that Resume, after a
@@ -196,23 +202,90 @@ func (c *Client) CreateNote(ctx context.Context, n NewNote, opts ...WriteOption)
 		return nil, fmt.Errorf("encode note: %w", err)
 	}
 	var out Created
-	w, err := c.write(ctx, contract.ActionCreateNote, http.MethodPost, contract.NotesPath, params, &out.Note, opts)
-	out.Write = w
+	w, err := c.write(ctx, request{action: contract.ActionCreateNote, method: http.MethodPost, path: contract.NotesPath,
+		params: params, body: params}, &out.Note, opts)
+	out.Write = noteVersion(w, out.Note)
 	if err != nil {
 		return nil, err
 	}
 	return &out, nil
 }
 
-// DeleteNote deletes a note as one operation (DELETE /v1/notes/{id}). Its
-// errors are CreateNote's.
+// MaxVersion is the largest version an If-Match can name (2^31-1).
+const MaxVersion = 1<<31 - 1
+
+// UpdateNote changes a note as one operation (PATCH /v1/notes/{id} with
+// If-Match: "<ifVersion>"): the fields set in fields, provided the note is
+// still at ifVersion, the version the caller last read. The answer is the
+// note at its new version, or unchanged when it already had those values.
+// ifVersion is part of the operation's parameters: a retry under the same
+// key replays the recorded answer even when the note changed since.
+//
+// key is the operation key of the intent, as WithKey would give it (which
+// it overrides); empty, the client makes one (or takes WithKey's). opts
+// may also say when key was first sent (WithFirstSent).
+//
+// A note at another version is a *RefusedError whose Problem has code
+// precondition_failed and CurrentVersion: final — read the note again and
+// decide; resending the update under a new key would overwrite the change
+// it missed. No live note with id is a final not_found; the other errors
+// are CreateNote's. An ifVersion outside 1..MaxVersion, or fields setting
+// neither Title nor Body, is an error before anything is journalled or
+// sent.
+func (c *Client) UpdateNote(ctx context.Context, id string, ifVersion int, fields NoteUpdate, key string, opts ...WriteOption) (*Updated, error) {
+	if err := checkVersion(ifVersion); err != nil {
+		return nil, err
+	}
+	if fields.Title == nil && fields.Body == nil {
+		return nil, errors.New("update note: nothing to change: set Title or Body")
+	}
+	body, err := json.Marshal(fields)
+	if err != nil {
+		return nil, fmt.Errorf("encode update: %w", err)
+	}
+	params, err := json.Marshal(updateParams{ID: id, IfVersion: ifVersion, Title: fields.Title, Body: fields.Body})
+	if err != nil {
+		return nil, fmt.Errorf("encode update: %w", err)
+	}
+	if key != "" {
+		opts = append(opts[:len(opts):len(opts)], WithKey(key))
+	}
+	var out Updated
+	w, err := c.write(ctx, request{action: contract.ActionUpdateNote, method: http.MethodPatch, path: contract.NotePath(id),
+		params: params, body: body, ifVersion: ifVersion}, &out.Note, opts)
+	out.Write = noteVersion(w, out.Note)
+	if err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// DeleteNote deletes a note as one operation (DELETE /v1/notes/{id}),
+// whatever its version. Its errors are CreateNote's.
 func (c *Client) DeleteNote(ctx context.Context, id string, opts ...WriteOption) (*Deleted, error) {
-	params, err := json.Marshal(deleteParams{ID: id})
+	return c.deleteNote(ctx, deleteParams{ID: id}, opts)
+}
+
+// DeleteNoteIfVersion deletes a note as one operation (DELETE
+// /v1/notes/{id} with If-Match: "<ifVersion>") provided it is still at
+// ifVersion. A note at another version is a final precondition_failed, as
+// for UpdateNote; the other errors are DeleteNote's. An ifVersion outside
+// 1..MaxVersion is an error before anything is journalled or sent.
+func (c *Client) DeleteNoteIfVersion(ctx context.Context, id string, ifVersion int, opts ...WriteOption) (*Deleted, error) {
+	if err := checkVersion(ifVersion); err != nil {
+		return nil, err
+	}
+	return c.deleteNote(ctx, deleteParams{ID: id, IfVersion: ifVersion}, opts)
+}
+
+func (c *Client) deleteNote(ctx context.Context, p deleteParams, opts []WriteOption) (*Deleted, error) {
+	params, err := json.Marshal(p)
 	if err != nil {
 		return nil, fmt.Errorf("encode delete: %w", err)
 	}
 	var out Deleted
-	w, err := c.write(ctx, contract.ActionDeleteNote, http.MethodDelete, contract.NotePath(id), params, &out.Deletion, opts)
+	w, err := c.write(ctx, request{action: contract.ActionDeleteNote, method: http.MethodDelete, path: contract.NotePath(p.ID),
+		params: params, ifVersion: p.IfVersion}, &out.Deletion, opts)
 	out.Write = w
 	if err != nil {
 		return nil, err
@@ -220,8 +293,53 @@ func (c *Client) DeleteNote(ctx context.Context, id string, opts ...WriteOption)
 	return &out, nil
 }
 
+// deleteParams are a delete's journalled parameters. IfVersion is omitted
+// when no If-Match is sent, so that such a record reads as it did before
+// edits.
 type deleteParams struct {
-	ID string `json:"id"`
+	ID        string `json:"id"`
+	IfVersion int    `json:"if_version,omitempty"`
+}
+
+// updateParams are an update's journalled parameters: what UpdateNote was
+// called with.
+type updateParams struct {
+	ID        string  `json:"id"`
+	IfVersion int     `json:"if_version"`
+	Title     *string `json:"title,omitempty"`
+	Body      *string `json:"body,omitempty"`
+}
+
+func checkVersion(v int) error {
+	if v < 1 || v > MaxVersion {
+		return fmt.Errorf("if-version %d: a version is 1..%d", v, MaxVersion)
+	}
+	return nil
+}
+
+// noteVersion fills w.Version from the note when the answer had no ETag
+// (one recovered by lookup).
+func noteVersion(w Write, n Note) Write {
+	if w.Version == 0 {
+		w.Version = n.Version
+	}
+	return w
+}
+
+// etagVersion returns the version a strong ETag "N" names, or 0.
+func etagVersion(v string) int {
+	if len(v) < 3 || v[0] != '"' || v[len(v)-1] != '"' {
+		return 0
+	}
+	digits := v[1 : len(v)-1]
+	if digits[0] == '0' {
+		return 0
+	}
+	n, err := strconv.Atoi(digits)
+	if err != nil || n < 1 || n > MaxVersion || strconv.Itoa(n) != digits {
+		return 0
+	}
+	return n
 }
 
 // GetNote returns a note (GET /v1/notes/{id}); a missing one is a *Problem
@@ -294,8 +412,18 @@ type answer struct {
 	err      error
 }
 
-// send makes one request within ctx.
-func (c *Client) send(ctx context.Context, method, path, key string, body []byte) answer {
+// request is one write's HTTP request and what is journalled of it.
+type request struct {
+	action, method, path string
+	// params are journalled; body is sent (nil: no body).
+	params, body []byte
+	// ifVersion, when not 0, is sent as If-Match.
+	ifVersion int
+}
+
+// send makes one request within ctx; ifVersion, when not 0, is sent as
+// If-Match.
+func (c *Client) send(ctx context.Context, method, path, key string, body []byte, ifVersion int) answer {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -312,6 +440,9 @@ func (c *Client) send(ctx context.Context, method, path, key string, body []byte
 	}
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)
+	}
+	if ifVersion != 0 {
+		req.Header.Set("If-Match", `"`+strconv.Itoa(ifVersion)+`"`)
 	}
 	resp, err := c.cfg.HTTPClient.Do(req)
 	if err != nil {
@@ -364,7 +495,7 @@ func syntheticProblem(a answer) *Problem {
 // attemptLoop sends a request until it is done, refused or out of attempts
 // or time. It returns the last answer, its verdict, the number of requests
 // sent and whether any of them may have reached the server.
-func (c *Client) attemptLoop(parent, ctx context.Context, method, path, key string, body []byte) (answer, verdict, int, bool) {
+func (c *Client) attemptLoop(parent, ctx context.Context, method, path, key string, body []byte, ifVersion int) (answer, verdict, int, bool) {
 	var (
 		a     answer
 		v     verdict
@@ -374,7 +505,7 @@ func (c *Client) attemptLoop(parent, ctx context.Context, method, path, key stri
 	for tries < c.cfg.Attempts {
 		tries++
 		actx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout)
-		a = c.send(actx, method, path, key, body)
+		a = c.send(actx, method, path, key, body, ifVersion)
 		cancel()
 		v = classify(parent, a.status, a.problem, a.err)
 		if v != verdictRetryUnsent {
@@ -412,7 +543,7 @@ func (c *Client) attemptLoop(parent, ctx context.Context, method, path, key stri
 func (c *Client) read(parent context.Context, path string, out any) (json.RawMessage, error) {
 	ctx, cancel := context.WithTimeout(parent, c.cfg.Deadline)
 	defer cancel()
-	a, v, tries, _ := c.attemptLoop(parent, ctx, http.MethodGet, path, "", nil)
+	a, v, tries, _ := c.attemptLoop(parent, ctx, http.MethodGet, path, "", nil, 0)
 	switch v {
 	case verdictDone:
 		if err := json.Unmarshal(a.body, out); err != nil {
@@ -435,7 +566,7 @@ func (c *Client) read(parent context.Context, path string, out any) (json.RawMes
 }
 
 // write runs one operation: journal, attempts, lookup, settlement.
-func (c *Client) write(ctx context.Context, action, method, path string, params []byte, out any, opts []WriteOption) (Write, error) {
+func (c *Client) write(ctx context.Context, r request, out any, opts []WriteOption) (Write, error) {
 	var o writeOpts
 	for _, f := range opts {
 		f(&o)
@@ -455,7 +586,7 @@ func (c *Client) write(ctx context.Context, action, method, path string, params 
 	firstSent := o.firstSent
 	if c.cfg.Journal != nil {
 		now := c.cfg.Now().UTC()
-		e, err := c.cfg.Journal.Begin(ctx, JournalEntry{Key: key, Action: action, Params: params, CreatedAt: now})
+		e, err := c.cfg.Journal.Begin(ctx, JournalEntry{Key: key, Action: r.action, Params: r.params, CreatedAt: now})
 		if err != nil {
 			return w, fmt.Errorf("journal operation %q before sending: %w", key, err)
 		}
@@ -468,10 +599,6 @@ func (c *Client) write(ctx context.Context, action, method, path string, params 
 			return w, err
 		}
 	}
-	body := params
-	if action == contract.ActionDeleteNote {
-		body = nil
-	}
 
 	start := c.cfg.Now()
 	total, cancel := context.WithDeadline(ctx, start.Add(c.cfg.Deadline))
@@ -480,11 +607,12 @@ func (c *Client) write(ctx context.Context, action, method, path string, params 
 	attempts, cancelAttempts := context.WithDeadline(total, start.Add(c.cfg.Deadline-reserve))
 	defer cancelAttempts()
 
-	a, v, tries, sent := c.attemptLoop(ctx, attempts, method, path, key, body)
+	a, v, tries, sent := c.attemptLoop(ctx, attempts, r.method, r.path, key, r.body, r.ifVersion)
 	w.Attempts = tries
 	w.Replayed = a.replayed
 	switch v {
 	case verdictDone:
+		w.Version = etagVersion(a.header.Get("ETag"))
 		if err := json.Unmarshal(a.body, out); err != nil {
 			// The operation completed; only its answer is unreadable.
 			return w, fmt.Errorf("operation %q completed, but its answer could not be decoded: %w", key, err)
@@ -510,7 +638,7 @@ func (c *Client) write(ctx context.Context, action, method, path string, params 
 			cause = fmt.Errorf("HTTP %d without a problem document", a.status)
 		}
 	}
-	unknown := &UnknownOutcomeError{Key: key, Action: action, Attempts: tries, Cause: cause}
+	unknown := &UnknownOutcomeError{Key: key, Action: r.action, Attempts: tries, Cause: cause}
 	if !sent {
 		// No request ever reached the server; it did not execute.
 		unknown.Lookup = "not_sent"
@@ -558,7 +686,7 @@ func (c *Client) lookupSettled(ctx context.Context, key string) (*Operation, err
 	for i := 1; ; i++ {
 		var op *Operation
 		actx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout)
-		a := c.send(actx, http.MethodGet, operationPath(key), "", nil)
+		a := c.send(actx, http.MethodGet, operationPath(key), "", nil, 0)
 		cancel()
 		switch {
 		case a.err == nil && a.status == http.StatusOK:

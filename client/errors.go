@@ -20,7 +20,7 @@ var ErrKeyTooOld = errors.New("operation key is older than the server's key rete
 type UnknownOutcomeError struct {
 	// Key is the operation key to look up or resend with.
 	Key string
-	// Action is create-note or delete-note.
+	// Action is create-note, update-note or delete-note.
 	Action string
 	// Attempts is the number of requests sent.
 	Attempts int

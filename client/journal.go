@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -34,10 +35,12 @@ const (
 type JournalEntry struct {
 	// Key is the operation key.
 	Key string `json:"key"`
-	// Action is create-note or delete-note.
+	// Action is create-note, update-note or delete-note.
 	Action string `json:"action"`
-	// Params are the write's parameters: a NewNote for create-note,
-	// {"id"} for delete-note.
+	// Params are the write's parameters: a NewNote for create-note;
+	// {"id", "if_version", "title"?, "body"?} for update-note (a member
+	// absent is a field the update keeps); {"id"} for delete-note, with
+	// "if_version" when it was sent with If-Match.
 	Params json.RawMessage `json:"params"`
 	// CreatedAt is when the operation was first journalled, just before
 	// its first send: the key's age counts from it.
@@ -544,7 +547,7 @@ func checkEntry(e JournalEntry) error {
 	if _, err := opkey.Parse(e.Key); err != nil || strings.HasPrefix(e.Key, `"`) {
 		return fmt.Errorf("journal entry: bad key %q", e.Key)
 	}
-	if e.Action != contract.ActionCreateNote && e.Action != contract.ActionDeleteNote {
+	if !slices.Contains(contract.Actions(), e.Action) {
 		return fmt.Errorf("journal entry: unknown action %q", e.Action)
 	}
 	if !json.Valid(e.Params) {

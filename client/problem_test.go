@@ -26,6 +26,7 @@ func TestProblemDecodesEveryMemberTheServerWrites(t *testing.T) {
 	sent.Fields = []string{"title"}
 	sent.Resource = "/v1/notes/0190b6c4-5a3e-7b6f-8d2c-1e9a4f3b2c1d"
 	sent.RetryAfter = 7
+	sent.CurrentVersion = 4
 	v := reflect.ValueOf(*sent)
 	for i := range v.NumField() {
 		require.False(t, v.Field(i).IsZero(), "set problem.Problem.%s in this test", v.Type().Field(i).Name)

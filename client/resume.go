@@ -14,8 +14,10 @@ import (
 type Resumed struct {
 	// Entry is the journalled operation.
 	Entry JournalEntry
-	// Created or Deleted is the answer when the operation completed.
+	// Created, Updated or Deleted is the answer when the operation
+	// completed.
 	Created *Created
+	Updated *Updated
 	Deleted *Deleted
 	// Err is why it did not complete: a *RefusedError (settled, final),
 	// an *UnknownOutcomeError (still unsettled), ErrKeyTooOld, or another
@@ -54,29 +56,49 @@ func (c *Client) Resume(ctx context.Context) ([]Resumed, error) {
 		if ctx.Err() != nil {
 			break
 		}
-		r := Resumed{Entry: e}
-		opts := []WriteOption{WithKey(e.Key), WithFirstSent(e.CreatedAt)}
-		switch e.Action {
-		case contract.ActionCreateNote:
-			var n NewNote
-			if err := json.Unmarshal(e.Params, &n); err != nil {
-				r.Err = fmt.Errorf("journalled parameters of %q: %w", e.Key, err)
-				break
-			}
-			r.Created, r.Err = c.CreateNote(ctx, n, opts...)
-		case contract.ActionDeleteNote:
-			var p deleteParams
-			if err := json.Unmarshal(e.Params, &p); err != nil {
-				r.Err = fmt.Errorf("journalled parameters of %q: %w", e.Key, err)
-				break
-			}
-			r.Deleted, r.Err = c.DeleteNote(ctx, p.ID, opts...)
-		default:
-			r.Err = fmt.Errorf("journalled operation %q has unknown action %q", e.Key, e.Action)
-		}
-		out = append(out, r)
+		out = append(out, c.ResumeEntry(ctx, e))
 	}
 	return out, jerr
+}
+
+// ResumeEntry sends the journalled operation e again, under its key and
+// first-sent time and with its parameters, as Resume does for each
+// unsettled operation; Resumed.Err says why it did not complete. It is for
+// a caller that picks the operations itself (the MCP server's start-up).
+func (c *Client) ResumeEntry(ctx context.Context, e JournalEntry) Resumed {
+	r := Resumed{Entry: e}
+	opts := []WriteOption{WithKey(e.Key), WithFirstSent(e.CreatedAt)}
+	bad := func(err error) Resumed {
+		r.Err = fmt.Errorf("journalled parameters of %q: %w", e.Key, err)
+		return r
+	}
+	switch e.Action {
+	case contract.ActionCreateNote:
+		var n NewNote
+		if err := json.Unmarshal(e.Params, &n); err != nil {
+			return bad(err)
+		}
+		r.Created, r.Err = c.CreateNote(ctx, n, opts...)
+	case contract.ActionUpdateNote:
+		var p updateParams
+		if err := json.Unmarshal(e.Params, &p); err != nil {
+			return bad(err)
+		}
+		r.Updated, r.Err = c.UpdateNote(ctx, p.ID, p.IfVersion, NoteUpdate{Title: p.Title, Body: p.Body}, e.Key, opts...)
+	case contract.ActionDeleteNote:
+		var p deleteParams
+		if err := json.Unmarshal(e.Params, &p); err != nil {
+			return bad(err)
+		}
+		if p.IfVersion != 0 {
+			r.Deleted, r.Err = c.DeleteNoteIfVersion(ctx, p.ID, p.IfVersion, opts...)
+		} else {
+			r.Deleted, r.Err = c.DeleteNote(ctx, p.ID, opts...)
+		}
+	default:
+		r.Err = fmt.Errorf("journalled operation %q has unknown action %q", e.Key, e.Action)
+	}
+	return r
 }
 
 // ErrJournalNotPrunable is returned by PruneJournal for a Journal that has

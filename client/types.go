@@ -13,6 +13,12 @@ type Note struct {
 	Body       string      `json:"body"`
 	CreatedAt  time.Time   `json:"created_at"`
 	Attachment *Attachment `json:"attachment"`
+	// Version is 1 when the note is created and one more for each update
+	// that changed it: the version UpdateNote's ifVersion names (0 from a
+	// server older than edits).
+	Version int `json:"version"`
+	// UpdatedAt is when the note last changed; CreatedAt until then.
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // Attachment is a note's attachment metadata.
@@ -42,6 +48,14 @@ type NewAttachment struct {
 	Data        []byte `json:"data"` // encoding/json writes []byte as standard base64
 }
 
+// NoteUpdate is what UpdateNote changes: each field that is set (not nil)
+// is given that value, the others keep theirs. At least one must be set.
+// A Title is validated as a new note's; an empty Body clears the body.
+type NoteUpdate struct {
+	Title *string `json:"title,omitempty"`
+	Body  *string `json:"body,omitempty"`
+}
+
 // Deletion is the API's answer to a delete.
 type Deletion struct {
 	ID        string    `json:"id"`
@@ -58,7 +72,8 @@ type NoteList struct {
 // Operation is the API's outcome lookup of one operation key (SPEC §4.6).
 type Operation struct {
 	Key string `json:"key"`
-	// Action is contract.ActionCreateNote or contract.ActionDeleteNote.
+	// Action is contract.ActionCreateNote, contract.ActionUpdateNote or
+	// contract.ActionDeleteNote.
 	Action string `json:"action"`
 	// State is contract.OperationCompleted or
 	// contract.OperationInProgress.
@@ -123,6 +138,10 @@ type Problem struct {
 	Errors   []FieldError `json:"errors,omitempty"`
 	Fields   []string     `json:"fields,omitempty"`
 	Resource string       `json:"resource,omitempty"`
+	// CurrentVersion is the note's version when a write's If-Match named
+	// another one (412 precondition_failed): read the note again and
+	// decide, never resend the write under a new key.
+	CurrentVersion int `json:"current_version,omitempty"`
 	// RetryAfter is the Retry-After header's delay, when one was sent.
 	RetryAfter time.Duration `json:"-"`
 }
@@ -141,6 +160,9 @@ func (p *Problem) Error() string {
 	if len(p.Fields) > 0 {
 		msg += fmt.Sprintf(" (fields: %v)", p.Fields)
 	}
+	if p.CurrentVersion > 0 {
+		msg += fmt.Sprintf(" (current version: %d)", p.CurrentVersion)
+	}
 	return msg
 }
 
@@ -154,10 +176,24 @@ type Write struct {
 	Replayed bool
 	// Attempts is the number of requests sent.
 	Attempts int
+	// Version is the version of the note the answer's ETag names: the
+	// note's after a create or an update, the one the delete made (its
+	// last version plus one) after a delete. 0 when the answer had no
+	// ETag: a server older than edits, or, for a delete, an answer
+	// recovered by looking the key up (a lookup records bodies, not
+	// headers; a note's own Version says it for the others).
+	Version int
 }
 
 // Created is CreateNote's answer.
 type Created struct {
+	Write
+	Note Note
+}
+
+// Updated is UpdateNote's answer. Note.Version is the ifVersion sent when
+// the update changed nothing (the note already had those values).
+type Updated struct {
 	Write
 	Note Note
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/google/uuid"
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/rs/zerolog"
 
@@ -107,16 +108,142 @@ func (e *env) notesCreate(ctx context.Context, args []string) error {
 		fmt.Sprintf("%s note %s %q\noperation key: %s", how, res.Note.ID, res.Note.Title, res.Key), nil)
 }
 
+// ifVersionFlag reads --if-version, a note's version (1..client.MaxVersion,
+// decimal without leading zeros, as If-Match takes it). It is a string
+// flag checked after parsing, so that a bad value is one line like the
+// command's other mistakes, not the flag package's usage text.
+type ifVersionFlag struct {
+	raw string
+	n   int
+}
+
+func (v *ifVersionFlag) define(fs *flag.FlagSet, usage string) {
+	fs.StringVar(&v.raw, "if-version", "", usage)
+}
+
+// parse returns whether --if-version was given, or a UsageError for a
+// value that is not a version.
+func (v *ifVersionFlag) parse(fs *flag.FlagSet) (bool, error) {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "if-version" })
+	if !given {
+		return false, nil
+	}
+	n, err := strconv.Atoi(v.raw)
+	if err != nil || n < 1 || n > client.MaxVersion || strconv.Itoa(n) != v.raw {
+		return false, cli.UsageError{Msg: fmt.Sprintf("--if-version %q is not a version (1..%d)", v.raw, client.MaxVersion)}
+	}
+	v.n = n
+	return true, nil
+}
+
+// noteID returns the canonical form of a note id given on the command
+// line, or a UsageError: ids are UUIDs, and anything else could only be
+// answered not_found.
+func noteID(s, synopsis string) (string, error) {
+	id, err := uuid.Parse(s)
+	if err != nil {
+		return "", cli.UsageError{Msg: fmt.Sprintf("ID %q is not a note id (a UUID); usage: %s", s, synopsis)}
+	}
+	return id.String(), nil
+}
+
+func (e *env) notesUpdate(ctx context.Context, args []string) error {
+	var (
+		c                common
+		title, body, key string
+		ifVersion        ifVersionFlag
+	)
+	const synopsis = "quill notes update ID --if-version N [--title T] [--body B] [--key K]"
+	s := e.set("quill notes update", synopsis)
+	e.define(s, &c, true)
+	fs := s.FlagSet()
+	ifVersion.define(fs, "the note's version this update was decided on, as \"quill notes get ID\" shows it (required): a note at another version is refused")
+	fs.StringVar(&title, "title", "", "the note's new title, 1–200 characters (default: kept)")
+	fs.StringVar(&body, "body", "", "the note's new body; \"\" empties it (default: kept)")
+	fs.StringVar(&key, "key", "", "the operation key of this intent (default: a new one); reuse it only to retry the same intent")
+	pos, err := parseOne(s, args, synopsis)
+	if err != nil {
+		return err
+	}
+	id, err := noteID(pos, synopsis)
+	if err != nil {
+		return err
+	}
+	hasVersion, err := ifVersion.parse(fs)
+	if err != nil {
+		return err
+	}
+	var fields client.NoteUpdate
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "title":
+			fields.Title = &title
+		case "body":
+			fields.Body = &body
+		}
+	})
+	switch {
+	case !hasVersion:
+		return cli.UsageError{Msg: "--if-version is required: the version of the note you read (quill notes get ID)"}
+	case fields.Title == nil && fields.Body == nil:
+		return cli.UsageError{Msg: "nothing to update: give --title, --body or both"}
+	case fields.Title != nil && title == "":
+		return cli.UsageError{Msg: "--title must not be empty"}
+	case fields.Title != nil && utf8.RuneCountInString(title) > 200:
+		return cli.UsageError{Msg: "--title is longer than 200 characters"}
+	}
+	cl, k, err := e.writer(c, fs, key)
+	if err != nil {
+		return err
+	}
+	res, err := cl.UpdateNote(ctx, id, ifVersion.n, fields, k)
+	if err != nil {
+		return e.reportEdit(c.json, k, id, ifVersion.n, err)
+	}
+	how := fmt.Sprintf("updated note %s to version %d %q", res.Note.ID, res.Note.Version, res.Note.Title)
+	if res.Note.Version == ifVersion.n {
+		how = fmt.Sprintf("note %s unchanged at version %d: it already had these values", res.Note.ID, res.Note.Version)
+	}
+	if res.Replayed {
+		how += " (replayed: an earlier delivery had executed it)"
+	}
+	return e.reportWrite(c.json, k, &res.Write, res.Note, how+"\noperation key: "+res.Key, nil)
+}
+
+// reportEdit reports a failed write made under --if-version: a 412 is
+// one line naming the note's current version and what to do; anything
+// else is reported as every write's.
+func (e *env) reportEdit(asJSON bool, key, id string, ifVersion int, err error) error {
+	var refused *client.RefusedError
+	if asJSON || !errors.As(err, &refused) || refused.Problem.Code != contract.CodePreconditionFailed {
+		return e.reportWrite(asJSON, key, nil, nil, "", err)
+	}
+	current := "another version"
+	if v := refused.Problem.CurrentVersion; v > 0 {
+		current = "version " + strconv.Itoa(v)
+	}
+	fmt.Fprintf(e.stderr, "quill: refused: %s: the note is at %s, not %d (operation key %s); read it again (quill notes get %s) and decide\n",
+		contract.CodePreconditionFailed, current, ifVersion, key, id)
+	return exitError{code: exitRefused, err: err}
+}
+
 func (e *env) notesDelete(ctx context.Context, args []string) error {
 	var (
-		c   common
-		key string
+		c         common
+		key       string
+		ifVersion ifVersionFlag
 	)
-	const synopsis = "quill notes delete ID [--key K]"
+	const synopsis = "quill notes delete ID [--if-version N] [--key K]"
 	s := e.set("quill notes delete", synopsis)
 	e.define(s, &c, true)
 	s.FlagSet().StringVar(&key, "key", "", "the operation key of this intent (default: a new one)")
+	ifVersion.define(s.FlagSet(), "delete only if the note is still at this version (default: whatever its version)")
 	id, err := parseOne(s, args, synopsis)
+	if err != nil {
+		return err
+	}
+	hasVersion, err := ifVersion.parse(s.FlagSet())
 	if err != nil {
 		return err
 	}
@@ -124,9 +251,14 @@ func (e *env) notesDelete(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	res, err := cl.DeleteNote(ctx, id, client.WithKey(k))
+	var res *client.Deleted
+	if hasVersion {
+		res, err = cl.DeleteNoteIfVersion(ctx, id, ifVersion.n, client.WithKey(k))
+	} else {
+		res, err = cl.DeleteNote(ctx, id, client.WithKey(k))
+	}
 	if err != nil {
-		return e.reportWrite(c.json, k, nil, nil, "", err)
+		return e.reportEdit(c.json, k, id, ifVersion.n, err)
 	}
 	return e.reportWrite(c.json, k, &res.Write, res.Deletion,
 		fmt.Sprintf("deleted note %s at %s\noperation key: %s", res.Deletion.ID,
@@ -160,6 +292,9 @@ func (e *env) notesGet(ctx context.Context, args []string) error {
 
 func (e *env) printNote(n client.Note) {
 	fmt.Fprintf(e.stdout, "id:      %s\ntitle:   %s\ncreated: %s\n", n.ID, n.Title, n.CreatedAt.Format("2006-01-02T15:04:05Z07:00"))
+	if n.Version > 0 {
+		fmt.Fprintf(e.stdout, "version: %d (updated %s)\n", n.Version, n.UpdatedAt.Format("2006-01-02T15:04:05Z07:00"))
+	}
 	if a := n.Attachment; a != nil {
 		fmt.Fprintf(e.stdout, "attachment: %s (%s, %d bytes, %s)\n", a.Filename, a.ContentType, a.Size, a.Status)
 	}
@@ -311,6 +446,8 @@ func (e *env) opsResume(ctx context.Context, args []string) error {
 		switch {
 		case r.Err == nil && r.Created != nil:
 			line.State, line.Replayed, line.Note = stateCompleted, r.Created.Replayed, r.Created.Note
+		case r.Err == nil && r.Updated != nil:
+			line.State, line.Replayed, line.Note = stateCompleted, r.Updated.Replayed, r.Updated.Note
 		case r.Err == nil && r.Deleted != nil:
 			line.State, line.Replayed, line.Note = stateCompleted, r.Deleted.Replayed, r.Deleted.Deletion
 		default:
@@ -329,6 +466,8 @@ func (e *env) opsResume(ctx context.Context, args []string) error {
 			msg = r.Err.Error()
 		case r.Created != nil:
 			msg = fmt.Sprintf("note %s %q", r.Created.Note.ID, r.Created.Note.Title)
+		case r.Updated != nil:
+			msg = fmt.Sprintf("note %s at version %d %q", r.Updated.Note.ID, r.Updated.Note.Version, r.Updated.Note.Title)
 		case r.Deleted != nil:
 			msg = "deleted note " + r.Deleted.Deletion.ID
 		}
@@ -460,7 +599,7 @@ func (e *env) mcp(ctx context.Context, args []string) error {
 		h    mcpHTTPSettings
 	)
 	s := e.set("quill mcp", "quill mcp [--http ADDR] — an MCP server on stdin/stdout (with --http, over MCP's streamable HTTP at http://ADDR/mcp) "+
-		"with the tools create_note, delete_note, get_note, get_operation and list_operations")
+		"with the tools create_note, update_note, delete_note, get_note, get_operation and list_operations")
 	e.define(s, &c, true)
 	s.FlagSet().StringVar(&addr, "http", "", "serve over MCP's streamable HTTP on ADDR (host:port), path /mcp, instead of stdio; "+
 		"each caller's Authorization header is its token, and each token has its own journal under --journal")

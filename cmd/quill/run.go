@@ -45,7 +45,8 @@ const overview = `quill — Quill's agent-side command line: writes that survive
 
 Usage:
   quill notes create --title T [--body B] [--attach FILE] [--content-type CT] [--key K]
-  quill notes delete ID [--key K]
+  quill notes update ID --if-version N [--title T] [--body B] [--key K]
+  quill notes delete ID [--if-version N] [--key K]
   quill notes get ID
   quill notes list [--limit N] [--cursor C]
   quill ops get KEY
@@ -67,7 +68,9 @@ NATS_URL, QUILL_NATS_*, QUILL_STREAM and QUILL_SUBJECT_PREFIX instead (and
 or at --from-seq or --since (RFC 3339, or a duration back from now).
 Each write is journalled before its first send. Run "quill <command> --help".
 
-Exit status: 0 done; 2 usage; 3 refused (the server's answer is final);
+Exit status: 0 done; 2 usage; 3 refused (the server's answer is final; for
+"--if-version N", 412 precondition_failed: the note is at another version —
+read it again with "quill notes get ID" and decide);
 4 outcome unknown (the operation key is printed: run "quill ops get KEY" or
 "quill ops resume", never the write again with a new key); 5 other failure.`
 
@@ -109,6 +112,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		"notes": func(ctx context.Context, args []string, _ func(string) string, _, _ io.Writer) error {
 			return cli.Dispatch(ctx, "quill notes", overview, "", map[string]cli.RunFunc{
 				"create": e.wrap(e.notesCreate),
+				"update": e.wrap(e.notesUpdate),
 				"delete": e.wrap(e.notesDelete),
 				"get":    e.wrap(e.notesGet),
 				"list":   e.wrap(e.notesList),

@@ -1,6 +1,6 @@
 // Package mcpserver exposes Quill to AI agents as an MCP server: the tools
-// create_note, delete_note, get_note, get_operation and list_operations
-// (SPEC §10), each backed by the Go client, so that every write keeps one
+// create_note, update_note, delete_note, get_note, get_operation and
+// list_operations (SPEC §10), each backed by the Go client, so that every write keeps one
 // operation key across retries, is journalled when the client has a
 // journal, and reports an unknown outcome as a state to look up rather than
 // a failure to retry.
@@ -57,10 +57,21 @@ type AttachmentInput struct {
 	Data        string `json:"data" jsonschema:"the file's bytes in standard base64"`
 }
 
+// UpdateNoteInput is update_note's arguments. Title and Body are pointers:
+// absent (or null) keeps the note's value.
+type UpdateNoteInput struct {
+	ID              string  `json:"id" jsonschema:"the note's id"`
+	ExpectedVersion int     `json:"expected_version" jsonschema:"the note's version as you last read it (get_note's version): the update is refused if the note has changed since"`
+	Title           *string `json:"title,omitempty" jsonschema:"the note's new title, 1 to 200 characters, no control characters; omit it (or null) to keep the title"`
+	Body            *string `json:"body,omitempty" jsonschema:"the note's new body, up to 65536 characters; omit it (or null) to keep the body, \"\" empties it"`
+	OperationKey    string  `json:"operation_key,omitempty" jsonschema:"the operation key of this user request. Omit it on the first call (one is made and returned); pass the returned key again only to retry or finish the SAME request with the SAME arguments"`
+}
+
 // DeleteNoteInput is delete_note's arguments.
 type DeleteNoteInput struct {
-	ID           string `json:"id" jsonschema:"the note's id"`
-	OperationKey string `json:"operation_key,omitempty" jsonschema:"the operation key of this user request; pass the returned key again only to retry or finish the SAME request"`
+	ID              string `json:"id" jsonschema:"the note's id"`
+	ExpectedVersion int    `json:"expected_version,omitempty" jsonschema:"optional: delete only if the note is still at this version (get_note's version); omit it to delete whatever the version"`
+	OperationKey    string `json:"operation_key,omitempty" jsonschema:"the operation key of this user request; pass the returned key again only to retry or finish the SAME request"`
 }
 
 // GetNoteInput is get_note's arguments.
@@ -79,8 +90,8 @@ type WriteOutput struct {
 	State        string `json:"state" jsonschema:"completed, refused or unknown"`
 	Replayed     bool   `json:"replayed,omitempty" jsonschema:"true when an earlier delivery of this same request had executed it"`
 	Resumed      bool   `json:"resumed,omitempty" jsonschema:"true when this call did not write but answered an earlier, unfinished create_note with the same parameters (its operation_key)"`
-	Note         any    `json:"note,omitempty" jsonschema:"the note (create_note) or the deletion (delete_note), when completed"`
-	Error        any    `json:"error,omitempty" jsonschema:"the problem, when refused or unknown"`
+	Note         any    `json:"note,omitempty" jsonschema:"the note (create_note, update_note) or the deletion (delete_note), when completed"`
+	Error        any    `json:"error,omitempty" jsonschema:"the problem, when refused or unknown; for precondition_failed, current_version is the note's version now"`
 }
 
 // Config configures a Server.
@@ -110,6 +121,7 @@ const pruneRetry = time.Minute
 // The write tools' names (SPEC §10), which their answers repeat.
 const (
 	toolCreateNote = "create_note"
+	toolUpdateNote = "update_note"
 	toolDeleteNote = "delete_note"
 )
 
@@ -128,8 +140,10 @@ func New(c *client.Client, cfg Config) *Server {
 		cfg.Version = "dev"
 	}
 	s := mcp.NewServer(&mcp.Implementation{Name: "quill", Version: cfg.Version}, &mcp.ServerOptions{
-		Instructions: "Quill stores notes. Every write (create_note, delete_note) is one operation with an operation_key. " +
+		Instructions: "Quill stores notes. Every write (create_note, update_note, delete_note) is one operation with an operation_key. " +
 			"If a write's state is \"unknown\", it may have happened: call get_operation with its operation_key instead of writing again. " +
+			"update_note takes the expected_version you last read with get_note; if the note has changed since, it is refused (precondition_failed, with current_version): " +
+			"call get_note, read the current version and content, and decide — never repeat the update under a new operation_key without reading the note first. " +
 			"If a call of yours was cancelled or timed out before you saw its result, call list_operations (or simply call create_note again " +
 			"with the same arguments and no operation_key: it answers the unfinished operation instead of creating a second note).",
 	})
@@ -149,14 +163,25 @@ func New(c *client.Client, cfg Config) *Server {
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: &notDestructive, IdempotentHint: true},
 	}, h.createNote)
 	mcp.AddTool(s, &mcp.Tool{
+		Name: toolUpdateNote,
+		Description: "Change a note's title and/or body. expected_version is the note's version as you last read it with get_note (required); " +
+			"a field you omit is kept. Returns operation_key and state, and the note with its new version when completed (the same version: it already had these values). " +
+			"\"refused\" with error.code \"precondition_failed\": the note has changed since you read it (error.current_version is its version now) — " +
+			"this update was NOT applied and is final: call get_note, read the current version and content, and decide with the user whether an update is still wanted " +
+			"(then a new update_note with the new expected_version). Never retry it unchanged, or under a new operation_key, without reading the note: that would overwrite the other change. " +
+			"\"unknown\": call get_operation with the operation_key; on an error with error.code \"rate_limited\", wait retry_after_seconds and call update_note again with the SAME operation_key and arguments.",
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: &destructive, IdempotentHint: idempotent},
+	}, h.updateNote)
+	mcp.AddTool(s, &mcp.Tool{
 		Name: toolDeleteNote,
-		Description: "Delete a note by id. Returns operation_key and state, as create_note does; on \"unknown\", call get_operation with the operation_key; " +
+		Description: "Delete a note by id, or, with expected_version, only if it is still at that version (refused with precondition_failed otherwise: " +
+			"call get_note and decide, as for update_note). Returns operation_key and state, as create_note does; on \"unknown\", call get_operation with the operation_key; " +
 			"on an error with error.code \"rate_limited\", wait retry_after_seconds and call delete_note again with the SAME operation_key.",
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: &destructive, IdempotentHint: idempotent},
 	}, h.deleteNote)
 	mcp.AddTool(s, &mcp.Tool{
 		Name:        "get_note",
-		Description: "Read a note by id.",
+		Description: "Read a note by id: its title, body and version (the expected_version of an update_note or delete_note decided on what you read).",
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true},
 	}, h.getNote)
 	mcp.AddTool(s, &mcp.Tool{
@@ -167,8 +192,8 @@ func New(c *client.Client, cfg Config) *Server {
 	}, h.getOperation)
 	mcp.AddTool(s, &mcp.Tool{
 		Name: "list_operations",
-		Description: "List the writes begun and not yet finished (their result was lost, or they are still running): operation_key, action, " +
-			"parameters and age of each. To finish one, call the same tool again with its operation_key and the same parameters, or get_operation.",
+		Description: "List the writes begun and not yet finished (their result was lost, or they are still running): operation_key, action " +
+			"(create-note, update-note or delete-note), parameters (named as the tool's arguments) and age of each. To finish one, call the same tool again with its operation_key and the same parameters, or get_operation.",
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true},
 	}, h.listOperations)
 	return &Server{mcp: s, h: h}
@@ -450,20 +475,81 @@ func (h *handlers) finishEarlier(ctx context.Context, e client.JournalEntry) (*m
 	return res, out, nil
 }
 
-func (h *handlers) deleteNote(ctx context.Context, _ *mcp.CallToolRequest, in DeleteNoteInput) (*mcp.CallToolResult, WriteOutput, error) {
-	key := in.OperationKey
+// writeKey returns the key of a write tool's call: the model's, checked
+// (an error when it is not a key), or a new one.
+func (h *handlers) writeKey(key string) (string, error) {
 	if key == "" {
-		key = h.c.NewKey()
-	} else if k, err := opkey.Parse(key); err != nil {
-		return badKey(toolDeleteNote, key, err)
-	} else {
-		key = k
+		return h.c.NewKey(), nil
 	}
-	res, err := h.c.DeleteNote(ctx, in.ID, client.WithKey(key))
+	return opkey.Parse(key)
+}
+
+// invalid is the result of a write whose arguments cannot be sent:
+// refused before anything was journalled or sent.
+func invalid(tool, key, detail string) (*mcp.CallToolResult, WriteOutput, error) {
+	out := WriteOutput{OperationKey: key, State: StateRefused,
+		Error: map[string]string{"code": contract.CodeValidation, "detail": detail, "retry": contract.RetryAfterFixing}}
+	return text(fmt.Sprintf("%s refused (operation_key %q): %s; nothing was sent. Fix the arguments.", tool, key, detail), true), out, nil
+}
+
+func (h *handlers) updateNote(ctx context.Context, _ *mcp.CallToolRequest, in UpdateNoteInput) (*mcp.CallToolResult, WriteOutput, error) {
+	key, err := h.writeKey(in.OperationKey)
 	if err != nil {
-		return writeOutcome(toolDeleteNote, key, nil, nil, err)
+		return badKey(toolUpdateNote, in.OperationKey, err)
+	}
+	switch {
+	case in.ExpectedVersion < 1 || in.ExpectedVersion > client.MaxVersion:
+		return invalid(toolUpdateNote, key, fmt.Sprintf("expected_version %d is not a version: pass the note's version as get_note shows it", in.ExpectedVersion))
+	case in.Title == nil && in.Body == nil:
+		return invalid(toolUpdateNote, key, "nothing to update: pass title, body or both")
+	}
+	res, err := h.c.UpdateNote(ctx, in.ID, in.ExpectedVersion, client.NoteUpdate{Title: in.Title, Body: in.Body}, key)
+	if err != nil {
+		return editOutcome(toolUpdateNote, key, in.ID, in.ExpectedVersion, nil, nil, err)
+	}
+	return writeOutcome(toolUpdateNote, key, &res.Write, res.Note, nil)
+}
+
+func (h *handlers) deleteNote(ctx context.Context, _ *mcp.CallToolRequest, in DeleteNoteInput) (*mcp.CallToolResult, WriteOutput, error) {
+	key, err := h.writeKey(in.OperationKey)
+	if err != nil {
+		return badKey(toolDeleteNote, in.OperationKey, err)
+	}
+	var res *client.Deleted
+	switch v := in.ExpectedVersion; {
+	case v == 0:
+		res, err = h.c.DeleteNote(ctx, in.ID, client.WithKey(key))
+	case v < 1 || v > client.MaxVersion:
+		return invalid(toolDeleteNote, key, fmt.Sprintf("expected_version %d is not a version: pass the note's version as get_note shows it, or omit it", v))
+	default:
+		res, err = h.c.DeleteNoteIfVersion(ctx, in.ID, v, client.WithKey(key))
+	}
+	if err != nil {
+		return editOutcome(toolDeleteNote, key, in.ID, in.ExpectedVersion, nil, nil, err)
 	}
 	return writeOutcome(toolDeleteNote, key, &res.Write, res.Deletion, nil)
+}
+
+// editOutcome is writeOutcome for a write under an expected version: a
+// 412 precondition_failed gets the text that sends the model to read the
+// note and decide — the one answer where a retry under a new key is the
+// harm (it would overwrite the change this write missed).
+func editOutcome(tool, key, id string, expected int, w *client.Write, resource any, err error) (*mcp.CallToolResult, WriteOutput, error) {
+	var refused *client.RefusedError
+	if !errors.As(err, &refused) || refused.Problem.Code != contract.CodePreconditionFailed {
+		return writeOutcome(tool, key, w, resource, err)
+	}
+	out := WriteOutput{OperationKey: key, State: StateRefused, Error: refused.Problem}
+	current := "another version"
+	if v := refused.Problem.CurrentVersion; v > 0 {
+		current = fmt.Sprintf("version %d", v)
+	}
+	return text(fmt.Sprintf("%s refused (operation_key %q): precondition_failed — note %s is now at %s, not the expected_version %d: "+
+		"it was changed after you read it, and this %s was NOT applied. This answer is final: do not call %s again with this operation_key, "+
+		"and do not repeat it under a new operation_key without reading the note first (that would overwrite the other change). "+
+		"Call get_note with id %q, read its current version and content, and decide whether the user's intent still calls for a change; "+
+		"if so, call %s with expected_version set to the version you read (a new request: omit operation_key).",
+		tool, key, id, current, expected, tool, tool, id, tool), true), out, nil
 }
 
 func toMap(v any) map[string]any {

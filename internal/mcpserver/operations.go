@@ -28,18 +28,21 @@ type ListOperationsOutput struct {
 // Operation is one unsettled journalled write.
 type Operation struct {
 	OperationKey string         `json:"operation_key" jsonschema:"the operation's key"`
-	Action       string         `json:"action" jsonschema:"create-note or delete-note"`
-	Params       map[string]any `json:"params" jsonschema:"the write's parameters: title, body and attachment (its filename, content_type and size_bytes; not its data) for create-note, id for delete-note"`
+	Action       string         `json:"action" jsonschema:"create-note, update-note or delete-note"`
+	Params       map[string]any `json:"params" jsonschema:"the write's parameters, named as the tool's arguments: title, body and attachment (its filename, content_type and size_bytes; not its data) for create-note; id, expected_version and the title and/or body given for update-note; id (and expected_version when given) for delete-note"`
 	FirstSentAt  time.Time      `json:"first_sent_at" jsonschema:"when it was first journalled, just before its first send"`
 	AgeSeconds   int64          `json:"age_seconds" jsonschema:"seconds since first_sent_at"`
 }
 
-// summary is the parameters of e as list_operations shows them: an
-// attachment's bytes are left out (up to 1 MiB of base64 has no place in a
-// model's context; the journal keeps them for the resume).
+// summary is the parameters of e as list_operations shows them, named as
+// the tool's arguments (the journal's if_version is expected_version), so
+// that the model can call the same tool with them: an attachment's bytes
+// are left out (up to 1 MiB of base64 has no place in a model's context;
+// the journal keeps them for the resume).
 func summary(e client.JournalEntry) map[string]any {
 	m := map[string]any{}
-	if e.Action == contract.ActionCreateNote {
+	switch e.Action {
+	case contract.ActionCreateNote:
 		var n client.NewNote
 		if json.Unmarshal(e.Params, &n) == nil {
 			m["title"] = n.Title
@@ -48,6 +51,28 @@ func summary(e client.JournalEntry) map[string]any {
 			}
 			if a := n.Attachment; a != nil {
 				m["attachment"] = map[string]any{"filename": a.Filename, "content_type": a.ContentType, "size_bytes": len(a.Data)}
+			}
+			return m
+		}
+	case contract.ActionUpdateNote, contract.ActionDeleteNote:
+		// The journal's format (client.JournalEntry.Params): {"id",
+		// "if_version", "title"?, "body"?}.
+		var p struct {
+			ID        string  `json:"id"`
+			IfVersion int     `json:"if_version"`
+			Title     *string `json:"title"`
+			Body      *string `json:"body"`
+		}
+		if json.Unmarshal(e.Params, &p) == nil {
+			m["id"] = p.ID
+			if p.IfVersion != 0 {
+				m["expected_version"] = p.IfVersion
+			}
+			if p.Title != nil {
+				m["title"] = *p.Title
+			}
+			if p.Body != nil {
+				m["body"] = *p.Body
 			}
 			return m
 		}
@@ -131,36 +156,23 @@ func (s *Server) Resume(ctx context.Context) {
 	}
 }
 
-// resumeOne sends e again and says how it ended.
+// resumeOne sends e again (client.Client.ResumeEntry) and says how it
+// ended.
 func (h *handlers) resumeOne(ctx context.Context, e client.JournalEntry) (state, detail string) {
-	opts := []client.WriteOption{client.WithKey(e.Key), client.WithFirstSent(e.CreatedAt)}
-	var err error
-	switch e.Action {
-	case contract.ActionCreateNote:
-		var n client.NewNote
-		if err = json.Unmarshal(e.Params, &n); err == nil {
-			var c *client.Created
-			if c, err = h.c.CreateNote(ctx, n, opts...); err == nil {
-				return StateCompleted, "note " + c.Note.ID
-			}
-		}
-	case contract.ActionDeleteNote:
-		var p struct {
-			ID string `json:"id"`
-		}
-		if err = json.Unmarshal(e.Params, &p); err == nil {
-			if _, err = h.c.DeleteNote(ctx, p.ID, opts...); err == nil {
-				return StateCompleted, "deleted note " + p.ID
-			}
-		}
-	default:
-		err = fmt.Errorf("unknown action %q", e.Action)
+	r := h.c.ResumeEntry(ctx, e)
+	switch {
+	case r.Err == nil && r.Created != nil:
+		return StateCompleted, "note " + r.Created.Note.ID
+	case r.Err == nil && r.Updated != nil:
+		return StateCompleted, fmt.Sprintf("note %s at version %d", r.Updated.Note.ID, r.Updated.Note.Version)
+	case r.Err == nil && r.Deleted != nil:
+		return StateCompleted, "deleted note " + r.Deleted.Deletion.ID
 	}
 	var refused *client.RefusedError
-	if errors.As(err, &refused) {
-		return StateRefused, err.Error()
+	if errors.As(r.Err, &refused) {
+		return StateRefused, r.Err.Error()
 	}
-	return StateUnknown, err.Error()
+	return StateUnknown, r.Err.Error()
 }
 
 // KeepPruned prunes the journal by the server's key retention now and then
