@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
 # bench-api.sh: `make bench-api` — load benchmark of the API's note create
-# against the raw PostgreSQL ceiling of the same writes (see bench/README.md).
+# and update against the raw PostgreSQL ceiling of the same writes (see
+# bench/README.md).
 #
 #   1. builds ./bin (api, loadgen), drops and recreates the database
 #      quill_bench on the server of $DATABASE_URL (`api migrate`);
 #   2. starts `api serve` on free loopback ports (GOMAXPROCS unset), creates a
 #      token for tenant bench;
 #   3. for each concurrency: loadgen create (unique keys), the API's RSS,
-#      loadgen replay (the same requests again);
+#      loadgen replay (the same requests again), then on emptied tables
+#      loadgen update (one note per client, each client updating its own
+#      under If-Match, unique keys);
 #   4. pgbench on copies of the three tables, two forms of the same inserts:
 #      one_by_one.sql (BEGIN, 3 INSERTs, COMMIT) and one_round_trip.sql (one
 #      CTE statement), at the same concurrencies; and api_equivalent.sql,
-#      every statement the API sends for a create, in its round trip;
+#      every statement the API sends for a create, in its round trip; and
+#      api_update_equivalent.sql, every statement of an update in its three
+#      round trips, on one seeded note per client (api_update_seed.sql);
 #   5. prints the table, target verdicts and CPU use per phase (sampled
 #      inside each measured window from /proc), and writes
 #      them to bench/results/api-latest.txt. The API is stopped on exit.
@@ -86,7 +91,8 @@ fresh_api_tables() {
 	psql_bench -c 'TRUNCATE notes, attachments, operations, outbox_events, outbox_pending RESTART IDENTITY' -c CHECKPOINT
 }
 
-# LGJ[MODE-cC]: loadgen's JSON result for MODE (create, replay) at C clients.
+# LGJ[MODE-cC]: loadgen's JSON result for MODE (create, replay, update) at C
+# clients.
 declare -A LGJ RSS HWM
 # lg MODE C FIELD: a field of that result.
 lg() { jget "${LGJ[$1-c$2]}" "$3"; }
@@ -133,17 +139,26 @@ for c in $CONCURRENCY; do
 	HWM[$c]=$(status_kib "$API_PID" VmHWM)
 	log "API replay, $c clients"
 	loadgen replay "$c"
+	# From emptied tables, as pgbench's update runs start.
+	fresh_api_tables
+	log "API update, $c clients, one note each (${WARMUP}s warmup + ${DURATION}s)"
+	loadgen update "$c"
 done
 
 # --- pgbench --------------------------------------------------------------------
 # PG_TPS, PG_LAT, PG_FAIL[SCRIPT-cC]: a pgbench run's tx/s, average latency
 # (ms) and failed transactions.
 declare -A PG_TPS PG_LAT PG_FAIL
-# pgbench_run SCRIPT CONCURRENCY: one pgbench run on emptied tables, CPU
-# sampled inside it.
+# pgbench_run SCRIPT CONCURRENCY: one pgbench run on emptied tables (for
+# api_update_equivalent, seeded with one note per client), CPU sampled
+# inside it.
 pgbench_run() {
 	local phase="$1-c$2" out="$WORK/pgbench-$1-c$2.txt" pid tps
-	psql_bench -f "$SQL_DIR/truncate.sql" -c CHECKPOINT
+	psql_bench -f "$SQL_DIR/truncate.sql"
+	if [[ $1 == api_update_equivalent ]]; then
+		psql_bench -v clients="$2" -f "$SQL_DIR/api_update_seed.sql"
+	fi
+	psql_bench -c CHECKPOINT
 	"$PGBENCH" -n -f "$SQL_DIR/$1.sql" -c "$2" -j "$2" -T "$DURATION" -M "$PGBENCH_MODE" "$BENCH_URL" >"$out" 2>&1 &
 	pid=$!
 	ROLE[$pid]=client
@@ -165,12 +180,21 @@ for c in $CONCURRENCY; do
 	if [[ $PGBENCH_MODE != simple ]]; then # pipelines need the extended protocol
 		log "pgbench api_equivalent, $c clients"
 		pgbench_run api_equivalent "$c"
+		log "pgbench api_update_equivalent, $c clients"
+		pgbench_run api_update_equivalent "$c"
 	fi
 done
 
 # --- report ---------------------------------------------------------------------
 creates() { lg create "$1" ops_per_sec; }
 replays() { lg replay "$1" ops_per_sec; }
+updates() { lg update "$1" ops_per_sec; }
+# update_kinds C: " (KIND=N,...)", the update run's error kinds, or nothing
+# (jget would stop at the first comma).
+update_kinds() { sed -n 's/.*"error_kinds":"\([^"][^"]*\)".*/ (\1)/p' <<<"${LGJ[update-c$1]}"; }
+# per_op PHASE COLUMN OPS: µs of COLUMN's cores (2 client, 3 api, 4
+# postgres) in PHASE's CPU window per operation at OPS/s ("-" without).
+per_op() { awk -v p="$1" -v k="$2" -v r="$3" '$1 == p && r > 0 && $k != "-" { printf "%.0f", $k / r * 1e6; f = 1 } END { if (!f) print "-" }' "$WORK/cpu"; }
 {
 	echo "Quill bench-api — $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 	host_line
@@ -202,6 +226,25 @@ replays() { lg replay "$1" ops_per_sec; }
 		done
 		echo
 	fi
+	echo "Updates (PATCH /v1/notes/{id} under If-Match, a new key each; one note per client, created before the window,"
+	echo "each client updating its own and following the ETag, so no update waits for another's row lock):"
+	# (printf pads bytes: a header with µ, two bytes, gets one more.)
+	printf '  %-7s | %9s | %7s | %7s | %4s | %6s | %11s | %5s | %11s | %10s | %17s\n' \
+		clients updates/s "p50 ms" "p99 ms" 412s errors "api-eq tx/s" ratio "API µs/upd" "PG µs/upd" "pgbench PG µs/tx"
+	printf '  %s\n' "--------+-----------+---------+---------+------+--------+-------------+-------+------------+-----------+-----------------"
+	for c in $CONCURRENCY; do
+		printf '  %-7s | %9s | %7s | %7s | %4s | %6s | %11s | %5s | %10s | %9s | %16s\n' \
+			"$c" "$(updates "$c")" "$(lg update "$c" p50_ms)" "$(lg update "$c" p99_ms)" \
+			"$(lg update "$c" precondition_failed)" "$(lg update "$c" errors)" \
+			"${PG_TPS[api_update_equivalent-c$c]:--}" "$(ratio "$(updates "$c")" "${PG_TPS[api_update_equivalent-c$c]:-0}")" \
+			"$(per_op "update-c$c" 3 "$(updates "$c")")" "$(per_op "update-c$c" 4 "$(updates "$c")")" \
+			"$(per_op "api_update_equivalent-c$c" 4 "${PG_TPS[api_update_equivalent-c$c]:-0}")"
+	done
+	echo "  api-eq = api_update_equivalent.sql: BEGIN + lock_timeout; the lock read (note and attachment, FOR UPDATE OF n);"
+	echo "  the claim with the record's and the note.updated event's inserts, the guarded UPDATE, COMMIT — the API's three"
+	echo "  round trips, on pgbench -M $PGBENCH_MODE (n/a with simple: pipelines); ratio = API updates/s ÷ api-eq tx/s;"
+	echo "  µs/upd = cores in the window ÷ updates/s (API: the API process; PG: PostgreSQL, in the API's run and in pgbench's)."
+	echo
 	echo "Targets:"
 	for c in $CONCURRENCY; do
 		case $c in
@@ -219,28 +262,35 @@ replays() { lg replay "$1" ops_per_sec; }
 		r=$(ratio "$(replays "$c")" "$(creates "$c")")
 		check ge "$r" 2
 		printf '  %2s clients: replays/s ≥ 2 × creates/s: %s (%s)\n' "$c" "$r" "$VERDICT"
+		# Each client updates only its own note, following the ETag the
+		# API answered: a 412 would be the API refusing an update made
+		# against the version it had just answered.
+		check ge 0 "$(lg update "$c" precondition_failed)"
+		printf '  %2s clients: update 412s = 0 (each client owns its note): %s (%s)\n' "$c" "$(lg update "$c" precondition_failed)" "$VERDICT"
 	done
 	echo
-	echo "Errors (non-2xx, transport, wrong replay flag) and latency details:"
+	echo "Errors (non-2xx, transport, wrong replay flag; an update's non-200 or ETag not the next version) and latency details:"
 	for c in $CONCURRENCY; do
-		printf '  %2s clients: create errors %s; replay errors %s, replay p99 %s ms; pgbench failed tx (1-by-1/1-RT/api-eq) %s/%s/%s; pgbench latency avg (1-by-1/1-RT) %s/%s ms\n' \
-			"$c" "$(lg create "$c" errors)" "$(lg replay "$c" errors)" "$(lg replay "$c" p99_ms)" "${PG_FAIL[one_by_one-c$c]}" "${PG_FAIL[one_round_trip-c$c]}" "${PG_FAIL[api_equivalent-c$c]:--}" "${PG_LAT[one_by_one-c$c]}" "${PG_LAT[one_round_trip-c$c]}"
+		printf '  %2s clients: create errors %s; replay errors %s, replay p99 %s ms; update errors %s%s; pgbench failed tx (1-by-1/1-RT/api-eq/api-upd-eq) %s/%s/%s/%s; pgbench latency avg (1-by-1/1-RT/api-upd-eq) %s/%s/%s ms\n' \
+			"$c" "$(lg create "$c" errors)" "$(lg replay "$c" errors)" "$(lg replay "$c" p99_ms)" \
+			"$(lg update "$c" errors)" "$(update_kinds "$c")" \
+			"${PG_FAIL[one_by_one-c$c]}" "${PG_FAIL[one_round_trip-c$c]}" "${PG_FAIL[api_equivalent-c$c]:--}" "${PG_FAIL[api_update_equivalent-c$c]:--}" \
+			"${PG_LAT[one_by_one-c$c]}" "${PG_LAT[one_round_trip-c$c]}" "${PG_LAT[api_update_equivalent-c$c]:--}"
 	done
 	echo
 	echo "CPU, cores used inside each measured window (of $NCPU): client = loadgen or pgbench;"
 	echo "postgres = $BENCH_DB's backends + PostgreSQL's background processes; other = busy − the rest"
 	echo "(kernel loopback networking and interrupts, anything else running on the machine)"
-	cpu_table 18 client api postgres other busy
+	cpu_table 25 client api postgres other busy
 	cpu_warn_busy
 	echo "  the API's CPU per operation (its cores in the window ÷ operations/s):"
 	for c in $CONCURRENCY; do
-		printf '    %2s clients: create %s µs, replay %s µs\n' "$c" \
-			"$(awk -v p="create-c$c" -v r="$(creates "$c")" '$1 == p && r > 0 { printf "%.0f", $3 / r * 1e6 }' "$WORK/cpu")" \
-			"$(awk -v p="replay-c$c" -v r="$(replays "$c")" '$1 == p && r > 0 { printf "%.0f", $3 / r * 1e6 }' "$WORK/cpu")"
+		printf '    %2s clients: create %s µs, replay %s µs, update %s µs\n' "$c" \
+			"$(per_op "create-c$c" 3 "$(creates "$c")")" "$(per_op "replay-c$c" 3 "$(replays "$c")")" "$(per_op "update-c$c" 3 "$(updates "$c")")"
 	done
 	echo "  loadgen's own account (getrusage-like, /proc/self/stat over its whole measured window):"
 	for c in $CONCURRENCY; do
-		printf '    %2s clients: create %s cores, replay %s cores\n' "$c" "$(lg create "$c" cpu_cores)" "$(lg replay "$c" cpu_cores)"
+		printf '    %2s clients: create %s cores, replay %s cores, update %s cores\n' "$c" "$(lg create "$c" cpu_cores)" "$(lg replay "$c" cpu_cores)" "$(lg update "$c" cpu_cores)"
 	done
 } >"$WORK/report.txt"
 

@@ -1,14 +1,17 @@
 -- Scratch tables for the raw PostgreSQL ceiling of `make bench-api`
 -- (scripts/bench-api.sh runs this in the quill_bench database after
--- `api migrate`). They are copies of the tables one note create writes
--- — same columns, defaults, identity, constraints and indexes (LIKE ...
--- INCLUDING ALL) — in their own schema, so the pgbench runs never touch the
--- API's rows and can be truncated independently.
+-- `api migrate`). They are copies of the tables one note create or update
+-- reads and writes — same columns, defaults, identity, constraints and
+-- indexes (LIKE ... INCLUDING ALL) — in their own schema, so the pgbench runs
+-- never touch the API's rows and can be truncated independently.
 DROP SCHEMA IF EXISTS bench_raw CASCADE;
 CREATE SCHEMA bench_raw;
 CREATE TABLE bench_raw.notes (LIKE public.notes INCLUDING ALL);
 CREATE TABLE bench_raw.operations (LIKE public.operations INCLUDING ALL);
 CREATE TABLE bench_raw.outbox_events (LIKE public.outbox_events INCLUDING ALL);
+-- For api_update_equivalent.sql: the API's update reads the note joined to
+-- its attachment (none here, as in the API's run), so the join has a table.
+CREATE TABLE bench_raw.attachments (LIKE public.attachments INCLUDING ALL);
 -- An outbox insert also queues the event for the relays (migration 00007's
 -- trigger, which LIKE does not copy): the same trigger on the copy, so the
 -- raw inserts pay for the queue row as the API's do.

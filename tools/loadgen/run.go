@@ -32,6 +32,10 @@ import (
 const (
 	modeCreate = "create"
 	modeReplay = "replay"
+	// modeUpdate creates one note per client before measuring; then each
+	// client updates its own note, under If-Match the ETag its previous
+	// answer carried and a new key each time.
+	modeUpdate = "update"
 	// modeSeed creates --count notes as fast as it can and exits: the
 	// backlog of a worker benchmark.
 	modeSeed = "seed"
@@ -99,7 +103,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.DurationVar(&c.duration, "duration", defaultDuration, "measured time, after the warmup")
 	fs.DurationVar(&c.warmup, "warmup", defaultWarmup, "time the load runs before measuring starts")
 	fs.DurationVar(&c.timeout, "timeout", defaultTimeout, "per-request timeout")
-	fs.StringVar(&c.mode, "mode", modeCreate, "create: new notes under unique keys; replay: create --replay-keys notes, then resend them and expect replays; seed: create --count notes and exit")
+	fs.StringVar(&c.mode, "mode", modeCreate, "create: new notes under unique keys; replay: create --replay-keys notes, then resend them and expect replays; update: create one note per client, then each client updates its own (PATCH, If-Match, unique keys); seed: create --count notes and exit")
 	fs.IntVar(&c.count, "count", 1000, "seed mode: how many notes to create")
 	fs.StringVar(&c.attachment, "attachment", "", "add this attachment to every create: png64k (a 64 KiB PNG) or text4k (4 KiB of text), the worker benchmark's fixtures")
 	fs.IntVar(&c.replayKeys, "replay-keys", 0, fmt.Sprintf("replay mode: how many notes to create and replay (0: max(%d, 16 × concurrency))", minReplayKeys))
@@ -124,8 +128,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		return c, cli.UsageError{Msg: "--warmup must not be negative"}
 	case c.timeout <= 0:
 		return c, cli.UsageError{Msg: "--timeout must be positive"}
-	case c.mode != modeCreate && c.mode != modeReplay && c.mode != modeSeed:
-		return c, cli.UsageError{Msg: fmt.Sprintf("--mode %q: use %s, %s or %s", c.mode, modeCreate, modeReplay, modeSeed)}
+	case c.mode != modeCreate && c.mode != modeReplay && c.mode != modeUpdate && c.mode != modeSeed:
+		return c, cli.UsageError{Msg: fmt.Sprintf("--mode %q: use %s, %s, %s or %s", c.mode, modeCreate, modeReplay, modeUpdate, modeSeed)}
 	case c.mode == modeSeed && c.count < 1:
 		return c, cli.UsageError{Msg: "--count must be at least 1"}
 	case c.rate < 0 || math.IsInf(c.rate, 0) || math.IsNaN(c.rate):
@@ -173,7 +177,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	cl := newClient(c)
 	defer cl.close()
 
-	var targets []target
+	var (
+		targets []target
+		owned   []noteRef
+	)
 	if c.mode == modeSeed {
 		t0 := time.Now()
 		if _, err := setupReplay(ctx, cl, c); err != nil {
@@ -195,7 +202,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		fmt.Fprintf(stderr, "loadgen: replay setup: created %d notes in %.2fs\n", len(targets), time.Since(t0).Seconds())
 	}
-	res := runLoad(ctx, cl, c, targets, stderr)
+	if c.mode == modeUpdate {
+		t0 := time.Now()
+		if owned, err = setupUpdate(ctx, cl, c); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "loadgen: update setup: created %d notes in %.2fs\n", len(owned), time.Since(t0).Seconds())
+	}
+	res := runLoad(ctx, cl, c, targets, owned, stderr)
 	if ctx.Err() != nil {
 		return fmt.Errorf("interrupted: %w", ctx.Err())
 	}
@@ -212,10 +226,22 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	return nil
 }
 
-// target is one request: its key and its body.
+// target is one request: its key and its body; an update's also its note
+// and the version it is made against.
 type target struct {
 	key  string
 	body []byte
+	// noteID is the note an update acts on ("": a create).
+	noteID string
+	// ifMatch is the version an update is made against.
+	ifMatch int
+}
+
+// noteRef is a note an update-mode client owns: its id and the version the
+// last answer about it named.
+type noteRef struct {
+	id      string
+	version int
 }
 
 // client sends the requests.
@@ -264,7 +290,11 @@ func (cl *client) close() { cl.tr.CloseIdleConnections() }
 // newTarget returns client w's seq-th request. Keys and titles only hold
 // characters that need no JSON escaping.
 func (cl *client) newTarget(w, seq int) target {
-	key := cl.cfg.keyPrefix + "-" + strconv.Itoa(w) + "-" + strconv.Itoa(seq)
+	return cl.createTarget(cl.cfg.keyPrefix + "-" + strconv.Itoa(w) + "-" + strconv.Itoa(seq))
+}
+
+// createTarget is the create of a note under key.
+func (cl *client) createTarget(key string) target {
 	body := make([]byte, 0, len(key)+len(cl.filler)+len(cl.attach)+40)
 	body = append(body, `{"title":"bench note `...)
 	body = append(body, key...)
@@ -276,29 +306,94 @@ func (cl *client) newTarget(w, seq int) target {
 	return target{key: key, body: body}
 }
 
+// updateTarget is client w's seq-th update of note n, made against the
+// version last seen: a new title and a new body (the key, then the filler),
+// so that every update changes the note and both fields go into its event.
+// Its keys (<prefix>-u-<w>-<seq>) never meet a create's (<prefix>-<w>-<seq>)
+// or a setup note's (<prefix>-note-<w>).
+func (cl *client) updateTarget(w, seq int, n noteRef) target {
+	key := cl.cfg.keyPrefix + "-u-" + strconv.Itoa(w) + "-" + strconv.Itoa(seq)
+	body := make([]byte, 0, 2*len(key)+len(cl.filler)+40)
+	body = append(body, `{"title":"bench edit `...)
+	body = append(body, key...)
+	body = append(body, `","body":"`...)
+	body = append(body, key...)
+	body = append(body, ' ')
+	body = append(body, cl.filler...)
+	body = append(body, `"}`...)
+	return target{key: key, body: body, noteID: n.id, ifMatch: n.version}
+}
+
 // outcome is what one request came back with.
 type outcome struct {
 	status   int
 	replayed bool
 	err      error
+	// etag is the version the answer's ETag names (0: none or not a
+	// strong decimal tag).
+	etag int
+	// ifMatch is the request's If-Match (0: none).
+	ifMatch int
+	// body is the answer's body, kept only when asked for (send's keep)
+	// or for a 412 (its current_version).
+	body []byte
 }
 
-func (cl *client) send(ctx context.Context, t target) outcome {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, cl.endpoint, bytes.NewReader(t.body))
+// send sends t: a POST of a create, or a PATCH of t.noteID under If-Match.
+// With keep the answer's body is returned; otherwise only a 412's is.
+func (cl *client) send(ctx context.Context, t target, keep bool) outcome {
+	method, endpoint := http.MethodPost, cl.endpoint
+	if t.noteID != "" {
+		method, endpoint = http.MethodPatch, cl.endpoint+"/"+t.noteID
+	}
+	req, err := http.NewRequestWithContext(ctx, method, endpoint, bytes.NewReader(t.body))
 	if err != nil {
 		return outcome{err: err}
 	}
 	req.Header.Set("Authorization", cl.auth)
 	req.Header.Set("Idempotency-Key", t.key)
 	req.Header.Set("Content-Type", "application/json")
+	if t.noteID != "" {
+		req.Header.Set("If-Match", `"`+strconv.Itoa(t.ifMatch)+`"`)
+	}
 	resp, err := cl.hc.Do(req)
 	if err != nil {
 		return outcome{err: err}
 	}
+	o := outcome{status: resp.StatusCode, replayed: resp.Header.Get("Idempotent-Replayed") == "true",
+		etag: parseETag(resp.Header.Get("ETag")), ifMatch: t.ifMatch}
+	if keep || resp.StatusCode == http.StatusPreconditionFailed {
+		o.body, o.err = io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	}
 	// Drain the body so that the connection is reused.
-	_, err = io.Copy(io.Discard, resp.Body)
+	if _, err := io.Copy(io.Discard, resp.Body); o.err == nil {
+		o.err = err
+	}
 	resp.Body.Close()
-	return outcome{status: resp.StatusCode, replayed: resp.Header.Get("Idempotent-Replayed") == "true", err: err}
+	return o
+}
+
+// parseETag is the version a strong ETag "N" names; 0 when h is not one.
+func parseETag(h string) int {
+	if len(h) < 3 || h[0] != '"' || h[len(h)-1] != '"' {
+		return 0
+	}
+	v, err := strconv.Atoi(h[1 : len(h)-1])
+	if err != nil || v < 1 {
+		return 0
+	}
+	return v
+}
+
+// currentVersion is the current_version a 412's problem names (0: none).
+func (o outcome) currentVersion() int {
+	var p struct {
+		CurrentVersion int `json:"current_version"`
+	}
+	if json.Unmarshal(o.body, &p) != nil {
+		return 0
+	}
+	return p.CurrentVersion
 }
 
 // kind classifies an outcome in mode: "" for success, else the error kind.
@@ -312,8 +407,51 @@ func (o outcome) kind(mode string) string {
 		return "unexpected_replay"
 	case mode == modeReplay && !o.replayed:
 		return "not_replayed"
+	case mode == modeUpdate && o.replayed:
+		return "unexpected_replay"
+	case mode == modeUpdate && o.status != http.StatusOK:
+		return "http_" + strconv.Itoa(o.status)
+	case mode == modeUpdate && o.etag != o.ifMatch+1:
+		// A 200 that made no new version (the update changed nothing) or
+		// without the version's ETag.
+		return "version_not_advanced"
 	}
 	return ""
+}
+
+// setupUpdate creates one note per client, each under its own key, and
+// returns them at the version their 201 named (1). Any failure ends the run.
+func setupUpdate(ctx context.Context, cl *client, c config) ([]noteRef, error) {
+	notes := make([]noteRef, c.concurrency)
+	errs := make([]error, c.concurrency)
+	var wg sync.WaitGroup
+	for w := range c.concurrency {
+		wg.Go(func() {
+			o := cl.send(ctx, cl.createTarget(cl.cfg.keyPrefix+"-note-"+strconv.Itoa(w)), true)
+			if k := o.kind(modeCreate); k != "" {
+				errs[w] = fmt.Errorf("update setup: creating note %d: %s", w, describe(o, k))
+				return
+			}
+			var n struct {
+				ID string `json:"id"`
+			}
+			if err := json.Unmarshal(o.body, &n); err != nil || n.ID == "" || o.etag == 0 {
+				errs[w] = fmt.Errorf("update setup: note %d: no id in the 201's body (%v) or no ETag", w, err)
+				return
+			}
+			notes[w] = noteRef{id: n.ID, version: o.etag}
+		})
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("interrupted during update setup: %w", err)
+	}
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return notes, nil
 }
 
 // setupReplay creates c.replayKeys notes, spread over the clients, and
@@ -332,7 +470,7 @@ func setupReplay(ctx context.Context, cl *client, c config) ([]target, error) {
 	for w := range c.concurrency {
 		wg.Go(func() {
 			for i := w; i < len(targets); i += c.concurrency {
-				o := cl.send(ctx, targets[i])
+				o := cl.send(ctx, targets[i], false)
 				if k := o.kind(modeCreate); k != "" {
 					mu.Lock()
 					if firstErr == nil {
@@ -362,6 +500,7 @@ func describe(o outcome, kind string) string {
 type workerStats struct {
 	lat      []time.Duration // successful measured requests
 	errs     map[string]int
+	refused  int // update mode: measured 412s
 	firstErr string
 	maxLag   time.Duration // rate mode: the latest start after its schedule
 }
@@ -374,12 +513,20 @@ type result struct {
 	WarmupS     float64 `json:"warmup_s"`
 	DurationS   float64 `json:"duration_s"`
 	ReplayKeys  int     `json:"replay_keys,omitempty"`
-	Requests    int     `json:"requests"`
-	OK          int     `json:"ok"`
-	Errors      int     `json:"errors"`
-	ErrorKinds  string  `json:"error_kinds"`
-	FirstError  string  `json:"first_error,omitempty"`
-	OpsPerSec   float64 `json:"ops_per_sec"`
+	// Notes is how many notes update mode created and updated (one per
+	// client).
+	Notes      int    `json:"notes,omitempty"`
+	Requests   int    `json:"requests"`
+	OK         int    `json:"ok"`
+	Errors     int    `json:"errors"`
+	ErrorKinds string `json:"error_kinds"`
+	FirstError string `json:"first_error,omitempty"`
+	// PreconditionFailed counts the measured 412 answers (update mode;
+	// also among the errors, as http_412). Each client updating only its
+	// own note, any is a server that refused an update made against the
+	// version it had itself just answered.
+	PreconditionFailed int     `json:"precondition_failed"`
+	OpsPerSec          float64 `json:"ops_per_sec"`
 	// The latency of the successful measured requests; its fields stand
 	// in the result's own JSON object (n, min_ms, p50_ms, ...).
 	measure.Dist
@@ -399,10 +546,12 @@ type result struct {
 // next slot of the fixed schedule comes (start + i/rate for the i-th
 // request, whichever client is free takes it) — for c.warmup unmeasured and
 // then c.duration measured. In replay mode client w cycles over the targets
-// w, w+c, w+2c, ... Progress lines go to progress: "warming up" at the start
+// w, w+c, w+2c, ...; in update mode client w updates owned[w], following
+// the ETag of each answer (after a 412, the current_version it names).
+// Progress lines go to progress: "warming up" at the start
 // and "measuring" when the measured window opens (scripts sample other
 // processes' CPU use inside the window from it).
-func runLoad(ctx context.Context, cl *client, c config, targets []target, progress io.Writer) result {
+func runLoad(ctx context.Context, cl *client, c config, targets []target, owned []noteRef, progress io.Writer) result {
 	start := time.Now()
 	measureFrom := start.Add(c.warmup)
 	end := measureFrom.Add(c.duration)
@@ -447,19 +596,28 @@ func runLoad(ctx context.Context, cl *client, c config, targets []target, progre
 					return
 				}
 				var t target
-				if c.mode == modeReplay {
+				switch c.mode {
+				case modeReplay:
 					// Client w owns the targets with index ≡ w (mod concurrency).
 					n := (len(targets) - w + c.concurrency - 1) / c.concurrency
 					t = targets[w+(seq%n)*c.concurrency]
-				} else {
+				case modeUpdate:
+					t = cl.updateTarget(w, seq, owned[w])
+				default:
 					t = cl.newTarget(w, seq)
 				}
-				o := cl.send(ctx, t)
+				o := cl.send(ctx, t, false)
 				d := time.Since(t0)
+				if c.mode == modeUpdate {
+					follow(&owned[w], o)
+				}
 				if ctx.Err() != nil || t0.Before(measureFrom) {
 					continue
 				}
 				if k := o.kind(c.mode); k != "" {
+					if o.status == http.StatusPreconditionFailed {
+						st.refused++
+					}
 					st.errs[k]++
 					if st.firstErr == "" {
 						st.firstErr = describe(o, k)
@@ -482,6 +640,9 @@ func runLoad(ctx context.Context, cl *client, c config, targets []target, progre
 	if c.mode == modeReplay {
 		res.ReplayKeys = len(targets)
 	}
+	if c.mode == modeUpdate {
+		res.Notes = len(owned)
+	}
 	if c.rate > 0 {
 		res.TargetRate = c.rate
 		var lag time.Duration
@@ -498,6 +659,7 @@ func runLoad(ctx context.Context, cl *client, c config, targets []target, progre
 			errs[k] += n
 			res.Errors += n
 		}
+		res.PreconditionFailed += st.refused
 		if res.FirstError == "" {
 			res.FirstError = st.firstErr
 		}
@@ -511,6 +673,21 @@ func runLoad(ctx context.Context, cl *client, c config, targets []target, progre
 	res.CPUSeconds, res.CPUCores = measure.CPUUse(cpu0, cpu1, wall)
 	res.Dist = measure.Summarize(all)
 	return res
+}
+
+// follow moves n to the version answer o names: an accepted update's ETag,
+// or the current_version of a 412. After any other answer (a transport
+// failure, a 5xx: the update may or may not have been made) n stays; if it
+// was made, the next update's 412 names the version to go on from.
+func follow(n *noteRef, o outcome) {
+	switch {
+	case o.err == nil && o.status == http.StatusOK && o.etag > 0:
+		n.version = o.etag
+	case o.status == http.StatusPreconditionFailed:
+		if v := o.currentVersion(); v > 0 {
+			n.version = v
+		}
+	}
 }
 
 func formatKinds(m map[string]int) string {
@@ -527,10 +704,17 @@ func formatKinds(m map[string]int) string {
 }
 
 func writeText(w io.Writer, r result) {
-	fmt.Fprintf(w, "loadgen: %s, %d clients, %.2fs measured after %gs warmup, POST %s\n",
-		r.Mode, r.Concurrency, r.DurationS, r.WarmupS, r.URL)
+	method, where := "POST", r.URL
+	if r.Mode == modeUpdate {
+		method, where = "PATCH", r.URL+"/{id}"
+	}
+	fmt.Fprintf(w, "loadgen: %s, %d clients, %.2fs measured after %gs warmup, %s %s\n",
+		r.Mode, r.Concurrency, r.DurationS, r.WarmupS, method, where)
 	if r.Mode == modeReplay {
 		fmt.Fprintf(w, "  replay keys  %d\n", r.ReplayKeys)
+	}
+	if r.Mode == modeUpdate {
+		fmt.Fprintf(w, "  notes        %d (one per client); 412 answers %d\n", r.Notes, r.PreconditionFailed)
 	}
 	fmt.Fprintf(w, "  requests     %d ok, %d errors", r.OK, r.Errors)
 	if r.Errors > 0 {
