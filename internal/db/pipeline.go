@@ -208,17 +208,29 @@ func (p *Pipeline) Query(ctx context.Context, sql string, args ...any) (pgx.Rows
 	return p.conn.Query(ctx, sql, args...)
 }
 
-// QueryRow is Exec for a statement that returns one row.
+// QueryRow runs sql, a statement that returns one row, inside the
+// transaction in the same round trip as the statements queued so far (BEGIN
+// and the lock timeout, the first time): the row's Scan queues it after
+// them and sends them all. Scan returns pgx.ErrNoRows for no row, the
+// statement's or an earlier statement's error otherwise; a failure leaves
+// the transaction for the caller to roll back.
 func (p *Pipeline) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	if err := p.send(ctx); err != nil {
-		return errRow{err}
-	}
-	return p.conn.QueryRow(ctx, sql, args...)
+	return &queuedRow{p: p, ctx: ctx, sql: sql, args: args}
 }
 
-type errRow struct{ err error }
+// queuedRow is a QueryRow whose statement travels with the queued ones.
+type queuedRow struct {
+	p    *Pipeline
+	ctx  context.Context
+	sql  string
+	args []any
+}
 
-func (r errRow) Scan(...any) error { return r.err }
+func (r *queuedRow) Scan(dest ...any) error {
+	r.p.b.Queue(r.sql, r.args...).QueryRow(func(row pgx.Row) error { return row.Scan(dest...) })
+	return r.p.send(r.ctx)
+}
+
 
 // Commit sends the statements still queued and COMMIT in one round trip. It
 // returns nil when the transaction committed. When the server refused a

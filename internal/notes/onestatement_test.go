@@ -25,6 +25,17 @@ import (
 type statementLog struct {
 	mu   sync.Mutex
 	sqls []string
+	// trips counts round trips: batches and statements sent alone.
+	trips int
+}
+
+// takeTrips returns the round trips since the last takeTrips.
+func (l *statementLog) takeTrips() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := l.trips
+	l.trips = 0
+	return n
 }
 
 func (l *statementLog) add(sql string) { l.mu.Lock(); l.sqls = append(l.sqls, sql); l.mu.Unlock() }
@@ -47,10 +58,16 @@ func (l *statementLog) take() []string {
 
 func (l *statementLog) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
 	l.add(d.SQL)
+	l.mu.Lock()
+	l.trips++
+	l.mu.Unlock()
 	return ctx
 }
 func (l *statementLog) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 func (l *statementLog) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	l.mu.Lock()
+	l.trips++
+	l.mu.Unlock()
 	return ctx
 }
 func (l *statementLog) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
@@ -63,7 +80,8 @@ func (l *statementLog) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchE
 // with a new key is that statement alone; a key whose record is forgotten
 // takes the same statement, which replaces the record (its first
 // generation's note id is taken, so the second generation's makes the
-// note); a delete locks its note first and updates it after.
+// note); a delete and an update lock the note first (in BEGIN's round
+// trip) and update it after, in the claim's.
 func TestEveryWriteIsOneClaimStatement(t *testing.T) {
 	t.Parallel()
 	direct, _ := dbtest.Pool(t, 2)
@@ -97,10 +115,12 @@ func TestEveryWriteIsOneClaimStatement(t *testing.T) {
 	}
 	create("warm", "warm") // reads the id secret once
 	log.take()
+	log.takeTrips()
 
 	create("k", "first")
 	stmts := log.take()
 	require.Len(t, stmts, 1, "one statement: %q", stmts)
+	require.Equal(t, 1, log.takeTrips(), "a create is one round trip")
 	require.Equal(t, 1, claims(stmts), stmts[0])
 	count := func(table, where string) int {
 		var n int
@@ -125,12 +145,25 @@ func TestEveryWriteIsOneClaimStatement(t *testing.T) {
 	require.Equal(t, out.Resource, resource, "the record replaced by the second note's")
 
 	id := strings.TrimPrefix(out.Resource, "/v1/notes/")
+	log.take()
+	log.takeTrips()
+	title := "third"
+	upd, err := svc.Update(t.Context(), notes.Request{Tenant: tenant, Key: "u", Wait: -1, IfMatch: 1, Render: httpapi.RenderWrite},
+		uuid.MustParse(id), notes.UpdateParams{Title: &title})
+	require.NoError(t, err)
+	require.Equal(t, notes.OutcomeUpdated, upd.Outcome, "%s", upd.Body)
+	stmts = log.take()
+	require.Len(t, stmts, 3, "the note's lock, the claim, the update: %q", stmts)
+	require.Equal(t, 1, claims(stmts), "%q", stmts)
+	require.Equal(t, 2, log.takeTrips(), "BEGIN with the lock, then the claim, the update and COMMIT")
+
 	del, err := svc.Delete(t.Context(), notes.Request{Tenant: tenant, Key: "d", Wait: -1, Render: httpapi.RenderWrite}, uuid.MustParse(id))
 	require.NoError(t, err)
 	require.Equal(t, notes.OutcomeDeleted, del.Outcome)
 	stmts = log.take()
 	require.Len(t, stmts, 3, "the note's lock, the claim, the update: %q", stmts)
 	require.Equal(t, 1, claims(stmts), "%q", stmts)
-	require.Equal(t, 4, count("outbox_events", ""))
+	require.Equal(t, 2, log.takeTrips(), "BEGIN with the lock, then the claim, the update and COMMIT")
+	require.Equal(t, 5, count("outbox_events", ""))
 	require.Equal(t, 1, count("notes", "AND deleted_at IS NOT NULL"))
 }
