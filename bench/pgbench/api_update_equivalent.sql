@@ -17,9 +17,12 @@
 --      (outbox.EventInsert): advisory lock, record read, the record's insert
 --      and the note.updated event's, each guarded), the note's UPDATE
 --      guarded by the claim's transaction-local flag, COMMIT.
--- Round trip 1 could go with 2 (queued before the read, one write and one
--- wait): that would be the API's change, not this script's; the script
--- mirrors what the API sends today.
+-- Since then (the same day) db.Pipeline.QueryRow sends the lock read with
+-- BEGIN and the lock timeout: the API's update is two round trips (1 and 2
+-- together, then 3), which internal/notes' TestEveryWriteIsOneClaimStatement
+-- counts. This script still sends 1 and 2 apart, as measured in
+-- bench/README.md's "Updates" run: its tx/s is a ceiling one round trip
+-- slower than the API's path. Not re-measured since.
 --
 -- What differs from the API, as pgbench allows:
 --   - the values are computed here in SQL (md5, rpad), where the API binds
