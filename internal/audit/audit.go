@@ -4,8 +4,11 @@
 // chain that does not add up: an effect without its operation record, an
 // event stuck unpublished or parked, a published note.created event the
 // worker never processed, a duplicate effect, a published event whose stream
-// sequence holds something else. It also counts requests, business effects,
-// replays and the duplicates each layer suppressed.
+// sequence holds something else. Per note it checks the version history:
+// its events' versions (note.created 1, each note.updated its own,
+// note.deleted the last) are each carried once, without gaps, up to the
+// note's version. It also counts requests, business effects, replays and
+// the duplicates each layer suppressed.
 //
 // Retention makes records disappear on purpose: operation records are
 // compacted to tombstones after the response retention and deleted after the
@@ -126,14 +129,33 @@ func (c Config) Validate() error {
 const (
 	// KindOrphanEffect: a note, a deletion, an attachment or an outbox
 	// event whose operation record is missing although the key retention
-	// cannot explain it; or an event about a note that does not exist.
+	// cannot explain it; an event written under a key whose record is of
+	// another action (a note.updated under a create-note's key); or an
+	// event about a note that does not exist.
 	KindOrphanEffect = "orphan_effect"
 	// KindMissingEffect: an operation record (or a processed attachment)
-	// whose effect or event is missing although no retention explains it.
+	// whose effect or event is missing although no retention explains it:
+	// a create without its note.created, an update recorded as updated
+	// without its note.updated, a delete without its note.deleted.
 	KindMissingEffect = "missing_effect"
 	// KindChainMismatch: an operation's event is about another note than
-	// the one its record names.
+	// the one its record names, or carries another version than the one
+	// the record says the operation left (operations.resource_version).
 	KindChainMismatch = "chain_mismatch"
+	// KindUnexpectedEvent: an event written under the key of an operation
+	// whose outcome changed nothing — an update recorded as unchanged, a
+	// write refused for another version (412), one that found no note
+	// (404) — and so has no event.
+	KindUnexpectedEvent = "unexpected_event"
+	// KindDuplicateVersion: two events of one note carry one version: two
+	// changes were accepted against one version, or one change was
+	// written twice under two ids.
+	KindDuplicateVersion = "duplicate_version"
+	// KindVersionGap: a note's versions do not add up: a version between
+	// 1 and the note's version has no event although the outbox retention
+	// cannot explain it (the note's version ahead of its events included),
+	// or an event carries a version the note never reached.
+	KindVersionGap = "version_gap"
 	// KindPending: an event unpublished for longer than the threshold.
 	KindPending = "pending"
 	// KindParked: an event the relay set aside as unpublishable.
@@ -243,7 +265,10 @@ type Counts struct {
 
 // BusinessEffects are the effects in the database, whatever their records.
 type BusinessEffects struct {
-	NotesCreated         int64 `json:"notes_created"`
+	NotesCreated int64 `json:"notes_created"`
+	// NotesUpdated is the updates that changed a note: the versions the
+	// notes went through beyond their create and delete.
+	NotesUpdated         int64 `json:"notes_updated"`
 	NotesDeleted         int64 `json:"notes_deleted"`
 	AttachmentsProcessed int64 `json:"attachments_processed"`
 	AttachmentsFailed    int64 `json:"attachments_failed"`
@@ -299,17 +324,30 @@ type StreamInfo struct {
 
 // Chain is one operation and what became of it.
 type Chain struct {
-	Tenant      string  `json:"tenant"`
-	Key         string  `json:"key"`
-	Action      string  `json:"action,omitempty"`
-	State       string  `json:"state"` // completed, tombstone, missing
-	Status      int     `json:"status,omitzero"`
-	Resource    string  `json:"resource,omitempty"`
-	CreatedAt   *string `json:"created_at,omitempty"`
-	CompletedAt *string `json:"completed_at,omitempty"`
-	ExpiresAt   *string `json:"expires_at,omitempty"`
-	ForgetAt    *string `json:"forget_at,omitempty"`
-	Replays     int64   `json:"replays"`
+	Tenant string `json:"tenant"`
+	Key    string `json:"key"`
+	Action string `json:"action,omitempty"`
+	State  string `json:"state"` // completed, tombstone, missing
+	// Outcome is what the record says the operation did: created,
+	// updated, unchanged, deleted, nothing_to_update, nothing_to_delete,
+	// version_mismatch.
+	Outcome string `json:"outcome,omitempty"`
+	Status  int    `json:"status,omitzero"`
+	// Version is the note version the operation left
+	// (operations.resource_version): 1 for a create, the version an
+	// update made (an unchanged update: the one it found), the version a
+	// delete made. Absent for a 404, a 412 and records written before
+	// versions.
+	Version int `json:"version,omitzero"`
+	// CurrentVersion is a 412's: the note's version when If-Match named
+	// another, as its recorded response says (absent from a tombstone).
+	CurrentVersion int     `json:"current_version,omitzero"`
+	Resource       string  `json:"resource,omitempty"`
+	CreatedAt      *string `json:"created_at,omitempty"`
+	CompletedAt    *string `json:"completed_at,omitempty"`
+	ExpiresAt      *string `json:"expires_at,omitempty"`
+	ForgetAt       *string `json:"forget_at,omitempty"`
+	Replays        int64   `json:"replays"`
 	// Note is the note the operation acted on, Attachment its attachment.
 	Notes      []ChainNote      `json:"notes"`
 	Attachment *ChainAttachment `json:"attachment,omitempty"`
@@ -323,6 +361,30 @@ type ChainNote struct {
 	ID        string  `json:"id"`
 	CreatedAt string  `json:"created_at"`
 	DeletedAt *string `json:"deleted_at,omitempty"`
+	// Version is the note's version now (notes.version), UpdatedAt when
+	// an update last changed it (absent for a note never updated).
+	Version   int     `json:"version"`
+	UpdatedAt *string `json:"updated_at,omitempty"`
+	// Versions is the note's version history, oldest first: in a key
+	// audit, and in any audit for a note with a version anomaly.
+	Versions []ChainVersion `json:"versions,omitempty"`
+}
+
+// ChainVersion is one version of a note and the event that carries it.
+type ChainVersion struct {
+	Version int `json:"version"`
+	// Type and EventID are the event's; empty when it has none.
+	Type    string `json:"type,omitempty"`
+	EventID string `json:"event_id,omitempty"`
+	// Key is the operation that made the version, as its event or its
+	// record names it.
+	Key string `json:"key,omitempty"`
+	// State is the event's (pending, published, parked); cleaned when the
+	// outbox cleanup deleted it and the operation record keeps it; gone
+	// when there is no event and the outbox retention explains it;
+	// missing when nothing explains it (a version_gap).
+	State     string `json:"state"`
+	CreatedAt string `json:"created_at,omitempty"`
 }
 
 // ChainAttachment is an attachment in a chain.
@@ -336,9 +398,13 @@ type ChainAttachment struct {
 // ChainEvent is an outbox event in a chain, with what the stream and the
 // inbox say about it.
 type ChainEvent struct {
-	ID           string  `json:"id"`
-	Type         string  `json:"type"`
-	NoteID       string  `json:"note_id"`
+	ID     string `json:"id"`
+	Type   string `json:"type"`
+	NoteID string `json:"note_id"`
+	// Version is a note event's data.version (for a cleaned event, the
+	// version its record says the operation left); absent for
+	// attachment.processed and events written before versions.
+	Version      int     `json:"version,omitzero"`
 	State        string  `json:"state"` // pending, published, parked
 	CreatedAt    string  `json:"created_at"`
 	PublishedAt  *string `json:"published_at,omitempty"`
@@ -415,6 +481,7 @@ func Run(ctx context.Context, pool db.Beginner, js jetstream.JetStream, notCheck
 	a.checkOperations()
 	a.checkNotes()
 	a.checkEvents()
+	a.checkVersions()
 	a.checkDeadLetters()
 	if js != nil {
 		if err := a.checkStream(ctx, js); err != nil {
@@ -454,9 +521,16 @@ type auditor struct {
 	eventsByKey  map[opKey][]*eventRow
 	eventsByNote map[uuid.UUID][]*eventRow
 	createdKey   map[uuid.UUID]string // note → key of its note.created event
-	flagged      map[opKey]bool
-	eventFlagged map[uuid.UUID][]string
-	deadByEvent  map[string]*deadRow
+	// madeBy are the records of the operations that made a version of a
+	// note (created, updated, deleted), with the version they left.
+	madeBy map[noteKey][]*opRow
+	// history is each note's version history (checkVersions).
+	history map[uuid.UUID][]ChainVersion
+	// versionFlagged: notes with a version anomaly.
+	versionFlagged map[uuid.UUID]bool
+	flagged        map[opKey]bool
+	eventFlagged   map[uuid.UUID][]string
+	deadByEvent    map[string]*deadRow
 }
 
 func (a *auditor) note(s string) { a.rep.Notes = append(a.rep.Notes, s) }
@@ -488,6 +562,9 @@ func (a *auditor) index() {
 	a.eventsByKey = map[opKey][]*eventRow{}
 	a.eventsByNote = map[uuid.UUID][]*eventRow{}
 	a.createdKey = map[uuid.UUID]string{}
+	a.madeBy = map[noteKey][]*opRow{}
+	a.history = map[uuid.UUID][]ChainVersion{}
+	a.versionFlagged = map[uuid.UUID]bool{}
 	a.flagged = map[opKey]bool{}
 	a.eventFlagged = map[uuid.UUID][]string{}
 	for _, o := range a.ds.ops {
@@ -502,6 +579,9 @@ func (a *auditor) index() {
 		case o.Action == contract.ActionDeleteNote && o.Status == 200:
 			a.deletesOf[noteKey{o.Tenant, id}] = append(a.deletesOf[noteKey{o.Tenant, id}], o)
 		}
+		if madeType(o) != "" && o.ResourceVersion > 0 {
+			a.madeBy[noteKey{o.Tenant, id}] = append(a.madeBy[noteKey{o.Tenant, id}], o)
+		}
 	}
 	for _, e := range a.ds.events {
 		if e.OpKey != "" {
@@ -513,6 +593,42 @@ func (a *auditor) index() {
 			a.createdKey[e.AggregateID] = e.OpKey
 		}
 	}
+}
+
+// Outcomes of the operation records the audit tells apart (the notes
+// service's, internal/notes).
+const (
+	outcomeCreated   = "created"
+	outcomeUpdated   = "updated"
+	outcomeUnchanged = "unchanged"
+	outcomeDeleted   = "deleted"
+)
+
+// madeType is the type of the event that operation o's outcome writes with
+// the version it makes: note.created, note.updated or note.deleted; "" for
+// an outcome that changes nothing (unchanged, a 404, a 412) and so writes
+// no event.
+func madeType(o *opRow) string {
+	switch {
+	case o.Action == contract.ActionCreateNote && o.Outcome == outcomeCreated:
+		return contract.EventNoteCreated
+	case o.Action == contract.ActionUpdateNote && o.Outcome == outcomeUpdated:
+		return contract.EventNoteUpdated
+	case o.Action == contract.ActionDeleteNote && o.Outcome == outcomeDeleted:
+		return contract.EventNoteDeleted
+	}
+	return ""
+}
+
+// writesNothing reports whether o's outcome is one that changes nothing,
+// and so has no event: an unchanged update, a write that found no note, one
+// refused for another version.
+func writesNothing(o *opRow) bool {
+	switch o.Outcome {
+	case outcomeUnchanged, "nothing_to_update", "nothing_to_delete", "version_mismatch":
+		return true
+	}
+	return false
 }
 
 // opEvents returns the events of o's incarnation of its key: those written
@@ -558,6 +674,21 @@ func (a *auditor) checkOperations() {
 				a.add(x)
 			}
 			a.checkOpEvents(o, id, contract.EventNoteDeleted)
+		case o.Action == contract.ActionUpdateNote && o.Outcome == outcomeUpdated && ok:
+			if a.ds.notes[id] == nil {
+				x := base
+				x.Kind, x.Detail = KindMissingEffect, fmt.Sprintf("the operation record says it updated note %s to version %d; the note does not exist (notes are never removed)", id, o.ResourceVersion)
+				a.add(x)
+			}
+			a.checkOpEvents(o, id, contract.EventNoteUpdated)
+		case writesNothing(o):
+			for _, e := range a.opEvents(o, "") {
+				x := base
+				x.Kind, x.EventID = KindUnexpectedEvent, e.ID.String()
+				x.Detail = fmt.Sprintf("%s event written under the key of a %s operation recorded as %s (%d), which changes nothing and writes no event",
+					e.Type, o.Action, o.Outcome, o.Status)
+				a.add(x)
+			}
 		}
 	}
 }
@@ -594,10 +725,19 @@ func (a *auditor) checkOpEvents(o *opRow, id uuid.UUID, typ string) {
 		a.add(x)
 	}
 	for _, e := range evs {
-		if e.AggregateID != id && len(evs) == 1 {
+		if len(evs) != 1 {
+			continue
+		}
+		switch {
+		case e.AggregateID != id:
 			x := base
 			x.Kind, x.EventID = KindChainMismatch, e.ID.String()
 			x.Detail = fmt.Sprintf("the operation's %s event is about note %s, its record about note %s", typ, e.AggregateID, id)
+			a.add(x)
+		case e.Version != 0 && o.ResourceVersion != 0 && e.Version != o.ResourceVersion:
+			x := base
+			x.Kind, x.EventID = KindChainMismatch, e.ID.String()
+			x.Detail = fmt.Sprintf("the operation's %s event carries version %d, its record says it left the note at version %d", typ, e.Version, o.ResourceVersion)
 			a.add(x)
 		}
 	}
@@ -703,11 +843,20 @@ func (a *auditor) checkEvents() {
 		base := Anomaly{Tenant: e.Tenant, Key: key, EventID: e.ID.String(), NoteID: e.AggregateID.String()}
 		if e.OpKey != "" {
 			o := a.opsByKey[opKey{e.Tenant, e.OpKey}]
-			if (o == nil || o.CreatedAt.After(e.CreatedAt)) && a.within(e.CreatedAt, a.cfg.KeyRetention) {
+			switch {
+			case (o == nil || o.CreatedAt.After(e.CreatedAt)) && a.within(e.CreatedAt, a.cfg.KeyRetention):
 				x := base
 				x.Kind = KindOrphanEffect
 				x.Detail = fmt.Sprintf("%s event written %s ago has no operation record for its key (within the key retention of %s)",
 					e.Type, a.now.Sub(e.CreatedAt).Round(time.Second), a.cfg.KeyRetention)
+				a.add(x)
+			case o != nil && !o.CreatedAt.After(e.CreatedAt) && eventAction[e.Type] != "" && o.Action != eventAction[e.Type]:
+				// The worker's attachment.processed is written under the
+				// create's key: a create-note's, as its note.created.
+				x := base
+				x.Kind = KindOrphanEffect
+				x.Detail = fmt.Sprintf("%s event written under the key of a %s operation: no %s operation record accounts for it",
+					e.Type, o.Action, eventAction[e.Type])
 				a.add(x)
 			}
 		}
@@ -762,6 +911,199 @@ func (a *auditor) checkEvents() {
 	}
 }
 
+// eventAction is the action whose operation writes each event type under
+// its key; the worker writes attachment.processed under the create's.
+var eventAction = map[string]string{
+	contract.EventNoteCreated:         contract.ActionCreateNote,
+	contract.EventNoteUpdated:         contract.ActionUpdateNote,
+	contract.EventNoteDeleted:         contract.ActionDeleteNote,
+	contract.EventAttachmentProcessed: contract.ActionCreateNote,
+}
+
+// versionEntry is one event carrying a version of a note: in the outbox
+// (ev), or cleaned from it and kept by the record that made the version
+// (op).
+type versionEntry struct {
+	version int
+	ev      *eventRow
+	op      *opRow
+	cleaned cleanedEvent
+}
+
+func (v versionEntry) key() string {
+	if v.ev != nil {
+		return v.ev.OpKey
+	}
+	return v.op.Key
+}
+
+func (v versionEntry) id() string {
+	if v.ev != nil {
+		return v.ev.ID.String()
+	}
+	return v.cleaned.ID.String()
+}
+
+// noteVersions returns the events carrying note n's versions, by version:
+// those in the outbox with their data.version (a note.created written
+// before versions is version 1; a note.deleted written before versions
+// carries none, and made none), and those the outbox cleanup deleted that
+// the record of the operation that made the version keeps.
+func (a *auditor) noteVersions(n *noteRow) map[int][]versionEntry {
+	byVersion := map[int][]versionEntry{}
+	for _, e := range a.eventsByNote[n.ID] {
+		if e.Tenant != n.Tenant || eventAction[e.Type] == "" || e.Type == contract.EventAttachmentProcessed {
+			continue
+		}
+		v := e.Version
+		if v == 0 && e.Type == contract.EventNoteCreated {
+			v = 1
+		}
+		if v == 0 {
+			continue
+		}
+		byVersion[v] = append(byVersion[v], versionEntry{version: v, ev: e})
+	}
+	for _, o := range a.madeBy[noteKey{n.Tenant, n.ID}] {
+		typ := madeType(o)
+		if len(a.opEvents(o, typ)) > 0 {
+			continue
+		}
+		for _, k := range o.Cleaned {
+			if k.Type == typ {
+				v := o.ResourceVersion
+				byVersion[v] = append(byVersion[v], versionEntry{version: v, op: o, cleaned: k})
+				break
+			}
+		}
+	}
+	return byVersion
+}
+
+// checkVersions checks each note's version history: every version from 1 to
+// the note's version is carried by exactly one event, unless the outbox
+// retention explains its absence — the event just below the gap (or the
+// note's create, when there is none) is older than the retention, or was
+// itself cleaned, so the missing event may have been cleaned too. Its
+// findings are the history each chain of the note shows.
+func (a *auditor) checkVersions() {
+	ids := make([]uuid.UUID, 0, len(a.ds.notes))
+	for id := range a.ds.notes {
+		ids = append(ids, id)
+	}
+	slices.SortFunc(ids, func(x, y uuid.UUID) int { return bytes.Compare(x[:], y[:]) })
+	for _, id := range ids {
+		a.checkNoteVersions(a.ds.notes[id])
+	}
+}
+
+func (a *auditor) checkNoteVersions(n *noteRow) {
+	byVersion := a.noteVersions(n)
+	top := 0
+	for v := range byVersion {
+		top = max(top, v)
+	}
+	last := top // the highest version an event carries
+	top = max(top, n.Version)
+	createKey := a.keyOfNote(n.Tenant, n.ID)
+	base := Anomaly{Tenant: n.Tenant, Key: createKey, NoteID: n.ID.String()}
+	flag := func(x Anomaly) {
+		a.versionFlagged[n.ID] = true
+		a.add(x)
+	}
+	// madeKey is the key of the operation whose record says it made
+	// each version.
+	madeKey := map[int]string{}
+	for _, o := range a.madeBy[noteKey{n.Tenant, n.ID}] {
+		madeKey[o.ResourceVersion] = o.Key
+	}
+	var hist []ChainVersion
+	// lower is what the version below the one being looked at tells about
+	// its time: the event's commit time, or the note's create.
+	lower, lowerCleaned := n.CreatedAt, false
+	for v := 1; v <= top; v++ {
+		entries := byVersion[v]
+		if len(entries) == 0 {
+			start := v
+			for v+1 <= top && len(byVersion[v+1]) == 0 {
+				v++
+			}
+			state := "gone"
+			if !lowerCleaned && a.within(lower, a.cfg.OutboxRetention) {
+				state = "missing"
+				x := base
+				if k := madeKey[start]; k != "" {
+					x.Key = k
+				}
+				x.Kind = KindVersionGap
+				what := fmt.Sprintf("version %d has", start)
+				if v > start {
+					what = fmt.Sprintf("versions %d–%d have", start, v)
+				}
+				if start > last {
+					x.Detail = fmt.Sprintf("note %s is at version %d but its events stop at version %d: %s no event, and the version below was made %s ago (within the outbox retention of %s, so no cleanup removed it)",
+						n.ID, n.Version, last, what, a.now.Sub(lower).Round(time.Second), a.cfg.OutboxRetention)
+				} else {
+					x.Detail = fmt.Sprintf("note %s (at version %d): %s no event, and the version below was made %s ago (within the outbox retention of %s, so no cleanup removed it)",
+						n.ID, n.Version, what, a.now.Sub(lower).Round(time.Second), a.cfg.OutboxRetention)
+				}
+				flag(x)
+			}
+			for g := start; g <= v; g++ {
+				hist = append(hist, ChainVersion{Version: g, Key: madeKey[g], State: state})
+			}
+			continue
+		}
+		for _, e := range entries {
+			cv := ChainVersion{Version: v, EventID: e.id(), Key: e.key()}
+			if e.ev != nil {
+				cv.Type, cv.State, cv.CreatedAt = e.ev.Type, eventState(e.ev), ftime(e.ev.CreatedAt)
+				lower, lowerCleaned = e.ev.CreatedAt, false
+			} else {
+				cv.Type, cv.State = e.cleaned.Type, "cleaned"
+				lowerCleaned = true
+			}
+			hist = append(hist, cv)
+		}
+		if len(entries) > 1 {
+			var what []string
+			for _, e := range entries {
+				what = append(what, fmt.Sprintf("%s %s (key %q)", e.id(), entryType(e), e.key()))
+			}
+			x := base
+			x.Kind, x.Key, x.EventID = KindDuplicateVersion, entries[1].key(), entries[1].id()
+			x.Detail = fmt.Sprintf("%d events of note %s carry version %d: %s", len(entries), n.ID, v, strings.Join(what, ", "))
+			flag(x)
+		}
+	}
+	if last > n.Version {
+		e := byVersion[last][0]
+		x := base
+		x.Kind, x.Key, x.EventID = KindVersionGap, e.key(), e.id()
+		x.Detail = fmt.Sprintf("%s event of note %s carries version %d, a version the note never reached: it is at version %d", entryType(e), n.ID, last, n.Version)
+		flag(x)
+	}
+	a.history[n.ID] = hist
+}
+
+func entryType(e versionEntry) string {
+	if e.ev != nil {
+		return e.ev.Type
+	}
+	return e.cleaned.Type
+}
+
+// eventState is an outbox event's state: pending, published or parked.
+func eventState(e *eventRow) string {
+	switch {
+	case e.PublishedAt != nil:
+		return "published"
+	case e.ParkedAt != nil:
+		return "parked"
+	}
+	return "pending"
+}
+
 func (a *auditor) checkDeadLetters() {
 	byID := map[string]*eventRow{}
 	for _, e := range a.ds.events {
@@ -804,9 +1146,14 @@ func (a *auditor) count() {
 	c.Requests = c.Operations + c.Replays
 	for _, n := range a.ds.notes {
 		c.BusinessEffects.NotesCreated++
+		updates := n.Version - 1
 		if n.DeletedAt != nil {
 			c.BusinessEffects.NotesDeleted++
+			// A delete makes a version of its own, except one made
+			// before versions (migration 00016), which left version 1.
+			updates = max(updates-1, 0)
 		}
+		c.BusinessEffects.NotesUpdated += int64(updates)
 	}
 	for _, att := range a.ds.atts {
 		switch att.Status {
@@ -817,7 +1164,7 @@ func (a *auditor) count() {
 		}
 	}
 	b := &c.BusinessEffects
-	b.Total = b.NotesCreated + b.NotesDeleted + b.AttachmentsProcessed + b.AttachmentsFailed
+	b.Total = b.NotesCreated + b.NotesUpdated + b.NotesDeleted + b.AttachmentsProcessed + b.AttachmentsFailed
 	var acks int64
 	for _, e := range a.ds.events {
 		c.Events.Total++
@@ -844,7 +1191,7 @@ func (a *auditor) count() {
 	s.Total += *a.ds.inboxDuplicates
 	for _, x := range a.rep.Anomalies {
 		switch x.Kind {
-		case KindDuplicateNote, KindDuplicateEvent, KindDuplicateProcessed, KindDuplicateStreamMessage:
+		case KindDuplicateNote, KindDuplicateEvent, KindDuplicateProcessed, KindDuplicateStreamMessage, KindDuplicateVersion:
 			c.DuplicatesFound++
 		}
 	}
@@ -895,6 +1242,7 @@ func (a *auditor) chain(k opKey, o *opRow) Chain {
 	var evs []*eventRow
 	if o != nil {
 		c.Action, c.Status, c.Resource, c.Replays = o.Action, o.Status, o.Resource, o.Replays
+		c.Outcome, c.Version, c.CurrentVersion = o.Outcome, o.ResourceVersion, o.CurrentVersion
 		c.State = contract.OperationCompleted
 		if o.CompactedAt != nil {
 			c.State = "tombstone"
@@ -924,7 +1272,14 @@ func (a *auditor) chain(k opKey, o *opRow) Chain {
 	isCreate := o == nil || o.Action == contract.ActionCreateNote
 	for _, id := range noteIDs {
 		if n := a.ds.notes[id]; n != nil {
-			c.Notes = append(c.Notes, ChainNote{ID: id.String(), CreatedAt: ftime(n.CreatedAt), DeletedAt: ptime(n.DeletedAt)})
+			cn := ChainNote{ID: id.String(), CreatedAt: ftime(n.CreatedAt), DeletedAt: ptime(n.DeletedAt), Version: n.Version}
+			if n.UpdatedAt != nil && !n.UpdatedAt.Equal(n.CreatedAt) {
+				cn.UpdatedAt = ptime(n.UpdatedAt) // a create sets it to created_at
+			}
+			if a.cfg.Key != "" || a.versionFlagged[id] {
+				cn.Versions = a.history[id]
+			}
+			c.Notes = append(c.Notes, cn)
 		}
 		if att := a.ds.atts[id]; att != nil && isCreate && c.Attachment == nil {
 			c.Attachment = &ChainAttachment{ID: att.ID.String(), Status: att.Status, Reason: deref(att.Reason), ProcessedAt: ptime(att.ProcessedAt)}
@@ -940,16 +1295,8 @@ func (a *auditor) chain(k opKey, o *opRow) Chain {
 		c.Events = append(c.Events, cleanedChainEvents(o, evs)...)
 	}
 	for _, e := range evs {
-		ce := ChainEvent{ID: e.ID.String(), Type: e.Type, NoteID: e.AggregateID.String(), CreatedAt: ftime(e.CreatedAt),
-			PublishedAt: ptime(e.PublishedAt), StreamSeq: e.StreamSeq, AckDuplicate: e.AckDuplicate, Stream: e.stream}
-		switch {
-		case e.PublishedAt != nil:
-			ce.State = "published"
-		case e.ParkedAt != nil:
-			ce.State = "parked"
-		default:
-			ce.State = "pending"
-		}
+		ce := ChainEvent{ID: e.ID.String(), Type: e.Type, NoteID: e.AggregateID.String(), Version: e.Version, CreatedAt: ftime(e.CreatedAt),
+			PublishedAt: ptime(e.PublishedAt), StreamSeq: e.StreamSeq, AckDuplicate: e.AckDuplicate, Stream: e.stream, State: eventState(e)}
 		if in := a.ds.inbox[e.ID]; in != nil {
 			ce.Inbox = &ChainInbox{ProcessedAt: ftime(in.ProcessedAt), Deliveries: in.Deliveries, Duplicates: in.Duplicates}
 		}
@@ -983,6 +1330,9 @@ func cleanedChainEvents(o *opRow, evs []*eventRow) []ChainEvent {
 		note, _ := o.noteID()
 		ce := ChainEvent{ID: k.ID.String(), Type: k.Type, NoteID: note.String(), State: "published",
 			PublishedAt: ptime(k.PublishedAt), StreamSeq: k.StreamSeq, Stream: "unchecked", Cleaned: true}
+		if k.Type == madeType(o) {
+			ce.Version = o.ResourceVersion // the version the record says its event carried
+		}
 		out = append(out, ce)
 	}
 	return out

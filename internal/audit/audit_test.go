@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -105,6 +106,25 @@ func (b *bundle) create(key string, withAttachment bool) uuid.UUID {
 	return id
 }
 
+// update sets note id's title as operation key through the service, made
+// against version ifMatch, and returns the recorded outcome.
+func (b *bundle) update(key string, id uuid.UUID, ifMatch int, title string) notes.Answer {
+	b.t.Helper()
+	out, err := b.svc.Update(b.t.Context(), notes.Request{Tenant: b.tenant, Key: key, Wait: -1, IfMatch: ifMatch, Render: httpapi.RenderWrite},
+		id, notes.UpdateParams{Title: &title})
+	require.NoError(b.t, err)
+	return out
+}
+
+// del deletes note id as operation key through the service, under If-Match
+// ifMatch (0: none), and returns the recorded outcome.
+func (b *bundle) del(key string, id uuid.UUID, ifMatch int) notes.Answer {
+	b.t.Helper()
+	out, err := b.svc.Delete(b.t.Context(), notes.Request{Tenant: b.tenant, Key: key, Wait: -1, IfMatch: ifMatch, Render: httpapi.RenderWrite}, id)
+	require.NoError(b.t, err)
+	return out
+}
+
 func (b *bundle) exec(sql string, args ...any) {
 	b.t.Helper()
 	_, err := b.pool.Exec(b.t.Context(), sql, args...)
@@ -148,17 +168,19 @@ func (b *bundle) publishMsg(id, subject string, payload []byte) *jetstream.PubAc
 }
 
 // process does what the worker does for a note.created event with an
-// attachment: inbox row, attachment processed, attachment.processed event.
+// attachment: inbox row, attachment processed, attachment.processed event
+// under the create's key (each call a new event id).
 func (b *bundle) process(noteID uuid.UUID) {
 	b.t.Helper()
 	ctx := b.t.Context()
 	var eventID, attID uuid.UUID
-	require.NoError(b.t, b.pool.QueryRow(ctx, `SELECT e.id, a.id FROM outbox_events e JOIN attachments a ON a.note_id = e.aggregate_id
-		WHERE e.aggregate_id = $1 AND e.type = 'note.created'`, noteID).Scan(&eventID, &attID))
+	var key string
+	require.NoError(b.t, b.pool.QueryRow(ctx, `SELECT e.id, a.id, a.operation_key FROM outbox_events e JOIN attachments a ON a.note_id = e.aggregate_id
+		WHERE e.aggregate_id = $1 AND e.type = 'note.created'`, noteID).Scan(&eventID, &attID, &key))
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	b.exec(`INSERT INTO quill_consumer_inbox (consumer, event_id, event_type, stream_seq, deliveries, processed_at) VALUES ($1, $2, 'quill.note.created.v1', 0, 1, $3) ON CONFLICT DO NOTHING`, b.config().Consumer, eventID, now)
 	b.exec(`UPDATE attachments SET status = 'processed', processed_at = $2 WHERE id = $1`, attID, now)
-	require.NoError(b.t, outbox.Insert(ctx, b.pool, outbox.Event{ID: uuid.Must(uuid.NewV7()), Tenant: b.tenant, AggregateID: noteID,
+	require.NoError(b.t, outbox.Insert(ctx, b.pool, outbox.Event{ID: uuid.Must(uuid.NewV7()), Tenant: b.tenant, OperationKey: key, AggregateID: noteID,
 		Type: contract.EventAttachmentProcessed, Time: now, Data: map[string]string{"state": "processed"}}))
 }
 
@@ -224,11 +246,19 @@ func TestCleanPipeline(t *testing.T) {
 	t.Cleanup(func() { stop(); <-done; <-done })
 
 	n1 := b.create("k1", true)
-	b.create("k2", true)
-	b.create("k3", false)
+	n2 := b.create("k2", true)
+	n3 := b.create("k3", false)
 	b.create("k1", true) // a retry: replayed
-	_, err = b.svc.Delete(ctx, notes.Request{Tenant: b.tenant, Key: "d1", Wait: -1, Render: httpapi.RenderWrite}, n1)
-	require.NoError(t, err)
+	b.del("d1", n1, 0)
+	// Updates of every outcome: one that changes the note (and its
+	// retry), one that changes nothing, one against a stale version, one
+	// of a note that does not exist; and a delete against a stale version.
+	require.Equal(t, notes.OutcomeUpdated, b.update("u1", n2, 1, "edited").Outcome)
+	require.True(t, b.update("u1", n2, 1, "edited").Replayed)
+	require.Equal(t, notes.OutcomeUnchanged, b.update("u2", n2, 2, "edited").Outcome)
+	require.Equal(t, notes.OutcomeVersionMismatch, b.update("u3", n2, 1, "stale").Outcome)
+	require.Equal(t, notes.OutcomeNothingToUpdate, b.update("u4", uuid.New(), 1, "nobody").Outcome)
+	require.Equal(t, notes.OutcomeVersionMismatch, b.del("d2", n3, 7).Outcome)
 	_, err = b.svc.FlushReplays(ctx)
 	require.NoError(t, err)
 
@@ -250,12 +280,13 @@ func TestCleanPipeline(t *testing.T) {
 	require.Empty(t, rep.Anomalies, text(t, rep))
 	require.True(t, rep.Complete())
 	c := rep.Counts
-	require.EqualValues(t, 4, c.Operations)
-	require.EqualValues(t, map[string]int64{"create-note": 3, "delete-note": 1}, c.ByAction)
-	require.EqualValues(t, 1, c.Replays)
-	require.EqualValues(t, 5, c.Requests)
-	require.EqualValues(t, 1, c.DuplicatesSuppressed.APIReplays)
+	require.EqualValues(t, 9, c.Operations)
+	require.EqualValues(t, map[string]int64{"create-note": 3, "delete-note": 2, "update-note": 4}, c.ByAction)
+	require.EqualValues(t, 2, c.Replays)
+	require.EqualValues(t, 11, c.Requests)
+	require.EqualValues(t, 2, c.DuplicatesSuppressed.APIReplays)
 	require.EqualValues(t, 3, c.BusinessEffects.NotesCreated)
+	require.EqualValues(t, 1, c.BusinessEffects.NotesUpdated)
 	require.EqualValues(t, 1, c.BusinessEffects.NotesDeleted)
 	require.NotNil(t, c.DuplicatesSuppressed.RelayDuplicateAcks)
 	require.EqualValues(t, 0, *c.DuplicatesSuppressed.RelayDuplicateAcks)
@@ -286,6 +317,207 @@ func TestCleanPipeline(t *testing.T) {
 	}
 	require.Contains(t, out, b.tenant+"/k1  create-note completed 201")
 	require.Contains(t, out, "RESULT: consistent")
+
+	// The worker's attachment.processed is written under the create's key
+	// (migration 00016): it belongs to the create's chain, and is not a
+	// second event of the create.
+	rep = b.audit(func(c *audit.Config) { c.Tenant, c.Key = b.tenant, "k2" })
+	require.Empty(t, rep.Anomalies, text(t, rep))
+	var types []string
+	for _, e := range rep.Chains[0].Events {
+		types = append(types, e.Type)
+	}
+	require.Equal(t, []string{"note.created", "attachment.processed"}, types)
+	var processedKey string
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT operation_key FROM outbox_events WHERE type = 'attachment.processed' AND aggregate_id = $1`, n2).Scan(&processedKey))
+	require.Equal(t, "k2", processedKey)
+
+	// An update's chain: the key, the note, the version it made, its
+	// note.updated event and its state; and the note's version history.
+	rep = b.audit(func(c *audit.Config) { c.Tenant, c.Key = b.tenant, "u1" })
+	require.Empty(t, rep.Anomalies, text(t, rep))
+	require.Len(t, rep.Chains, 1)
+	ch = rep.Chains[0]
+	require.Equal(t, "update-note", ch.Action)
+	require.Equal(t, "updated", ch.Outcome)
+	require.Equal(t, 200, ch.Status)
+	require.Equal(t, 2, ch.Version)
+	require.EqualValues(t, 1, ch.Replays)
+	require.Len(t, ch.Events, 1)
+	require.Equal(t, "note.updated", ch.Events[0].Type)
+	require.Equal(t, 2, ch.Events[0].Version)
+	require.Equal(t, "published", ch.Events[0].State)
+	require.Equal(t, "ok", ch.Events[0].Stream)
+	require.Nil(t, ch.Attachment)
+	require.Len(t, ch.Notes, 1)
+	require.Equal(t, n2.String(), ch.Notes[0].ID)
+	require.Equal(t, 2, ch.Notes[0].Version)
+	var hist []string
+	for _, v := range ch.Notes[0].Versions {
+		hist = append(hist, fmt.Sprintf("%d %s %s %s", v.Version, v.Type, v.Key, v.State))
+	}
+	require.Equal(t, []string{"1 note.created k2 published", "2 note.updated u1 published"}, hist)
+	out = text(t, rep)
+	if testing.Verbose() {
+		t.Log("\n" + out)
+	}
+	require.Contains(t, out, b.tenant+"/u1  update-note completed 200")
+	require.Contains(t, out, "outcome     updated: made version 2")
+	require.Regexp(t, `note\.updated\s+v2\s+published`, out)
+	require.Regexp(t, `v2\s+note\.updated\s+\S+\s+published\s+key u1`, out)
+
+	// The outcomes that change nothing have no event.
+	for key, want := range map[string]string{
+		"u2": "unchanged: the note stays at version 2",
+		"u3": "version_mismatch: If-Match named another version; the note was at version 2 (current_version)",
+		"u4": "nothing_to_update: no live note",
+		"d2": "version_mismatch: If-Match named another version; the note was at version 1 (current_version)",
+	} {
+		rep = b.audit(func(c *audit.Config) { c.Tenant, c.Key = b.tenant, key })
+		require.Empty(t, rep.Anomalies, key)
+		require.Len(t, rep.Chains, 1, key)
+		require.Empty(t, rep.Chains[0].Events, key)
+		require.Contains(t, text(t, rep), "outcome     "+want, key)
+	}
+	rep = b.audit(func(c *audit.Config) { c.Tenant, c.Key = b.tenant, "u3" })
+	require.Equal(t, 412, rep.Chains[0].Status)
+	require.Equal(t, 2, rep.Chains[0].CurrentVersion)
+	require.Zero(t, rep.Chains[0].Version, "a 412 left no version")
+}
+
+// A note's whole life through the notes service — create, updates, an
+// update that changes nothing, a stale one, the delete — has 0 anomalies,
+// published or not, and its history has each version once, in order.
+func TestVersionHistory(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	id := b.create("c1", false)
+	require.Equal(t, 2, b.update("u1", id, 1, "two").ResourceVersion)
+	require.Equal(t, 3, b.update("u2", id, 2, "three").ResourceVersion)
+	require.Equal(t, notes.OutcomeUnchanged, b.update("u3", id, 3, "three").Outcome)
+	require.Equal(t, notes.OutcomeVersionMismatch, b.update("u4", id, 2, "stale").Outcome)
+	require.Equal(t, notes.OutcomeVersionMismatch, b.del("d0", id, 1).Outcome)
+	require.Equal(t, 4, b.del("d1", id, 3).ResourceVersion)
+	require.Equal(t, notes.OutcomeNothingToUpdate, b.update("u5", id, 4, "gone").Outcome)
+	other := b.create("c2", false) // another note, its own history
+	b.update("v1", other, 1, "x")
+
+	check := func(state string) {
+		t.Helper()
+		rep := b.audit(nil)
+		require.Empty(t, rep.Anomalies, text(t, rep))
+		require.EqualValues(t, 3, rep.Counts.BusinessEffects.NotesUpdated)
+		rep = b.audit(func(c *audit.Config) { c.Tenant, c.Key = b.tenant, "c1" })
+		require.Empty(t, rep.Anomalies, text(t, rep))
+		n := rep.Chains[0].Notes[0]
+		require.Equal(t, 4, n.Version)
+		require.NotNil(t, n.DeletedAt)
+		var hist []string
+		for _, v := range n.Versions {
+			hist = append(hist, fmt.Sprintf("%d %s %s %s", v.Version, v.Type, v.Key, v.State))
+		}
+		require.Equal(t, []string{"1 note.created c1 " + state, "2 note.updated u1 " + state, "3 note.updated u2 " + state,
+			"4 note.deleted d1 " + state}, hist)
+	}
+	check("pending")
+	b.publish()
+	check("published")
+}
+
+// Faults in a note's version history, each planted in rows the notes
+// service wrote, are each found.
+func TestVersionFaults(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	for _, tc := range []struct {
+		name string
+		// build breaks a world and returns the anomalies expected, each
+		// as kind and key.
+		build func(b *bundle, id uuid.UUID) [][2]string
+	}{
+		{"an update's event deleted within the outbox retention", func(b *bundle, id uuid.UUID) [][2]string {
+			b.update("u1", id, 1, "two")
+			b.update("u2", id, 2, "three")
+			b.exec(`DELETE FROM outbox_events WHERE operation_key = 'u1'`) // unpublished: no record keeps it
+			return [][2]string{{audit.KindMissingEffect, "u1"}, {audit.KindVersionGap, "u1"}}
+		}},
+		{"the last update's event deleted", func(b *bundle, id uuid.UUID) [][2]string {
+			b.update("u1", id, 1, "two")
+			b.exec(`DELETE FROM outbox_events WHERE operation_key = 'u1'`)
+			return [][2]string{{audit.KindMissingEffect, "u1"}, {audit.KindVersionGap, "u1"}}
+		}},
+		{"two updates accepted against one version", func(b *bundle, id uuid.UUID) [][2]string {
+			b.update("u1", id, 1, "two")
+			b.update("u2", id, 2, "three")
+			// As a lost update would leave it: u2 made version 2 as well.
+			b.exec(`UPDATE outbox_events SET payload = convert_to(jsonb_set(convert_from(payload, 'UTF8')::jsonb, '{data,version}', '2')::text, 'UTF8')
+				WHERE operation_key = 'u2'`)
+			b.exec(`UPDATE operations SET resource_version = 2 WHERE key = 'u2'`)
+			b.exec(`UPDATE notes SET version = 2`)
+			return [][2]string{{audit.KindDuplicateVersion, "u2"}}
+		}},
+		{"the note's version ahead of its events", func(b *bundle, id uuid.UUID) [][2]string {
+			b.update("u1", id, 1, "two")
+			b.exec(`UPDATE notes SET version = version + 1`)
+			return [][2]string{{audit.KindVersionGap, "c1"}}
+		}},
+		{"an event with a version the note never reached", func(b *bundle, id uuid.UUID) [][2]string {
+			b.update("u1", id, 1, "two")
+			b.exec(`UPDATE notes SET version = 1`)
+			return [][2]string{{audit.KindVersionGap, "u1"}}
+		}},
+		{"a note.updated without its operation record", func(b *bundle, id uuid.UUID) [][2]string {
+			b.update("u1", id, 1, "two")
+			b.exec(`DELETE FROM operations WHERE key = 'u1'`)
+			return [][2]string{{audit.KindOrphanEffect, "u1"}}
+		}},
+		{"a note.updated under a create's key", func(b *bundle, id uuid.UUID) [][2]string {
+			b.update("u1", id, 1, "two")
+			b.exec(`UPDATE outbox_events SET operation_key = 'c1' WHERE operation_key = 'u1'`)
+			return [][2]string{{audit.KindOrphanEffect, "c1"}, {audit.KindMissingEffect, "u1"}}
+		}},
+		{"an update's event with another version than its record", func(b *bundle, id uuid.UUID) [][2]string {
+			b.update("u1", id, 1, "two")
+			b.exec(`UPDATE operations SET resource_version = 5 WHERE key = 'u1'`)
+			return [][2]string{{audit.KindChainMismatch, "u1"}}
+		}},
+		{"an event under an update that changed nothing", func(b *bundle, id uuid.UUID) [][2]string {
+			b.update("u1", id, 1, "two")
+			b.update("u2", id, 2, "two")
+			b.exec(`INSERT INTO outbox_events (id, tenant, operation_key, aggregate_id, type, payload, created_at)
+				SELECT gen_random_uuid(), tenant, 'u2', aggregate_id, type, payload, now() FROM outbox_events WHERE operation_key = 'u1'`)
+			return [][2]string{{audit.KindUnexpectedEvent, "u2"}, {audit.KindDuplicateVersion, "u2"}}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, srv)
+			id := b.create("c1", false)
+			want := tc.build(b, id)
+			rep := b.audit(nil)
+			var got [][2]string
+			for _, x := range rep.Anomalies {
+				require.Equal(t, b.tenant, x.Tenant)
+				require.Equal(t, id.String(), x.NoteID, "%+v", x)
+				require.NotEmpty(t, x.Detail)
+				got = append(got, [2]string{x.Kind, x.Key})
+			}
+			require.ElementsMatch(t, want, got, text(t, rep))
+			out := text(t, rep)
+			if testing.Verbose() {
+				t.Log("\n" + out)
+			}
+			for _, w := range want {
+				require.Contains(t, out, w[0])
+				require.Contains(t, out, b.tenant+"/"+w[1])
+			}
+			if slices.ContainsFunc(want, func(w [2]string) bool { return w[0] == audit.KindVersionGap || w[0] == audit.KindDuplicateVersion }) {
+				// The note's chain shows its history, the fault in it.
+				rep := b.audit(func(c *audit.Config) { c.Tenant, c.Key = b.tenant, "c1" })
+				require.NotEmpty(t, rep.Chains[0].Notes[0].Versions)
+			}
+		})
+	}
 }
 
 // Each anomaly, constructed in the database or the stream, is reported with
@@ -493,6 +725,26 @@ func TestRetentionHorizonsAreNotAnomalies(t *testing.T) {
 	require.NoError(t, st.DeleteMsg(t.Context(), uint64(seq)))
 	b.exec(`UPDATE outbox_events SET published_at = now() - interval '61 minutes' WHERE aggregate_id = $1`, aged)
 
+	// An edited note whose first versions' events the cleanup deleted
+	// (their records keep them), updated again since.
+	edited := b.create("ed", false)
+	b.update("ed-u1", edited, 1, "two")
+	b.publish()
+	b.exec(`UPDATE operations SET created_at = created_at - interval '90 minutes', completed_at = completed_at - interval '90 minutes' WHERE key IN ('ed', 'ed-u1')`)
+	b.exec(`UPDATE notes SET created_at = created_at - interval '90 minutes' WHERE id = $1`, edited)
+	b.exec(`UPDATE outbox_events SET created_at = created_at - interval '90 minutes', published_at = published_at - interval '90 minutes' WHERE aggregate_id = $1`, edited)
+	b.exec(`DELETE FROM outbox_events WHERE aggregate_id = $1`, edited)
+	b.update("ed-u2", edited, 2, "three")
+
+	// A note edited long ago, whose records were forgotten and events
+	// cleaned, updated again now: its first versions are gone.
+	forgotten := b.create("fe", false)
+	b.update("fe-u1", forgotten, 1, "two")
+	b.exec(`UPDATE notes SET created_at = now() - interval '3 hours' WHERE id = $1`, forgotten)
+	b.exec(`DELETE FROM operations WHERE key IN ('fe', 'fe-u1')`)
+	b.exec(`DELETE FROM outbox_events WHERE aggregate_id = $1`, forgotten)
+	b.update("fe-u2", forgotten, 2, "three")
+
 	rep := b.audit(cfg)
 	require.Empty(t, rep.Anomalies, text(t, rep))
 	require.EqualValues(t, 1, rep.Stream.AgedOut)
@@ -513,9 +765,22 @@ func TestRetentionHorizonsAreNotAnomalies(t *testing.T) {
 		require.Equal(t, cleaned.String(), e.NoteID)
 		kept = append(kept, e.Type)
 	}
-	// (The worker's attachment.processed names no operation key: the
-	// record keeps only the operation's own events.)
-	require.Equal(t, []string{"note.created"}, kept)
+	// The worker's attachment.processed is written under the create's key
+	// (migration 00016): the record keeps it with the note.created.
+	require.Equal(t, []string{"note.created", "attachment.processed"}, kept)
+
+	history := func(key string) []string {
+		t.Helper()
+		rep := b.audit(func(c *audit.Config) { cfg(c); c.Tenant, c.Key = b.tenant, key })
+		require.Empty(t, rep.Anomalies, text(t, rep))
+		var out []string
+		for _, v := range rep.Chains[0].Notes[0].Versions {
+			out = append(out, fmt.Sprintf("%d %s %s", v.Version, v.Key, v.State))
+		}
+		return out
+	}
+	require.Equal(t, []string{"1 ed cleaned", "2 ed-u1 cleaned", "3 ed-u2 pending"}, history("ed-u2"))
+	require.Equal(t, []string{"1  gone", "2  gone", "3 fe-u2 pending"}, history("fe-u2"))
 
 	// The same absences inside their horizons are anomalies.
 	b.exec(`UPDATE notes SET created_at = now() - interval '1 hour' WHERE id = $1`, old)

@@ -2,6 +2,7 @@ package audit
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -27,13 +28,24 @@ type Querier interface {
 type opRow struct {
 	Tenant, Key, Action string
 	Resource            string
-	Status              int
-	CreatedAt           time.Time
-	CompletedAt         time.Time
-	ExpiresAt           time.Time
-	ForgetAt            time.Time
-	CompactedAt         *time.Time
-	Replays             int64
+	// Outcome is what the operation did (notes.Outcome*), Status the HTTP
+	// status it answered with (0 for an outcome this audit does not know).
+	Outcome string
+	Status  int
+	// ResourceVersion is the note version the operation left
+	// (operations.resource_version): 0 for none (a 404, a 412) and for
+	// records written before versions (migration 00016).
+	ResourceVersion int
+	// CurrentVersion is a refused write's (outcome version_mismatch) note
+	// version as its recorded response names it (current_version); 0 once
+	// the record is a tombstone.
+	CurrentVersion int
+	CreatedAt      time.Time
+	CompletedAt    time.Time
+	ExpiresAt      time.Time
+	ForgetAt       time.Time
+	CompactedAt    *time.Time
+	Replays        int64
 	// Cleaned are the operation's published events that the outbox
 	// cleanup deleted, as the record keeps them (migration 00008).
 	Cleaned []cleanedEvent
@@ -48,7 +60,7 @@ type cleanedEvent struct {
 	StreamSeq   *int64     `json:"stream_seq"`
 }
 
-// noteID returns the note a create or delete operation acted on.
+// noteID returns the note a write operation acted on.
 func (o *opRow) noteID() (uuid.UUID, bool) {
 	s, ok := contract.ParseNotePath(o.Resource)
 	if !ok {
@@ -63,6 +75,10 @@ type noteRow struct {
 	Tenant    string
 	CreatedAt time.Time
 	DeletedAt *time.Time
+	// Version is notes.version: 1 at create, one more per change (an
+	// update that changed the note, the delete).
+	Version   int
+	UpdatedAt *time.Time
 }
 
 type attRow struct {
@@ -92,6 +108,10 @@ type eventRow struct {
 	// Queued: the event has a row in the relays' queue (outbox_pending,
 	// 00007); nil before that migration.
 	Queued *bool
+	// Version is a note event's data.version: 0 for other events and for
+	// note events written before versions (migration 00016), which carry
+	// none.
+	Version int
 
 	// stream is what the stream check found at StreamSeq.
 	stream string
@@ -168,13 +188,18 @@ func checkSchema(ctx context.Context, q Querier) error {
 // Scope filters: $1 tenant (” = all), and in key mode $2 key and $3 the
 // notes the key's chain touches.
 const (
-	sqlOperations = `SELECT tenant, key, action, coalesce(resource, ''), CASE outcome WHEN 'created' THEN 201 WHEN 'deleted' THEN 200 WHEN 'nothing_to_delete' THEN 404 ELSE 0 END, created_at, completed_at,
-		expires_at, forget_at, compacted_at, replays::bigint, coalesce(cleaned_events, '[]'::jsonb)
+	// The status of each outcome is the API's (SPEC §3); a refused
+	// write's recorded response is read for its current_version.
+	sqlOperations = `SELECT tenant, key, action, coalesce(resource, ''), outcome,
+		CASE outcome WHEN 'created' THEN 201 WHEN 'deleted' THEN 200 WHEN 'updated' THEN 200 WHEN 'unchanged' THEN 200
+			WHEN 'nothing_to_delete' THEN 404 WHEN 'nothing_to_update' THEN 404 WHEN 'version_mismatch' THEN 412 ELSE 0 END,
+		coalesce(resource_version, 0), CASE WHEN outcome = 'version_mismatch' THEN response_body END,
+		created_at, completed_at, expires_at, forget_at, compacted_at, replays::bigint, coalesce(cleaned_events, '[]'::jsonb)
 	FROM operations WHERE ($1 = '' OR tenant = $1)
 	  AND ($2 = '' OR key = $2 OR resource = ANY($3::text[]))
 	ORDER BY tenant, created_at, key`
 
-	sqlNotes = `SELECT id, tenant, created_at, deleted_at FROM notes
+	sqlNotes = `SELECT id, tenant, created_at, deleted_at, version, updated_at FROM notes
 	WHERE ($1 = '' OR tenant = $1) AND ($2 = '' OR id = ANY($3::uuid[]))`
 
 	sqlAttachments = `SELECT id, note_id, tenant, status, reason, processed_at FROM attachments
@@ -191,7 +216,9 @@ const (
 
 	sqlEvents = `SELECT seq, id, tenant, coalesce(operation_key, ''), aggregate_id, type, created_at, published_at,
 		stream_seq, parked_at, parked_reason, attempts, last_error, ack_duplicate,
-		EXISTS (SELECT 1 FROM outbox_pending q WHERE q.seq = outbox_events.seq)
+		EXISTS (SELECT 1 FROM outbox_pending q WHERE q.seq = outbox_events.seq),
+		CASE WHEN type IN ('note.created', 'note.updated', 'note.deleted')
+			THEN convert_from(payload, 'UTF8')::jsonb #>> '{data,version}' END
 	FROM outbox_events WHERE ($1 = '' OR tenant = $1)
 	  AND ($2 = '' OR operation_key = $2 OR aggregate_id = ANY($3::uuid[]))
 	ORDER BY seq`
@@ -257,15 +284,18 @@ func load(ctx context.Context, tx pgx.Tx, cfg Config) (*dataset, error) {
 
 	var err error
 	ds.ops, err = readRows(ctx, tx, "operations", func(r pgx.CollectableRow, o *opRow) error {
-		return r.Scan(&o.Tenant, &o.Key, &o.Action, &o.Resource, &o.Status, &o.CreatedAt, &o.CompletedAt,
-			&o.ExpiresAt, &o.ForgetAt, &o.CompactedAt, &o.Replays, &o.Cleaned)
+		var refused []byte
+		err := r.Scan(&o.Tenant, &o.Key, &o.Action, &o.Resource, &o.Outcome, &o.Status, &o.ResourceVersion, &refused,
+			&o.CreatedAt, &o.CompletedAt, &o.ExpiresAt, &o.ForgetAt, &o.CompactedAt, &o.Replays, &o.Cleaned)
+		o.CurrentVersion = currentVersion(refused)
+		return err
 	}, sqlOperations, cfg.Tenant, cfg.Key, resources)
 	if err != nil {
 		return nil, err
 	}
 
 	notes, err := readRows(ctx, tx, "notes", func(r pgx.CollectableRow, n *noteRow) error {
-		return r.Scan(&n.ID, &n.Tenant, &n.CreatedAt, &n.DeletedAt)
+		return r.Scan(&n.ID, &n.Tenant, &n.CreatedAt, &n.DeletedAt, &n.Version, &n.UpdatedAt)
 	}, sqlNotes, cfg.Tenant, cfg.Key, noteIDs)
 	if err != nil {
 		return nil, err
@@ -285,8 +315,17 @@ func load(ctx context.Context, tx pgx.Tx, cfg Config) (*dataset, error) {
 	}
 
 	ds.events, err = readRows(ctx, tx, "outbox events", func(r pgx.CollectableRow, e *eventRow) error {
-		return r.Scan(&e.Seq, &e.ID, &e.Tenant, &e.OpKey, &e.AggregateID, &e.Type, &e.CreatedAt, &e.PublishedAt,
-			&e.StreamSeq, &e.ParkedAt, &e.ParkedReason, &e.Attempts, &e.LastError, &e.AckDuplicate, &e.Queued)
+		var version *string
+		err := r.Scan(&e.Seq, &e.ID, &e.Tenant, &e.OpKey, &e.AggregateID, &e.Type, &e.CreatedAt, &e.PublishedAt,
+			&e.StreamSeq, &e.ParkedAt, &e.ParkedReason, &e.Attempts, &e.LastError, &e.AckDuplicate, &e.Queued, &version)
+		if version != nil {
+			// Not a positive integer (a payload no Quill wrote): no
+			// version, as for an event written before versions.
+			if v, err := strconv.Atoi(*version); err == nil && v > 0 {
+				e.Version = v
+			}
+		}
+		return err
 	}, sqlEvents, cfg.Tenant, cfg.Key, noteIDs)
 	if err != nil {
 		return nil, err
@@ -352,6 +391,21 @@ func readRows[T any](ctx context.Context, tx pgx.Tx, what string, scan func(pgx.
 		return nil, fmt.Errorf("read %s: %w", what, err)
 	}
 	return out, nil
+}
+
+// currentVersion is the current_version a refused write's recorded
+// problem names; 0 without one (a tombstone, a body that is not the API's).
+func currentVersion(body []byte) int {
+	if body == nil {
+		return 0
+	}
+	var p struct {
+		CurrentVersion int `json:"current_version"`
+	}
+	if json.Unmarshal(body, &p) != nil {
+		return 0
+	}
+	return p.CurrentVersion
 }
 
 func containsUUID(ids []uuid.UUID, id uuid.UUID) bool {

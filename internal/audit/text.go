@@ -63,8 +63,8 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	fmt.Fprintf(&b, "  operations         %d  (%s; %d tombstones)\n", c.Operations, orDash(strings.Join(parts, ", ")), c.Tombstones)
 	e := c.BusinessEffects
-	fmt.Fprintf(&b, "  business effects   %d  (notes created %d, notes deleted %d, attachments processed %d, failed %d)\n",
-		e.Total, e.NotesCreated, e.NotesDeleted, e.AttachmentsProcessed, e.AttachmentsFailed)
+	fmt.Fprintf(&b, "  business effects   %d  (notes created %d, notes updated %d, notes deleted %d, attachments processed %d, failed %d)\n",
+		e.Total, e.NotesCreated, e.NotesUpdated, e.NotesDeleted, e.AttachmentsProcessed, e.AttachmentsFailed)
 	fmt.Fprintf(&b, "  events             %d  (published %d, pending %d, parked %d)\n", c.Events.Total, c.Events.Published, c.Events.Pending, c.Events.Parked)
 	fmt.Fprintf(&b, "  inbox              %d rows, deliveries %s\n", c.Inbox.Rows, orNA(c.Inbox.Deliveries))
 	s := c.DuplicatesSuppressed
@@ -108,12 +108,30 @@ func writeChain(b *strings.Builder, c Chain) {
 		fmt.Fprintf(b, "  [%s]", strings.Join(c.Anomalies, ", "))
 	}
 	b.WriteString("\n")
+	if s := c.OutcomeSummary(); s != "" {
+		fmt.Fprintf(b, "    outcome     %s\n", s)
+	}
 	for _, n := range c.Notes {
 		fmt.Fprintf(b, "    note        %s  created %s", n.ID, n.CreatedAt)
+		if n.UpdatedAt != nil {
+			fmt.Fprintf(b, "  updated %s", *n.UpdatedAt)
+		}
 		if n.DeletedAt != nil {
 			fmt.Fprintf(b, "  deleted %s", *n.DeletedAt)
 		}
-		b.WriteString("\n")
+		fmt.Fprintf(b, "  version %d\n", n.Version)
+		for _, v := range n.Versions {
+			fmt.Fprintf(b, "      v%-4d %-20s %-36s %-9s key %s", v.Version, orDash(v.Type), orDash(v.EventID), v.State, orDash(v.Key))
+			switch v.State {
+			case "gone":
+				b.WriteString("  (no event: older than the outbox retention)")
+			case "missing":
+				b.WriteString("  (no event, and no retention explains it)")
+			case "cleaned":
+				b.WriteString("  (cleaned from the outbox; kept by the operation record)")
+			}
+			b.WriteString("\n")
+		}
 	}
 	if a := c.Attachment; a != nil {
 		fmt.Fprintf(b, "    attachment  %s  %s", a.ID, a.Status)
@@ -126,7 +144,11 @@ func writeChain(b *strings.Builder, c Chain) {
 		b.WriteString("\n")
 	}
 	for _, e := range c.Events {
-		fmt.Fprintf(b, "    event       %s  %-20s %s", e.ID, e.Type, e.State)
+		version := ""
+		if e.Version != 0 {
+			version = fmt.Sprintf("v%d", e.Version)
+		}
+		fmt.Fprintf(b, "    event       %s  %-20s %-5s %s", e.ID, e.Type, version, e.State)
 		if e.PublishedAt != nil {
 			fmt.Fprintf(b, " %s", *e.PublishedAt)
 		}
@@ -155,6 +177,33 @@ func writeChain(b *strings.Builder, c Chain) {
 		}
 		b.WriteString("\n")
 	}
+}
+
+// OutcomeSummary says in a phrase what the chain's operation did to its
+// note's version: the version it made, the one an unchanged update found,
+// the one a refused write met; "" for a chain without a record.
+func (c Chain) OutcomeSummary() string {
+	switch c.Outcome {
+	case "":
+		return ""
+	case "created", "updated", "deleted":
+		if c.Version != 0 {
+			return fmt.Sprintf("%s: made version %d", c.Outcome, c.Version)
+		}
+	case "unchanged":
+		if c.Version != 0 {
+			return fmt.Sprintf("unchanged: the note stays at version %d (no new version, no event)", c.Version)
+		}
+		return "unchanged: no new version, no event"
+	case "version_mismatch":
+		if c.CurrentVersion != 0 {
+			return fmt.Sprintf("version_mismatch: If-Match named another version; the note was at version %d (current_version)", c.CurrentVersion)
+		}
+		return "version_mismatch: If-Match named another version than the note's"
+	case "nothing_to_update", "nothing_to_delete":
+		return c.Outcome + ": no live note"
+	}
+	return c.Outcome
 }
 
 func orDash(s string) string {

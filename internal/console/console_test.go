@@ -326,6 +326,85 @@ func TestLookup(t *testing.T) {
 	}
 }
 
+// patchNote sends PATCH /v1/notes/{id} with If-Match "ifMatch" under key,
+// as an agent updates a note, and returns the status and body.
+func (h *harness) patchNote(t *testing.T, key, id string, ifMatch int, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPatch, h.api.URL+"/v1/notes/"+id, strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+h.api.Token)
+	req.Header.Set("Idempotency-Key", key)
+	req.Header.Set("If-Match", fmt.Sprintf("%q", fmt.Sprint(ifMatch)))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, string(b)
+}
+
+// TestLookupOfAnUpdate: an update's lookup shows its action, the version it
+// made, its note.updated event and its state, and the note's version
+// history; a 412's shows the version the note was at (current_version);
+// an update that changed nothing shows no event. Keys in the history are
+// escaped like every other value.
+func TestLookupOfAnUpdate(t *testing.T) {
+	t.Parallel()
+	h := start(t)
+	c := browser(t)
+	_, _ = h.signIn(t, c, h.opToken)
+	note := h.createNote(t, h.api.Tenant, h.api.Token, "key-1", "first")
+	const evil = `u<script>alert(1)</script>`
+	code, body := h.patchNote(t, evil, note, 1, `{"title":"second"}`)
+	require.Equal(t, http.StatusOK, code, body)
+	code, body = h.patchNote(t, "stale", note, 1, `{"title":"third"}`)
+	require.Equal(t, http.StatusPreconditionFailed, code, body)
+	code, body = h.patchNote(t, "same", note, 2, `{"title":"second"}`)
+	require.Equal(t, http.StatusOK, code, body)
+
+	lookup := func(by, q string) string {
+		t.Helper()
+		code, body, _ := get(t, c, h.srv.URL+"/console/lookup?"+url.Values{"tenant": {h.api.Tenant}, "by": {by}, "q": {q}}.Encode())
+		require.Equal(t, http.StatusOK, code, body)
+		require.NotContains(t, body, "<script>alert", "escaped")
+		return body
+	}
+	body = lookup("key", evil)
+	require.Contains(t, body, "Operation <code>u&lt;script&gt;alert(1)&lt;/script&gt;</code>")
+	require.Contains(t, body, `<span class="action">update-note</span>`)
+	require.Contains(t, body, `answered <strong class="status">200</strong>`)
+	require.Contains(t, body, `data-outcome="updated" data-version="2"`)
+	require.Contains(t, body, "Outcome: updated: made version 2.")
+	require.Contains(t, body, `Event note.updated — version <span class="event-version">2</span>`)
+	require.Contains(t, body, `<strong class="state">pending</strong>`)
+	require.Contains(t, body, `now at version <span class="note-version">2</span>`)
+	require.Contains(t, body, "last updated")
+	// The history: version 1 by the create, 2 by this update, each a link
+	// to its operation's lookup.
+	require.Contains(t, body, `<tr data-version="1" data-state="pending">`)
+	require.Contains(t, body, `<tr data-version="2" data-state="pending">`)
+	require.Contains(t, body, `href="/console/lookup?tenant=`+h.api.Tenant+`&amp;by=key&amp;q=key-1"`)
+	require.Contains(t, body, `&amp;by=key&amp;q=u%3cscript%3ealert%281%29%3c%2fscript%3e"`, "query-escaped in a link")
+	require.NotContains(t, body, `class="anomaly"`)
+
+	// Through the note.updated event's id: the update's operation.
+	var event string
+	require.NoError(t, h.api.Pool.QueryRow(t.Context(), `SELECT id::text FROM outbox_events WHERE type = 'note.updated'`).Scan(&event))
+	body = lookup("event", event)
+	require.Contains(t, body, "Operation <code>u&lt;script&gt;alert(1)&lt;/script&gt;</code>")
+
+	body = lookup("key", "stale")
+	require.Contains(t, body, `answered <strong class="status">412</strong>`)
+	require.Contains(t, body, `data-outcome="version_mismatch" data-current-version="2"`)
+	require.Contains(t, body, "the note was at version 2 (current_version)")
+	require.NotContains(t, body, "Event note.")
+
+	body = lookup("key", "same")
+	require.Contains(t, body, "Outcome: unchanged: the note stays at version 2 (no new version, no event).")
+	require.NotContains(t, body, "Event note.")
+}
+
 // TestParkedPagesAndRetry: 10,000 parked events page by page, each page one
 // bounded query; a retry from another origin is refused, one from the
 // console goes through outbox.Unpark and is logged with the operator.
