@@ -64,8 +64,11 @@ func (v *verdict) Failed() int {
 // --- the final state ---------------------------------------------------------
 
 type noteRow struct {
-	ID, Tenant, Title string
-	Deleted           bool
+	ID, Tenant, Title, Body string
+	Deleted                 bool
+	Version                 int
+	// UpdatedAt is zero for a note written before versions (NULL).
+	CreatedAt, UpdatedAt time.Time
 }
 
 type attRow struct {
@@ -80,14 +83,31 @@ type eventRow struct {
 	Published, Parked                  bool
 	StreamSeq                          int64
 	AttachmentID, State                string // attachment.processed data
+	// Data is the note event's data (note.created, note.updated,
+	// note.deleted).
+	Data noteEventData
 	// SchemaErr is why the payload does not match its type's schema
 	// (internal/eventschema); empty when it does.
 	SchemaErr string
 }
 
+// noteEventData is the part of a note event's data the checks read:
+// data.version (0: none), and for a note.updated the fields it changed
+// (nil: absent).
+type noteEventData struct {
+	ID        string  `json:"id"`
+	Version   int     `json:"version"`
+	Title     *string `json:"title"`
+	Body      *string `json:"body"`
+	UpdatedAt string  `json:"updated_at"`
+	DeletedAt string  `json:"deleted_at"`
+}
+
 type opRow struct {
 	Tenant, Key, Action, Resource string
 	Status                        int
+	Outcome                       string
+	ResourceVersion               int // 0: NULL
 }
 
 type streamMsg struct {
@@ -95,6 +115,7 @@ type streamMsg struct {
 	Subject, MsgID           string
 	ID, Type, Source, NoteID string
 	AttachmentID, State      string
+	Version                  int // data.version (0: none)
 	// SchemaErr is why the message does not match its type's schema
 	// (internal/eventschema); empty when it does.
 	SchemaErr string
@@ -132,9 +153,13 @@ func loadState(ctx context.Context, dbURL, consumer string) (*finalState, error)
 		}
 		return rows.Err()
 	}
-	if err := collect(`SELECT id::text, tenant, title, deleted_at IS NOT NULL FROM notes`, func(r pgx.Rows) error {
+	if err := collect(`SELECT id::text, tenant, title, body, deleted_at IS NOT NULL, version, created_at, updated_at FROM notes`, func(r pgx.Rows) error {
 		var n noteRow
-		err := r.Scan(&n.ID, &n.Tenant, &n.Title, &n.Deleted)
+		var updated *time.Time
+		err := r.Scan(&n.ID, &n.Tenant, &n.Title, &n.Body, &n.Deleted, &n.Version, &n.CreatedAt, &updated)
+		if updated != nil {
+			n.UpdatedAt = *updated
+		}
 		st.notes = append(st.notes, n)
 		return err
 	}); err != nil {
@@ -165,6 +190,11 @@ func loadState(ctx context.Context, dbURL, consumer string) (*finalState, error)
 		}
 		_ = json.Unmarshal(payload, &ce)
 		e.AttachmentID, e.State = ce.Data.AttachmentID, ce.Data.State
+		var nd struct {
+			Data noteEventData `json:"data"`
+		}
+		_ = json.Unmarshal(payload, &nd)
+		e.Data = nd.Data
 		if err := eventschema.Validate(payload); err != nil {
 			e.SchemaErr = err.Error()
 		}
@@ -173,9 +203,12 @@ func loadState(ctx context.Context, dbURL, consumer string) (*finalState, error)
 	}); err != nil {
 		return nil, err
 	}
-	if err := collect(`SELECT tenant, key, action, coalesce(resource, ''), CASE outcome WHEN 'created' THEN 201 WHEN 'deleted' THEN 200 WHEN 'nothing_to_delete' THEN 404 ELSE 0 END FROM operations`, func(r pgx.Rows) error {
+	if err := collect(`SELECT tenant, key, action, coalesce(resource, ''), CASE outcome WHEN 'created' THEN 201
+			WHEN 'deleted' THEN 200 WHEN 'updated' THEN 200 WHEN 'unchanged' THEN 200
+			WHEN 'nothing_to_delete' THEN 404 WHEN 'nothing_to_update' THEN 404 WHEN 'version_mismatch' THEN 412 ELSE 0 END,
+			coalesce(outcome, ''), coalesce(resource_version, 0) FROM operations`, func(r pgx.Rows) error {
 		var o opRow
-		err := r.Scan(&o.Tenant, &o.Key, &o.Action, &o.Resource, &o.Status)
+		err := r.Scan(&o.Tenant, &o.Key, &o.Action, &o.Resource, &o.Status, &o.Outcome, &o.ResourceVersion)
 		st.ops = append(st.ops, o)
 		return err
 	}); err != nil {
@@ -268,11 +301,13 @@ func readStreamOnce(ctx context.Context, natsURL, stream string) ([]streamMsg, e
 				Data                      struct {
 					AttachmentID string `json:"attachment_id"`
 					State        string `json:"state"`
+					Version      int    `json:"version"`
 				} `json:"data"`
 			}
 			_ = json.Unmarshal(m.Data(), &ce)
 			sm := streamMsg{Seq: meta.Sequence.Stream, Subject: m.Subject(), MsgID: m.Headers().Get(jetstream.MsgIDHeader),
-				ID: ce.ID, Type: ce.Type, Source: ce.Source, NoteID: ce.Subject, AttachmentID: ce.Data.AttachmentID, State: ce.Data.State}
+				ID: ce.ID, Type: ce.Type, Source: ce.Source, NoteID: ce.Subject, AttachmentID: ce.Data.AttachmentID, State: ce.Data.State,
+				Version: ce.Data.Version}
 			if err := eventschema.Validate(m.Data()); err != nil {
 				sm.SchemaErr = err.Error()
 			}
@@ -301,10 +336,11 @@ type lookup struct {
 		Body   json.RawMessage `json:"body"`
 	} `json:"response"`
 	Effects []struct {
-		Kind  string `json:"kind"`
-		ID    string `json:"id"`
-		Type  string `json:"type"`
-		State string `json:"state"`
+		Kind      string `json:"kind"`
+		ID        string `json:"id"`
+		Type      string `json:"type"`
+		State     string `json:"state"`
+		StreamSeq *int64 `json:"stream_seq"`
 	} `json:"effects"`
 	Err string
 }
@@ -383,6 +419,7 @@ type resolution struct {
 // outcomeTally counts what operations resolved to.
 type outcomeTally struct {
 	Decided, UnknownExecuted, UnknownNotExecuted, Unresolved int
+	Edits                                                    editTally
 }
 
 // checkAll verifies the invariants of the final state against the
@@ -401,8 +438,8 @@ func checkAll(v *verdict, ops []*op, st *finalState, consumer, prefix string) (m
 		}
 		first, fresh := decided[0], 0
 		for _, a := range decided {
-			if a.Status != first.Status || string(a.Body) != string(first.Body) {
-				v.fail("replays answer byte for byte", "%s %s: %d %s vs %d %s", o.Kind, o.Key, first.Status, first.Body, a.Status, a.Body)
+			if a.Status != first.Status || a.ETag != first.ETag || string(a.Body) != string(first.Body) {
+				v.fail("replays answer byte for byte", "%s %s: %d ETag %s %s vs %d ETag %s %s", o.Kind, o.Key, first.Status, first.ETag, first.Body, a.Status, a.ETag, a.Body)
 			}
 			if !a.Replayed {
 				fresh++
@@ -412,8 +449,8 @@ func checkAll(v *verdict, ops []*op, st *finalState, consumer, prefix string) (m
 			v.fail("one execution per key", "%s %s: %d answers without Idempotent-Replayed", o.Kind, o.Key, fresh)
 		}
 		switch {
-		case o.Kind == opCreate && first.Status != http.StatusCreated:
-			v.fail("creates answer 201", "%s: %d %s", o.Key, first.Status, first.Body)
+		case o.Kind == opCreate && (first.Status != http.StatusCreated || first.ETag != etagOf(1)):
+			v.fail("creates answer 201 with ETag \"1\"", "%s: %d ETag %q %s", o.Key, first.Status, first.ETag, first.Body)
 		case o.Kind == opDelete && first.Status != o.ExpectStatus:
 			v.fail("deletes answer 200 for a live note, 404 for a deleted one", "%s on note %s: want %d, got %d %s", o.Key, o.NoteID, o.ExpectStatus, first.Status, first.Body)
 		}
@@ -463,7 +500,8 @@ func checkAll(v *verdict, ops []*op, st *finalState, consumer, prefix string) (m
 	notesByTitle := map[string][]noteRow{}
 	notesByID := map[string]noteRow{}
 	for _, n := range st.notes {
-		notesByTitle[n.Title] = append(notesByTitle[n.Title], n)
+		t := createTitleOf(n.Title)
+		notesByTitle[t] = append(notesByTitle[t], n)
 		notesByID[n.ID] = n
 	}
 	createByTitle := map[string]*op{}
@@ -567,6 +605,7 @@ func checkAll(v *verdict, ops []*op, st *finalState, consumer, prefix string) (m
 			createdEvent[e.Aggregate] = e
 		case "note.deleted":
 			p.deleted++
+		case "note.updated":
 		case "attachment.processed":
 			p.processed++
 			processedByAtt[e.AttachmentID]++
@@ -723,5 +762,16 @@ func checkAll(v *verdict, ops []*op, st *finalState, consumer, prefix string) (m
 	for _, d := range st.deadLetter {
 		v.fail("no dead letters", "%s", d)
 	}
+
+	// J–L. Edits: every update's one outcome, each note's versions, the
+	// races (editchecks_test.go).
+	tally.Edits = checkEdits(v, ops, st, res, createByTitle)
 	return res, tally
+}
+
+// createTitleOf is the title of the create behind a note's title: an
+// update sets "<the create's title> · edit …" (newUpdate).
+func createTitleOf(title string) string {
+	t, _, _ := strings.Cut(title, " · ")
+	return t
 }

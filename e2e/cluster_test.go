@@ -54,6 +54,7 @@ func TestClusterFaults(t *testing.T) {
 		return ch
 	})
 	r.s.proveClusterFaults(t, p, r.fig)
+	proveEdits(t, r.fig)
 	r.finish(t)
 }
 

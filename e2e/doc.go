@@ -2,14 +2,23 @@
 // the three real programs (api, relay, attachment-worker) and nats-server
 // once with `go build`, runs them as separate processes against a private
 // PostgreSQL cluster and a nats-server it controls, drives them through a
-// response-dropping proxy (internal/faultproxy) with 64 clients that resend
-// operations under the same Idempotency-Key, kills and restarts every process
-// at random moments, stops NATS for 20 s and restarts PostgreSQL — and then
-// proves that every business action reached one explainable final state:
-// one note per create key, one delete per deleted note, every event in the
-// stream once, every attachment processed once, and `api audit` clean. It
+// response-dropping proxy (internal/faultproxy) with 64 clients that create,
+// update (PATCH under If-Match, two agents racing from one version among
+// them) and delete notes and resend operations under the same
+// Idempotency-Key, kills and restarts every process at random moments, stops
+// NATS for 20 s and restarts PostgreSQL — and then proves that every
+// business action reached one explainable final state: one note per create
+// key, one outcome per update key, each note's versions contiguous in what
+// the API answered, the outbox and the stream's order, one winner per race,
+// one delete per deleted note, every event in the stream once, every
+// attachment processed once, and `api audit` clean. It
 // also proves that its faults fired (duplicate acknowledgements, inbox
 // duplicates, redeliveries and replays were observed), or it fails.
+//
+// TestEditsThroughTheStream follows one note's versions (create, two
+// updates, a stale 412, a delete) through two relays into the stream and
+// the lookups; TestEditChecksCanFail plants each violation of the edit
+// checks in a small final state and sees the check fail.
 //
 // TestClusterFaults runs the same load and checks against a three-node
 // JetStream cluster (internal/natstest) with an R3 stream and two of each

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	mrand "math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -97,6 +98,7 @@ func TestFaults(t *testing.T) {
 		return ch
 	})
 	r.s.proveFaults(t, p, ch, r.fig)
+	proveEdits(t, r.fig)
 	r.finish(t)
 }
 
@@ -359,8 +361,10 @@ func setup(t *testing.T, p profile, seed uint64, runID string, topo topology) *s
 		px, err := faultproxy.New(faultproxy.Config{
 			Upstream:        u,
 			DropProbability: p.DropProbability,
-			Eligible:        func(r *http.Request) bool { return r.Method == http.MethodPost || r.Method == http.MethodDelete },
-			Seed:            seed + uint64(i),
+			Eligible: func(r *http.Request) bool {
+				return r.Method == http.MethodPost || r.Method == http.MethodPatch || r.Method == http.MethodDelete
+			},
+			Seed: seed + uint64(i),
 		})
 		require.NoError(t, err)
 		t.Cleanup(px.Close)
@@ -558,16 +562,52 @@ func (s *system) audit(ctx context.Context, t *testing.T) {
 	var rep struct {
 		Anomalies []map[string]any `json:"anomalies"`
 		Counts    map[string]any   `json:"counts"`
+		Chains    []struct {
+			Tenant, Key, Action string
+		} `json:"chains"`
 	}
 	jerr := json.Unmarshal([]byte(stdout), &rep)
 	switch {
 	case code != 0:
-		t.Errorf("api audit --json exited %d; anomalies %v\nstdout: %s\nstderr: %s", code, rep.Anomalies, trimTo(stdout, 4000), trimTo(stderr, 2000))
+		actions := map[string]string{}
+		for _, c := range rep.Chains {
+			actions[c.Tenant+"/"+c.Key] = c.Action
+		}
+		t.Errorf("api audit --json exited %d; anomalies by kind and action: %s\nanomalies %v\nstdout: %s\nstderr: %s",
+			code, anomalySummary(rep.Anomalies, actions), trimTo(fmt.Sprint(rep.Anomalies), 4000), trimTo(stdout, 4000), trimTo(stderr, 2000))
 	case jerr != nil:
 		t.Errorf("api audit --json: stdout is not the JSON report: %v\n%s", jerr, trimTo(stdout, 2000))
 	default:
 		t.Logf("api audit --json: exit 0, %d anomalies, counts %v", len(rep.Anomalies), rep.Counts)
 	}
+}
+
+// anomalySummary counts an audit's anomalies by kind and by the action of
+// the operation each names (its chain's), with a key of each.
+func anomalySummary(anomalies []map[string]any, actions map[string]string) string {
+	type group struct {
+		n   int
+		key string
+	}
+	groups := map[string]*group{}
+	for _, a := range anomalies {
+		tenant, _ := a["tenant"].(string)
+		key, _ := a["key"].(string)
+		action := actions[tenant+"/"+key]
+		if action == "" {
+			action = "no action"
+		}
+		name := fmt.Sprintf("%v (%s)", a["kind"], action)
+		if groups[name] == nil {
+			groups[name] = &group{key: key}
+		}
+		groups[name].n++
+	}
+	var out []string
+	for _, name := range slices.Sorted(maps.Keys(groups)) {
+		out = append(out, fmt.Sprintf("%s: %d, e.g. key %q", name, groups[name].n, groups[name].key))
+	}
+	return strings.Join(out, "; ")
 }
 
 func trimTo(s string, n int) string {

@@ -26,7 +26,32 @@ import (
 // Operation kinds.
 const (
 	opCreate = "create"
+	opUpdate = "update"
 	opDelete = "delete"
+)
+
+// What an update's client expects, from what it knew when it sent it.
+const (
+	// expectUpdated: made against the version the client knows is the
+	// note's (nothing happened to the note since it saw it), changing a
+	// field: 200 with the next version.
+	expectUpdated = "updated"
+	// expectUnchanged: against the note's version, setting what the note
+	// holds: 200 with the same version, no event.
+	expectUnchanged = "unchanged"
+	// expectStale: against the version before the one the client knows
+	// is the note's, like an agent acting on an old read: 412 naming the
+	// note's version.
+	expectStale = "stale"
+	// expectGone: of a note the client deleted (its delete answered 200):
+	// 404.
+	expectGone = "gone"
+	// expectEither: against the version the client last saw, after an
+	// operation on the note whose outcome it never learnt: 200 or 412.
+	expectEither = "either"
+	// expectRace: one of two agents updating the note from the version
+	// both read: one 200, one 412 (checked as a pair).
+	expectRace = "race"
 )
 
 // Attachment kinds of a create.
@@ -36,9 +61,11 @@ const (
 	attNone = "none"
 )
 
-// answer is a decided response: the status and body a client may act on.
+// answer is a decided response: the status, ETag and body a client may
+// act on.
 type answer struct {
 	Status   int
+	ETag     string
 	Body     []byte
 	Replayed bool
 }
@@ -55,10 +82,24 @@ type op struct {
 	Att          string // create: attPNG, attText or attNone
 	AttSHA       string
 	Lines, Words int    // attText: the expected statistics
-	NoteID       string // delete: the target; create: from the decided answer
+	NoteID       string // delete, update: the target; create: from the decided answer
 	ExpectStatus int    // delete: 200 (a live note) or 404 (already deleted)
-	Copies       int    // sends of the operation (1, or 2–5 for a resent one)
-	Concurrent   bool   // the copies were sent at once
+	// IfMatch is the version an update is made against (its If-Match),
+	// and a delete's when it sends one (0: none).
+	IfMatch int
+	// SetTitle and SetBody are what an update sets (nil: keeps it).
+	SetTitle, SetBody *string
+	// Expect is what an update's client expects (expect*); Known the
+	// version it knew to be the note's when it sent it (0: unsure).
+	Expect string
+	Known  int
+	// After412 marks an update sent as a new intent after an update of
+	// the note was refused with 412 and the client read the note again.
+	After412 bool
+	// Rival is the other agent's update of a race (expectRace).
+	Rival      *op
+	Copies     int  // sends of the operation (1, or 2–5 for a resent one)
+	Concurrent bool // the copies were sent at once
 	// Impatient: the client gives up after the first request without a
 	// decided answer, like an agent whose deadline passed; its outcome is
 	// unknown to it and only the lookup after the run tells.
@@ -97,20 +138,30 @@ func (o *op) Decided() *answer {
 	return &a
 }
 
+// GaveUp reports whether a copy of o ran out of time (or patience)
+// without a decided answer.
+func (o *op) GaveUp() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.gaveUp > 0
+}
+
 // tenant is one tenant of the run and its bearer token.
 type tenant struct{ Name, Token string }
 
-// loadStats counts the requests clients sent and what came back.
+// loadStats counts the requests clients sent and what came back; reads
+// are the GETs of notes clients made to learn a note's version again.
 type loadStats struct {
-	requests, transport atomic.Int64
-	mu                  sync.Mutex
-	status              map[int]int64
+	requests, transport, reads atomic.Int64
+	mu                         sync.Mutex
+	status                     map[int]int64
 }
 
 // loadGen drives the APIs through their fault proxies: clients goroutines take
 // operation slots from a fixed schedule (rate per second), each operation
-// a create (with a PNG, a text or no attachment) or a delete of a note the
-// client created; ResendShare of them are sent 2–5 times under their key,
+// a create (with a PNG, a text or no attachment), an update (PATCH under
+// If-Match, see client) or a delete of a note the client created;
+// ResendShare of them are sent 2–5 times under their key,
 // half of those concurrently. Every request without a decided answer
 // (transport error, 409, 5xx) is retried under the same key until
 // opDeadline. With several APIs, each request goes to the next one in turn,
@@ -179,10 +230,74 @@ func (l *loadGen) Done() int {
 	return len(l.ops)
 }
 
+// The load's mix, for a client with live notes: updateShare of its
+// operations update one (raceShare of those are a race of two agents,
+// staleShare made against an older version, unchangedShare setting what
+// the note holds, goneShare of a note it deleted), deleteShare delete
+// one, the rest create. A client's first operation is a create, so about
+// 28 % of all operations are updates.
+const (
+	updateShare    = 0.27
+	deleteShare    = 0.22
+	raceShare      = 0.12
+	staleShare     = 0.06
+	unchangedShare = 0.05
+	goneShare      = 0.04
+	// reupdateShare of the updates refused with 412 are followed, after
+	// the client read the note again, by an update from the version it
+	// read: a new intent under a new key, never the refused one resent.
+	reupdateShare = 0.5
+)
+
+// Faulted reports whether a request of o went without a decided answer
+// (a dropped response, a killed API, 409, 5xx).
+func (o *op) Faulted() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.undecided) > 0
+}
+
+// known is what a client knows of one of its notes: the version it last
+// saw and the note's fields at that version. Only its client writes a
+// note, so the knowledge is certain unless an operation on the note
+// ended without a decided answer (it may or may not have executed) and
+// no read followed.
+type known struct {
+	id, createTitle string
+	version         int
+	title, body     string
+	certain         bool
+}
+
+// learn takes the note an answer or a read carried.
+func (k *known) learn(n noteBody) {
+	k.version, k.title, k.body, k.certain = n.Version, n.Title, n.Body, true
+}
+
+// noteBody is the part of a note (an answer's body, a read) the load and
+// the checks look at.
+type noteBody struct {
+	ID        string `json:"id"`
+	Title     string `json:"title"`
+	Body      string `json:"body"`
+	CreatedAt string `json:"created_at"`
+	Version   int    `json:"version"`
+	UpdatedAt string `json:"updated_at"`
+}
+
+func parseNote(b []byte) (noteBody, bool) {
+	var n noteBody
+	if json.Unmarshal(b, &n) != nil || n.ID == "" || n.Version == 0 {
+		return noteBody{}, false
+	}
+	return n, true
+}
+
 func (l *loadGen) client(ctx context.Context, c int, start time.Time) {
 	rng := rand.New(rand.NewPCG(l.seed, uint64(c)+1))
 	t := l.tenants[c%len(l.tenants)]
-	var live, deleted []string
+	var live, deleted []*known
+	var reupdate *known // to update again from the version read after a 412
 	for seq := 0; ; seq++ {
 		slot := l.slots.Add(1) - 1
 		if slot >= int64(l.total) {
@@ -192,37 +307,192 @@ func (l *loadGen) client(ctx context.Context, c int, start time.Time) {
 		if !wait.For(ctx, time.Until(due)) {
 			return
 		}
-		var o *op
-		if len(live) > 0 && rng.Float64() < 0.3 {
+		var (
+			o *op
+			k *known
+		)
+		r := rng.Float64()
+		switch {
+		case reupdate != nil:
+			k, reupdate = reupdate, nil
+			o = l.newUpdate(rng, c, seq, -1, t, k, expectUpdated)
+			o.After412 = true
+		case len(live) > 0 && r < updateShare:
+			k = live[rng.IntN(len(live))]
+			switch r := rng.Float64(); {
+			case r < raceShare:
+				if l.race(ctx, rng, c, seq, t, k) {
+					reupdate = k
+				}
+				continue
+			case r < raceShare+staleShare && k.certain && k.version > 1:
+				o = l.newUpdate(rng, c, seq, -1, t, k, expectStale)
+			case r < raceShare+staleShare+unchangedShare && k.certain:
+				o = l.newUpdate(rng, c, seq, -1, t, k, expectUnchanged)
+			case r < raceShare+staleShare+unchangedShare+goneShare && len(deleted) > 0:
+				k = deleted[rng.IntN(len(deleted))]
+				o = l.newUpdate(rng, c, seq, -1, t, k, expectGone)
+			case k.certain:
+				o = l.newUpdate(rng, c, seq, -1, t, k, expectUpdated)
+			default:
+				o = l.newUpdate(rng, c, seq, -1, t, k, expectEither)
+			}
+		case len(live) > 0 && r < updateShare+deleteShare:
 			o = &op{Kind: opDelete, Client: c, Tenant: t.Name, token: t.Token,
 				Key: fmt.Sprintf("e2e-%s-d%d-%d", l.runID, c, seq)}
 			if len(deleted) > 0 && rng.Float64() < 0.15 {
-				o.NoteID, o.ExpectStatus = deleted[rng.IntN(len(deleted))], http.StatusNotFound
+				o.NoteID, o.ExpectStatus = deleted[rng.IntN(len(deleted))].id, http.StatusNotFound
 			} else {
 				i := rng.IntN(len(live))
-				o.NoteID, o.ExpectStatus = live[i], http.StatusOK
+				k = live[i]
+				o.NoteID, o.ExpectStatus = k.id, http.StatusOK
+				if k.certain && rng.IntN(2) == 0 {
+					o.IfMatch = k.version
+				}
 				// Whatever the answer, the note is no longer surely live.
 				live = append(live[:i], live[i+1:]...)
 			}
-		} else {
+		default:
 			o = l.newCreate(rng, c, seq, t)
 		}
 		l.start(ctx, o, rng)
 		a := o.Decided()
 		switch {
 		case a == nil:
+			if k != nil {
+				k.certain = false
+			}
 		case o.Kind == opCreate && a.Status == http.StatusCreated:
-			if id := noteIDOf(a.Body); id != "" {
+			if n, ok := parseNote(a.Body); ok {
 				o.mu.Lock()
-				o.NoteID = id
+				o.NoteID = n.ID
 				o.mu.Unlock()
-				live = append(live, id)
+				k := &known{id: n.ID, createTitle: o.Title}
+				k.learn(n)
+				live = append(live, k)
 			}
 		case o.Kind == opDelete && a.Status == http.StatusOK && o.ExpectStatus == http.StatusOK:
-			deleted = append(deleted, o.NoteID)
+			deleted = append(deleted, k)
+		case o.Kind == opUpdate && o.Expect == expectGone:
+		case o.Kind == opUpdate && a.Status == http.StatusOK:
+			if n, ok := parseNote(a.Body); ok {
+				k.learn(n)
+			}
+		case o.Kind == opUpdate && a.Status == http.StatusPreconditionFailed:
+			// Another agent won, or the client's view was old: it reads
+			// the note again and may decide to update it from there.
+			if l.reread(ctx, t, k) && rng.Float64() < reupdateShare {
+				reupdate = k
+			}
 		}
 	}
 }
+
+// newUpdate makes an update of k's note made as expect says, by agent
+// (-1: the client itself; 0 and 1: the agents of a race): the title
+// ("<the create's title> · edit …", so that a note keeps naming its
+// create), the body or both, each a value no update sent before — or,
+// for expectUnchanged, what the note holds.
+func (l *loadGen) newUpdate(rng *rand.Rand, c, seq, agent int, t tenant, k *known, expect string) *op {
+	key := fmt.Sprintf("e2e-%s-u%d-%d", l.runID, c, seq)
+	edit := fmt.Sprintf("edit %d/%d", c, seq)
+	if agent >= 0 {
+		key = fmt.Sprintf("e2e-%s-r%d-%d-a%d", l.runID, c, seq, agent)
+		edit += fmt.Sprintf(" by agent %d", agent)
+	}
+	o := &op{Kind: opUpdate, Client: c, Tenant: t.Name, token: t.Token, Key: key, NoteID: k.id,
+		IfMatch: k.version, Expect: expect}
+	if k.certain {
+		o.Known = k.version
+	}
+	title, body := k.createTitle+" · "+edit, edit+": "+words(rng, 1+rng.IntN(12))
+	if expect == expectUnchanged {
+		title, body = k.title, k.body
+	}
+	switch r := rng.Float64(); {
+	case r < 0.4:
+		o.SetTitle = &title
+	case r < 0.8:
+		o.SetBody = &body
+	default:
+		o.SetTitle, o.SetBody = &title, &body
+	}
+	if expect == expectStale {
+		o.IfMatch = k.version - 1
+	}
+	req := map[string]string{}
+	if o.SetTitle != nil {
+		req["title"] = *o.SetTitle
+	}
+	if o.SetBody != nil {
+		req["body"] = *o.SetBody
+	}
+	o.request, _ = json.Marshal(req)
+	return o
+}
+
+// race runs two agents' updates of k's note from the version both read
+// (the client reads it first when its view is uncertain), each with the
+// schedule's resends but never impatient, at once; exactly one may win.
+// Then the client reads the note, as the loser would; it reports whether
+// the client updates the note again from there (a new intent).
+func (l *loadGen) race(ctx context.Context, rng *rand.Rand, c, seq int, t tenant, k *known) bool {
+	if !k.certain && !l.reread(ctx, t, k) {
+		return false
+	}
+	a := l.newUpdate(rng, c, seq, 0, t, k, expectRace)
+	b := l.newUpdate(rng, c, seq, 1, t, k, expectRace)
+	a.Rival, b.Rival = b, a
+	var wg sync.WaitGroup
+	for _, o := range []*op{a, b} {
+		orng := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
+		l.prepare(o, orng)
+		o.Impatient = false
+		wg.Go(func() { l.run(ctx, o, orng) })
+	}
+	wg.Wait()
+	return l.reread(ctx, t, k) && rng.Float64() < reupdateShare
+}
+
+// reread reads k's note (GET through the proxies, which never drop a
+// read's response), retrying what is not an answer until opDeadline, and
+// learns it; it reports whether it got the note.
+func (l *loadGen) reread(ctx context.Context, t tenant, k *known) bool {
+	deadline := time.Now().Add(l.opDeadline)
+	backoff := 50 * time.Millisecond
+	for ctx.Err() == nil && time.Now().Before(deadline) {
+		base := l.bases[(l.next.Add(1)-1)%uint64(len(l.bases))]
+		rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		req, _ := http.NewRequestWithContext(rctx, http.MethodGet, base+"/v1/notes/"+k.id, nil)
+		req.Header.Set("Authorization", "Bearer "+t.Token)
+		l.stats.reads.Add(1)
+		resp, err := l.http.Do(req)
+		var body []byte
+		if err == nil {
+			body, err = io.ReadAll(resp.Body)
+			resp.Body.Close()
+		}
+		cancel()
+		if err == nil && resp.StatusCode == http.StatusOK {
+			if n, ok := parseNote(body); ok && resp.Header.Get("ETag") == etagOf(n.Version) {
+				k.learn(n)
+				return true
+			}
+		}
+		if err == nil && resp.StatusCode < 500 && resp.StatusCode != http.StatusTooManyRequests {
+			break // an answer, but not the note: the checks will tell
+		}
+		if !wait.For(ctx, backoff) {
+			break
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+	k.certain = false
+	return false
+}
+
+// etagOf is the ETag of a note at version.
+func etagOf(version int) string { return `"` + strconv.Itoa(version) + `"` }
 
 // Burst runs n creates outside the schedule, workers at a time (split
 // between the tenants: keep it under QUILL_TENANT_CONCURRENCY), with the
@@ -333,6 +603,12 @@ func randomPNG(rng *rand.Rand) []byte {
 // start draws how o is delivered (resends, concurrency, patience), records
 // it and runs it.
 func (l *loadGen) start(ctx context.Context, o *op, rng *rand.Rand) {
+	l.prepare(o, rng)
+	l.run(ctx, o, rng)
+}
+
+// prepare draws how o is delivered and records it.
+func (l *loadGen) prepare(o *op, rng *rand.Rand) {
 	o.Copies = 1
 	if rng.Float64() < resendShare {
 		o.Copies = 2 + rng.IntN(4)
@@ -342,7 +618,6 @@ func (l *loadGen) start(ctx context.Context, o *op, rng *rand.Rand) {
 	l.mu.Lock()
 	l.ops = append(l.ops, o)
 	l.mu.Unlock()
-	l.run(ctx, o, rng)
 }
 
 // run sends o's copies, at once or one after the other.
@@ -403,11 +678,18 @@ func (l *loadGen) send(ctx context.Context, o *op) (*answer, string, time.Durati
 	defer cancel()
 	base := l.bases[(l.next.Add(1)-1)%uint64(len(l.bases))]
 	var req *http.Request
-	if o.Kind == opCreate {
+	switch o.Kind {
+	case opCreate:
 		req, _ = http.NewRequestWithContext(rctx, http.MethodPost, base+"/v1/notes", bytes.NewReader(o.request))
 		req.Header.Set("Content-Type", "application/json")
-	} else {
+	case opUpdate:
+		req, _ = http.NewRequestWithContext(rctx, http.MethodPatch, base+"/v1/notes/"+o.NoteID, bytes.NewReader(o.request))
+		req.Header.Set("Content-Type", "application/json")
+	default:
 		req, _ = http.NewRequestWithContext(rctx, http.MethodDelete, base+"/v1/notes/"+o.NoteID, nil)
+	}
+	if o.IfMatch > 0 {
+		req.Header.Set("If-Match", etagOf(o.IfMatch))
 	}
 	req.Header.Set("Authorization", "Bearer "+o.token)
 	req.Header.Set("Idempotency-Key", o.Key)
@@ -433,5 +715,6 @@ func (l *loadGen) send(ctx context.Context, o *op) (*answer, string, time.Durati
 		ra, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
 		return nil, "http_" + strconv.Itoa(resp.StatusCode), time.Duration(ra) * time.Second
 	}
-	return &answer{Status: resp.StatusCode, Body: body, Replayed: resp.Header.Get("Idempotent-Replayed") == "true"}, "", 0
+	return &answer{Status: resp.StatusCode, ETag: resp.Header.Get("ETag"), Body: body,
+		Replayed: resp.Header.Get("Idempotent-Replayed") == "true"}, "", 0
 }

@@ -19,8 +19,10 @@ type figures struct {
 	profile                  profile
 	duration, load, drain    time.Duration
 	ops, creates, deletes    int
+	updates                  int
 	resent, resentAtOnce     int
 	requests, transport      int64
+	reads                    int64 // GETs clients made to learn a note's version
 	statuses                 map[int]int64
 	tally                    outcomeTally
 	notes, deleted           int
@@ -29,7 +31,7 @@ type figures struct {
 
 	// Scraped from /metrics, summed over incarnations.
 	apiHTTP, apiExecuted, apiReplayed, apiInProgress, apiKeyReused float64
-	effectsCreate, effectsDelete                                   float64
+	effectsCreate, effectsDelete, effectsUpdate                    float64
 	relayPublished, relayDuplicates, relayErrors                   float64
 	workerProcessed, workerDuplicate, workerSkipped                float64
 	workerFailed, workerDead                                       float64
@@ -68,9 +70,12 @@ func (s *system) figures(ctx context.Context, t *testing.T, p profile, fr faultR
 		relayErrorsBy: map[string]float64{}, relayDuplicatesBy: map[string]float64{}}
 	for _, o := range lg.Ops() {
 		f.ops++
-		if o.Kind == opCreate {
+		switch o.Kind {
+		case opCreate:
 			f.creates++
-		} else {
+		case opUpdate:
+			f.updates++
+		default:
 			f.deletes++
 		}
 		if o.Copies > 1 {
@@ -80,7 +85,7 @@ func (s *system) figures(ctx context.Context, t *testing.T, p profile, fr faultR
 			}
 		}
 	}
-	f.requests, f.transport = lg.stats.requests.Load(), lg.stats.transport.Load()
+	f.requests, f.transport, f.reads = lg.stats.requests.Load(), lg.stats.transport.Load(), lg.stats.reads.Load()
 	lg.stats.mu.Lock()
 	for k, v := range lg.stats.status {
 		f.statuses[k] = v
@@ -123,6 +128,7 @@ func (s *system) figures(ctx context.Context, t *testing.T, p profile, fr faultR
 	f.apiKeyReused = total(s.apis, "quill_idempotency_requests_total", map[string]string{"outcome": "key_reused"})
 	f.effectsCreate = total(s.apis, "quill_business_effects_total", map[string]string{"action": "create-note"})
 	f.effectsDelete = total(s.apis, "quill_business_effects_total", map[string]string{"action": "delete-note"})
+	f.effectsUpdate = total(s.apis, "quill_business_effects_total", map[string]string{"action": "update-note"})
 	f.relayPublished = total(s.relays, "quill_relay_published_total", nil)
 	f.relayDuplicates = total(s.relays, "quill_relay_duplicates_total", nil)
 	f.relayErrors = total(s.relays, "quill_relay_publish_errors_total", nil)
@@ -360,7 +366,10 @@ func (f *figures) String() string {
 	p := f.profile
 	w("=== Quill fault suite, profile %s", p.Name)
 	w("duration        %.1fs (load %.1fs, drain %.1fs)", f.duration.Seconds(), f.load.Seconds(), f.drain.Seconds())
-	w("operations      %d (%d creates, %d deletes); %d resent 2–5× under their key (%d of them concurrently)", f.ops, f.creates, f.deletes, f.resent, f.resentAtOnce)
+	w("operations      %d (%d creates, %d updates, %d deletes); %d resent 2–5× under their key (%d of them concurrently)", f.ops, f.creates, f.updates, f.deletes, f.resent, f.resentAtOnce)
+	e := f.tally.Edits
+	w("updates         %d made a version, %d changed nothing, %d refused 412, %d found no note (404); %d races of two agents from one version (%d hit by the faults); %d new intents after a 412; %d notes edited, up to version %d; %d reads of a note",
+		e.Accepted, e.Unchanged, e.Refused, e.Gone, e.Races, e.FaultedRaces, e.After412, e.EditedNotes, e.MaxVersion, f.reads)
 	cs := inKeyOrder(f.statuses, "%[2]d×%[1]d") // count×status
 	w("requests        %d sent by clients (%d lost: transport errors; answers %s); proxy %d, %d responses dropped, %d upstream errors; API counted %.0f",
 		f.requests, f.transport, strings.Join(cs, " "), f.proxy.requests, f.proxy.dropped, f.proxy.upstreamErrors, f.apiHTTP)
@@ -368,8 +377,8 @@ func (f *figures) String() string {
 		f.tally.Decided, f.tally.UnknownExecuted, f.tally.UnknownNotExecuted, f.tally.Unresolved)
 	w("effects         %d notes (%d deleted); attachments %d processed, %d skipped (note deleted first); %d events, %d stream messages",
 		f.notes, f.deleted, f.attProcessed, f.attSkipped, f.events, f.streamMsgs)
-	w("api             executed %.0f, replayed %.0f, in progress (409) %.0f, key reused %.0f; business effects create %.0f, delete %.0f",
-		f.apiExecuted, f.apiReplayed, f.apiInProgress, f.apiKeyReused, f.effectsCreate, f.effectsDelete)
+	w("api             executed %.0f, replayed %.0f, in progress (409) %.0f, key reused %.0f; business effects create %.0f, update %.0f, delete %.0f",
+		f.apiExecuted, f.apiReplayed, f.apiInProgress, f.apiKeyReused, f.effectsCreate, f.effectsUpdate, f.effectsDelete)
 	w("suppressed      api: %.0f replays; relay→JetStream: %.0f duplicate acks of %.0f publishes (%.0f publish errors); worker inbox: %.0f duplicates",
 		f.apiReplayed, f.relayDuplicates, f.relayPublished, f.relayErrors, f.workerDuplicate)
 	w("worker          processed %.0f, duplicate %.0f, skipped %.0f, failed %.0f, dead-lettered %.0f; consumer deliveries %d for %d note.created (%d redeliveries)",
