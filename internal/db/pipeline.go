@@ -231,7 +231,6 @@ func (r *queuedRow) Scan(dest ...any) error {
 	return r.p.send(r.ctx)
 }
 
-
 // Commit sends the statements still queued and COMMIT in one round trip. It
 // returns nil when the transaction committed. When the server refused a
 // statement (the transaction was aborted, COMMIT did not run) it rolls back
