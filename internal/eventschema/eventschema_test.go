@@ -28,7 +28,7 @@ var (
 // The data the code writes, through the very types it writes them with:
 // a renamed or retyped member of these types breaks a case below.
 func createdData(withAttachment bool) notes.NoteView {
-	n := notes.Note{ID: noteID, Tenant: "acme", Title: "Example <note> & \"quotes\"", Body: "body", CreatedAt: at}
+	n := notes.Note{ID: noteID, Tenant: "acme", Title: "Example <note> & \"quotes\"", Body: "body", CreatedAt: at, Version: 1, UpdatedAt: at}
 	if withAttachment {
 		n.Attachment = &notes.Attachment{ID: attID, NoteID: noteID, Filename: "a.png", ContentType: "image/png",
 			Size: 42, SHA256: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", Status: notes.AttachmentPending}
@@ -84,6 +84,7 @@ func TestData(t *testing.T) {
 	t.Parallel()
 	created := asMap(t, createdData(true))
 	deleted := asMap(t, deletedData())
+	updated := map[string]any{"id": noteID.String(), "version": 2, "title": "new", "updated_at": notes.FormatTime(at)}
 	processed := asMap(t, processedData(worker.StateProcessed))
 	failed := asMap(t, processedData(worker.StateFailed))
 	att := func(f func(map[string]any)) func(map[string]any) {
@@ -122,6 +123,16 @@ func TestData(t *testing.T) {
 		{"deleted deleted_at not a date-time", contract.EventNoteDeleted, with(deleted, func(m map[string]any) { m["deleted_at"] = "2026-13-30T00:16:58.648139Z" }), "/deleted_at"},
 		{"deleted id renamed", contract.EventNoteDeleted, with(deleted, func(m map[string]any) { m["note_id"] = m["id"]; delete(m, "id") }), "id"},
 		{"deleted undeclared member", contract.EventNoteDeleted, with(deleted, func(m map[string]any) { m["title"] = "t" }), "does not declare"},
+
+		{"created version 2", contract.EventNoteCreated, with(created, func(m map[string]any) { m["version"] = 2 }), "/version"},
+		{"created before versions", contract.EventNoteCreated, with(created, func(m map[string]any) { delete(m, "version"); delete(m, "updated_at") }), ""},
+		{"updated", contract.EventNoteUpdated, updated, ""},
+		{"updated body emptied", contract.EventNoteUpdated, with(updated, func(m map[string]any) { delete(m, "title"); m["body"] = "" }), ""},
+		{"updated missing version", contract.EventNoteUpdated, with(updated, func(m map[string]any) { delete(m, "version") }), "version"},
+		{"updated version 1", contract.EventNoteUpdated, with(updated, func(m map[string]any) { m["version"] = 1 }), "/version"},
+		{"updated empty title", contract.EventNoteUpdated, with(updated, func(m map[string]any) { m["title"] = "" }), "/title"},
+		{"updated undeclared member", contract.EventNoteUpdated, with(updated, func(m map[string]any) { m["colour"] = "red" }), "does not declare"},
+		{"deleted with version", contract.EventNoteDeleted, with(deleted, func(m map[string]any) { m["version"] = 3 }), ""},
 
 		{"processed", contract.EventAttachmentProcessed, processedData(worker.StateProcessed), ""},
 		{"failed", contract.EventAttachmentProcessed, processedData(worker.StateFailed), ""},
