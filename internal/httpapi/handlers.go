@@ -145,13 +145,19 @@ func (s *server) createNote(w http.ResponseWriter, r *http.Request) {
 	writeOutcome(w, r, out, err)
 }
 
-func (s *server) updateNote(w http.ResponseWriter, r *http.Request) {
-	key, p := operationKey(r, contract.ActionUpdateNote)
+// keyAndIfMatch reads the operation key and the If-Match version (0: none)
+// of a write that acts on a note.
+func keyAndIfMatch(r *http.Request, action string) (string, int, *problem.Problem) {
+	key, p := operationKey(r, action)
 	if p != nil {
-		writeProblem(w, r, p)
-		return
+		return "", 0, p
 	}
 	version, p := ifMatch(r)
+	return key, version, p
+}
+
+func (s *server) updateNote(w http.ResponseWriter, r *http.Request) {
+	key, version, p := keyAndIfMatch(r, contract.ActionUpdateNote)
 	if p != nil {
 		writeProblem(w, r, p)
 		return
@@ -183,12 +189,7 @@ func (s *server) updateNote(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) deleteNote(w http.ResponseWriter, r *http.Request) {
-	key, p := operationKey(r, contract.ActionDeleteNote)
-	if p != nil {
-		writeProblem(w, r, p)
-		return
-	}
-	version, p := ifMatch(r)
+	key, version, p := keyAndIfMatch(r, contract.ActionDeleteNote)
 	if p != nil {
 		writeProblem(w, r, p)
 		return

@@ -393,9 +393,7 @@ func problemFor(err error) *problem.Problem {
 			mismatch.Current, mismatch.Expected))
 		p.CurrentVersion = mismatch.Current
 		return p
-	case errors.Is(err, notes.ErrNothingToUpdate):
-		return problem.New(http.StatusNotFound, contract.CodeNotFound, "no note with this id exists for this tenant (it may have been deleted)")
-	case errors.Is(err, notes.ErrNothingToDelete):
+	case errors.Is(err, notes.ErrNothingToUpdate), errors.Is(err, notes.ErrNothingToDelete):
 		return problem.New(http.StatusNotFound, contract.CodeNotFound, "no note with this id exists for this tenant (it may have been deleted)")
 	case errors.Is(err, notes.ErrNotFound):
 		return problem.New(http.StatusNotFound, contract.CodeNotFound, "no such note for this tenant")

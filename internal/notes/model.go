@@ -208,6 +208,28 @@ func (e *ValidationError) requiredText(field string, v *string, limit int) strin
 	return *v
 }
 
+// title checks a note's title (SPEC §3): present, 1–MaxTitleChars code
+// points, no control characters. It returns the title ("" when absent).
+func (e *ValidationError) title(v *string) string {
+	t := e.requiredText("title", v, MaxTitleChars)
+	if v != nil {
+		if i := indexControl(t); i >= 0 {
+			e.add("title", "must not contain control characters (character %d)", i+1)
+		}
+	}
+	return t
+}
+
+// body checks a note's body (SPEC §3): up to MaxBodyChars, no U+0000.
+func (e *ValidationError) body(b string) {
+	if n := utf8.RuneCountInString(b); n > MaxBodyChars {
+		e.add("body", "is %d characters long, the limit is %d", n, MaxBodyChars)
+	}
+	if strings.IndexByte(b, 0) >= 0 {
+		e.add("body", "must not contain U+0000")
+	}
+}
+
 // TooLargeError says a decoded attachment is over the limit.
 type TooLargeError struct {
 	Size, Limit int
@@ -223,19 +245,10 @@ func (e *TooLargeError) Error() string {
 func Validate(in CreateInput, maxAttachment int) (CreateParams, error) {
 	var p CreateParams
 	verr := &ValidationError{}
-	if p.Title = verr.requiredText("title", in.Title, MaxTitleChars); in.Title != nil {
-		if i := indexControl(p.Title); i >= 0 {
-			verr.add("title", "must not contain control characters (character %d)", i+1)
-		}
-	}
+	p.Title = verr.title(in.Title)
 	if in.Body != nil {
 		p.Body = *in.Body
-		if n := utf8.RuneCountInString(p.Body); n > MaxBodyChars {
-			verr.add("body", "is %d characters long, the limit is %d", n, MaxBodyChars)
-		}
-		if strings.IndexByte(p.Body, 0) >= 0 {
-			verr.add("body", "must not contain U+0000")
-		}
+		verr.body(p.Body)
 	}
 	if a := in.Attachment; a != nil {
 		att, tooLarge := validateAttachment(a, maxAttachment, verr)

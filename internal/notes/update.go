@@ -1,9 +1,6 @@
 package notes
 
 import (
-	"strings"
-	"unicode/utf8"
-
 	"github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 )
@@ -53,22 +50,14 @@ func ValidateUpdate(in UpdateInput) (UpdateParams, error) {
 	case t.Null:
 		verr.add("title", "must be a string; omit it to keep the title")
 	case t.Set:
-		title := verr.requiredText("title", &t.Value, MaxTitleChars)
-		if i := indexControl(title); i >= 0 {
-			verr.add("title", "must not contain control characters (character %d)", i+1)
-		}
+		title := verr.title(&t.Value)
 		p.Title = &title
 	}
 	switch b := in.Body; {
 	case b.Null:
 		verr.add("body", "must be a string; omit it to keep the body, send \"\" to empty it")
 	case b.Set:
-		if n := utf8.RuneCountInString(b.Value); n > MaxBodyChars {
-			verr.add("body", "is %d characters long, the limit is %d", n, MaxBodyChars)
-		}
-		if strings.IndexByte(b.Value, 0) >= 0 {
-			verr.add("body", "must not contain U+0000")
-		}
+		verr.body(b.Value)
 		body := b.Value
 		p.Body = &body
 	}
