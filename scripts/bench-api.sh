@@ -15,7 +15,7 @@
 #      one_by_one.sql (BEGIN, 3 INSERTs, COMMIT) and one_round_trip.sql (one
 #      CTE statement), at the same concurrencies; and api_equivalent.sql,
 #      every statement the API sends for a create, in its round trip; and
-#      api_update_equivalent.sql, every statement of an update in its three
+#      api_update_equivalent.sql, every statement of an update in its two
 #      round trips, on one seeded note per client (api_update_seed.sql);
 #   5. prints the table, target verdicts and CPU use per phase (sampled
 #      inside each measured window from /proc), and writes
@@ -240,8 +240,8 @@ per_op() { awk -v p="$1" -v k="$2" -v r="$3" '$1 == p && r > 0 && $k != "-" { pr
 			"$(per_op "update-c$c" 3 "$(updates "$c")")" "$(per_op "update-c$c" 4 "$(updates "$c")")" \
 			"$(per_op "api_update_equivalent-c$c" 4 "${PG_TPS[api_update_equivalent-c$c]:-0}")"
 	done
-	echo "  api-eq = api_update_equivalent.sql: BEGIN + lock_timeout; the lock read (note and attachment, FOR UPDATE OF n);"
-	echo "  the claim with the record's and the note.updated event's inserts, the guarded UPDATE, COMMIT — the API's three"
+	echo "  api-eq = api_update_equivalent.sql: BEGIN + lock_timeout + the lock read (note and attachment, FOR UPDATE OF n);"
+	echo "  the claim with the record's and the note.updated event's inserts, the guarded UPDATE, COMMIT — the API's two"
 	echo "  round trips, on pgbench -M $PGBENCH_MODE (n/a with simple: pipelines); ratio = API updates/s ÷ api-eq tx/s;"
 	echo "  µs/upd = cores in the window ÷ updates/s (API: the API process; PG: PostgreSQL, in the API's run and in pgbench's)."
 	echo

@@ -428,7 +428,16 @@ cpu_report() {
 # snapshot $WORK/snap0.
 cpu_window_start() {
 	WINDOW_T0=$(now_s)
-	cpu_snapshot >"$WORK/snap0"
+	snapshot_now >"$WORK/snap0"
+}
+# snapshot_now: cpu_snapshot, raised above the load it measures when the
+# script may (root): at 64 busy clients a snapshot at equal priority took
+# longer than the window's margin, and the closing one found pgbench and its
+# backends already gone (reported as 0 cores).
+snapshot_now() {
+	if ((EUID == 0)); then renice -n -10 -p $$ >/dev/null 2>&1 || true; fi
+	cpu_snapshot
+	if ((EUID == 0)); then renice -n 0 -p $$ >/dev/null 2>&1 || true; fi
 }
 # cpu_window_end [PHASE "ROLE..." [CLIENT_CORES]]: closes it: the snapshot
 # $WORK/snap1 and WINDOW_S, its length in seconds; with PHASE, then
@@ -436,7 +445,7 @@ cpu_window_start() {
 cpu_window_end() {
 	local t1
 	t1=$(now_s)
-	cpu_snapshot >"$WORK/snap1"
+	snapshot_now >"$WORK/snap1"
 	WINDOW_S=$(elapsed "$WINDOW_T0" "$t1")
 	if (($# > 0)); then cpu_window_report "$@"; fi
 }
