@@ -225,7 +225,7 @@ func TestOnlyDBOpensTransactions(t *testing.T) {
 
 func TestTestPackagesAreImportedByTestsOnly(t *testing.T) {
 	t.Parallel()
-	testOnly := []string{"internal/dbtest", "internal/natstest", "internal/apitest", "internal/clitest", "internal/testkit"}
+	testOnly := []string{"internal/dbtest", "internal/natstest", "internal/apitest", "internal/clitest", "internal/testkit", "internal/webhooktest"}
 	for pkg, imps := range imports(t) {
 		if slices.Contains(testOnly, pkg) {
 			continue
