@@ -260,4 +260,3 @@ func insertDeliveries(ctx context.Context, tx pgx.Tx, tenant string, eventID uui
 	}
 	return tag.RowsAffected(), nil
 }
-

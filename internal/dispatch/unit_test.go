@@ -25,8 +25,8 @@ func TestBackoff(t *testing.T) {
 	}{
 		{1, 0, base}, {1, 0.999, base}, // the first retry waits the minimum
 		{2, 0, base}, {2, 0.5, base + base/2}, // ceiling 10s
-		{3, 1, 20 * time.Second},             // ceiling 20s
-		{10, 1, 2560 * time.Second},          // 5s·2^9
+		{3, 1, 20 * time.Second},              // ceiling 20s
+		{10, 1, 2560 * time.Second},           // 5s·2^9
 		{11, 1, maxDelay}, {100, 1, maxDelay}, // capped
 		{100, 0, base},
 		{0, 0.5, base}, // no attempt yet: the minimum
@@ -224,7 +224,9 @@ func TestClientFollowsNoRedirect(t *testing.T) {
 	t.Parallel()
 	target := make(chan struct{}, 1)
 	mux := http.NewServeMux()
-	mux.HandleFunc("/hook", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/elsewhere", http.StatusTemporaryRedirect) })
+	mux.HandleFunc("/hook", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/elsewhere", http.StatusTemporaryRedirect)
+	})
 	mux.HandleFunc("/elsewhere", func(http.ResponseWriter, *http.Request) { target <- struct{}{} })
 	srv := newServer(t, mux)
 	client, err := dispatch.NewClient(true, "", 2)
