@@ -16,4 +16,6 @@ import (
 func main() { daemon.Main("webhook-dispatcher", run, exitCode) }
 
 // exitCode is cli.ExitCode for this program.
-func exitCode(err error, stderr io.Writer) int { return cli.ExitCode("webhook-dispatcher", err, stderr) }
+func exitCode(err error, stderr io.Writer) int {
+	return cli.ExitCode("webhook-dispatcher", err, stderr)
+}
