@@ -67,7 +67,7 @@ func TestDeliversSignedEvents(t *testing.T) {
 	require.Equal(t, note, agg)
 	require.Equal(t, int64(1), version)
 
-	require.Equal(t, 2.0, counter(m.Deliveries.WithLabelValues("delivered")))
+	require.Eventually(t, func() bool { return counter(m.Deliveries.WithLabelValues("delivered")) == 2 }, waitLong, 10*time.Millisecond)
 	require.Eventually(t, func() bool { return histogramCount(t, reg, "quill_webhook_delivery_seconds") == 2 }, waitLong, 20*time.Millisecond)
 }
 
@@ -91,7 +91,7 @@ func TestRetriesUnderTheSameID(t *testing.T) {
 	for _, req := range rc.requests() {
 		verify(t, secret, req)
 	}
-	require.Equal(t, 2.0, counter(m.Deliveries.WithLabelValues("retried")))
+	require.Eventually(t, func() bool { return counter(m.Deliveries.WithLabelValues("retried")) == 2 }, waitLong, 10*time.Millisecond)
 	var failures int
 	var state string
 	require.NoError(t, h.pool.QueryRow(t.Context(), `SELECT state, failures_in_row FROM webhook_endpoint_health WHERE endpoint_id = $1`, ep).Scan(&state, &failures))
@@ -114,7 +114,7 @@ func TestGivesUpAndDisables(t *testing.T) {
 	require.GreaterOrEqual(t, r.Attempts, 2)
 	require.Equal(t, 500, *r.LastStatus)
 	require.Equal(t, "HTTP 500", *r.LastError)
-	require.GreaterOrEqual(t, counter(m.Deliveries.WithLabelValues("failed")), 1.0)
+	require.Eventually(t, func() bool { return counter(m.Deliveries.WithLabelValues("failed")) >= 1 }, waitLong, 10*time.Millisecond)
 	for _, got := range rc.ids() {
 		require.Equal(t, id, got)
 	}
@@ -228,4 +228,13 @@ func counter(c prometheus.Counter) float64 {
 	var m dto.Metric
 	_ = c.Write(&m)
 	return m.GetCounter().GetValue()
+}
+
+// dtoGauge reads the pending gauge.
+type dtoGauge struct{}
+
+func (dtoGauge) read(m *dispatch.Metrics) float64 {
+	var d dto.Metric
+	_ = m.Pending.Write(&d)
+	return d.GetGauge().GetValue()
 }

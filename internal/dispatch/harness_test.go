@@ -92,7 +92,13 @@ func (h *harness) publish(event string, note uuid.UUID, version int64) (string, 
 // registry.
 func (h *harness) start(cfg dispatch.Config) (*dispatch.Metrics, *prometheus.Registry) {
 	h.t.Helper()
-	cfg.AllowPrivate = true
+	return h.startWith(cfg, true)
+}
+
+// startWith is start with the SSRF rules on unless allowPrivate.
+func (h *harness) startWith(cfg dispatch.Config, allowPrivate bool) (*dispatch.Metrics, *prometheus.Registry) {
+	h.t.Helper()
+	cfg.AllowPrivate = allowPrivate
 	cfg.PollInterval = 100 * time.Millisecond
 	if cfg.MaintenanceInterval == 0 {
 		cfg.MaintenanceInterval = 200 * time.Millisecond

@@ -57,11 +57,18 @@ RETURNING d.id, d.tenant, d.endpoint_id, d.event_id, d.payload, d.event_time, d.
 	first_attempt_at = CASE WHEN attempts = 1 THEN NULL ELSE first_attempt_at END
 WHERE id = ANY ($1) AND state = 'pending' AND attempts = ANY ($2)`
 
-	// sqlDelivered marks a delivery delivered, whoever's claim it is now:
-	// a 2xx is a fact.
-	sqlDelivered = `UPDATE webhook_deliveries SET state = 'delivered', delivered_at = now(), lease_until = NULL,
-	last_status = $2, last_error = NULL
-WHERE id = $1 AND state = 'pending'`
+	// sqlDelivered marks a delivery delivered, whoever's claim it is now
+	// (a 2xx is a fact), and records the success on its endpoint's health,
+	// in one statement.
+	sqlDelivered = `WITH d AS (
+	UPDATE webhook_deliveries SET state = 'delivered', delivered_at = now(), lease_until = NULL,
+		last_status = $2, last_error = NULL
+	WHERE id = $1 AND state = 'pending')
+INSERT INTO webhook_endpoint_health AS h
+	(endpoint_id, last_attempt_at, last_delivery_at, last_status, last_error, failures_in_row, failing_since)
+VALUES ($3, now(), now(), $2, NULL, 0, NULL)
+ON CONFLICT (endpoint_id) DO UPDATE SET last_attempt_at = now(), last_delivery_at = now(),
+	last_status = $2, last_error = NULL, failures_in_row = 0, failing_since = NULL`
 
 	// sqlRetry schedules the next attempt after $3 seconds, or fails the
 	// delivery once $4 seconds have passed since its first attempt. It
@@ -81,14 +88,9 @@ RETURNING state`
 	last_status = $2, last_error = $3
 WHERE id = $1 AND state = 'pending' AND attempts = $4`
 
-	// sqlHealthSuccess and sqlHealthFailure record an attempt on the
-	// endpoint's health; a failure disables the endpoint when it has been
-	// failing since at least $4 seconds ago.
-	sqlHealthSuccess = `INSERT INTO webhook_endpoint_health AS h
-	(endpoint_id, last_attempt_at, last_delivery_at, last_status, last_error, failures_in_row, failing_since)
-VALUES ($1, now(), now(), $2, NULL, 0, NULL)
-ON CONFLICT (endpoint_id) DO UPDATE SET last_attempt_at = now(), last_delivery_at = now(),
-	last_status = $2, last_error = NULL, failures_in_row = 0, failing_since = NULL`
+	// sqlHealthFailure records a failed attempt on the endpoint's health
+	// and disables the endpoint when it has been failing since at least $4
+	// seconds ago.
 	sqlHealthFailure = `INSERT INTO webhook_endpoint_health AS h
 	(endpoint_id, last_attempt_at, last_status, last_error, failures_in_row, failing_since)
 VALUES ($1, now(), $2, $3, 1, now())
@@ -179,11 +181,8 @@ func (s store) release(ctx context.Context, cs []claimed) error {
 }
 
 func (s store) delivered(ctx context.Context, c claimed, status int) error {
-	if _, err := s.pool.Exec(ctx, sqlDelivered, c.id, status); err != nil {
+	if _, err := s.pool.Exec(ctx, sqlDelivered, c.id, status, c.endpoint); err != nil {
 		return fmt.Errorf("mark delivery %d delivered: %w", c.id, err)
-	}
-	if _, err := s.pool.Exec(ctx, sqlHealthSuccess, c.endpoint, status); err != nil {
-		return fmt.Errorf("record endpoint %s's health: %w", c.endpoint, err)
 	}
 	return nil
 }
@@ -207,11 +206,12 @@ func (s store) retry(ctx context.Context, c claimed, status *int, msg string, wa
 
 // gone fails c and disables its endpoint at once (a 410 Gone).
 func (s store) gone(ctx context.Context, c claimed, status int, reason string) error {
-	if _, err := s.pool.Exec(ctx, sqlFail, c.id, status, reason, c.attempts); err != nil {
-		return fmt.Errorf("fail delivery %d: %w", c.id, err)
-	}
+	// The endpoint first: whoever sees the delivery failed sees why.
 	if _, err := s.pool.Exec(ctx, sqlDisable, c.endpoint, reason, status); err != nil {
 		return fmt.Errorf("disable endpoint %s: %w", c.endpoint, err)
+	}
+	if _, err := s.pool.Exec(ctx, sqlFail, c.id, status, reason, c.attempts); err != nil {
+		return fmt.Errorf("fail delivery %d: %w", c.id, err)
 	}
 	return nil
 }

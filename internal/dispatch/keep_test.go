@@ -1,0 +1,74 @@
+package dispatch_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quillhq/quill/contract"
+	"github.com/quillhq/quill/internal/dispatch"
+)
+
+// With the SSRF rules on, a delivery to a loopback address is refused
+// before any connection, counted refused, its reason recorded, and retried.
+func TestRefusedDeliveryIsRecorded(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	port, accepted := listener(t, "tcp4", "127.0.0.1:0")
+	ep, _ := h.endpoint("https://127.0.0.1:"+port+"/hook", created)
+	plain, _ := h.endpoint("http://example.com/hook", created)
+	m, _ := h.startWith(dispatch.Config{BackoffMin: time.Hour, BackoffMax: time.Hour}, false)
+	id, _ := h.publish(contract.EventNoteCreated, uuid.New(), 1)
+	var r, rp row
+	require.Eventually(t, func() bool {
+		var ok, okp bool
+		r, ok = h.delivery(ep, id)
+		rp, okp = h.delivery(plain, id)
+		return ok && okp && r.Attempts == 1 && r.LastError != nil && rp.LastError != nil
+	}, waitLong, 20*time.Millisecond)
+	require.Equal(t, "pending", r.State, "retried later")
+	require.Contains(t, *r.LastError, "loopback")
+	require.Nil(t, r.LastStatus)
+	require.Contains(t, *rp.LastError, "only https")
+	require.Eventually(t, func() bool { return counter(m.Deliveries.WithLabelValues(dispatch.ResultRefused)) == 2 }, waitLong, 10*time.Millisecond)
+	require.Zero(t, accepted())
+}
+
+// Maintenance counts the backlog database-wide, fails the pending
+// deliveries of deleted endpoints, and deletes settled rows past the
+// retention.
+func TestMaintenance(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	rc := &receiver{answer: func(int, request) int { return 503 }}
+	ep, _ := h.endpoint(newServer(t, rc).URL, created)
+	m, _ := h.start(dispatch.Config{BackoffMin: time.Hour, BackoffMax: time.Hour, Retention: time.Hour, MaintenanceInterval: 100 * time.Millisecond})
+	id, _ := h.publish(contract.EventNoteCreated, uuid.New(), 1)
+	require.Eventually(t, func() bool { r, ok := h.delivery(ep, id); return ok && r.Attempts == 1 && r.LastStatus != nil }, waitLong, 20*time.Millisecond)
+	require.Eventually(t, func() bool {
+		var d dtoGauge
+		return d.read(m) == 1
+	}, waitLong, 20*time.Millisecond, "quill_webhook_pending counts the pending delivery")
+
+	// A settled row older than the retention goes; a newer one stays.
+	other, _ := h.endpoint(newServer(t, &receiver{}).URL, updated)
+	for i, age := range []string{"2 hours", "1 minute"} {
+		_, err := h.pool.Exec(t.Context(), `INSERT INTO webhook_deliveries (tenant, endpoint_id, event_id, event_type, payload, event_time, state, delivered_at)
+			VALUES ($1, $2, $3, 'quill.note.updated.v1', '{}', now(), 'delivered', now() - $4::interval)`, h.tenant, other, uuid.New(), age)
+		require.NoError(t, err, i)
+	}
+	require.Eventually(t, func() bool {
+		var n int
+		_ = h.pool.QueryRow(t.Context(), `SELECT count(*) FROM webhook_deliveries WHERE endpoint_id = $1`, other).Scan(&n)
+		return n == 1
+	}, waitLong, 20*time.Millisecond)
+
+	// The endpoint deleted: its pending delivery fails, out of the backlog.
+	_, err := h.pool.Exec(t.Context(), `UPDATE webhook_endpoints SET deleted_at = now() WHERE id = $1`, ep)
+	require.NoError(t, err)
+	r := h.waitState(ep, id, "failed")
+	require.Equal(t, "endpoint deleted", *r.LastError)
+	require.Eventually(t, func() bool { var d dtoGauge; return d.read(m) == 0 }, waitLong, 20*time.Millisecond)
+}
