@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -205,4 +206,54 @@ func deliveryState(t *testing.T, pool *pgxpool.Pool, ep uuid.UUID, id string) st
 	var s string
 	_ = pool.QueryRow(context.Background(), `SELECT state FROM webhook_deliveries WHERE endpoint_id = $1 AND event_id = $2`, ep, id).Scan(&s)
 	return s
+}
+
+// The program in-process: ready once it consumes, and every metric of the
+// dispatcher exported from the start.
+func TestServesAdminEndpoints(t *testing.T) {
+	t.Parallel()
+	_, dbURL := dbtest.Pool(t, 2)
+	srv := natstest.Start(t)
+	_, js := srv.Connect(t)
+	suffix := testkit.UniqueSuffix()
+	streamName, prefix := "WA_"+strings.ToUpper(suffix), "q"+suffix
+	_, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: streamName, Subjects: []string{contract.AllSubjects(prefix)}})
+	require.NoError(t, err)
+	addr := freeAddr(t)
+	env := map[string]string{"DATABASE_URL": dbURL, "NATS_URL": srv.URL(), "QUILL_STREAM": streamName, "QUILL_SUBJECT_PREFIX": prefix,
+		whsecret.KeyEnv: secretKey, "QUILL_ADMIN_ADDR": addr}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	var stderr clitest.SyncBuffer
+	go func() { done <- run(ctx, nil, func(k string) string { return env[k] }, io.Discard, &stderr) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+	require.Eventually(t, func() bool {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, 30*time.Second, 50*time.Millisecond, stderr.String())
+	resp, err := http.Get("http://" + addr + "/metrics")
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	for _, want := range []string{`quill_webhook_deliveries_total{result="delivered"} 0`, `quill_webhook_deliveries_total{result="refused"} 0`,
+		"quill_webhook_pending 0", "quill_webhook_delivery_seconds_count 0", "quill_consumer_pending_messages"} {
+		require.Contains(t, string(body), want)
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
 }

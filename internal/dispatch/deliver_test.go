@@ -192,8 +192,8 @@ func TestSlowEndpointDelaysNoOther(t *testing.T) {
 	fast := &receiver{}
 	a, _ := h.endpoint(newServer(t, slow).URL, created)
 	b, _ := h.endpoint(newServer(t, fast).URL, created)
-	t.Cleanup(func() { close(release) })
 	h.start(dispatch.Config{Timeout: 20 * time.Second, EndpointConcurrency: 2, Concurrency: 4})
+	t.Cleanup(func() { close(release) }) // before the dispatcher's stop, which waits for the POSTs
 	var ids []string
 	for range 10 {
 		id, _ := h.publish(contract.EventNoteCreated, uuid.New(), 1)

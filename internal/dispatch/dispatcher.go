@@ -150,6 +150,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	err := d.c.Run(ctx)
 	wg.Wait()
 	d.sends.Wait()
+	d.client.CloseIdleConnections()
 	return err
 }
 

@@ -72,3 +72,33 @@ func TestMaintenance(t *testing.T) {
 	require.Equal(t, "endpoint deleted", *r.LastError)
 	require.Eventually(t, func() bool { var d dtoGauge; return d.read(m) == 0 }, waitLong, 20*time.Millisecond)
 }
+
+// A claim that takes more of one endpoint's deliveries than it may send
+// at once gives the rest back: with a concurrency of 1 per endpoint and a
+// hanging receiver, one POST is in flight and every other row is unleased,
+// its attempts and first attempt undone.
+func TestOverClaimedRowsAreGivenBack(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	release := make(chan struct{})
+	rc := &receiver{answer: func(int, request) int { <-release; return 200 }}
+	ep, _ := h.endpoint(newServer(t, rc).URL, created)
+	// The rows exist before the dispatcher starts: its first claim takes
+	// all five.
+	for range 5 {
+		_, err := h.pool.Exec(t.Context(), `INSERT INTO webhook_deliveries (tenant, endpoint_id, event_id, event_type, payload, event_time)
+			VALUES ($1, $2, $3, $4, '{}', now())`, h.tenant, ep, uuid.New(), created)
+		require.NoError(t, err)
+	}
+	h.start(dispatch.Config{Timeout: 20 * time.Second, EndpointConcurrency: 1, Concurrency: 8, BackoffMin: time.Hour, BackoffMax: time.Hour})
+	t.Cleanup(func() { close(release) }) // before the dispatcher's stop, which waits for the POST
+	require.Eventually(t, func() bool { return len(rc.requests()) == 1 }, waitLong, 10*time.Millisecond)
+	time.Sleep(300 * time.Millisecond)
+	var leased, attempted, started int
+	require.NoError(t, h.pool.QueryRow(t.Context(), `SELECT count(*) FILTER (WHERE lease_until > now()), count(*) FILTER (WHERE attempts > 0),
+		count(*) FILTER (WHERE first_attempt_at IS NOT NULL) FROM webhook_deliveries WHERE endpoint_id = $1`, ep).Scan(&leased, &attempted, &started))
+	require.Equal(t, 1, leased)
+	require.Equal(t, 1, attempted)
+	require.Equal(t, 1, started)
+	require.Len(t, rc.requests(), 1)
+}

@@ -53,9 +53,10 @@ RETURNING d.id, d.tenant, d.endpoint_id, d.event_id, d.payload, d.event_time, d.
 
 	// sqlRelease gives back claimed deliveries this process has no room
 	// for, as if never claimed.
-	sqlRelease = `UPDATE webhook_deliveries SET lease_until = NULL, attempts = attempts - 1,
-	first_attempt_at = CASE WHEN attempts = 1 THEN NULL ELSE first_attempt_at END
-WHERE id = ANY ($1) AND state = 'pending' AND attempts = ANY ($2)`
+	sqlRelease = `UPDATE webhook_deliveries d SET lease_until = NULL, attempts = d.attempts - 1,
+	first_attempt_at = CASE WHEN d.attempts = 1 THEN NULL ELSE d.first_attempt_at END
+FROM unnest($1::bigint[], $2::int[]) AS r (id, attempts)
+WHERE d.id = r.id AND d.attempts = r.attempts AND d.state = 'pending'`
 
 	// sqlDelivered marks a delivery delivered, whoever's claim it is now
 	// (a 2xx is a fact), and records the success on its endpoint's health,
