@@ -38,6 +38,9 @@ func TestDeliversSignedEvents(t *testing.T) {
 	disabled, _ := h.endpoint(other, created)
 	_, err = h.pool.Exec(t.Context(), `INSERT INTO webhook_endpoint_health (endpoint_id, state) VALUES ($1, 'disabled')`, disabled)
 	require.NoError(t, err)
+	later, _ := h.endpoint(other, created) // created after the event
+	_, err = h.pool.Exec(t.Context(), `UPDATE webhook_endpoints SET created_at = now() + interval '1 hour' WHERE id = $1`, later)
+	require.NoError(t, err)
 
 	m, reg := h.start(dispatch.Config{})
 	note := uuid.New()

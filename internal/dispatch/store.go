@@ -16,12 +16,15 @@ import (
 // the durations come in as parameters.
 const (
 	// sqlInsertDeliveries records the deliveries of one event: one per
-	// live endpoint of the tenant subscribed to its type and not disabled.
+	// live endpoint of the tenant subscribed to its type, not disabled,
+	// and created before the event (a dispatcher deployed late, or
+	// catching up, sends an endpoint nothing of the time before it).
 	sqlInsertDeliveries = `INSERT INTO webhook_deliveries
 	(tenant, endpoint_id, event_id, event_type, aggregate_id, aggregate_version, payload, event_time)
 SELECT e.tenant, e.id, $2, $3, $4, $5, $6, $7
 FROM webhook_endpoints e LEFT JOIN webhook_endpoint_health h ON h.endpoint_id = e.id
 WHERE e.tenant = $1 AND e.deleted_at IS NULL AND $3 = ANY (e.event_types) AND h.state IS DISTINCT FROM 'disabled'
+	AND e.created_at <= $7
 ON CONFLICT (endpoint_id, event_id) DO NOTHING`
 
 	// sqlClaim leases up to $2 due deliveries for $1 seconds: pending, due,
