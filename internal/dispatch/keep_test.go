@@ -1,6 +1,7 @@
 package dispatch_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 
 	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/dispatch"
+	"github.com/quillhq/quill/internal/whsecret"
 )
 
 // With the SSRF rules on, a delivery to a loopback address is refused
@@ -101,4 +103,48 @@ func TestOverClaimedRowsAreGivenBack(t *testing.T) {
 	require.Equal(t, 1, attempted)
 	require.Equal(t, 1, started)
 	require.Len(t, rc.requests(), 1)
+}
+
+// A receiver slower than QUILL_WEBHOOK_TIMEOUT: the attempt's outcome is
+// unknown, recorded as a timeout, and the POST is sent again under the same
+// webhook-id.
+func TestTimeoutIsRetriedUnderTheSameID(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	rc := &receiver{answer: func(n int, _ request) int {
+		if n == 1 {
+			time.Sleep(600 * time.Millisecond)
+		}
+		return 200
+	}}
+	ep, _ := h.endpoint(newServer(t, rc).URL, created)
+	h.start(dispatch.Config{Timeout: 200 * time.Millisecond, BackoffMin: 50 * time.Millisecond, BackoffMax: 50 * time.Millisecond})
+	id, _ := h.publish(contract.EventNoteCreated, uuid.New(), 1)
+	r := h.waitState(ep, id, "delivered")
+	require.Equal(t, 2, r.Attempts)
+	require.Equal(t, []string{id, id}, rc.ids())
+	var health string
+	require.NoError(t, h.pool.QueryRow(t.Context(), `SELECT last_status::text FROM webhook_endpoint_health WHERE endpoint_id = $1`, ep).Scan(&health))
+	require.Equal(t, "200", health)
+}
+
+// During a rotation both secrets sign: each verifies.
+func TestBothSecretsSignDuringARotation(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	rc := &receiver{}
+	ep, current := h.endpoint(newServer(t, rc).URL, created)
+	previous, err := whsecret.NewSecret()
+	require.NoError(t, err)
+	sealed, err := h.keys.Seal(previous, h.tenant, ep.String())
+	require.NoError(t, err)
+	_, err = h.pool.Exec(t.Context(), `UPDATE webhook_endpoints SET previous_secret_sealed = $2, previous_secret_until = now() + interval '1 day' WHERE id = $1`, ep, sealed)
+	require.NoError(t, err)
+	h.start(dispatch.Config{})
+	id, _ := h.publish(contract.EventNoteCreated, uuid.New(), 1)
+	h.waitState(ep, id, "delivered")
+	got := rc.requests()[0]
+	require.Len(t, strings.Fields(got.Signature), 2)
+	verify(t, current, got)
+	verify(t, previous, got)
 }
