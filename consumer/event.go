@@ -43,6 +43,10 @@ type Event struct {
 	// Data is the CloudEvents data member, raw JSON: unmarshal it into the
 	// type's payload.
 	Data []byte
+	// Payload is the message's data, the CloudEvent exactly as the stream
+	// carried it: for a consumer that passes the event on (a webhook's
+	// body, whose signature covers these bytes).
+	Payload []byte
 	// Delivery says how the message reached the consumer.
 	Delivery Delivery
 }
@@ -159,6 +163,7 @@ func ParseEvent(payload []byte, natsSubject string) (Event, error) {
 		DataContentType: ce.DataContentType,
 		DataSchema:      ce.DataSchema,
 		Data:            []byte(ce.Data),
+		Payload:         payload,
 	}, nil
 }
 

@@ -23,7 +23,7 @@ func TestParseEvent(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, consumer.Event{ID: id, Type: "quill.note.created.v1", Source: "/tenants/acme", Tenant: "acme", Subject: note,
 		Time: time.Date(2026, 11, 30, 0, 16, 58, 648139000, time.UTC), DataContentType: "application/json",
-		Data: []byte(`{"id":"` + note + `"}`)}, ev)
+		Data: []byte(`{"id":"` + note + `"}`), Payload: []byte(good)}, ev)
 
 	for _, tc := range []struct {
 		name, payload, subject, reason string

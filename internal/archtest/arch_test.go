@@ -167,6 +167,9 @@ var tableOwners = map[string]string{
 	"console_session_keys": "internal/console",
 	"console_signouts":     "internal/console",
 
+	"webhook_endpoint_health": "internal/dispatch",
+	"webhook_deliveries":      "internal/dispatch",
+
 	// The consumer package's tables (consumer.DefaultTablePrefix), which
 	// hold every consumer's inbox and dead letters; its statements name
 	// them through the prefix, so only other writers can be seen here.

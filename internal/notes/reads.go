@@ -284,12 +284,21 @@ type Effect struct {
 	// Reason says why an attachment failed, or why one stays pending for
 	// good (its note was deleted before processing).
 	Reason string
+	// EndpointID, EventID, Attempts and LastStatus are a webhook
+	// delivery's (SPEC §11): the endpoint, the event delivered, the
+	// attempts made and the last answer's status (nil before any answer).
+	EndpointID, EventID string
+	Attempts            int
+	LastStatus          *int
 }
 
 // Effect kinds.
 const (
 	EffectEvent      = "event"
 	EffectAttachment = "attachment"
+	// EffectWebhook is a delivery of one of the operation's events to a
+	// webhook endpoint: pending, delivered or failed.
+	EffectWebhook = "webhook"
 )
 
 // Event effect states. EventForgotten is an addition to SPEC §4.6: the
@@ -320,6 +329,15 @@ type attachmentEffect struct {
 	Reason      string  `json:"reason,omitempty"`
 }
 
+type webhookEffect struct {
+	Kind       string `json:"kind"`
+	EndpointID string `json:"endpoint_id"`
+	EventID    string `json:"event_id"`
+	State      string `json:"state"`
+	Attempts   int    `json:"attempts"`
+	LastStatus *int   `json:"last_status"`
+}
+
 // MarshalJSON writes e with the members of its kind. It returns the
 // encoder's error, or one naming an unknown kind.
 func (e Effect) MarshalJSON() ([]byte, error) {
@@ -333,6 +351,9 @@ func (e Effect) MarshalJSON() ([]byte, error) {
 	case EffectAttachment:
 		return json.Marshal(attachmentEffect{Kind: e.Kind, ID: e.ID, State: e.State,
 			ProcessedAt: e.ProcessedAt, Reason: e.Reason})
+	case EffectWebhook:
+		return json.Marshal(webhookEffect{Kind: e.Kind, EndpointID: e.EndpointID, EventID: e.EventID, State: e.State,
+			Attempts: e.Attempts, LastStatus: e.LastStatus})
 	default:
 		return nil, fmt.Errorf("marshal effect: unknown kind %q", e.Kind)
 	}
@@ -359,6 +380,11 @@ const (
 
 	sqlOperationAttachment = `SELECT id, status, processed_at, coalesce(reason, '') FROM attachments
 	WHERE tenant = $1 AND note_id = $2`
+
+	// The webhook deliveries of the operation's events (the dispatcher's
+	// table, read only here), in the order they were recorded.
+	sqlOperationWebhooks = `SELECT endpoint_id, event_id, state, attempts, last_status FROM webhook_deliveries
+	WHERE tenant = $1 AND event_id = ANY ($2) ORDER BY id`
 )
 
 // Lookup answers what became of the operation (tenant, key). While a request
@@ -458,6 +484,9 @@ func (s *Service) describe(ctx context.Context, tx pgx.Tx, rec *idempotency.Reco
 			op.Effects = append(op.Effects, Effect{Kind: EffectEvent, Type: contract.CloudEventType(typ), State: EventForgotten})
 		}
 	}
+	if err := webhookEffects(ctx, tx, rec.Tenant, op); err != nil {
+		return nil, err
+	}
 	// Every recorded create created its note: a create that fails is not
 	// recorded.
 	if rest, ok := contract.ParseNotePath(rec.Resource); ok && rec.Action == contract.ActionCreateNote {
@@ -484,6 +513,34 @@ func (s *Service) describe(ctx context.Context, tx pgx.Tx, rec *idempotency.Reco
 		}
 	}
 	return op, nil
+}
+
+// webhookEffects appends to op the webhook deliveries of its events.
+func webhookEffects(ctx context.Context, tx pgx.Tx, tenant string, op *Operation) error {
+	var ids []string
+	for _, e := range op.Effects {
+		if e.Kind == EffectEvent && e.ID != "" {
+			ids = append(ids, e.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	rows, err := tx.Query(ctx, sqlOperationWebhooks, tenant, ids)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var endpoint, event uuid.UUID
+		e := Effect{Kind: EffectWebhook}
+		if err := rows.Scan(&endpoint, &event, &e.State, &e.Attempts, &e.LastStatus); err != nil {
+			return err
+		}
+		e.EndpointID, e.EventID = endpoint.String(), event.String()
+		op.Effects = append(op.Effects, e)
+	}
+	return rows.Err()
 }
 
 // forgottenEvent returns the type of the event that rec's operation wrote

@@ -1,0 +1,385 @@
+package dispatch
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/quillhq/quill/consumer"
+	"github.com/quillhq/quill/internal/metrics"
+	"github.com/quillhq/quill/internal/whsecret"
+)
+
+// markTimeout bounds the statements that record an attempt.
+const markTimeout = 10 * time.Second
+
+// Dispatcher consumes the events into delivery rows and sends them.
+type Dispatcher struct {
+	pool   *pgxpool.Pool
+	nc     *nats.Conn
+	cfg    Config
+	keys   *whsecret.Keys
+	client *http.Client
+	log    zerolog.Logger
+	m      *Metrics
+	st     store
+	c      *consumer.Consumer
+	now    func() time.Time
+
+	// wake is signalled after a consumer commit that recorded deliveries
+	// and when a send ends (a slot is free).
+	wake chan struct{}
+
+	// mu guards inflight (POSTs in flight by endpoint) and total.
+	mu       sync.Mutex
+	inflight map[uuid.UUID]int
+	total    int
+	sends    sync.WaitGroup
+}
+
+// New returns a dispatcher consuming js's stream under cc (its Durable,
+// Stream and FilterSubjects set by the caller; Versions, Logger and the
+// stages are the dispatcher's) and sending with the endpoints' secrets
+// opened by keys. reg, when not nil, receives the consumer package's
+// metrics. It returns an error for a configuration that does not
+// validate or a TLS CA file that cannot be read.
+func New(pool *pgxpool.Pool, nc *nats.Conn, cc consumer.Config, cfg Config, keys *whsecret.Keys, log zerolog.Logger, m *Metrics, reg prometheus.Registerer) (*Dispatcher, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	client, err := NewClient(cfg.AllowPrivate, cfg.TLSCA, cfg.EndpointConcurrency)
+	if err != nil {
+		return nil, err
+	}
+	d := &Dispatcher{pool: pool, nc: nc, cfg: cfg, keys: keys, client: client, log: log, m: m, st: store{pool},
+		now: time.Now, wake: make(chan struct{}, 1), inflight: map[uuid.UUID]int{}}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	cc.Versions = consumer.VersionsInOrder
+	cc.Logger = slog.New(zerolog.NewSlogHandler(log))
+	cc.Registerer = reg
+	d.c, err = consumer.NewStaged(pool, js, cc, consumer.Stages{Apply: d.apply, Committed: d.committed})
+	if err != nil {
+		return nil, fmt.Errorf("consumer: %w", err)
+	}
+	return d, nil
+}
+
+// apply records, in the consumer's transaction, each event's deliveries.
+func (d *Dispatcher) apply(ctx context.Context, tx pgx.Tx, items []*consumer.Item) error {
+	for _, it := range items {
+		ev := it.Event
+		id, err := uuid.Parse(ev.ID)
+		if err != nil {
+			it.Err = consumer.Permanent(err)
+			continue
+		}
+		var aggregate *uuid.UUID
+		if a, err := uuid.Parse(ev.Subject); err == nil {
+			aggregate = &a
+		}
+		var version *int64
+		if v, ok := ev.Version(); ok {
+			version = &v
+		}
+		n, err := insertDeliveries(ctx, tx, ev.Tenant, id, ev.Type, aggregate, version, ev.Payload, ev.Time)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			it.Result = "recorded"
+		}
+	}
+	return nil
+}
+
+// committed wakes the sender when a commit recorded deliveries.
+func (d *Dispatcher) committed(items []*consumer.Item) {
+	for _, it := range items {
+		if it.Result == "recorded" {
+			d.signal()
+			return
+		}
+	}
+}
+
+func (d *Dispatcher) signal() {
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Ready reports why the dispatcher cannot consume, else whether NATS is
+// connected and PostgreSQL answers.
+func (d *Dispatcher) Ready(ctx context.Context) error {
+	if err := d.c.Ready(ctx); err != nil {
+		if cerr := metrics.CheckConnected(ctx, d.nc, d.pool); cerr != nil {
+			return cerr
+		}
+		return err
+	}
+	return metrics.CheckConnected(ctx, d.nc, d.pool)
+}
+
+// Run consumes, sends and keeps the table until ctx ends; then it stops
+// claiming, lets the POSTs in flight end (each bounded by the timeout) and
+// marks them. It returns the consumer's error.
+func (d *Dispatcher) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); d.send(ctx) }()
+	go func() { defer wg.Done(); d.maintain(ctx) }()
+	err := d.c.Run(ctx)
+	wg.Wait()
+	d.sends.Wait()
+	d.client.CloseIdleConnections()
+	return err
+}
+
+// send claims due deliveries while there is room and starts their POSTs;
+// it waits for a wake-up, a free slot or the poll in between.
+func (d *Dispatcher) send(ctx context.Context) {
+	tick := time.NewTicker(d.cfg.PollInterval)
+	defer tick.Stop()
+	for {
+		full := d.claimOnce(ctx)
+		if full && ctx.Err() == nil {
+			continue // there may be more due
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-d.wake:
+		case <-tick.C:
+		}
+	}
+}
+
+// claimOnce claims as many deliveries as there is room for and starts
+// them; it reports whether it claimed as many as it asked for.
+func (d *Dispatcher) claimOnce(ctx context.Context) bool {
+	d.mu.Lock()
+	free := d.cfg.Concurrency - d.total
+	var busy []uuid.UUID
+	for ep, n := range d.inflight {
+		if n >= d.cfg.EndpointConcurrency {
+			busy = append(busy, ep)
+		}
+	}
+	d.mu.Unlock()
+	if free <= 0 {
+		return false
+	}
+	cs, err := d.st.claim(ctx, d.cfg.lease(), free, busy)
+	if err != nil {
+		if ctx.Err() == nil {
+			d.log.Warn().Err(err).Str("error_category", "database").Msg("cannot claim webhook deliveries; trying again")
+		}
+		return false
+	}
+	var excess []claimed
+	d.mu.Lock()
+	for _, c := range cs {
+		if d.inflight[c.endpoint] >= d.cfg.EndpointConcurrency {
+			excess = append(excess, c)
+			continue
+		}
+		d.inflight[c.endpoint]++
+		d.total++
+		d.sends.Add(1)
+		go d.deliver(ctx, c)
+	}
+	d.mu.Unlock()
+	if len(excess) > 0 {
+		// A claim took more of one endpoint's deliveries than it may send
+		// at once: give them back at once, so they wait for that endpoint
+		// and hold no slot another endpoint could use.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), markTimeout)
+		defer cancel()
+		if err := d.st.release(rctx, excess); err != nil {
+			d.log.Warn().Err(err).Msg("cannot give back webhook deliveries; their lease runs out")
+		}
+	}
+	return len(cs) == free
+}
+
+// deliver makes one attempt at c and records it. Its POST and marks
+// outlive ctx (a graceful stop lets them end), each bounded.
+func (d *Dispatcher) deliver(ctx context.Context, c claimed) {
+	defer func() {
+		d.mu.Lock()
+		if d.inflight[c.endpoint]--; d.inflight[c.endpoint] <= 0 {
+			delete(d.inflight, c.endpoint)
+		}
+		d.total--
+		d.mu.Unlock()
+		d.sends.Done()
+		d.signal()
+	}()
+	ctx = context.WithoutCancel(ctx)
+	a := d.post(ctx, c)
+	mctx, cancel := context.WithTimeout(ctx, markTimeout)
+	defer cancel()
+	if err := d.record(mctx, c, a); err != nil {
+		d.log.Warn().Err(err).Int64("delivery", c.id).Msg("cannot record a webhook attempt; the lease runs out and it is sent again under the same id")
+	}
+}
+
+// post sends c once.
+func (d *Dispatcher) post(ctx context.Context, c claimed) attempt {
+	u, err := checkURL(c.url, d.cfg.AllowPrivate)
+	if err != nil {
+		return attempt{err: err}
+	}
+	secrets := make([]string, 0, 2)
+	for _, sealed := range [][]byte{c.sealed, c.prevSealed} {
+		if sealed == nil {
+			continue
+		}
+		s, err := d.keys.Open(sealed, c.tenant, c.endpoint.String())
+		if err != nil {
+			return attempt{err: fmt.Errorf("cannot open the endpoint's secret with QUILL_WEBHOOK_SECRET_KEY: %w", err)}
+		}
+		secrets = append(secrets, s)
+	}
+	id := c.eventID.String()
+	ts := d.now().Unix()
+	sig, err := whsecret.Sign(secrets, id, ts, c.payload)
+	if err != nil {
+		return attempt{err: fmt.Errorf("sign: %w", err)}
+	}
+	pctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(pctx, http.MethodPost, u.String(), bytes.NewReader(c.payload))
+	if err != nil {
+		return attempt{err: &RefusedError{Reason: "the URL is not a request target"}}
+	}
+	req.Header.Set("Content-Type", "application/cloudevents+json")
+	req.Header.Set("User-Agent", UserAgent)
+	req.Header.Set("webhook-id", id)
+	req.Header.Set("webhook-timestamp", strconv.FormatInt(ts, 10))
+	req.Header.Set("webhook-signature", sig)
+	resp, err := d.client.Do(req)
+	if err != nil {
+		return attempt{err: err}
+	}
+	// Read a little of the body (so the connection can be reused), never
+	// more: the status is the answer.
+	_, _ = io.CopyN(io.Discard, resp.Body, MaxResponseBody)
+	resp.Body.Close()
+	return attempt{status: resp.StatusCode}
+}
+
+// record marks c after attempt a and counts it.
+func (d *Dispatcher) record(ctx context.Context, c claimed, a attempt) error {
+	var status *int
+	if a.status != 0 {
+		status = &a.status
+	}
+	log := d.log.With().Int64("delivery", c.id).Str("endpoint_id", c.endpoint.String()).Str("event_id", c.eventID.String()).
+		Int("attempt", c.attempts).Logger()
+	switch classify(a) {
+	case delivered:
+		if err := d.st.delivered(ctx, c, a.status); err != nil {
+			return err
+		}
+		d.m.Deliveries.WithLabelValues(ResultDelivered).Inc()
+		d.m.Latency.Observe(max(0, d.now().Sub(c.eventTime).Seconds()))
+		log.Debug().Int("status", a.status).Msg("webhook delivered")
+		return nil
+	case gone:
+		reason := "the endpoint answered 410 Gone"
+		if err := d.st.gone(ctx, c, a.status, reason); err != nil {
+			return err
+		}
+		d.m.Deliveries.WithLabelValues(ResultFailed).Inc()
+		log.Warn().Str("error_category", "webhook_gone").Msg("endpoint answered 410 Gone: disabled, its pending deliveries failed")
+		return d.failUnsendable(ctx, c.endpoint)
+	}
+	msg := a.describe()
+	state, disabled, err := d.st.retry(ctx, c, status, msg, backoff(c.attempts, d.cfg.BackoffMin, d.cfg.BackoffMax, jitter), d.cfg.RetryFor, d.cfg.DisableAfter)
+	if err != nil {
+		return err
+	}
+	switch {
+	case state == "failed":
+		d.m.Deliveries.WithLabelValues(ResultFailed).Inc()
+		log.Warn().Str("error", msg).Str("error_category", "webhook_failed").Msg("webhook delivery failed: retried for QUILL_WEBHOOK_RETRY_FOR")
+	case a.refused():
+		d.m.Deliveries.WithLabelValues(ResultRefused).Inc()
+		log.Warn().Str("error", msg).Str("error_category", "webhook_refused").Msg("webhook not sent: the endpoint's address is refused")
+	default:
+		d.m.Deliveries.WithLabelValues(ResultRetried).Inc()
+		log.Info().Str("error", msg).Msg("webhook attempt failed; retrying")
+	}
+	if disabled {
+		log.Warn().Str("error_category", "webhook_disabled").Msg("endpoint failing for QUILL_WEBHOOK_DISABLE_AFTER: disabled, its pending deliveries failed")
+		return d.failUnsendable(ctx, c.endpoint)
+	}
+	return nil
+}
+
+func (d *Dispatcher) failUnsendable(ctx context.Context, endpoint uuid.UUID) error {
+	n, err := d.st.failUnsendable(ctx, &endpoint)
+	if n > 0 {
+		d.m.Deliveries.WithLabelValues(ResultFailed).Add(float64(n))
+	}
+	return err
+}
+
+// maintain, at start and every MaintenanceInterval, counts the backlog,
+// fails what no one will send (deliveries of disabled and deleted
+// endpoints) and deletes settled rows past the retention.
+func (d *Dispatcher) maintain(ctx context.Context) {
+	tick := time.NewTicker(d.cfg.MaintenanceInterval)
+	defer tick.Stop()
+	for {
+		if err := d.Maintain(ctx); err != nil && ctx.Err() == nil {
+			d.log.Warn().Err(err).Str("error_category", "database").Msg("webhook maintenance failed; trying again")
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// Maintain runs one maintenance pass (see Run). It returns the first
+// statement's error.
+func (d *Dispatcher) Maintain(ctx context.Context) error {
+	n, err := d.st.failUnsendable(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		d.m.Deliveries.WithLabelValues(ResultFailed).Add(float64(n))
+	}
+	if _, err := d.st.cleanup(ctx, d.cfg.Retention); err != nil {
+		return err
+	}
+	p, err := d.st.pending(ctx)
+	if err != nil {
+		return err
+	}
+	d.m.Pending.Set(float64(p))
+	return nil
+}
