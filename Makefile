@@ -20,7 +20,7 @@ services: ## make sure PostgreSQL (and NATS) answer, starting them when needed
 	@bash scripts/ensure-postgres.sh
 	@bash scripts/ensure-nats.sh
 
-dev: ## run the whole system (API + relay) against the local PostgreSQL and NATS
+dev: ## run the whole system (API, relay, attachment worker, webhook dispatcher) against the local PostgreSQL and NATS
 	bash scripts/dev.sh
 
 demo: ## the article's story against the running system (run make dev first)
