@@ -3,6 +3,7 @@ package systemd_test
 import (
 	"bufio"
 	"context"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"net"
@@ -28,6 +29,7 @@ import (
 	"github.com/quillhq/quill/internal/natstest"
 	"github.com/quillhq/quill/internal/outbox"
 	"github.com/quillhq/quill/internal/testkit"
+	"github.com/quillhq/quill/internal/whsecret"
 )
 
 const waitLong = 30 * time.Second
@@ -166,7 +168,8 @@ func (s *service) awaitExit0(t *testing.T) {
 // the kernel has PR_SET_MDWE): the migration exits 0; each daemon says READY=1 when /readyz answers 200,
 // ignores SIGHUP (logging it) and, on SIGTERM, says STOPPING=1, finishes
 // the work in flight and exits 0 — a request whose body is still arriving
-// (the API), the events already published (the relay).
+// (the API), the events already published (the relay); the worker and the
+// webhook dispatcher just ready, hung up on and stopped.
 func TestDaemonsUnderTheirUnits(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -287,6 +290,15 @@ func TestDaemonsUnderTheirUnits(t *testing.T) {
 	w.hangUp(t)
 	w.terminate(t)
 	w.awaitExit0(t)
+
+	// The webhook dispatcher, on a durable consumer of its own, with the
+	// key its unit's settings must provide: as the worker.
+	d := startService(t, "quill-webhook-dispatcher.service", with(map[string]string{"QUILL_ADMIN_ADDR": clitest.FreeAddr(t),
+		"QUILL_CONSUMER": "d-" + suffix, whsecret.KeyEnv: base64.StdEncoding.EncodeToString(make([]byte, 32))}))
+	d.awaitReady(t)
+	d.hangUp(t)
+	d.terminate(t)
+	d.awaitExit0(t)
 }
 
 // create writes a note through the API under key and returns the status.

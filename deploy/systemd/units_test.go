@@ -19,13 +19,15 @@ import (
 
 	"github.com/quillhq/quill/consumer"
 	"github.com/quillhq/quill/internal/daemon"
+	"github.com/quillhq/quill/internal/dispatch"
 	"github.com/quillhq/quill/internal/relay"
 )
 
 // binDir holds the programs the units run, built once by TestMain.
 var binDir string
 
-// TestMain builds api, relay and attachment-worker, as the units run them,
+// TestMain builds api, relay, attachment-worker and webhook-dispatcher, as
+// the units run them,
 // and fails the package if a test leaves a goroutine behind. With mdweEnv
 // set, the test binary is a launcher instead (mdweExec).
 func TestMain(m *testing.M) {
@@ -37,7 +39,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	build := exec.Command("go", "build", "-o", dir+string(filepath.Separator), "./cmd/api", "./cmd/relay", "./cmd/attachment-worker")
+	build := exec.Command("go", "build", "-o", dir+string(filepath.Separator), "./cmd/api", "./cmd/relay", "./cmd/attachment-worker", "./cmd/webhook-dispatcher")
 	build.Dir = filepath.Join("..", "..")
 	if out, err := build.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "build the programs: %v\n%s", err, out)
@@ -111,6 +113,11 @@ var units = []shipped{
 	// deadline, AckWait.
 	{file: "quill-attachment-worker.service", prog: "attachment-worker", cmd: "run", daemon: true,
 		grace: consumer.DefaultShutdownTimeout + 2*5*time.Second + consumer.DefaultAckWait},
+	// The consumer's drain as the worker's, then the POSTs in flight, each
+	// bounded by the timeout, and their marks (10 s each, dispatch's
+	// markTimeout), which Run waits for after the consumer stopped.
+	{file: "quill-webhook-dispatcher.service", prog: "webhook-dispatcher", cmd: "run", daemon: true,
+		grace: consumer.DefaultShutdownTimeout + 2*5*time.Second + consumer.DefaultAckWait + dispatch.DefaultTimeout + 10*time.Second},
 }
 
 // The hardening every unit has, by key: the value of its last line, or for
@@ -271,7 +278,7 @@ var specSettings = []string{
 
 // perProcess are the settings whose default differs by process: the
 // shared file names them only in a comment.
-var perProcess = []string{"QUILL_ADMIN_ADDR"}
+var perProcess = []string{"QUILL_ADMIN_ADDR", "QUILL_CONSUMER"}
 
 // runtimeSettings are read by Go's runtime, not by a flag.
 var runtimeSettings = []string{"GOMEMLIMIT"}
