@@ -2,7 +2,8 @@
 
 # One image with every shipped Quill program (cmd/*) in /usr/local/bin;
 # compose.yaml and other deployments choose the binary with the container
-# command, e.g. `api serve`, `api migrate`, `relay`, `attachment-worker`.
+# command, e.g. `api serve`, `api migrate`, `relay`, `attachment-worker`,
+# `webhook-dispatcher`.
 #
 #   docker build -t quill:dev .
 
@@ -25,9 +26,9 @@ RUN --mount=type=cache,target=/go/pkg/mod \
 COPY . .
 
 # Build every shipped program (./cmd/...: api, relay, attachment-worker,
-# quill; the benchmark and demo tools under ./tools stay out of the image)
-# into /out, one executable per directory, named after it. Static, no cgo,
-# reproducible paths.
+# webhook-dispatcher, quill; the benchmark and demo tools under ./tools stay
+# out of the image) into /out, one executable per directory, named after it.
+# Static, no cgo, reproducible paths.
 ARG TARGETOS
 ARG TARGETARCH
 RUN --mount=type=cache,target=/go/pkg/mod \
@@ -36,7 +37,7 @@ RUN --mount=type=cache,target=/go/pkg/mod \
     mkdir -p /out; \
     CGO_ENABLED=0 GOOS="$TARGETOS" GOARCH="$TARGETARCH" \
         go build -trimpath -ldflags='-s -w' -o /out/ ./cmd/...; \
-    test -x /out/api; \
+    test -x /out/api; test -x /out/webhook-dispatcher; \
     ls -l /out
 
 ############################

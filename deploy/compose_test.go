@@ -13,6 +13,8 @@ import (
 	"github.com/compose-spec/compose-go/v2/cli"
 	"github.com/compose-spec/compose-go/v2/types"
 	"github.com/stretchr/testify/require"
+
+	"github.com/quillhq/quill/internal/whsecret"
 )
 
 // The services compose.yaml must define, and how they relate.
@@ -24,16 +26,18 @@ const (
 
 	natsConfRel = "deploy/nats.conf"
 
-	svcRelay  = "relay"
-	svcWorker = "attachment-worker"
+	svcRelay      = "relay"
+	svcWorker     = "attachment-worker"
+	svcDispatcher = "webhook-dispatcher"
 
 	// The cluster profile: a second stack on a three-node NATS cluster.
-	profileCluster     = "cluster"
-	natsClusterConfRel = "deploy/nats-cluster.conf"
-	svcRelayCluster    = "relay-cluster"
-	svcWorkerCluster   = "attachment-worker-cluster"
-	svcAPICluster      = "api-cluster"
-	svcMigrateCluster  = "migrate-cluster"
+	profileCluster       = "cluster"
+	natsClusterConfRel   = "deploy/nats-cluster.conf"
+	svcRelayCluster      = "relay-cluster"
+	svcWorkerCluster     = "attachment-worker-cluster"
+	svcDispatcherCluster = "webhook-dispatcher-cluster"
+	svcAPICluster        = "api-cluster"
+	svcMigrateCluster    = "migrate-cluster"
 )
 
 // natsNodes are the cluster profile's NATS services.
@@ -347,21 +351,22 @@ func TestDockerfile(t *testing.T) {
 func TestComposeDefaultStack(t *testing.T) {
 	t.Parallel()
 	p := loadProject(t)
-	require.ElementsMatch(t, []string{svcPostgres, svcNATS, svcMigrate, svcAPI, svcRelay, svcWorker}, p.ServiceNames(),
+	require.ElementsMatch(t, []string{svcPostgres, svcNATS, svcMigrate, svcAPI, svcRelay, svcWorker, svcDispatcher}, p.ServiceNames(),
 		"the default `docker compose up` must start exactly the single-node stack")
 	for _, name := range p.ServiceNames() {
 		require.NotContainsf(t, service(t, p, name).Profiles, profileCluster, "service %q must not be in the cluster profile", name)
 	}
 }
 
-// TestComposeRelayAndWorkerScale: relays and workers publish no fixed host
-// port and have no container name, so `docker compose up --scale relay=2
-// --scale attachment-worker=2` (and the cluster stack's equivalents) can
-// start two of each.
+// TestComposeRelayAndWorkerScale: relays, workers and webhook dispatchers
+// publish no fixed host port and have no container name, so `docker
+// compose up --scale relay=2 --scale attachment-worker=2 --scale
+// webhook-dispatcher=2` (and the cluster stack's equivalents) can start
+// two of each.
 func TestComposeRelayAndWorkerScale(t *testing.T) {
 	t.Parallel()
 	p := loadProject(t, profileCluster)
-	for _, name := range []string{svcRelay, svcWorker, svcRelayCluster, svcWorkerCluster} {
+	for _, name := range []string{svcRelay, svcWorker, svcDispatcher, svcRelayCluster, svcWorkerCluster, svcDispatcherCluster} {
 		svc := service(t, p, name)
 		require.Emptyf(t, svc.ContainerName, "service %q must not set container_name: it could not scale", name)
 		for _, port := range svc.Ports {
@@ -466,7 +471,7 @@ func TestComposeClusterApps(t *testing.T) {
 	for _, node := range natsNodes {
 		wantURLs = append(wantURLs, "nats://"+node+":4222")
 	}
-	for _, name := range []string{svcMigrateCluster, svcAPICluster, svcRelayCluster, svcWorkerCluster} {
+	for _, name := range []string{svcMigrateCluster, svcAPICluster, svcRelayCluster, svcWorkerCluster, svcDispatcherCluster} {
 		svc := service(t, p, name)
 		require.Equalf(t, []string{profileCluster}, svc.Profiles, "service %q belongs to the cluster profile only", name)
 		env := svc.Environment
@@ -493,7 +498,36 @@ func TestComposeClusterApps(t *testing.T) {
 			require.Equalf(t, types.ServiceConditionHealthy, dep.Condition, "service %q must wait for %s to be healthy", name, node)
 		}
 	}
-	for _, pair := range [][2]string{{svcAPI, svcAPICluster}, {svcRelay, svcRelayCluster}, {svcWorker, svcWorkerCluster}} {
+	for _, pair := range [][2]string{{svcAPI, svcAPICluster}, {svcRelay, svcRelayCluster}, {svcWorker, svcWorkerCluster}, {svcDispatcher, svcDispatcherCluster}} {
 		require.Equalf(t, service(t, p, pair[0]).Command, service(t, p, pair[1]).Command, "service %q must run what %q runs", pair[1], pair[0])
+	}
+}
+
+// TestComposeWebhookDispatcher: each stack runs the dispatcher after its
+// migration, with a QUILL_WEBHOOK_SECRET_KEY the dispatcher accepts and
+// that is the API's own (the API seals the endpoints' secrets, the
+// dispatcher opens them), and delivering to the private addresses a local
+// stack's receivers have.
+func TestComposeWebhookDispatcher(t *testing.T) {
+	t.Parallel()
+	p := loadProject(t, profileCluster)
+	for _, pair := range [][3]string{{svcDispatcher, svcAPI, svcMigrate}, {svcDispatcherCluster, svcAPICluster, svcMigrateCluster}} {
+		d, api := service(t, p, pair[0]), service(t, p, pair[1])
+		require.Equalf(t, types.ShellCommand{"webhook-dispatcher"}, d.Command, "service %q runs the dispatcher", pair[0])
+		dep, ok := d.DependsOn[pair[2]]
+		require.Truef(t, ok, "service %q must depend on %s", pair[0], pair[2])
+		require.Equal(t, types.ServiceConditionCompletedSuccessfully, dep.Condition)
+
+		key := d.Environment[whsecret.KeyEnv]
+		require.NotNilf(t, key, "service %q needs %s: without it the dispatcher does not start", pair[0], whsecret.KeyEnv)
+		_, err := whsecret.ParseKeys(*key)
+		require.NoErrorf(t, err, "service %q: %s", pair[0], whsecret.KeyEnv)
+		apiKey := api.Environment[whsecret.KeyEnv]
+		require.NotNilf(t, apiKey, "service %q needs %s to seal the endpoints' secrets", pair[1], whsecret.KeyEnv)
+		require.Equalf(t, *key, *apiKey, "services %q and %q must share %s: the dispatcher opens what the API sealed", pair[0], pair[1], whsecret.KeyEnv)
+
+		allow := d.Environment["QUILL_WEBHOOK_ALLOW_PRIVATE"]
+		require.NotNilf(t, allow, "service %q: a local stack's receivers have private addresses", pair[0])
+		require.Equal(t, "true", *allow)
 	}
 }

@@ -37,7 +37,7 @@ const (
 
 // adminPorts are the admin ports of the processes (SPEC §2's
 // QUILL_ADMIN_ADDR defaults), which compose.yaml keeps.
-var adminPorts = map[string]uint32{svcAPI: 9090, svcRelay: 9091, svcWorker: 9092}
+var adminPorts = map[string]uint32{svcAPI: 9090, svcRelay: 9091, svcWorker: 9092, svcDispatcher: 9093}
 
 // mounts returns svc's bind mounts as container target → source path
 // relative to the repository root.
@@ -118,7 +118,8 @@ type prometheusConfig struct {
 // TestComposePrometheusScrapesEveryProcess: the Prometheus of the profile
 // reads the mounted configuration and rules, and scrapes the API, the
 // relays and the workers on the admin ports compose.yaml gives them —
-// relays and workers through DNS, so every scaled container is a target.
+// relays, workers and dispatchers through DNS, so every scaled container is
+// a target.
 func TestComposePrometheusScrapesEveryProcess(t *testing.T) {
 	t.Parallel()
 	p := loadProject(t, profileObservability)
@@ -169,7 +170,7 @@ func TestComposePrometheusScrapesEveryProcess(t *testing.T) {
 		}
 		require.Containsf(t, targets, port, "service %q exposes its admin port %d", name, port)
 	}
-	for _, name := range []string{svcRelay, svcWorker} {
+	for _, name := range []string{svcRelay, svcWorker, svcDispatcher} {
 		for _, sc := range conf.ScrapeConfigs {
 			for _, st := range sc.StaticConfigs {
 				for _, target := range st.Targets {

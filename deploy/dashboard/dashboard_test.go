@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -52,6 +53,8 @@ var spec = map[string][]string{
 		"quill_relay_publish_errors_total", "quill_relay_duplicates_total", "quill_relay_parked_events"},
 	"attachment-worker": {"quill_worker_messages_total", "quill_event_end_to_end_seconds_bucket", "quill_worker_dead_letters",
 		"quill_consumer_pending_messages", "quill_consumer_acks_total"},
+	"webhook-dispatcher": {"quill_webhook_deliveries_total", "quill_webhook_pending", "quill_webhook_delivery_seconds_bucket",
+		"quill_consumer_pending_messages", "quill_consumer_acks_total", "quill_consumer_dead_letters"},
 }
 
 // prometheusSeries are the series Prometheus writes itself for each
@@ -168,8 +171,8 @@ func ruleQueries(t *testing.T) map[string]string {
 	return out
 }
 
-// scrapePrograms builds api, relay and attachment-worker from the
-// repository, runs them against a database of their own on the test
+// scrapePrograms builds api, relay, attachment-worker and
+// webhook-dispatcher from the repository, runs them against a database of their own on the test
 // server and a NATS server of their own, answers one API request (so that
 // the per-request series exist) and returns the metric names each one's
 // /metrics exports: families, plus _bucket, _sum and _count of histograms
@@ -192,13 +195,17 @@ func scrapePrograms(t *testing.T) map[string]map[string]bool {
 
 	apiAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	admin := map[string]string{}
-	for _, prog := range []string{"api", "relay", "attachment-worker"} {
+	for _, prog := range []string{"api", "relay", "attachment-worker", "webhook-dispatcher"} {
 		admin[prog] = fmt.Sprintf("127.0.0.1:%d", freePort(t))
 		penv := append(slices.Clone(env), "QUILL_ADMIN_ADDR="+admin[prog])
 		args := []string{}
-		if prog == "api" {
+		switch prog {
+		case "api":
 			penv = append(penv, "QUILL_HTTP_ADDR="+apiAddr)
 			args = []string{"serve"}
+		case "webhook-dispatcher":
+			// Any key will do: no endpoint exists, so none is opened.
+			penv = append(penv, "QUILL_WEBHOOK_SECRET_KEY="+base64.StdEncoding.EncodeToString(make([]byte, 32)))
 		}
 		startProcess(t, prog, filepath.Join(bin, prog), penv, args...)
 	}
@@ -224,7 +231,7 @@ func build(t *testing.T, dir string) {
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 	defer cancel()
 	for _, args := range [][]string{
-		{"build", "-o", dir + "/", "./cmd/api", "./cmd/relay", "./cmd/attachment-worker"},
+		{"build", "-o", dir + "/", "./cmd/api", "./cmd/relay", "./cmd/attachment-worker", "./cmd/webhook-dispatcher"},
 		{"build", "-o", filepath.Join(dir, "nats-server"), "github.com/nats-io/nats-server/v2"},
 	} {
 		cmd := exec.CommandContext(ctx, "go", args...)
