@@ -96,14 +96,14 @@ type Metrics interface {
 type Deps struct {
 	Pool *pgxpool.Pool
 	// Auth checks tokens; nil means an uncached authenticator over Pool.
-	Auth    *auth.Authenticator
-	Notes   *notes.Service
+	Auth  *auth.Authenticator
+	Notes *notes.Service
 	// Webhooks serves the webhook endpoints; nil, or one without a key,
 	// answers their routes 503 webhooks_not_configured.
 	Webhooks *webhooks.Service
-	Log     zerolog.Logger
-	Metrics Metrics
-	Config  Config
+	Log      zerolog.Logger
+	Metrics  Metrics
+	Config   Config
 	// Tracer makes a span for each request (tracing.Provider.Tracer);
 	// nil is tracing off.
 	Tracer trace.Tracer

@@ -94,7 +94,9 @@ func WithRules(r Rules) Option { return func(s *Service) { s.rules = r } }
 
 // ValidateCreate checks a create's input under the service's rules
 // (Rules.ValidateCreate).
-func (s *Service) ValidateCreate(in CreateInput) (CreateParams, error) { return s.rules.ValidateCreate(in) }
+func (s *Service) ValidateCreate(in CreateInput) (CreateParams, error) {
+	return s.rules.ValidateCreate(in)
+}
 
 type nopObserver struct{}
 
@@ -117,6 +119,11 @@ func NewService(pool *pgxpool.Pool, cfg idempotency.Config, keys *whsecret.Keys,
 	s.proto = idempotency.NewProtocol(pool, cfg, log, s.now, s.obs, gate{s})
 	return s, nil
 }
+
+// RunReplayCounter writes the replay counts of the webhook writes every
+// ReplayFlushInterval until ctx ends, and once more then
+// (idempotency.Protocol.RunReplayCounter). It returns nil.
+func (s *Service) RunReplayCounter(ctx context.Context) error { return s.proto.RunReplayCounter(ctx) }
 
 // Configured reports whether the service has a key to seal secrets with.
 func (s *Service) Configured() bool { return s.keys != nil }
