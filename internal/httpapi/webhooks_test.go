@@ -1,14 +1,17 @@
 package httpapi_test
 
 import (
+	"encoding/hex"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/quillhq/quill/internal/testkit"
 	"github.com/quillhq/quill/internal/webhooks"
 )
 
@@ -44,23 +47,13 @@ func (b *testBundle) secretAtRest(s string) []string {
 		var n int
 		// The whole row as text: bytea columns appear as hex, so the
 		// secret's bytes are searched in both forms.
-		hex := strings.ToLower(strings.TrimPrefix(toHex(s), ""))
 		require.NoError(b.t, b.pool.QueryRow(ctx, `SELECT count(*) FROM `+table+` t
-			WHERE strpos(t::text, $1) > 0 OR strpos(t::text, $2) > 0`, s, hex).Scan(&n))
+			WHERE strpos(t::text, $1) > 0 OR strpos(t::text, $2) > 0`, s, hex.EncodeToString([]byte(s))).Scan(&n))
 		if n > 0 {
 			found = append(found, table)
 		}
 	}
 	return found
-}
-
-func toHex(s string) string {
-	const digits = "0123456789abcdef"
-	out := make([]byte, 0, 2*len(s))
-	for i := range len(s) {
-		out = append(out, digits[s[i]>>4], digits[s[i]&15])
-	}
-	return string(out)
 }
 
 func TestWebhookCreateReplaysTheSameSecret(t *testing.T) {
@@ -191,6 +184,10 @@ func TestWebhookReadsListDeleteRotate(t *testing.T) {
 	gone = b.mustDo(req{method: http.MethodPost, path: "/v1/webhooks/" + id + "/rotate-secret", token: b.tokenA, key: "rot-2"})
 	require.Equal(t, http.StatusNotFound, gone.status)
 	require.Len(t, b.mustDo(req{method: http.MethodGet, path: "/v1/webhooks", token: b.tokenA}).json(t)["items"], 1)
+	// Metrics name the route patterns, never an id.
+	for route, method := range map[string]string{"/v1/webhooks": "GET", "/v1/webhooks/{id}": "DELETE", "/v1/webhooks/{id}/rotate-secret": "POST"} {
+		require.Positive(t, testkit.Gathered(t, b.reg, "quill_http_requests_total", map[string]string{"route": route, "method": method, "code": "200"}), route)
+	}
 	require.Equal(t, http.StatusNotFound, b.mustDo(req{method: http.MethodGet, path: "/v1/webhooks/not-a-uuid", token: b.tokenA, offContract: "a malformed id"}).status)
 }
 
@@ -297,4 +294,34 @@ func TestWebhooksNotConfigured(t *testing.T) {
 	}
 	// Notes are served as ever.
 	require.Equal(t, http.StatusCreated, b.create(b.tokenA, "n", note("still")).status)
+}
+
+// Concurrent creates of one tenant take turns at the count: never more than
+// the limit, however they interleave.
+func TestWebhookLimitUnderConcurrency(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for i := range webhooks.MaxEndpoints - 2 {
+		require.Equal(t, http.StatusCreated, b.createHook(b.tokenA, "pre-"+string(rune('a'+i)), hook("https://example.com/h")).status)
+	}
+	const n = 6
+	statuses := make(chan int, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			out, err := b.do(t.Context(), req{method: http.MethodPost, path: "/v1/webhooks", token: b.tokenA,
+				key: "race-" + string(rune('a'+i)), body: hook("https://example.com/h")})
+			if err == nil {
+				statuses <- out.status
+			}
+		})
+	}
+	wg.Wait()
+	close(statuses)
+	count := map[int]int{}
+	for s := range statuses {
+		count[s]++
+	}
+	require.Equal(t, map[int]int{http.StatusCreated: 2, http.StatusUnprocessableEntity: n - 2}, count)
+	require.Equal(t, webhooks.MaxEndpoints, b.count(`SELECT count(*) FROM webhook_endpoints WHERE tenant = $1 AND deleted_at IS NULL`, b.tenantA))
 }
