@@ -119,10 +119,17 @@ const (
 	ActionCreateNote = "create-note"
 	ActionUpdateNote = "update-note"
 	ActionDeleteNote = "delete-note"
+	// The webhook endpoints' writes (SPEC §11).
+	ActionCreateWebhook       = "create-webhook"
+	ActionDeleteWebhook       = "delete-webhook"
+	ActionRotateWebhookSecret = "rotate-webhook-secret"
 )
 
 // Actions returns every action. The slice is the caller's.
-func Actions() []string { return []string{ActionCreateNote, ActionUpdateNote, ActionDeleteNote} }
+func Actions() []string {
+	return []string{ActionCreateNote, ActionUpdateNote, ActionDeleteNote,
+		ActionCreateWebhook, ActionDeleteWebhook, ActionRotateWebhookSecret}
+}
 
 // Idempotency outcomes of a write, the outcome label of
 // quill_idempotency_requests_total (SPEC §8).
@@ -166,6 +173,13 @@ func ParseNotePath(path string) (string, bool) {
 	return id, err == nil
 }
 
+// WebhooksPath is the webhook endpoints collection: POST to create, GET to
+// list.
+const WebhooksPath = "/v1/webhooks"
+
+// WebhookPath returns the path of webhook endpoint id, /v1/webhooks/{id}.
+func WebhookPath(id string) string { return WebhooksPath + "/" + url.PathEscape(id) }
+
 // TenantPattern is a tenant name (SPEC §5): it is a subject token, so one
 // lower-case letter or digit, then up to 62 of them or hyphens.
 const TenantPattern = `^[a-z0-9][a-z0-9-]{0,62}$`
@@ -204,6 +218,13 @@ const (
 	CodeBadRequest                  = "bad_request"
 	CodeHeadersTooLarge             = "headers_too_large"
 	CodeUnsupportedTransferEncoding = "unsupported_transfer_encoding"
+	// CodeWebhookLimitReached: a create past the tenant's live endpoints
+	// limit; recorded, final for the key: delete one, then create under a
+	// new key.
+	CodeWebhookLimitReached = "webhook_limit_reached"
+	// CodeWebhooksNotConfigured: the deployment has no
+	// QUILL_WEBHOOK_SECRET_KEY; nothing a client sends changes it.
+	CodeWebhooksNotConfigured = "webhooks_not_configured"
 )
 
 // Retry advice of a problem (SPEC §3): what a client should do next.

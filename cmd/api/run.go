@@ -26,6 +26,8 @@ import (
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/notes"
 	"github.com/quillhq/quill/internal/outbox"
+	"github.com/quillhq/quill/internal/webhooks"
+	"github.com/quillhq/quill/internal/whsecret"
 )
 
 const overview = `usage: api [serve] [flags]     run the HTTP API (default)
@@ -97,7 +99,11 @@ type serveSettings struct {
 	maxBody, maxAttachment                int
 	maxConcurrency, tenantConcurrency     int
 	tenantRate                            float64
-	console                               consoleSettings
+	// webhookKeys seal the webhook endpoints' secrets; nil when
+	// QUILL_WEBHOOK_SECRET_KEY is unset (the webhook routes answer 503).
+	webhookKeys         *whsecret.Keys
+	webhookAllowPrivate bool
+	console             consoleSettings
 }
 
 func (c *serveSettings) define(s *config.Set) {
@@ -117,6 +123,25 @@ func (c *serveSettings) define(s *config.Set) {
 		c.tenantRate = f
 		return nil
 	})
+	s.FuncRedacted("webhook-secret-key", whsecret.KeyEnv, "", "the keys webhook secrets are sealed under: base64 of 32 bytes, or a comma-separated list (the first seals, each opens); keep them with the database credentials, not in the database. Unset: the webhook routes answer 503 webhooks_not_configured",
+		func(v string) string {
+			if v == "" {
+				return ""
+			}
+			return "(redacted)"
+		}, func(v string) error {
+			if v == "" {
+				c.webhookKeys = nil
+				return nil
+			}
+			keys, err := whsecret.ParseKeys(v)
+			if err != nil {
+				return err // names the key by its position, never its value
+			}
+			c.webhookKeys = keys
+			return nil
+		})
+	s.Bool(&c.webhookAllowPrivate, "webhook-allow-private", "QUILL_WEBHOOK_ALLOW_PRIVATE", false, "accept webhook endpoints on http and on private, loopback and link-local addresses (development and tests only)")
 	c.console.define(s)
 }
 
@@ -143,8 +168,18 @@ func (c *serveSettings) start(ctx context.Context, ds daemon.Settings, stderr io
 	if err != nil {
 		return cli.UsageError{Msg: err.Error()}
 	}
+	if c.webhookKeys == nil {
+		log.Warn().Str("error_category", "webhooks_not_configured").
+			Msg(whsecret.KeyEnv + " is not set: the webhook routes answer 503 webhooks_not_configured")
+	}
+	wh, err := webhooks.NewService(pool, notes.Config{
+		ResponseRetention: c.responseRetention, KeyRetention: c.keyRetention, Wait: c.wait,
+	}, c.webhookKeys, log, webhooks.WithObserver(m), webhooks.WithRules(webhooks.Rules{AllowPrivate: c.webhookAllowPrivate}))
+	if err != nil {
+		return cli.UsageError{Msg: err.Error()}
+	}
 	api := httpapi.NewServer(httpapi.Deps{Pool: pool, Auth: auth.NewAuthenticator(pool, tokenCacheTTL),
-		Notes: svc, Log: log, Metrics: m, Tracer: d.Tracer(),
+		Notes: svc, Webhooks: wh, Log: log, Metrics: m, Tracer: d.Tracer(),
 		Config: httpapi.Config{MaxBodyBytes: int64(c.maxBody), MaxAttachmentBytes: c.maxAttachment,
 			MaxConcurrency: c.maxConcurrency, TenantConcurrency: c.tenantConcurrency, TenantRate: c.tenantRate}})
 	c.console.nats, c.console.proxies = ds.NATS, console.TrustedProxies(ds.HTTP.TrustedProxies)
@@ -161,7 +196,7 @@ func (c *serveSettings) start(ctx context.Context, ds daemon.Settings, stderr io
 		// The notifier and the replay counter outlive the HTTP servers so
 		// that writes finishing during shutdown still wake the relays and
 		// replays answered during it are still written (a final flush).
-		Trailing: []func(context.Context) error{notifier.Run, svc.RunReplayCounter},
+		Trailing: []func(context.Context) error{notifier.Run, svc.RunReplayCounter, wh.RunReplayCounter},
 	}
 	if con != nil {
 		services.Admin = con.Mount

@@ -164,6 +164,8 @@ var tableOwners = map[string]string{
 	"outbox_pending": "internal/outbox",
 	"api_tokens":     "internal/auth",
 
+	"webhook_endpoints": "internal/webhooks",
+
 	"console_session_keys": "internal/console",
 	"console_signouts":     "internal/console",
 

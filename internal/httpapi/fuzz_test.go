@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -19,6 +20,8 @@ import (
 	"github.com/quillhq/quill/internal/httpapi"
 	"github.com/quillhq/quill/internal/notes"
 	"github.com/quillhq/quill/internal/testkit"
+	"github.com/quillhq/quill/internal/webhooks"
+	"github.com/quillhq/quill/internal/whsecret"
 )
 
 // tokenPlaceholder in a fuzzed request is replaced by a valid token, so
@@ -37,7 +40,15 @@ func FuzzHTTPRequest(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	api := httpapi.NewServer(httpapi.Deps{Pool: pool, Notes: svc, Log: testkit.Logger(f),
+	keys, err := whsecret.ParseKeys(base64.StdEncoding.EncodeToString(make([]byte, 32)))
+	if err != nil {
+		f.Fatal(err)
+	}
+	wh, err := webhooks.NewService(pool, notes.Config{}, keys, testkit.Logger(f))
+	if err != nil {
+		f.Fatal(err)
+	}
+	api := httpapi.NewServer(httpapi.Deps{Pool: pool, Notes: svc, Webhooks: wh, Log: testkit.Logger(f),
 		Config: httpapi.Config{MaxBodyBytes: 64 << 10, MaxAttachmentBytes: 32 << 10}})
 	tok, err := auth.Create(context.Background(), pool, "fuzz-"+strings.ToLower(uuid.NewString()[:8]), time.Now())
 	if err != nil {
@@ -52,6 +63,9 @@ func FuzzHTTPRequest(f *testing.F) {
 		"GET /v1/operations/%2e%2e%2F%ZZ HTTP/1.1\r\nHost: q\r\nAuthorization: Bearer TOKEN\r\n\r\n",
 		"HEAD /v1/notes/not-a-uuid/attachment/thumbnail HTTP/1.1\r\nHost: q\r\nAuthorization: Bearer qt_00000000_x\r\nX-Request-Id: ../..\r\n\r\n",
 		"PATCH /openapi.yaml HTTP/1.1\r\nHost: q\r\ntraceparent: 00-zz\r\n\r\n",
+		"POST /v1/webhooks HTTP/1.1\r\nHost: q\r\nAuthorization: Bearer TOKEN\r\nIdempotency-Key: w1\r\nContent-Type: application/json\r\nContent-Length: 69\r\n\r\n{\"url\":\"https://[fe80::1%25x]/\",\"event_types\":[\"quill.note.created.v1\"]}",
+		"POST /v1/webhooks/0190a6f5-0000-7000-8000-000000000000/rotate-secret HTTP/1.1\r\nHost: q\r\nAuthorization: Bearer TOKEN\r\nIdempotency-Key: w2\r\n\r\n",
+		"GET /v1/webhooks HTTP/1.1\r\nHost: q\r\nAuthorization: Bearer TOKEN\r\n\r\n",
 	} {
 		f.Add([]byte(seed))
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/quillhq/quill/contract/opkey"
 	"github.com/quillhq/quill/internal/notes"
 	"github.com/quillhq/quill/internal/problem"
+	"github.com/quillhq/quill/internal/webhooks"
 )
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -86,8 +87,12 @@ func statusOf(outcome string) int {
 	switch outcome {
 	case notes.OutcomeCreated:
 		return http.StatusCreated
-	case notes.OutcomeDeleted, notes.OutcomeUpdated, notes.OutcomeUnchanged:
+	case notes.OutcomeDeleted, notes.OutcomeUpdated, notes.OutcomeUnchanged, webhooks.OutcomeRotated:
 		return http.StatusOK
+	case webhooks.OutcomeNotFound:
+		return http.StatusNotFound
+	case webhooks.OutcomeLimitReached:
+		return http.StatusUnprocessableEntity
 	case notes.OutcomeNothingToDelete, notes.OutcomeNothingToUpdate:
 		return http.StatusNotFound
 	case notes.OutcomeVersionMismatch:
@@ -403,7 +408,9 @@ func operationView(op *notes.Operation) operation {
 	v := operation{Key: op.Key, Action: op.Action, State: op.State, CreatedAt: op.CreatedAt, CompletedAt: op.CompletedAt,
 		ExpiresAt: op.ExpiresAt, Resource: op.Resource, Effects: op.Effects}
 	if op.Response != nil {
-		v.Response = &response{Status: statusOf(op.Response.Outcome), Body: op.Response.Body}
+		// A webhook write's record keeps its secret sealed: the lookup
+		// shows null there (the write's replay shows the secret).
+		v.Response = &response{Status: statusOf(op.Response.Outcome), Body: webhooks.RedactRecorded(op.Response.Body)}
 	}
 	return v
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/quillhq/quill/internal/idempotency"
 	"github.com/quillhq/quill/internal/notes"
 	"github.com/quillhq/quill/internal/problem"
+	"github.com/quillhq/quill/internal/webhooks"
 )
 
 // Defaults of Config.
@@ -95,11 +96,14 @@ type Metrics interface {
 type Deps struct {
 	Pool *pgxpool.Pool
 	// Auth checks tokens; nil means an uncached authenticator over Pool.
-	Auth    *auth.Authenticator
-	Notes   *notes.Service
-	Log     zerolog.Logger
-	Metrics Metrics
-	Config  Config
+	Auth  *auth.Authenticator
+	Notes *notes.Service
+	// Webhooks serves the webhook endpoints; nil, or one without a key,
+	// answers their routes 503 webhooks_not_configured.
+	Webhooks *webhooks.Service
+	Log      zerolog.Logger
+	Metrics  Metrics
+	Config   Config
 	// Tracer makes a span for each request (tracing.Provider.Tracer);
 	// nil is tracing off.
 	Tracer trace.Tracer
@@ -212,6 +216,9 @@ func (s *server) routes() []route {
 		{pattern: "/v1/notes/{id}/attachment", methods: methods{http.MethodGet: s.getAttachment}},
 		{pattern: "/v1/notes/{id}/attachment/content", methods: methods{http.MethodGet: s.getAttachmentContent}},
 		{pattern: "/v1/notes/{id}/attachment/thumbnail", methods: methods{http.MethodGet: s.getThumbnail}},
+		{pattern: webhooksPattern, methods: methods{http.MethodPost: s.createWebhook, http.MethodGet: s.listWebhooks}},
+		{pattern: webhookPattern, methods: methods{http.MethodGet: s.getWebhook, http.MethodDelete: s.deleteWebhook}},
+		{pattern: webhookRotatePattern, methods: methods{http.MethodPost: s.rotateWebhookSecret}},
 		{pattern: operationsPattern, methods: methods{http.MethodGet: s.getOperation}},
 		{pattern: limitsPattern, methods: methods{http.MethodGet: s.getLimits}},
 		{pattern: "/openapi.yaml", methods: methods{http.MethodGet: getOpenAPI}, public: true},
@@ -337,6 +344,9 @@ func problemFor(err error) *problem.Problem {
 		unavail  *idempotency.UnavailableError
 		mismatch *notes.VersionMismatchError
 	)
+	if p := webhookProblem(err); p != nil {
+		return p
+	}
 	switch {
 	case errors.As(err, &verr):
 		p := problem.New(http.StatusBadRequest, contract.CodeValidation, "the request has invalid fields; see errors")

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/rand"
 	"encoding/base64"
 	"io"
 	"net/http"
@@ -28,6 +29,8 @@ import (
 	"github.com/quillhq/quill/internal/metrics"
 	"github.com/quillhq/quill/internal/notes"
 	"github.com/quillhq/quill/internal/testkit"
+	"github.com/quillhq/quill/internal/webhooks"
+	"github.com/quillhq/quill/internal/whsecret"
 )
 
 // testBundle is one API over a fresh schema, with two tenants' tokens.
@@ -39,7 +42,9 @@ type testBundle struct {
 	// (which reads every request body before the API sees it).
 	api http.Handler
 	svc *notes.Service
-	reg *prometheus.Registry
+	// webhookKeys seal the webhook secrets (nil: webhooks off).
+	webhookKeys *whsecret.Keys
+	reg         *prometheus.Registry
 	// Two tenants, named uniquely per bundle: advisory locks are per
 	// database, not per schema, so parallel tests must not share a
 	// (tenant, key).
@@ -71,6 +76,8 @@ type setupOpts struct {
 	// responseRetention and keyRetention are the notes service's (zero:
 	// the package's responseRetention and keyRetention).
 	responseRetention, keyRetention time.Duration
+	// noWebhooks runs the API without QUILL_WEBHOOK_SECRET_KEY.
+	noWebhooks bool
 }
 
 // standard is the default setup.
@@ -149,7 +156,16 @@ func setup(t *testing.T, opts ...setupOpts) *testBundle {
 	if o.tokenTTL > 0 {
 		authn = auth.NewAuthenticator(apiPool, o.tokenTTL)
 	}
-	api := httpapi.NewServer(httpapi.Deps{Pool: apiPool, Auth: authn, Notes: svc, Log: log, Metrics: m, Config: o.api})
+	if !o.noWebhooks {
+		key := make([]byte, 32)
+		_, _ = rand.Read(key)
+		b.webhookKeys, err = whsecret.ParseKeys(base64.StdEncoding.EncodeToString(key))
+		require.NoError(t, err)
+	}
+	wh, err := webhooks.NewService(apiPool, notes.Config{ResponseRetention: cmp.Or(o.responseRetention, responseRetention), KeyRetention: cmp.Or(o.keyRetention, keyRetention), Wait: o.wait, ReplayCacheBytes: cacheBytes},
+		b.webhookKeys, log, webhooks.WithObserver(m), webhooks.WithClock(b.clock.now))
+	require.NoError(t, err)
+	api := httpapi.NewServer(httpapi.Deps{Pool: apiPool, Auth: authn, Notes: svc, Webhooks: wh, Log: log, Metrics: m, Config: o.api})
 	b.api = api
 	// Every request that reaches the API, and every answer, is checked
 	// against api/openapi.yaml (contract_test.go).

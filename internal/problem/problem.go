@@ -59,6 +59,9 @@ func retryFor(status int, code string) string {
 	switch {
 	case code == contract.CodeOpNotFound:
 		return contract.RetrySameKey
+	case code == contract.CodeWebhooksNotConfigured:
+		// A 503 an operator ends, not time: retrying changes nothing.
+		return contract.RetryNo
 	case code == contract.CodeBadRequest, code == contract.CodeHeadersTooLarge, code == contract.CodeUnsupportedTransferEncoding:
 		return contract.RetryAfterFixing
 	case status == http.StatusConflict, status == http.StatusTooManyRequests, status == http.StatusServiceUnavailable, status >= 500:
