@@ -197,11 +197,8 @@ func FormatTime(t time.Time) string { return t.UTC().Format(outbox.TimeFormat) }
 // unexpected failures (nothing committed). A refusal past MaxEndpoints is
 // an answer with OutcomeLimitReached, recorded.
 func (s *Service) Create(ctx context.Context, r Request, p CreateParams) (Answer, error) {
-	if s.keys == nil {
-		return Answer{}, ErrNotConfigured
-	}
-	if r.RenderError == nil {
-		return Answer{}, errNoRender
+	if err := s.writable(r); err != nil {
+		return Answer{}, err
 	}
 	fp, err := idempotency.NewFingerprint(contract.ActionCreateWebhook, createVersion,
 		idempotency.Params{"url": p.URL, "event_types": p.EventTypes, "description": p.Description})
@@ -214,16 +211,25 @@ func (s *Service) Create(ctx context.Context, r Request, p CreateParams) (Answer
 	return s.opened(r.Tenant, out, err)
 }
 
+// writable says why r cannot be written: ErrNotConfigured without sealing
+// keys, errNoRender without a way to render refusals.
+func (s *Service) writable(r Request) error {
+	if s.keys == nil {
+		return ErrNotConfigured
+	}
+	if r.RenderError == nil {
+		return errNoRender
+	}
+	return nil
+}
+
 // Delete deletes endpoint id as the operation (r.Tenant, r.Key): it stays,
 // with deleted_at, and nothing is delivered to it any more. An endpoint
 // the tenant has no live one of is recorded as OutcomeNotFound. Errors as
 // for Create.
 func (s *Service) Delete(ctx context.Context, r Request, id uuid.UUID) (Answer, error) {
-	if s.keys == nil {
-		return Answer{}, ErrNotConfigured
-	}
-	if r.RenderError == nil {
-		return Answer{}, errNoRender
+	if err := s.writable(r); err != nil {
+		return Answer{}, err
 	}
 	fp, err := idempotency.NewFingerprint(contract.ActionDeleteWebhook, deleteVersion, idempotency.Params{"id": id.String()})
 	if err != nil {
@@ -239,11 +245,8 @@ func (s *Service) Delete(ctx context.Context, r Request, id uuid.UUID) (Answer, 
 // rotation within that time ends the older one's overlap). Errors as for
 // Create; no live endpoint is recorded as OutcomeNotFound.
 func (s *Service) RotateSecret(ctx context.Context, r Request, id uuid.UUID) (Answer, error) {
-	if s.keys == nil {
-		return Answer{}, ErrNotConfigured
-	}
-	if r.RenderError == nil {
-		return Answer{}, errNoRender
+	if err := s.writable(r); err != nil {
+		return Answer{}, err
 	}
 	fp, err := idempotency.NewFingerprint(contract.ActionRotateWebhookSecret, rotateVersion, idempotency.Params{"id": id.String()})
 	if err != nil {
