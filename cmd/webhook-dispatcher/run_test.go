@@ -244,7 +244,7 @@ func TestServesAdminEndpoints(t *testing.T) {
 	resp.Body.Close()
 	require.NoError(t, err)
 	for _, want := range []string{`quill_webhook_deliveries_total{result="delivered"} 0`, `quill_webhook_deliveries_total{result="refused"} 0`,
-		"quill_webhook_pending 0", "quill_webhook_delivery_seconds_count 0", "quill_consumer_pending_messages"} {
+		"quill_webhook_pending 0", `quill_webhook_endpoints{state="disabled"} 0`, "quill_webhook_delivery_seconds_count 0", "quill_consumer_pending_messages"} {
 		require.Contains(t, string(body), want)
 	}
 }

@@ -53,7 +53,7 @@ var spec = map[string][]string{
 		"quill_relay_publish_errors_total", "quill_relay_duplicates_total", "quill_relay_parked_events"},
 	"attachment-worker": {"quill_worker_messages_total", "quill_event_end_to_end_seconds_bucket", "quill_worker_dead_letters",
 		"quill_consumer_pending_messages", "quill_consumer_acks_total"},
-	"webhook-dispatcher": {"quill_webhook_deliveries_total", "quill_webhook_pending", "quill_webhook_delivery_seconds_bucket",
+	"webhook-dispatcher": {"quill_webhook_deliveries_total", "quill_webhook_pending", "quill_webhook_endpoints", "quill_webhook_delivery_seconds_bucket",
 		"quill_consumer_pending_messages", "quill_consumer_acks_total", "quill_consumer_dead_letters"},
 }
 

@@ -149,11 +149,15 @@ func TestGoneDisablesAtOnce(t *testing.T) {
 	h := newHarness(t)
 	rc := &receiver{answer: func(int, request) int { return http.StatusGone }}
 	ep, _ := h.endpoint(newServer(t, rc).URL, created)
-	h.start(dispatch.Config{})
+	h.endpoint(newServer(t, &receiver{}).URL, created)
+	m, _ := h.start(dispatch.Config{MaintenanceInterval: 50 * time.Millisecond})
 	id, _ := h.publish(contract.EventNoteCreated, uuid.New(), 1)
 	r := h.waitState(ep, id, "failed")
 	require.Equal(t, 1, r.Attempts)
 	require.Equal(t, 410, *r.LastStatus)
+	require.Eventually(t, func() bool {
+		return gauge(m.Endpoints.WithLabelValues("disabled")) == 1 && gauge(m.Endpoints.WithLabelValues("active")) == 1
+	}, waitLong, 20*time.Millisecond, "quill_webhook_endpoints counts one disabled, one active")
 	var state, reason string
 	require.NoError(t, h.pool.QueryRow(t.Context(), `SELECT state, disabled_reason FROM webhook_endpoint_health WHERE endpoint_id = $1`, ep).Scan(&state, &reason))
 	require.Equal(t, "disabled", state)
@@ -231,6 +235,13 @@ func counter(c prometheus.Counter) float64 {
 	var m dto.Metric
 	_ = c.Write(&m)
 	return m.GetCounter().GetValue()
+}
+
+// gauge reads g's value.
+func gauge(g prometheus.Gauge) float64 {
+	var d dto.Metric
+	_ = g.Write(&d)
+	return d.GetGauge().GetValue()
 }
 
 // dtoGauge reads the pending gauge.

@@ -381,5 +381,11 @@ func (d *Dispatcher) Maintain(ctx context.Context) error {
 		return err
 	}
 	d.m.Pending.Set(float64(p))
+	active, disabled, err := d.st.endpoints(ctx)
+	if err != nil {
+		return err
+	}
+	d.m.Endpoints.WithLabelValues("active").Set(float64(active))
+	d.m.Endpoints.WithLabelValues("disabled").Set(float64(disabled))
 	return nil
 }

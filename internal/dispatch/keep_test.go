@@ -73,6 +73,8 @@ func TestMaintenance(t *testing.T) {
 	r := h.waitState(ep, id, "failed")
 	require.Equal(t, "endpoint deleted", *r.LastError)
 	require.Eventually(t, func() bool { var d dtoGauge; return d.read(m) == 0 }, waitLong, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return gauge(m.Endpoints.WithLabelValues("active")) == 1 }, waitLong, 20*time.Millisecond,
+		"a deleted endpoint is not counted")
 }
 
 // A claim that takes more of one endpoint's deliveries than it may send

@@ -128,6 +128,11 @@ WHERE e.id = d.endpoint_id AND d.state = 'pending' AND (e.deleted_at IS NOT NULL
 	AND (d.lease_until IS NULL OR d.lease_until < now())`
 
 	sqlPending = `SELECT count(*) FROM webhook_deliveries WHERE state = 'pending'`
+	// sqlEndpoints counts the endpoints not deleted by state; one without
+	// a health row (never attempted) is active.
+	sqlEndpoints = `SELECT count(*) FILTER (WHERE h.state IS DISTINCT FROM 'disabled'), count(*) FILTER (WHERE h.state = 'disabled')
+FROM webhook_endpoints e LEFT JOIN webhook_endpoint_health h ON h.endpoint_id = e.id
+WHERE e.deleted_at IS NULL`
 
 	// sqlCleanup deletes up to $2 delivered and failed rows settled more
 	// than $1 seconds ago.
@@ -236,6 +241,14 @@ func (s store) pending(ctx context.Context) (int64, error) {
 		return 0, fmt.Errorf("count pending deliveries: %w", err)
 	}
 	return n, nil
+}
+
+// endpoints counts the endpoints not deleted: active and disabled.
+func (s store) endpoints(ctx context.Context) (active, disabled int64, err error) {
+	if err := s.pool.QueryRow(ctx, sqlEndpoints).Scan(&active, &disabled); err != nil {
+		return 0, 0, fmt.Errorf("count webhook endpoints: %w", err)
+	}
+	return active, disabled, nil
 }
 
 // cleanup deletes settled rows older than retention, in batches, and
