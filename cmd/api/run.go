@@ -174,7 +174,8 @@ func (c *serveSettings) start(ctx context.Context, ds daemon.Settings, stderr io
 	}
 	wh, err := webhooks.NewService(pool, notes.Config{
 		ResponseRetention: c.responseRetention, KeyRetention: c.keyRetention, Wait: c.wait,
-	}, c.webhookKeys, log, webhooks.WithObserver(m), webhooks.WithRules(webhooks.Rules{AllowPrivate: c.webhookAllowPrivate}))
+	}, c.webhookKeys, log, webhooks.WithObserver(m), webhooks.WithRules(webhooks.Rules{AllowPrivate: c.webhookAllowPrivate}),
+		webhooks.WithTurns(svc.Turn))
 	if err != nil {
 		return cli.UsageError{Msg: err.Error()}
 	}

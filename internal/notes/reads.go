@@ -101,6 +101,14 @@ func (s *Service) acquire(ctx context.Context, tenant string) (*heldConn, error)
 	return &heldConn{Conn: conn, turn: turn}, nil
 }
 
+// Turn waits for tenant's turn at the pool the service shares among
+// tenants (db.Fair) and returns the function that gives it back; another
+// service on the same pool (webhooks.WithTurns) takes its turns through
+// it. Errors as for turn.
+func (s *Service) Turn(ctx context.Context, tenant string) (release func(), err error) {
+	return s.turn(ctx, tenant)
+}
+
 // turn waits for tenant's turn at the pool (db.Fair), at most
 // Config.AcquireTimeout; past it the error wraps db.ErrPoolTimeout. The
 // returned function gives the turn back.

@@ -73,11 +73,11 @@ func (s *Service) Get(ctx context.Context, tenant string, id uuid.UUID) (*Endpoi
 	if s.keys == nil {
 		return nil, ErrNotConfigured
 	}
-	conn, err := db.Acquire(ctx, s.pool, s.cfg.AcquireTimeout)
+	conn, release, err := s.acquire(ctx, tenant)
 	if err != nil {
 		return nil, err
 	}
-	defer conn.Release()
+	defer release()
 	e, err := scanEndpoint(conn.QueryRow(ctx, sqlEndpointGet, tenant, pgUUID(id)))
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -94,11 +94,11 @@ func (s *Service) List(ctx context.Context, tenant string) ([]*Endpoint, error) 
 	if s.keys == nil {
 		return nil, ErrNotConfigured
 	}
-	conn, err := db.Acquire(ctx, s.pool, s.cfg.AcquireTimeout)
+	conn, release, err := s.acquire(ctx, tenant)
 	if err != nil {
 		return nil, err
 	}
-	defer conn.Release()
+	defer release()
 	// Bounded even for a tenant past the limit (were it lowered since).
 	rows, err := conn.Query(ctx, sqlEndpointList, tenant, MaxEndpoints*4)
 	if err != nil {

@@ -76,8 +76,15 @@ type Service struct {
 	now   func() time.Time
 	obs   idempotency.Observer
 	rules Rules
+	turn  TurnFunc
 	proto *idempotency.Protocol
 }
+
+// TurnFunc waits for tenant's turn at the pool, shared with the other
+// services on it (notes.Service.Turn, db.Fair), and returns the function
+// that gives it back; its error wraps db.ErrPoolTimeout when the wait is
+// past the acquire timeout.
+type TurnFunc func(ctx context.Context, tenant string) (release func(), err error)
 
 // Option configures a Service.
 type Option func(*Service)
@@ -91,6 +98,12 @@ func WithObserver(o idempotency.Observer) Option { return func(s *Service) { s.o
 // WithRules sets the validation rules (default: the zero Rules, public
 // https endpoints only).
 func WithRules(r Rules) Option { return func(s *Service) { s.rules = r } }
+
+// WithTurns makes every read and write wait for the tenant's turn at the
+// pool first (default: no turns), so that a tenant flooding the webhook
+// routes takes its share of the connections the notes' traffic shares,
+// no more.
+func WithTurns(turn TurnFunc) Option { return func(s *Service) { s.turn = turn } }
 
 // ValidateCreate checks a create's input under the service's rules
 // (Rules.ValidateCreate).
@@ -112,7 +125,8 @@ func NewService(pool *pgxpool.Pool, cfg idempotency.Config, keys *whsecret.Keys,
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("webhooks config: %w", err)
 	}
-	s := &Service{pool: pool, cfg: cfg, keys: keys, now: time.Now, obs: nopObserver{}}
+	s := &Service{pool: pool, cfg: cfg, keys: keys, now: time.Now, obs: nopObserver{},
+		turn: func(context.Context, string) (func(), error) { return func() {}, nil }}
 	for _, o := range opts {
 		o(s)
 	}
@@ -128,19 +142,40 @@ func (s *Service) RunReplayCounter(ctx context.Context) error { return s.proto.R
 // Configured reports whether the service has a key to seal secrets with.
 func (s *Service) Configured() bool { return s.keys != nil }
 
-// gate hands the protocol pool connections, bounded by AcquireTimeout.
-// Webhook writes are rare: they take no tenant's turn (db.Fair), which the
-// note service keeps for its own traffic.
+// gate hands the protocol pool connections in the tenant's turn, bounded
+// by AcquireTimeout.
 type gate struct{ s *Service }
 
-func (g gate) Turn(context.Context, string) (func(), error) { return func() {}, nil }
+func (g gate) Turn(ctx context.Context, tenant string) (func(), error) { return g.s.turn(ctx, tenant) }
 
-func (g gate) Acquire(ctx context.Context, _ string) (idempotency.Querier, func(), error) {
-	c, err := db.Acquire(ctx, g.s.pool, g.s.cfg.AcquireTimeout)
+func (g gate) Acquire(ctx context.Context, tenant string) (idempotency.Querier, func(), error) {
+	c, release, err := g.s.acquire(ctx, tenant)
 	if err != nil {
 		return nil, nil, err
 	}
-	return c, c.Release, nil
+	return c, release, nil
+}
+
+// acquire takes tenant's turn, then a pool connection; the wait for both
+// is bounded by AcquireTimeout together. release gives both back.
+func (s *Service) acquire(ctx context.Context, tenant string) (*pgxpool.Conn, func(), error) {
+	start := time.Now()
+	turn, err := s.turn(ctx, tenant)
+	if err != nil {
+		return nil, nil, err
+	}
+	timeout := s.cfg.AcquireTimeout
+	if timeout > 0 {
+		// What the turn took counts against the same wait (at least a
+		// millisecond is left, as zero would mean no bound).
+		timeout = max(time.Millisecond, timeout-time.Since(start))
+	}
+	c, err := db.Acquire(ctx, s.pool, timeout)
+	if err != nil {
+		turn()
+		return nil, nil, err
+	}
+	return c, func() { c.Release(); turn() }, nil
 }
 
 // Request identifies one write request: the authenticated tenant, the
