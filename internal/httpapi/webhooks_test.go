@@ -165,6 +165,19 @@ func TestWebhookReadsListDeleteRotate(t *testing.T) {
 	require.Equal(t, "true", replay.header.Get("Idempotent-Replayed"))
 	require.Empty(t, b.secretAtRest(newSecret))
 
+	// A second rotation within the overlap keeps one previous secret: the
+	// one it replaces; the first secret stops signing at once (docs/webhooks.md).
+	rot2 := b.mustDo(req{method: http.MethodPost, path: "/v1/webhooks/" + id + "/rotate-secret", token: b.tokenA, key: "rot-1b"})
+	require.Equal(t, http.StatusOK, rot2.status, "%s", rot2.body)
+	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT secret_sealed, previous_secret_sealed FROM webhook_endpoints WHERE id = $1`, id).
+		Scan(&sealed, &previous))
+	open, err = b.webhookKeys.Open(previous, b.tenantA, id)
+	require.NoError(t, err)
+	require.Equal(t, newSecret, open, "the secret the second rotation replaced signs beside the newest")
+	open, err = b.webhookKeys.Open(sealed, b.tenantA, id)
+	require.NoError(t, err)
+	require.Equal(t, rot2.json(t)["secret"], open)
+
 	// Rotation and delete require a key, as a note's delete does.
 	noKey := b.mustDo(req{method: http.MethodPost, path: "/v1/webhooks/" + id + "/rotate-secret", token: b.tokenA, offContract: "no key"})
 	require.Equal(t, http.StatusBadRequest, noKey.status)
