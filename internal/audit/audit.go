@@ -681,6 +681,8 @@ func (a *auditor) checkOperations() {
 				a.add(x)
 			}
 			a.checkOpEvents(o, id, contract.EventNoteUpdated)
+		case isWebhookWrite(o.Action):
+			a.checkWebhookOp(o)
 		case writesNothing(o):
 			for _, e := range a.opEvents(o, "") {
 				x := base
@@ -690,6 +692,59 @@ func (a *auditor) checkOperations() {
 				a.add(x)
 			}
 		}
+	}
+}
+
+// isWebhookWrite reports whether action is a write of the webhook
+// endpoints API.
+func isWebhookWrite(action string) bool {
+	switch action {
+	case contract.ActionCreateWebhook, contract.ActionDeleteWebhook, contract.ActionRotateWebhookSecret:
+		return true
+	}
+	return false
+}
+
+// Outcomes of the webhook writes the audit checks (internal/webhooks').
+const (
+	outcomeWebhookCreated = "created"
+	outcomeWebhookDeleted = "deleted"
+	outcomeWebhookRotated = "rotated"
+)
+
+// checkWebhookOp checks a webhook write against the endpoint it names:
+// a recorded create's endpoint exists (endpoints are never removed), a
+// recorded delete's is marked deleted, a recorded rotation's exists; and
+// no webhook write writes an outbox event.
+func (a *auditor) checkWebhookOp(o *opRow) {
+	base := Anomaly{Tenant: o.Tenant, Key: o.Key}
+	for _, e := range a.opEvents(o, "") {
+		x := base
+		x.Kind, x.EventID = KindUnexpectedEvent, e.ID.String()
+		x.Detail = fmt.Sprintf("%s event written under the key of a %s operation, which writes no event", e.Type, o.Action)
+		a.add(x)
+	}
+	id, ok := o.webhookID()
+	if !ok {
+		return // a refusal (limit reached) names no endpoint
+	}
+	w := a.ds.hooks[id]
+	if w != nil && w.Tenant != o.Tenant {
+		w = nil // another tenant's endpoint is not this one's effect
+	}
+	switch {
+	case o.Outcome == outcomeWebhookCreated && w == nil:
+		x := base
+		x.Kind, x.Detail = KindMissingEffect, fmt.Sprintf("the operation record says it created webhook endpoint %s, which does not exist (endpoints are never removed)", id)
+		a.add(x)
+	case o.Outcome == outcomeWebhookDeleted && (w == nil || w.DeletedAt == nil):
+		x := base
+		x.Kind, x.Detail = KindMissingEffect, fmt.Sprintf("the operation record says it deleted webhook endpoint %s, which is not marked deleted", id)
+		a.add(x)
+	case o.Outcome == outcomeWebhookRotated && w == nil:
+		x := base
+		x.Kind, x.Detail = KindMissingEffect, fmt.Sprintf("the operation record says it rotated the secret of webhook endpoint %s, which does not exist", id)
+		a.add(x)
 	}
 }
 

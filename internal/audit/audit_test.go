@@ -32,6 +32,8 @@ import (
 	"github.com/quillhq/quill/internal/relay"
 	"github.com/quillhq/quill/internal/stream"
 	"github.com/quillhq/quill/internal/testkit"
+	"github.com/quillhq/quill/internal/webhooks"
+	"github.com/quillhq/quill/internal/whsecret"
 	"github.com/quillhq/quill/internal/worker"
 )
 
@@ -871,4 +873,46 @@ func TestRefusesASchemaNotMigrated(t *testing.T) {
 	_, err = audit.Run(t.Context(), pool, nil, "skipped", b.config())
 	require.ErrorIs(t, err, audit.ErrSchemaVersion)
 	require.ErrorContains(t, err, "no migrations applied")
+}
+
+// The webhook endpoints' writes are checked against the endpoints they
+// name: a real create, rotation and delete leave nothing to report; a
+// delete whose endpoint is not marked deleted, and an event under a
+// webhook write's key, are anomalies.
+func TestWebhookOperations(t *testing.T) {
+	t.Parallel()
+	b := setup(t, natstest.Start(t))
+	keys, err := whsecret.ParseKeys("a2tra2tra2tra2tra2tra2tra2tra2tra2tra2tra2s=")
+	require.NoError(t, err)
+	ws, err := webhooks.NewService(b.pool, notes.Config{}, keys, zerolog.Nop())
+	require.NoError(t, err)
+	req := func(key string) webhooks.Request {
+		return webhooks.Request{Tenant: b.tenant, Key: key, Wait: -1, RenderError: func(err error) []byte { return []byte(`{}`) }}
+	}
+	p, err := ws.ValidateCreate(webhooks.CreateInput{URL: new("https://example.com/hook"), EventTypes: &[]string{"quill.note.created.v1"}})
+	require.NoError(t, err)
+	created, err := ws.Create(t.Context(), req("w-create"), p)
+	require.NoError(t, err)
+	id, err := uuid.Parse(strings.TrimPrefix(created.Resource, contract.WebhooksPath+"/"))
+	require.NoError(t, err)
+	_, err = ws.RotateSecret(t.Context(), req("w-rotate"), id)
+	require.NoError(t, err)
+	_, err = ws.Delete(t.Context(), req("w-delete"), id)
+	require.NoError(t, err)
+	b.create("k1", false)
+
+	rep := b.audit(nil)
+	require.Empty(t, rep.Anomalies)
+	require.EqualValues(t, 1, rep.Counts.ByAction[contract.ActionCreateWebhook])
+	require.EqualValues(t, 1, rep.Counts.ByAction[contract.ActionDeleteWebhook])
+
+	b.exec(`UPDATE webhook_endpoints SET deleted_at = NULL WHERE id = $1`, id)
+	b.exec(`UPDATE outbox_events SET operation_key = 'w-create'`)
+	rep = b.audit(nil)
+	x := requireAnomaly(t, rep, audit.KindMissingEffect, "w-delete", uuid.Nil)
+	require.Contains(t, x.Detail, id.String())
+	requireAnomaly(t, rep, audit.KindUnexpectedEvent, "w-create", uuid.Nil)
+	for _, a := range rep.Anomalies {
+		require.NotEqual(t, "w-rotate", a.Key, "the rotation's endpoint exists: %+v", a)
+	}
 }

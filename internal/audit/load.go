@@ -70,6 +70,23 @@ func (o *opRow) noteID() (uuid.UUID, bool) {
 	return id, err == nil
 }
 
+// webhookID returns the webhook endpoint a webhook write acted on.
+func (o *opRow) webhookID() (uuid.UUID, bool) {
+	s, ok := strings.CutPrefix(o.Resource, contract.WebhooksPath+"/")
+	if !ok {
+		return uuid.UUID{}, false
+	}
+	id, err := uuid.Parse(s)
+	return id, err == nil
+}
+
+// webhookRow is a webhook endpoint (the API's webhook_endpoints row).
+type webhookRow struct {
+	ID        uuid.UUID
+	Tenant    string
+	DeletedAt *time.Time
+}
+
 type noteRow struct {
 	ID        uuid.UUID
 	Tenant    string
@@ -205,6 +222,10 @@ const (
 	sqlAttachments = `SELECT id, note_id, tenant, status, reason, processed_at FROM attachments
 	WHERE ($1 = '' OR tenant = $1) AND ($2 = '' OR note_id = ANY($3::uuid[]))`
 
+	// Endpoints are never removed, only marked deleted, and a tenant has
+	// few: the scope's tenant's all, in key mode too.
+	sqlWebhooks = `SELECT id, tenant, deleted_at FROM webhook_endpoints WHERE ($1 = '' OR tenant = $1)`
+
 	sqlKeyEventNotes = `SELECT DISTINCT aggregate_id FROM outbox_events WHERE tenant = $1 AND operation_key = $2`
 
 	sqlKeyOperation = `SELECT coalesce(resource, '') FROM operations WHERE tenant = $1 AND key = $2`
@@ -235,6 +256,7 @@ const (
 type dataset struct {
 	ops    []*opRow
 	notes  map[uuid.UUID]*noteRow
+	hooks  map[uuid.UUID]*webhookRow
 	atts   map[uuid.UUID]*attRow // by note id
 	events []*eventRow
 	inbox  map[uuid.UUID]*inboxRow
@@ -246,7 +268,7 @@ type dataset struct {
 }
 
 func load(ctx context.Context, tx pgx.Tx, cfg Config) (*dataset, error) {
-	ds := &dataset{notes: map[uuid.UUID]*noteRow{}, atts: map[uuid.UUID]*attRow{}, inbox: map[uuid.UUID]*inboxRow{}}
+	ds := &dataset{notes: map[uuid.UUID]*noteRow{}, hooks: map[uuid.UUID]*webhookRow{}, atts: map[uuid.UUID]*attRow{}, inbox: map[uuid.UUID]*inboxRow{}}
 	if err := checkSchema(ctx, tx); err != nil {
 		return nil, err
 	}
@@ -302,6 +324,16 @@ func load(ctx context.Context, tx pgx.Tx, cfg Config) (*dataset, error) {
 	}
 	for _, n := range notes {
 		ds.notes[n.ID] = n
+	}
+
+	hooks, err := readRows(ctx, tx, "webhook endpoints", func(r pgx.CollectableRow, w *webhookRow) error {
+		return r.Scan(&w.ID, &w.Tenant, &w.DeletedAt)
+	}, sqlWebhooks, cfg.Tenant)
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range hooks {
+		ds.hooks[w.ID] = w
 	}
 
 	atts, err := readRows(ctx, tx, "attachments", func(r pgx.CollectableRow, a *attRow) error {
