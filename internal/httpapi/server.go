@@ -28,6 +28,8 @@ import (
 	"github.com/quillhq/quill/internal/notes"
 	"github.com/quillhq/quill/internal/problem"
 	"github.com/quillhq/quill/internal/webhooks"
+
+	"github.com/quillhq/quill/internal/validation"
 )
 
 // Defaults of Config.
@@ -337,7 +339,7 @@ func (s *server) authed(h http.Handler) http.Handler {
 // problemFor maps a domain error to its problem; the one place that does.
 func problemFor(err error) *problem.Problem {
 	var (
-		verr     *notes.ValidationError
+		verr     *validation.Error // notes' and webhooks' alike
 		tooLarge *notes.TooLargeError
 		reused   *idempotency.KeyReusedError
 		expired  *idempotency.ExpiredError

@@ -179,21 +179,12 @@ func (s *server) getWebhook(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, endpointView(e))
 }
 
-// webhookProblem maps the webhooks package's errors to their problems; nil
-// for another error.
+// webhookProblem maps the webhooks package's own errors to their problems;
+// nil for another error (its validation errors are problemFor's, as
+// every domain package's).
 func webhookProblem(err error) *problem.Problem {
-	var (
-		verr  *webhooks.ValidationError
-		limit *webhooks.LimitError
-	)
+	var limit *webhooks.LimitError
 	switch {
-	case errors.As(err, &verr):
-		p := problem.New(http.StatusBadRequest, contract.CodeValidation, "the request has invalid fields; see errors")
-		p.Errors = make([]problem.FieldError, len(verr.Errors))
-		for i, f := range verr.Errors {
-			p.Errors[i] = problem.FieldError{Field: f.Field, Message: f.Message}
-		}
-		return p
 	case errors.As(err, &limit):
 		return problem.New(http.StatusUnprocessableEntity, contract.CodeWebhookLimitReached, fmt.Sprintf(
 			"this tenant has %d webhook endpoints, the most it may have; nothing was created: delete one (DELETE /v1/webhooks/{id}), then create under a new key", limit.Max))

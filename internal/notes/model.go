@@ -28,6 +28,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/quillhq/quill/internal/outbox"
+
+	"github.com/quillhq/quill/internal/validation"
 )
 
 // Limits of a note's fields (SPEC §3).
@@ -169,64 +171,48 @@ type NewAttachment struct {
 	SHA256      string
 }
 
-// FieldError names one invalid field of a request and what is wrong with it.
-type FieldError struct {
-	Field   string
-	Message string
-}
+// FieldError names one invalid field of a request (validation.FieldError).
+type FieldError = validation.FieldError
 
-// ValidationError lists every invalid field of a request.
-type ValidationError struct {
-	Errors []FieldError
-}
-
-func (e *ValidationError) Error() string {
-	parts := make([]string, len(e.Errors))
-	for i, f := range e.Errors {
-		parts[i] = f.Field + ": " + f.Message
-	}
-	return "validation failed: " + strings.Join(parts, "; ")
-}
-
-func (e *ValidationError) add(field, format string, args ...any) {
-	e.Errors = append(e.Errors, FieldError{Field: field, Message: fmt.Sprintf(format, args...)})
-}
+// ValidationError lists every invalid field of a request
+// (validation.Error, the one type the API renders).
+type ValidationError = validation.Error
 
 // requiredText checks that the text field v is present, not empty and at
 // most limit characters long, and returns it ("" when absent).
-func (e *ValidationError) requiredText(field string, v *string, limit int) string {
+func requiredText(e *ValidationError, field string, v *string, limit int) string {
 	if v == nil {
-		e.add(field, "is required")
+		e.Add(field, "is required")
 		return ""
 	}
 	switch n := utf8.RuneCountInString(*v); {
 	case n == 0:
-		e.add(field, "must not be empty")
+		e.Add(field, "must not be empty")
 	case n > limit:
-		e.add(field, "is %d characters long, the limit is %d", n, limit)
+		e.Add(field, "is %d characters long, the limit is %d", n, limit)
 	}
 	return *v
 }
 
-// title checks a note's title (SPEC §3): present, 1–MaxTitleChars code
+// checkTitle checks a note's title (SPEC §3): present, 1–MaxTitleChars code
 // points, no control characters. It returns the title ("" when absent).
-func (e *ValidationError) title(v *string) string {
-	t := e.requiredText("title", v, MaxTitleChars)
+func checkTitle(e *ValidationError, v *string) string {
+	t := requiredText(e, "title", v, MaxTitleChars)
 	if v != nil {
 		if i := indexControl(t); i >= 0 {
-			e.add("title", "must not contain control characters (character %d)", i+1)
+			e.Add("title", "must not contain control characters (character %d)", i+1)
 		}
 	}
 	return t
 }
 
-// body checks a note's body (SPEC §3): up to MaxBodyChars, no U+0000.
-func (e *ValidationError) body(b string) {
+// checkBody checks a note's body (SPEC §3): up to MaxBodyChars, no U+0000.
+func checkBody(e *ValidationError, b string) {
 	if n := utf8.RuneCountInString(b); n > MaxBodyChars {
-		e.add("body", "is %d characters long, the limit is %d", n, MaxBodyChars)
+		e.Add("body", "is %d characters long, the limit is %d", n, MaxBodyChars)
 	}
 	if strings.IndexByte(b, 0) >= 0 {
-		e.add("body", "must not contain U+0000")
+		e.Add("body", "must not contain U+0000")
 	}
 }
 
@@ -245,10 +231,10 @@ func (e *TooLargeError) Error() string {
 func Validate(in CreateInput, maxAttachment int) (CreateParams, error) {
 	var p CreateParams
 	verr := &ValidationError{}
-	p.Title = verr.title(in.Title)
+	p.Title = checkTitle(verr, in.Title)
 	if in.Body != nil {
 		p.Body = *in.Body
-		verr.body(p.Body)
+		checkBody(verr, p.Body)
 	}
 	if a := in.Attachment; a != nil {
 		att, tooLarge := validateAttachment(a, maxAttachment, verr)
@@ -265,29 +251,29 @@ func Validate(in CreateInput, maxAttachment int) (CreateParams, error) {
 
 func validateAttachment(a *AttachmentInput, limit int, verr *ValidationError) (*NewAttachment, *TooLargeError) {
 	var att NewAttachment
-	if att.Filename = verr.requiredText("attachment.filename", a.Filename, MaxFilenameChars); a.Filename != nil {
+	if att.Filename = requiredText(verr, "attachment.filename", a.Filename, MaxFilenameChars); a.Filename != nil {
 		if indexControl(att.Filename) >= 0 || strings.ContainsAny(att.Filename, `/\`) {
-			verr.add("attachment.filename", "must not contain control characters, '/' or '\\'")
+			verr.Add("attachment.filename", "must not contain control characters, '/' or '\\'")
 		}
 	}
 	if a.ContentType == nil {
-		verr.add("attachment.content_type", "is required")
+		verr.Add("attachment.content_type", "is required")
 	} else {
 		att.ContentType = *a.ContentType
 		if len(att.ContentType) > MaxContentTypeBytes {
-			verr.add("attachment.content_type", "is longer than %d bytes", MaxContentTypeBytes)
+			verr.Add("attachment.content_type", "is longer than %d bytes", MaxContentTypeBytes)
 		} else if mt, _, err := mime.ParseMediaType(att.ContentType); err != nil || !strings.Contains(mt, "/") {
-			verr.add("attachment.content_type", "is not a media type such as text/plain or image/png")
+			verr.Add("attachment.content_type", "is not a media type such as text/plain or image/png")
 		}
 	}
 	if a.Data == nil {
-		verr.add("attachment.data", "is required")
+		verr.Add("attachment.data", "is required")
 		return &att, nil
 	}
 	// Go's decoder skips CR and LF even in strict mode; RFC 4648 §3.3 does
 	// not allow them, and they would distort the size check below.
 	if strings.ContainsAny(*a.Data, "\r\n") {
-		verr.add("attachment.data", "is not standard base64 (RFC 4648 §4, with padding, without line breaks)")
+		verr.Add("attachment.data", "is not standard base64 (RFC 4648 §4, with padding, without line breaks)")
 		return &att, nil
 	}
 	if n := decodedLen(*a.Data); n > limit {
@@ -296,7 +282,7 @@ func validateAttachment(a *AttachmentInput, limit int, verr *ValidationError) (*
 	}
 	data, err := base64.StdEncoding.Strict().DecodeString(*a.Data)
 	if err != nil {
-		verr.add("attachment.data", "is not standard base64 (RFC 4648 §4, with padding, without line breaks)")
+		verr.Add("attachment.data", "is not standard base64 (RFC 4648 §4, with padding, without line breaks)")
 		return &att, nil
 	}
 	sum := sha256.Sum256(data)

@@ -48,21 +48,21 @@ func ValidateUpdate(in UpdateInput) (UpdateParams, error) {
 	verr := &ValidationError{}
 	switch t := in.Title; {
 	case t.Null:
-		verr.add("title", "must be a string; omit it to keep the title")
+		verr.Add("title", "must be a string; omit it to keep the title")
 	case t.Set:
-		title := verr.title(&t.Value)
+		title := checkTitle(verr, &t.Value)
 		p.Title = &title
 	}
 	switch b := in.Body; {
 	case b.Null:
-		verr.add("body", "must be a string; omit it to keep the body, send \"\" to empty it")
+		verr.Add("body", "must be a string; omit it to keep the body, send \"\" to empty it")
 	case b.Set:
-		verr.body(b.Value)
+		checkBody(verr, b.Value)
 		body := b.Value
 		p.Body = &body
 	}
 	if !in.Title.Set && !in.Body.Set {
-		verr.add("title", "an update sets title, body or both; this one sets neither")
+		verr.Add("title", "an update sets title, body or both; this one sets neither")
 	}
 	if len(verr.Errors) > 0 {
 		return UpdateParams{}, verr

@@ -16,6 +16,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/quillhq/quill/contract"
+
+	"github.com/quillhq/quill/internal/validation"
 )
 
 // Limits of an endpoint's fields and of a tenant's endpoints.
@@ -46,28 +48,12 @@ type CreateParams struct {
 	Description string
 }
 
-// FieldError is one invalid field of a request.
-type FieldError struct {
-	Field   string
-	Message string
-}
+// FieldError is one invalid field of a request (validation.FieldError).
+type FieldError = validation.FieldError
 
-// ValidationError lists every invalid field of a request.
-type ValidationError struct {
-	Errors []FieldError
-}
-
-func (e *ValidationError) Error() string {
-	parts := make([]string, len(e.Errors))
-	for i, f := range e.Errors {
-		parts[i] = f.Field + ": " + f.Message
-	}
-	return "validation failed: " + strings.Join(parts, "; ")
-}
-
-func (e *ValidationError) add(field, format string, args ...any) {
-	e.Errors = append(e.Errors, FieldError{Field: field, Message: fmt.Sprintf(format, args...)})
-}
+// ValidationError lists every invalid field of a request
+// (validation.Error, the one type the API renders).
+type ValidationError = validation.Error
 
 // Rules are the deployment's choices that validation depends on.
 type Rules struct {
@@ -93,22 +79,22 @@ func (ru Rules) ValidateCreate(in CreateInput) (CreateParams, error) {
 	var p CreateParams
 	verr := &ValidationError{}
 	if in.URL == nil {
-		verr.add("url", "is required: the https URL deliveries are POSTed to")
+		verr.Add("url", "is required: the https URL deliveries are POSTed to")
 	} else {
 		p.URL = *in.URL
 		if msg := ru.checkURL(p.URL); msg != "" {
-			verr.add("url", "%s", msg)
+			verr.Add("url", "%s", msg)
 		}
 	}
 	if in.EventTypes == nil {
-		verr.add("event_types", "is required: a list of the event types to deliver, e.g. [%q]", EventTypes()[0])
+		verr.Add("event_types", "is required: a list of the event types to deliver, e.g. [%q]", EventTypes()[0])
 	} else {
 		p.EventTypes = checkEventTypes(verr, *in.EventTypes)
 	}
 	if in.Description != nil {
 		p.Description = *in.Description
 		if n := len(p.Description); n > MaxDescriptionBytes {
-			verr.add("description", "is %d bytes long, the limit is %d", n, MaxDescriptionBytes)
+			verr.Add("description", "is %d bytes long, the limit is %d", n, MaxDescriptionBytes)
 		}
 	}
 	if len(verr.Errors) > 0 {
@@ -121,14 +107,14 @@ func (ru Rules) ValidateCreate(in CreateInput) (CreateParams, error) {
 // for an empty list and for each type that is not one of EventTypes.
 func checkEventTypes(verr *ValidationError, types []string) []string {
 	if len(types) == 0 {
-		verr.add("event_types", "must name at least one event type; one of %s", strings.Join(EventTypes(), ", "))
+		verr.Add("event_types", "must name at least one event type; one of %s", strings.Join(EventTypes(), ", "))
 		return nil
 	}
 	known := EventTypes()
 	out := make([]string, 0, len(types))
 	for _, t := range types {
 		if !slices.Contains(known, t) {
-			verr.add("event_types", "%q is not an event type; the types are %s", truncate(t, 64), strings.Join(known, ", "))
+			verr.Add("event_types", "%q is not an event type; the types are %s", truncate(t, 64), strings.Join(known, ", "))
 			continue
 		}
 		out = append(out, t)
