@@ -1,8 +1,9 @@
 // Package retention applies Quill's retention horizons (SPEC §4.7, §6): it
 // deletes published outbox events past the outbox retention, compacts
 // operation records past their response retention to tombstones, forgets
-// them past their key retention, and deletes consumers' inbox rows past the
-// inbox retention — in small batches, so that it never holds many locks.
+// them past their key retention, and deletes consumers' inbox rows, and
+// their version-guard rows of deleted notes, past the inbox retention — in
+// small batches, so that it never holds many locks.
 // It is a service of its own, run beside the relay; several may run at
 // once against one database.
 package retention
@@ -116,7 +117,8 @@ func (c *Cleaner) Run(ctx context.Context) error {
 // Clean is one pass: it deletes published events past the outbox
 // retention, compacts operation records past their response retention to
 // tombstones, deletes records past their key retention, and deletes inbox
-// rows past the inbox retention — each in batches of Batch until nothing is
+// rows and the version guard's rows of deleted notes past the inbox
+// retention — each in batches of Batch until nothing is
 // left or ctx ends. Every horizon is compared with the database's clock
 // (now() in the statements), never this host's: several cleaners on hosts
 // whose clocks disagree apply the same horizons (decision 0070). It returns
@@ -136,6 +138,11 @@ func (c *Cleaner) Clean(ctx context.Context) error {
 		{"compact", func() (int64, error) { return idempotency.Compact(ctx, c.pool, dbClock, batch) }, false},
 		{"forget", func() (int64, error) { return idempotency.Forget(ctx, c.pool, dbClock, batch) }, false},
 		{"inbox", func() (int64, error) { return c.inbox.DeleteExpiredInbox(ctx, c.cfg.InboxRetention, batch) }, false},
+		// The guard's rows share the inbox's horizon: a deleted note's
+		// earlier events can come again only while the stream holds them
+		// (consumer.Store.DeleteExpiredVersions). The webhook dispatcher
+		// keeps the guard on, one row per note it has delivered.
+		{"versions", func() (int64, error) { return c.inbox.DeleteExpiredVersions(ctx, c.cfg.InboxRetention, batch) }, false},
 	}
 	for _, s := range steps {
 		total := int64(0)

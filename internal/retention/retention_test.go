@@ -147,7 +147,8 @@ func TestRunCleansUntilCancelled(t *testing.T) {
 // TestCleanupHonoursRetention deletes published events older than the
 // outbox retention in small batches, keeps recent and unpublished ones,
 // compacts and forgets operation records past their horizons, and deletes
-// old inbox rows — with two cleaners at once.
+// old inbox rows and the version guard's rows of notes deleted long ago —
+// with two cleaners at once.
 func TestCleanupHonoursRetention(t *testing.T) {
 	t.Parallel()
 	h := setup(t)
@@ -203,6 +204,20 @@ func TestCleanupHonoursRetention(t *testing.T) {
 		require.NoError(t, err, "inbox row %d", i)
 	}
 
+	// Version-guard rows: a note deleted 337h ago (forgotten), one deleted
+	// 335h ago and a live note last changed 1000h ago (both kept: a live
+	// note's row is what orders its next events).
+	guardConsumer := "webhook-dispatcher-" + h.suffix
+	for _, r := range []struct {
+		note    string
+		deleted bool
+		ago     time.Duration
+	}{{"gone", true, 337 * time.Hour}, {"recently-gone", true, 335 * time.Hour}, {"live", false, 1000 * time.Hour}} {
+		_, err := h.pool.Exec(ctx, `INSERT INTO quill_consumer_versions (consumer, tenant, note_id, version, deleted, applied_at) VALUES ($1, $2, $3, 3, $4, $5)`,
+			guardConsumer, h.tenant, r.note, r.deleted, time.Now().Add(-r.ago))
+		require.NoError(t, err, "versions row %s", r.note)
+	}
+
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return a.Clean(gctx) })
 	g.Go(func() error { return b.Clean(gctx) })
@@ -223,6 +238,12 @@ func TestCleanupHonoursRetention(t *testing.T) {
 	require.Equal(t, 1, h.count(`SELECT count(*) FROM operations WHERE key = 'fresh' AND response_body IS NOT NULL AND compacted_at IS NULL`))
 	require.Equal(t, 1, h.count(`SELECT count(*) FROM quill_consumer_inbox WHERE consumer = $1`, "worker-"+h.suffix),
 		"only the inbox row within the retention is kept")
+	rows, err = h.pool.Query(ctx, `SELECT note_id FROM quill_consumer_versions WHERE consumer = $1`, guardConsumer)
+	require.NoError(t, err)
+	guarded, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{"recently-gone", "live"}, guarded,
+		"the guard forgets a note deleted past the inbox retention and keeps the rest")
 
 	// Nothing left to do is not an error.
 	require.NoError(t, a.Clean(ctx))
