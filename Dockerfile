@@ -29,15 +29,26 @@ COPY . .
 # webhook-dispatcher, quill; the benchmark and demo tools under ./tools stay
 # out of the image) into /out, one executable per directory, named after it.
 # Static, no cgo, reproducible paths.
+# The version every program reports (--version, quill_build_info): the
+# VERSION build argument when given (a release: --build-arg VERSION=v0.1.0),
+# else what Go records from the checkout's .git, which the build context
+# keeps for this (a tag, or a pseudo-version naming the commit). A build
+# that would report (devel) fails here rather than ship unnamed.
 ARG TARGETOS
 ARG TARGETARCH
+ARG VERSION=
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     set -eu; \
     mkdir -p /out; \
+    ldflags='-s -w'; \
+    if [ -n "$VERSION" ]; then ldflags="$ldflags -X github.com/quillhq/quill/internal/buildinfo.stamp=$VERSION"; fi; \
     CGO_ENABLED=0 GOOS="$TARGETOS" GOARCH="$TARGETARCH" \
-        go build -trimpath -ldflags='-s -w' -o /out/ ./cmd/...; \
+        go build -trimpath -buildvcs=auto -ldflags="$ldflags" -o /out/ ./cmd/...; \
     test -x /out/api; test -x /out/webhook-dispatcher; \
+    if [ -z "$VERSION" ] && go version -m /out/api | grep -q '^[[:space:]]*mod[[:space:]].*(devel)'; then \
+        echo "no version: build from a git checkout or pass --build-arg VERSION=vX.Y.Z" >&2; exit 1; \
+    fi; \
     ls -l /out
 
 ############################

@@ -14,7 +14,7 @@ FUZZTIME ?= 200000x
 .PHONY: dev demo test soak lint lint-prometheus fuzz bench-api bench-relay bench-worker bench-scaleout bench-hostile build services
 
 build: ## build the shipped programs (cmd/*) into ./bin; the bench and demo scripts build their tools/ themselves
-	$(GO) build -o bin/ ./cmd/...
+	$(GO) build -buildvcs=auto -o bin/ ./cmd/...
 
 services: ## make sure PostgreSQL (and NATS) answer, starting them when needed
 	@bash scripts/ensure-postgres.sh

@@ -330,7 +330,12 @@ func TestDockerfile(t *testing.T) {
 	require.NotEmpty(t, build, "Dockerfile must `go build` ./cmd/api (directly, ./cmd/... or a loop over ./cmd/*/)")
 	require.Contains(t, build, "CGO_ENABLED=0", "the binaries must be static")
 	require.Contains(t, build, "-trimpath")
-	require.Contains(t, build, "-ldflags='-s -w'")
+	require.Contains(t, build, "ldflags='-s -w'", "stripped")
+	// The version (issue 28): the VERSION argument stamped, else Go's
+	// record of the checkout, whose .git the context must keep.
+	require.Contains(t, build, "-buildvcs=auto", "the version from the checkout")
+	require.Contains(t, build, "-X github.com/quillhq/quill/internal/buildinfo.stamp=$VERSION", "a release's VERSION stamped")
+	require.NotContains(t, strings.Fields(readFile(t, ".dockerignore")), ".git", "the build context keeps .git, from which Go records the version")
 
 	st, err := os.Stat(filepath.Join(repoRoot(t), "cmd", "api"))
 	require.NoError(t, err, "./cmd/api must exist for the image to build")

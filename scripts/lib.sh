@@ -32,10 +32,12 @@ tcp_open() {
 	timeout 3 bash -c 'exec 3<>"/dev/tcp/$0/$1"' "$1" "$2" >/dev/null 2>&1
 }
 
-# build_bins PACKAGE...: go build the packages into ./bin.
+# build_bins PACKAGE...: go build the packages into ./bin, with the version
+# Go records from the checkout (-buildvcs=auto: a GOFLAGS=-buildvcs=false in
+# the environment would otherwise leave them "(devel)").
 build_bins() {
 	log "building $* into ./bin"
-	"$GO" build -o bin/ "$@" || die "go build $* failed"
+	"$GO" build -buildvcs=auto -o bin/ "$@" || die "go build $* failed"
 }
 
 # nats_server_bin: sets NATS_SERVER to .data/bin/nats-server, the

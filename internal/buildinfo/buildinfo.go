@@ -28,10 +28,33 @@ type Info struct {
 	GoVersion string
 }
 
-// Read returns the running binary's Info.
+// StampSymbol is the linker symbol a build stamps its version into:
+//
+//	go build -ldflags "-X github.com/quillhq/quill/internal/buildinfo.stamp=v0.1.0" ./cmd/...
+//
+// A release (GoReleaser) and an image built without a checkout stamp it;
+// a build from a checkout (make build, the dev and bench scripts) passes
+// -buildvcs=auto instead and Go records the tag or a pseudo-version.
+const StampSymbol = "github.com/quillhq/quill/internal/buildinfo.stamp"
+
+// stamp is set only by the linker (StampSymbol), never at run time: it is
+// how a build without version control says what it is.
+var stamp string
+
+// Read returns the running binary's Info: the stamped version if the build
+// stamped one, else what the Go toolchain recorded.
 func Read() Info {
 	bi, _ := debug.ReadBuildInfo()
-	return FromBuildInfo(bi)
+	return FromBuildInfo(bi).WithStamp(stamp)
+}
+
+// WithStamp returns i with its Version replaced by v, a version stamped at
+// link time (StampSymbol), unless v is empty.
+func (i Info) WithStamp(v string) Info {
+	if v = strings.TrimSpace(v); v != "" {
+		i.Version = v
+	}
+	return i
 }
 
 // FromBuildInfo returns the Info recorded in bi; a nil bi (a binary built

@@ -71,3 +71,29 @@ func TestRead(t *testing.T) {
 	require.NotEmpty(t, info.Version)
 	require.Regexp(t, regexp.MustCompile(`^api \S+( \(revision [0-9a-f]+(, modified)?\))? go1\.\S+$`), info.Line("api"))
 }
+
+func TestWithStamp(t *testing.T) {
+	t.Parallel()
+	recorded := buildinfo.Info{Version: "v0.0.0-20261201085412-51946a4c1f0e", Revision: "51946a4c", GoVersion: "go1.26.8"}
+	devel := buildinfo.Info{Version: buildinfo.Devel, GoVersion: "go1.26.8"}
+	tests := []struct {
+		name  string
+		info  buildinfo.Info
+		stamp string
+		want  string
+	}{
+		{"a release's stamp wins over the recorded version", recorded, "v0.1.0", "v0.1.0"},
+		{"a stamp replaces (devel)", devel, "v0.1.0", "v0.1.0"},
+		{"no stamp keeps the recorded version", recorded, "", recorded.Version},
+		{"a blank stamp is no stamp", devel, " \n", buildinfo.Devel},
+		{"surrounding space is trimmed", devel, " v0.2.0-rc.1\n", "v0.2.0-rc.1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got := tt.info.WithStamp(tt.stamp)
+			require.Equal(t, tt.want, got.Version)
+			require.Equal(t, tt.info.Revision, got.Revision, "only the version changes")
+		})
+	}
+}
