@@ -536,3 +536,26 @@ func TestComposeWebhookDispatcher(t *testing.T) {
 		require.Equal(t, "true", *allow)
 	}
 }
+
+// TestComposeHealthchecks: every daemon built from ./Dockerfile, in every
+// profile, has a healthcheck, and it is its own program's probe — the
+// image has no shell or HTTP client — with a start period and retries.
+func TestComposeHealthchecks(t *testing.T) {
+	t.Parallel()
+	p := loadProject(t, profileCluster)
+	seen := 0
+	for _, name := range p.ServiceNames() {
+		svc := service(t, p, name)
+		if svc.Build == nil || len(svc.Command) == 0 || svc.Command[0] == "api" && len(svc.Command) > 1 && svc.Command[1] == "migrate" {
+			continue
+		}
+		seen++
+		prog := svc.Command[0]
+		require.NotNilf(t, svc.HealthCheck, "service %q has a healthcheck", name)
+		require.Equalf(t, types.HealthCheckTest{"CMD", "/usr/local/bin/" + prog, "probe"}, svc.HealthCheck.Test,
+			"service %q's healthcheck is %s's probe", name, prog)
+		require.NotNilf(t, svc.HealthCheck.StartPeriod, "service %q: a start period", name)
+		require.NotNilf(t, svc.HealthCheck.Retries, "service %q: retries", name)
+	}
+	require.Equal(t, 8, seen, "four daemons, single-node and cluster")
+}

@@ -43,6 +43,7 @@ const overview = `usage: api [serve] [flags]     run the HTTP API (default)
        api audit [--tenant T [--key K]] [--json]
                                reconcile operations, notes, events, stream and inbox;
                                exit 0 consistent, 1 anomalies, 3 incomplete
+       api probe [--live]      exit 0 when the running API is ready (alive): a health check
 
 Run "api <command> --help" for a command's settings.`
 

@@ -12,5 +12,5 @@ import (
 // PostgreSQL or NATS.
 func TestVersion(t *testing.T) {
 	t.Parallel()
-	clitest.RequireVersion(t, "api", run, exitCode, [][]string{{"serve", "--version"}, {"migrate", "--version"}, {"token", "create", "--version"}, {"audit", "--version"}}...)
+	clitest.RequireVersion(t, "api", run, exitCode, [][]string{{"serve", "--version"}, {"migrate", "--version"}, {"token", "create", "--version"}, {"audit", "--version"}, {"probe", "--version"}}...)
 }

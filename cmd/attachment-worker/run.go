@@ -25,6 +25,7 @@ import (
 const overview = `usage: attachment-worker [run] [flags]                                   process note.created events (default)
        attachment-worker dead-letters list [--consumer NAME] [--all] [--json]  list a consumer's dead letters
        attachment-worker dead-letters retry [--consumer NAME] ID               re-drive a dead letter to its subject
+       attachment-worker probe [--live]                                        exit 0 when the running worker is ready (alive): a health check
 
 Run "attachment-worker run --help" for the settings.`
 

@@ -12,5 +12,5 @@ import (
 // PostgreSQL or NATS.
 func TestVersion(t *testing.T) {
 	t.Parallel()
-	clitest.RequireVersion(t, "attachment-worker", run, exitCode, [][]string{{"run", "--version"}, {"dead-letters", "--version"}, {"dead-letters", "retry", "--version"}}...)
+	clitest.RequireVersion(t, "attachment-worker", run, exitCode, [][]string{{"run", "--version"}, {"dead-letters", "--version"}, {"dead-letters", "retry", "--version"}, {"probe", "--version"}}...)
 }

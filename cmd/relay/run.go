@@ -24,6 +24,7 @@ import (
 const overview = `usage: relay [run] [flags]           publish committed outbox events to JetStream (default)
        relay events list --parked [--json]  list parked events
        relay events retry ID                return a parked event to the queue
+       relay probe [--live]                 exit 0 when the running relay is ready (alive): a health check
 
 Run "relay run --help" for the settings.`
 

@@ -12,5 +12,5 @@ import (
 // PostgreSQL or NATS.
 func TestVersion(t *testing.T) {
 	t.Parallel()
-	clitest.RequireVersion(t, "relay", run, exitCode, [][]string{{"run", "--version"}, {"--admin-addr", ":1", "--version"}, {"events", "--version"}, {"events", "list", "--version"}}...)
+	clitest.RequireVersion(t, "relay", run, exitCode, [][]string{{"run", "--version"}, {"--admin-addr", ":1", "--version"}, {"events", "--version"}, {"events", "list", "--version"}, {"probe", "--version"}}...)
 }

@@ -8,8 +8,11 @@
 // the NATS connection with its reconnect logs; Run serves the admin server
 // (/healthz, /readyz, /metrics) and the daemon's own servers and runs its
 // loops in an errgroup until the context ends, then shuts everything down
-// in order; NotifyReady tells systemd when a daemon is ready and when it
-// is stopping. A daemon's Program.Start builds its services between Start
+// in order — after QUILL_SHUTDOWN_DELAY, during which /readyz answers 503,
+// when one is set; NotifyReady tells systemd when a daemon is ready and
+// when it is stopping. Every daemon's probe command asks a running one's
+// admin address whether it is ready, for health checks in an image
+// without a shell. A daemon's Program.Start builds its services between Start
 // and Run.
 package daemon
 
@@ -18,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"sync"
@@ -64,6 +68,11 @@ type Settings struct {
 	// Pprof serves Go's runtime profiles on the admin address
 	// (QUILL_PPROF, default false).
 	Pprof bool
+	// ShutdownDelay is how long a stopping daemon keeps serving, with
+	// /readyz answering 503, before its shutdown begins
+	// (QUILL_SHUTDOWN_DELAY, default 0): the time a load balancer or
+	// Kubernetes needs to stop sending it new requests.
+	ShutdownDelay time.Duration
 	// NotifySocket is systemd's notification socket (NOTIFY_SOCKET), set
 	// when the daemon runs as a Type=notify service: Run tells it when the
 	// daemon is ready and when it is stopping. Empty otherwise.
@@ -89,6 +98,8 @@ func (d *Settings) Define(s *config.Set, adminAddr, nats string) {
 	d.HTTP.Define(s)
 	s.String(&d.LogLevel, "log-level", "QUILL_LOG_LEVEL", "info", "log level: trace, debug, info, warn, error")
 	s.Bool(&d.Pprof, "pprof", "QUILL_PPROF", false, "serve Go's runtime profiles at /debug/pprof/ on the admin address")
+	s.DurationOrZero(&d.ShutdownDelay, "shutdown-delay", "QUILL_SHUTDOWN_DELAY", 0,
+		"on SIGTERM, keep serving this long with /readyz answering 503 before shutting down (deregistration from a load balancer); 0 shuts down at once")
 }
 
 // parse reads a daemon's settings, registered on s, from args and the
@@ -163,11 +174,12 @@ type Daemon struct {
 	NATS     *nats.Conn           // reconnects forever; nil WithoutNATS
 	Registry *prometheus.Registry // served on /metrics by Run, with the pool's gauges
 
-	tracing      *tracing.Provider
-	adminAddr    string
-	pprof        bool
-	http         httpserve.Settings
-	notifySocket string
+	tracing       *tracing.Provider
+	adminAddr     string
+	pprof         bool
+	http          httpserve.Settings
+	notifySocket  string
+	shutdownDelay time.Duration
 }
 
 // Start builds the logger on stderr, warns about removed settings the
@@ -207,7 +219,7 @@ func Start(ctx context.Context, s Settings, p Process, stderr io.Writer) (*Daemo
 		return nil, cli.LoggedError{Err: err}
 	}
 	d := &Daemon{Log: log, Pool: pool, Registry: metrics.NewRegistry(), tracing: tp,
-		adminAddr: s.AdminAddr, http: s.HTTP, notifySocket: s.NotifySocket, pprof: s.Pprof}
+		adminAddr: s.AdminAddr, http: s.HTTP, notifySocket: s.NotifySocket, pprof: s.Pprof, shutdownDelay: s.ShutdownDelay}
 	d.Registry.MustRegister(metrics.NewPoolCollector(metrics.PoolMain, pool))
 	if p.WithoutNATS {
 		return d, nil
@@ -291,7 +303,9 @@ type Server struct {
 }
 
 // Run listens on the admin address and the servers' and runs the services
-// until ctx ends or one of them fails; then it shuts the servers down —
+// until ctx ends or one of them fails; with a ShutdownDelay, the end of ctx
+// first turns /readyz to 503 ("stopping") and the shutdown begins the
+// delay later, while everything keeps serving. Then it shuts the servers down —
 // new connections are refused, requests in flight get ShutdownTimeout to
 // finish —, waits for the loops, then stops the trailing services and logs
 // "stopped". Under systemd (Settings.NotifySocket) it reports READY=1 once
@@ -300,6 +314,9 @@ type Server struct {
 // the first service's or server's error, or a cli.LoggedError when an
 // address cannot be listened on (then nothing ran).
 func (d *Daemon) Run(ctx context.Context, s Services) error {
+	ctx, ready, stop := d.delayShutdown(ctx, s.Ready)
+	defer stop()
+	s.Ready = ready
 	admin := metrics.AdminHandler(d.Log, d.Registry, s.Ready)
 	if s.Admin != nil {
 		admin = s.Admin(admin)
@@ -349,6 +366,45 @@ func (d *Daemon) Run(ctx context.Context, s Services) error {
 	err := g.Wait()
 	d.Log.Info().Msg("stopped")
 	return err
+}
+
+// delayShutdown returns the context Run serves under — ctx itself without
+// a ShutdownDelay, else one that ends the delay after ctx does — and the
+// ready checks with one more that fails from the moment ctx ends, so that
+// a load balancer stops sending requests before the servers stop taking
+// them. stop releases the delay's timer.
+func (d *Daemon) delayShutdown(ctx context.Context, checks map[string]metrics.ReadyFunc) (context.Context, map[string]metrics.ReadyFunc, func()) {
+	if d.shutdownDelay <= 0 {
+		return ctx, checks, func() {}
+	}
+	ready := make(map[string]metrics.ReadyFunc, len(checks)+1)
+	maps.Copy(ready, checks)
+	stopping := ctx
+	ready["shutdown"] = func(context.Context) error {
+		if stopping.Err() != nil {
+			return &metrics.NotReadyError{Reason: "stopping"}
+		}
+		return nil
+	}
+	// The signal's context ends; the services' ends the delay later.
+	delayed, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var timer *time.Timer
+	var mu sync.Mutex
+	unhook := context.AfterFunc(ctx, func() {
+		d.Log.Info().Dur("shutdown_delay", d.shutdownDelay).Msg("stopping: /readyz answers 503; the shutdown begins after QUILL_SHUTDOWN_DELAY")
+		mu.Lock()
+		defer mu.Unlock()
+		timer = time.AfterFunc(d.shutdownDelay, cancel)
+	})
+	return delayed, ready, func() {
+		unhook()
+		mu.Lock()
+		if timer != nil {
+			timer.Stop()
+		}
+		mu.Unlock()
+		cancel()
+	}
 }
 
 // Serve serves srv on ln until ctx ends, then shuts it down: new

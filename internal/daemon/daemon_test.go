@@ -245,3 +245,69 @@ func listeningAddr(t *testing.T, logs *clitest.SyncBuffer) string {
 	}, "the admin server listens")
 	return addr
 }
+
+// With a ShutdownDelay, the end of the context turns /readyz to 503 at
+// once while the servers and the loops keep working; the shutdown begins
+// only after the delay.
+func TestRunDelaysTheShutdown(t *testing.T) {
+	t.Parallel()
+	s := settings(t)
+	const delay = 2 * time.Second
+	s.ShutdownDelay = delay
+	var logs clitest.SyncBuffer
+	d, err := daemon.Start(t.Context(), s, daemon.Process{Name: "test", PoolSize: 2, WithoutNATS: true}, &logs)
+	require.NoError(t, err)
+	defer d.Close()
+	own := clitest.FreeAddr(t)
+	loopStopped := make(chan time.Time, 1)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		done <- d.Run(ctx, daemon.Services{
+			Ready:   map[string]metrics.ReadyFunc{"postgres": d.Pool.Ping},
+			Servers: []daemon.Server{{Name: "own", Addr: own, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusTeapot) })}},
+			Loops: []func(context.Context) error{func(ctx context.Context) error {
+				<-ctx.Done()
+				loopStopped <- time.Now()
+				return nil
+			}},
+		})
+	}()
+	addr := listeningAddr(t, &logs)
+	get := func(url string) (int, string) {
+		res, err := http.Get(url)
+		require.NoError(t, err)
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	testkit.WaitFor(t, waitLong, func() bool { return strings.Contains(logs.String(), `"listener":"own"`) }, "the own server listens")
+	code, _ := get("http://" + addr + "/readyz")
+	require.Equal(t, http.StatusOK, code, "ready before the signal")
+
+	signalled := time.Now()
+	cancel()
+	testkit.WaitFor(t, waitLong, func() bool {
+		code, _ := get("http://" + addr + "/readyz")
+		return code == http.StatusServiceUnavailable
+	}, "/readyz answers 503 once stopping")
+	_, body := get("http://" + addr + "/readyz")
+	require.Equal(t, "shutdown: stopping\n", body)
+	code, _ = get("http://" + addr + "/healthz")
+	require.Equal(t, http.StatusOK, code, "alive during the delay")
+	code, _ = get("http://" + own + "/")
+	require.Equal(t, http.StatusTeapot, code, "the daemon's own server still serves during the delay")
+	select {
+	case <-loopStopped:
+		if time.Since(signalled) < delay {
+			t.Fatal("the loops were stopped before the delay ended")
+		}
+	default:
+	}
+
+	testkit.RequireReturned(t, done, waitLong)
+	require.GreaterOrEqual(t, (<-loopStopped).Sub(signalled), delay, "the shutdown begins after the delay")
+	require.Contains(t, logs.String(), `"shutdown_delay"`)
+	_, err = net.DialTimeout("tcp", own, time.Second)
+	require.Error(t, err, "then the servers are shut down")
+}

@@ -12,7 +12,8 @@ import (
 
 // Program is a daemon's command line: its own command ("run", the
 // default), parses the shared Settings and the daemon's own and starts the
-// daemon; Commands are its operator commands.
+// daemon; "probe" asks a running one's admin address whether it is ready
+// (or alive, --live); Commands are its operator commands.
 type Program struct {
 	// Name is the program's name, as in its usage lines: "relay".
 	Name string
@@ -52,6 +53,9 @@ func (p Program) Main(ctx context.Context, args []string, getenv func(string) st
 	}
 	cmd := cmp.Or(p.Command, "run")
 	cmds[cmd] = p.run
+	if _, own := cmds["probe"]; !own {
+		cmds["probe"] = p.probe
+	}
 	return cli.Dispatch(ctx, p.Name, p.Overview, cmd, cmds, args, getenv, stdout, stderr)
 }
 
