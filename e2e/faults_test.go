@@ -46,6 +46,7 @@ type system struct {
 	bins                  binaries
 	dir                   string
 	pg                    *pgCluster
+	standby               *pgCluster // the synchronous standby of topology.Standby; nil otherwise
 	nats                  *natsServer       // the single server; nil with a cluster
 	cluster               *natstest.Cluster // the three-node cluster; nil with a single server
 	natsURL               string            // what every process is given as NATS_URL
@@ -66,6 +67,11 @@ type topology struct {
 	// Cluster: a three-node JetStream cluster on loopback (natstest) with
 	// an R3 stream, instead of one nats-server process.
 	Cluster bool
+	// Standby: PostgreSQL is a primary with a synchronous standby, and
+	// every process gets both in one multi-host DATABASE_URL with
+	// target_session_attrs=read-write (TestPostgresFailover); the gates
+	// are left out, as they would pin one host.
+	Standby bool
 }
 
 // daemons returns every daemon of the run.
@@ -271,6 +277,11 @@ func setup(t *testing.T, p profile, seed uint64, runID string, topo topology) *s
 	}
 	db := "quill_e2e_" + runID
 	s.dbURL = s.pg.URL(db)
+	if topo.Standby {
+		s.standby = startStandby(t, s.pg)
+		s.dbURL = multiHostURL(db, s.pg, s.standby)
+		t.Logf("PostgreSQL: primary on :%d, synchronous standby on :%d; DATABASE_URL %s", s.pg.port, s.standby.port, s.dbURL)
+	}
 
 	base := cleanEnv()
 	// api migrate creates the database.
@@ -283,6 +294,9 @@ func setup(t *testing.T, p profile, seed uint64, runID string, topo topology) *s
 	pgAddr := fmt.Sprintf("127.0.0.1:%d", s.pg.port)
 	s.gateRelay, s.gateWorker = newPGGate(t, pgAddr), newPGGate(t, pgAddr)
 	viaGate := func(g *pgGate) string {
+		if topo.Standby {
+			return s.dbURL
+		}
 		u, _ := url.Parse(s.dbURL)
 		u.Host = g.Addr()
 		return u.String()
@@ -629,6 +643,9 @@ func (s *system) dumpLogs(t *testing.T) {
 		t.Logf("--- nats-server log, last 20 lines:\n%s", tail(s.nats.logFile, 20))
 	}
 	t.Logf("--- postgres log, last 20 lines:\n%s", tail(s.pg.logFile, 20))
+	if s.standby != nil {
+		t.Logf("--- postgres standby log, last 20 lines:\n%s", tail(s.standby.logFile, 20))
+	}
 	if os.Getenv("QUILL_E2E_ARTIFACTS") == "" {
 		t.Logf("set QUILL_E2E_ARTIFACTS=DIR to keep the whole logs and the NATS store")
 	}

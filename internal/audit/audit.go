@@ -187,6 +187,12 @@ const (
 	// KindStreamMissing: an event marked published whose stream sequence
 	// holds nothing although the stream's MaxAge cannot explain it.
 	KindStreamMissing = "stream_missing"
+	// KindLostEvent: the stream holds an event, published within the
+	// outbox retention, that the database has neither as an outbox row
+	// nor among an operation's cleaned events: the transaction that wrote
+	// it is gone — a failover to a standby that had not received it, a
+	// restore to an earlier point — while consumers may have applied it.
+	KindLostEvent = "lost_event"
 )
 
 // Anomaly is one finding. Tenant, Key, EventID and Detail are always

@@ -916,3 +916,40 @@ func TestWebhookOperations(t *testing.T) {
 		require.NotEqual(t, "w-rotate", a.Key, "the rotation's endpoint exists: %+v", a)
 	}
 }
+
+// A stream message whose event the database does not have — its
+// transaction lost with a primary whose standby had not received it — is a
+// lost_event once it is older than the horizon margin; a message younger
+// than that (published while the audit read) and a dead letter's re-drive
+// of a known event are not.
+func TestLostEvent(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	kept := b.create("kept", false)
+	lost := b.create("lost", false)
+	b.publish()
+	keptEv, lostEv := b.eventOf(kept, "note.created"), b.eventOf(lost, "note.created")
+	b.publishMsg(keptEv.String()+":redrive:7", b.prefix+"."+b.tenant+".note.created", []byte("{}"))
+	// What a failover to an asynchronous standby leaves: the stream has
+	// the event, the database not even the operation.
+	b.exec(`DELETE FROM outbox_events WHERE aggregate_id = $1`, lost)
+	b.exec(`DELETE FROM notes WHERE id = $1`, lost)
+	b.exec(`DELETE FROM operations WHERE key = 'lost'`)
+
+	rep := b.audit(nil)
+	require.Empty(t, rep.Anomalies, "published a moment ago: within the horizon margin\n%s", text(t, rep))
+
+	rep = b.audit(func(c *audit.Config) { c.Now = func() time.Time { return time.Now().Add(2 * time.Minute) } })
+	require.Equal(t, []string{audit.KindLostEvent}, kinds(rep), text(t, rep))
+	x := rep.Anomalies[0]
+	require.Equal(t, lostEv.String(), x.EventID)
+	require.Equal(t, b.tenant, x.Tenant)
+	require.Contains(t, x.Detail, "failover")
+	require.Contains(t, text(t, rep), audit.KindLostEvent)
+
+	rep = b.audit(func(c *audit.Config) {
+		c.Now = func() time.Time { return time.Now().Add(2 * time.Minute) }
+		c.Tenant, c.Key = b.tenant, "kept"
+	})
+	require.Empty(t, rep.Anomalies, "a key's audit does not look for lost events")
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -134,10 +135,11 @@ func (a *auditor) scanDuplicates(ctx context.Context, st jetstream.Stream) error
 	var (
 		seqs     map[string][]uint64
 		subjects map[string]string
+		stamps   map[string]time.Time
 		read     uint64
 	)
 	for attempt := 1; ; attempt++ {
-		seqs, subjects, read, err = scanHeaders(ctx, st, filter, total)
+		seqs, subjects, stamps, read, err = scanHeaders(ctx, st, filter, total)
 		// In a cluster a new consumer's interest can reach the client's
 		// node a moment after the consumer exists; the first pull then
 		// finds no responder. A fresh consumer a moment later is fine.
@@ -176,7 +178,48 @@ func (a *auditor) scanDuplicates(ctx context.Context, st jetstream.Stream) error
 		}
 		a.add(x)
 	}
+	a.checkLost(seqs, subjects, stamps)
 	return nil
+}
+
+// checkLost reports each stream message that no event of the database
+// explains (KindLostEvent): an outbox row, or an operation's cleaned event,
+// under its id (a dead letter's re-drive under its original's). Only
+// messages published within the outbox retention, whose rows the cleanup
+// cannot have deleted, and before the audit began (less the horizon
+// margin, for the clocks of NATS and this host), whose events must be in
+// the database snapshot the audit read. A key's audit does not look: it
+// reads one key's events.
+func (a *auditor) checkLost(seqs map[string][]uint64, subjects map[string]string, stamps map[string]time.Time) {
+	if a.cfg.Key != "" {
+		return
+	}
+	known := map[string]bool{}
+	for _, e := range a.ds.events {
+		known[e.ID.String()] = true
+	}
+	for _, o := range a.ds.ops {
+		for _, k := range o.Cleaned {
+			known[k.ID.String()] = true
+		}
+	}
+	var ids []string
+	for id := range seqs {
+		original, _, _ := strings.Cut(id, ":redrive:")
+		at := stamps[id]
+		if known[original] || !a.within(at, a.cfg.OutboxRetention) || at.After(a.now.Add(-a.cfg.HorizonMargin)) {
+			continue
+		}
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		s := seqs[id]
+		a.add(Anomaly{Kind: KindLostEvent, Tenant: contract.SubjectTenant(a.cfg.Stream.SubjectPrefix, subjects[id]), EventID: id,
+			Detail: fmt.Sprintf("the stream holds event %s on %s at sequence %d, published %s ago, which the database does not have (no outbox row, no cleaned event): "+
+				"the transaction that wrote it is gone — a failover to a standby that had not received it, or a restore to an earlier point — and consumers may have applied it",
+				id, subjects[id], s[0], a.now.Sub(stamps[id]).Round(time.Second))})
+	}
 }
 
 // noRespondersAttempts bounds the scans that scanDuplicates starts over when
@@ -184,23 +227,24 @@ func (a *auditor) scanDuplicates(ctx context.Context, st jetstream.Stream) error
 const noRespondersAttempts = 5
 
 // scanHeaders reads the headers of the (about total) messages on filter with
-// a new ordered consumer: the stream sequences and subject of each event id,
-// and how many messages it read.
-func scanHeaders(ctx context.Context, st jetstream.Stream, filter string, total uint64) (map[string][]uint64, map[string]string, uint64, error) {
+// a new ordered consumer: the stream sequences, subject and first
+// publication time of each event id, and how many messages it read.
+func scanHeaders(ctx context.Context, st jetstream.Stream, filter string, total uint64) (map[string][]uint64, map[string]string, map[string]time.Time, uint64, error) {
 	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{filter}, HeadersOnly: true, DeliverPolicy: jetstream.DeliverAllPolicy,
 		InactiveThreshold: time.Minute,
 	})
 	if err != nil {
-		return nil, nil, 0, err
+		return nil, nil, nil, 0, err
 	}
 	seqs := map[string][]uint64{}
 	subjects := map[string]string{}
+	stamps := map[string]time.Time{}
 	var read uint64
 	for read < total {
 		batch, err := cons.Fetch(streamFetchBatch, jetstream.FetchMaxWait(streamFetchWait))
 		if err != nil {
-			return nil, nil, 0, err
+			return nil, nil, nil, 0, err
 		}
 		n := 0
 		caughtUp := false
@@ -209,10 +253,13 @@ func scanHeaders(ctx context.Context, st jetstream.Stream, filter string, total 
 			read++
 			meta, err := m.Metadata()
 			if err != nil {
-				return nil, nil, 0, err
+				return nil, nil, nil, 0, err
 			}
 			id := m.Headers().Get(jetstream.MsgIDHeader)
 			if id != "" {
+				if len(seqs[id]) == 0 {
+					stamps[id] = meta.Timestamp
+				}
 				seqs[id] = append(seqs[id], meta.Sequence.Stream)
 				subjects[id] = m.Subject()
 			}
@@ -221,11 +268,11 @@ func scanHeaders(ctx context.Context, st jetstream.Stream, filter string, total 
 			}
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, jetstream.ErrNoMessages) {
-			return nil, nil, 0, err
+			return nil, nil, nil, 0, err
 		}
 		if n == 0 || caughtUp {
 			break // caught up (messages aged out since the count)
 		}
 	}
-	return seqs, subjects, read, nil
+	return seqs, subjects, stamps, read, nil
 }
