@@ -46,7 +46,7 @@ type system struct {
 	bins                  binaries
 	dir                   string
 	pg                    *pgCluster
-	standby               *pgCluster // the synchronous standby of topology.Standby; nil otherwise
+	standby               *pgCluster        // the synchronous standby of topology.Standby; nil otherwise
 	nats                  *natsServer       // the single server; nil with a cluster
 	cluster               *natstest.Cluster // the three-node cluster; nil with a single server
 	natsURL               string            // what every process is given as NATS_URL
