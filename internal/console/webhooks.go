@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 
 	"github.com/google/uuid"
 
@@ -355,7 +356,8 @@ func (a webhookAction) post(c *Console, w http.ResponseWriter, r *http.Request) 
 	}
 	t, d, e, ok := a.target(ctx, c, w, r, r.PostFormValue)
 	if !ok {
-		logged.Bool("done", false).Msg("console: webhook action refused: unknown or malformed id")
+		// Answered already: 400, 404, or the failure to read the row.
+		logged.Bool("done", false).Msg("console: webhook action not done: its row was not found or not read")
 		return
 	}
 	if why := a.refusal(t, d, e); why != "" {
@@ -375,7 +377,8 @@ func (a webhookAction) post(c *Console, w http.ResponseWriter, r *http.Request) 
 		c.fail(w, r, http.StatusNotFound, "Not found (it may have been deleted in the meantime).")
 		return
 	case err != nil:
-		c.failErr(w, r, a.title, db.Translate(err))
+		logged.Bool("done", false).Err(err).Msg("console: webhook action failed")
+		c.failErr(w, r, strings.ToLower(a.title), db.Translate(err))
 		return
 	}
 	logged.Bool("done", true).Msg("console: webhook action done")
