@@ -386,3 +386,22 @@ func TestWebhooksTextEscaped(t *testing.T) {
 		}
 	}
 }
+
+// TestWebhooksPageStatements: the Webhooks page is two statements (a page
+// of disabled endpoints, a page of failed deliveries), one endpoint's page
+// two as well (the endpoint, its failed deliveries): the session costs none
+// while its token is trusted.
+func TestWebhooksPageStatements(t *testing.T) {
+	t.Parallel()
+	h, _, tr := countedConsole(t)
+	c := browser(t)
+	_, _ = h.signIn(t, c, h.opToken)
+	ep := h.hookEndpoint(t, "acme", "https://a.example/", "disabled", "gone", false)
+	h.hookDeliveries(t, ep, "failed", 3, "note.created", "boom")
+	for _, path := range []string{"/console/webhooks", "/console/webhooks?endpoint=" + ep.String()} {
+		tr.n.Store(0)
+		code, _, _ := get(t, c, h.srv.URL+path)
+		require.Equal(t, http.StatusOK, code, path)
+		require.EqualValues(t, 2, tr.n.Load(), path)
+	}
+}
