@@ -32,7 +32,8 @@ import (
 // database and their own nats-server: sign in (a tenant token refused),
 // look up a key created through the API and see every link of its chain,
 // see a parked event and retry it, refuse an action posted from another
-// site, and refuse a signed-out session's cookie put back.
+// site, enable a disabled webhook endpoint and re-send its failed
+// delivery, and refuse a signed-out session's cookie put back.
 //
 // It needs node, npm and Chromium (scripts/ensure-playwright.sh installs
 // them when run as root); without them it is skipped, except under CI=true,
@@ -139,6 +140,19 @@ func TestConsoleInABrowser(t *testing.T) {
 	eventB := query(`SELECT id::text FROM outbox_events WHERE aggregate_id = $1`, noteB)
 	setMaxMsgSize(-1)
 
+	// Webhooks: an endpoint the dispatcher disabled (a 410) and its failed
+	// delivery, as it leaves them (no dispatcher runs here: the re-sent
+	// delivery stays pending).
+	hookEndpoint := query(`INSERT INTO webhook_endpoints (id, tenant, url, event_types, secret_sealed)
+		VALUES (gen_random_uuid(), $1, 'https://hooks.example/quill', '{note.created}', '\x00') RETURNING id::text`, tenant)
+	require.NotEmpty(t, hookEndpoint)
+	_, err = pool.Exec(ctx, `INSERT INTO webhook_endpoint_health (endpoint_id, state, disabled_at, disabled_reason, last_attempt_at, last_status, last_error, failures_in_row, failing_since)
+		VALUES ($1, 'disabled', now(), 'answered 410 Gone', now(), 410, 'answered 410 Gone', 1, now())`, hookEndpoint)
+	require.NoError(t, err)
+	hookDelivery := query(`INSERT INTO webhook_deliveries (tenant, endpoint_id, event_id, event_type, payload, event_time, state, attempts, last_status, last_error, failed_at)
+		VALUES ($1, $2, gen_random_uuid(), 'note.created', '{}', now(), 'failed', 1, 410, 'answered 410 Gone', now()) RETURNING id::text`, tenant, hookEndpoint)
+	require.NotEmpty(t, hookDelivery)
+
 	shots := os.Getenv("QUILL_CONSOLE_SCREENSHOTS")
 	if shots == "" {
 		shots = filepath.Join(dir, "screenshots")
@@ -149,7 +163,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	cmd := exec.CommandContext(nctx, "node", filepath.Join("console", "console.cjs"))
 	cmd.Env = append(os.Environ(), "NODE_PATH="+strings.TrimSpace(string(nodePath)), "CONSOLE_URL=http://"+consoleAddr,
 		"SCREENSHOTS="+shots, "TENANT="+tenant, "TENANT_TOKEN="+tenantToken, "OPERATOR_TOKEN="+opToken,
-		"KEY_A=console-a", "NOTE_A="+noteA, "EVENT_B="+eventB)
+		"KEY_A=console-a", "NOTE_A="+noteA, "EVENT_B="+eventB, "HOOK_ENDPOINT="+hookEndpoint, "HOOK_DELIVERY="+hookDelivery)
 	out, err := cmd.CombinedOutput()
 	t.Logf("browser:\n%s", out)
 	if err != nil {
@@ -160,9 +174,11 @@ func TestConsoleInABrowser(t *testing.T) {
 	// What the browser did happened: the retried event is published, and
 	// the API logged each action with the operator's name.
 	require.Equal(t, "true", query(`SELECT (published_at IS NOT NULL)::text FROM outbox_events WHERE id = $1`, eventB))
+	require.Equal(t, "active", query(`SELECT state FROM webhook_endpoint_health WHERE endpoint_id = $1`, hookEndpoint))
+	require.Equal(t, "pending", query(`SELECT state FROM webhook_deliveries WHERE id = $1`, hookDelivery))
 	apiLog, err := os.ReadFile(filepath.Join(dir, "api.log"))
 	require.NoError(t, err)
-	for _, action := range []string{"signin", "lookup", "retry_parked", "signout"} {
+	for _, action := range []string{"signin", "lookup", "retry_parked", "enable_webhook_endpoint", "retry_webhook_failed", "signout"} {
 		require.Contains(t, string(apiLog), `"console_action":"`+action+`"`)
 	}
 	require.Contains(t, string(apiLog), `"operator":"e2e-operator"`)

@@ -3,7 +3,9 @@
 // prepared: chain A (a note with an attachment, created, replayed,
 // published and processed) and chain B (a note whose event the stream
 // refused for its size, so the relay parked it; the stream has since been
-// allowed larger messages, so a retry can publish it).
+// allowed larger messages, so a retry can publish it), and a webhook endpoint
+// the dispatcher disabled with one failed delivery (HOOK_ENDPOINT,
+// HOOK_DELIVERY).
 //
 // Every step asserts what an operator would look for on the page, and
 // screenshots go to SCREENSHOTS (one PNG per page). Exits 1 with one line
@@ -148,6 +150,28 @@ async function shot(page, name) {
     await page.goto(`${base}/console/dead-letters`);
     await page.waitForSelector("table#dead-letters");
     await shot(page, "dead-letters");
+
+    step = "the webhooks page lists the disabled endpoint and its failed delivery";
+    await page.click('nav a[href="/console/webhooks"]');
+    await page.waitForSelector("table#failed-deliveries");
+    const hook = page.locator(`#disabled-endpoints tr[data-endpoint="${env("HOOK_ENDPOINT")}"]`);
+    await hook.waitFor();
+    assert.match(await hook.textContent(), /answered 410 Gone/);
+    assert.match(await hook.textContent(), /https:\/\/hooks\.example\/quill/);
+    assert.equal(await page.locator(`tr[data-delivery="${env("HOOK_DELIVERY")}"]`).count(), 1);
+    await shot(page, "webhooks");
+
+    step = "the endpoint is enabled, then its failed delivery re-sent, each confirmed";
+    await hook.locator("a.button").click();
+    await page.waitForSelector("form.confirm");
+    await page.click('form.confirm button[type="submit"]');
+    await page.waitForSelector(`text=Endpoint ${env("HOOK_ENDPOINT")} is enabled`);
+    assert.equal(await page.getAttribute("section#endpoint", "data-state"), "active");
+    await page.click('a.button[href^="/console/webhooks/retry-failed"]');
+    await page.waitForSelector("form.confirm");
+    await page.click('form.confirm button[type="submit"]');
+    await page.waitForSelector(`text=1 failed deliveries of endpoint ${env("HOOK_ENDPOINT")} are pending again`);
+    assert.equal(await page.locator(`tr[data-delivery="${env("HOOK_DELIVERY")}"]`).count(), 0);
 
     step = "the overview again, with a second backlog sample (one per 10 s)";
     await page.waitForTimeout(Math.max(0, 10500 - (Date.now() - firstOverview)));

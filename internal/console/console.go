@@ -27,7 +27,11 @@
 // a second implementation. Retries go through the code paths of the CLI
 // commands (outbox.Unpark for "relay events retry", consumer.Store.Redrive for
 // "attachment-worker dead-letters retry"); the dead-letter pages show and
-// retry every consumer's, each named by its consumer and id.
+// retry every consumer's, each named by its consumer and id. The Webhooks
+// page lists the webhook dispatcher's disabled endpoints and failed
+// deliveries and re-sends and enables them through internal/dispatch's
+// operator functions, those of "webhook-dispatcher deliveries retry" and
+// "endpoints enable".
 package console
 
 import (
@@ -188,6 +192,11 @@ func New(d Deps) (*Console, error) {
 	m.HandleFunc("GET /console/dead-letters", c.signedIn(c.deadList))
 	m.HandleFunc("GET /console/dead-letters/retry", c.signedIn(c.deadConfirm))
 	m.HandleFunc("POST /console/dead-letters/retry", c.signedIn(c.action(c.deadRetry)))
+	m.HandleFunc("GET /console/webhooks", c.signedIn(c.webhooks))
+	for _, a := range c.webhookActions() {
+		m.HandleFunc("GET "+Prefix+a.path, c.signedIn(func(w http.ResponseWriter, r *http.Request) { a.confirm(c, w, r) }))
+		m.HandleFunc("POST "+Prefix+a.path, c.signedIn(c.action(func(w http.ResponseWriter, r *http.Request) { a.post(c, w, r) })))
+	}
 	m.HandleFunc("/console/", func(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusNotFound, "There is no such page.")
 	})
@@ -236,6 +245,13 @@ func (c *Console) parse() error {
 		"ago":   func(t *time.Time) string { return ago(c.cfg.Now(), t) },
 		"since": func(s *string) string { return since(c.cfg.Now(), s) },
 		"yes":   func(p *bool) bool { return p != nil && *p },
+		// when is a time a page shows, or "—" for none.
+		"when": func(t *time.Time) string {
+			if t == nil {
+				return "—"
+			}
+			return t.UTC().Format("2006-01-02 15:04:05Z")
+		},
 		"deref": func(p *int64) int64 {
 			if p == nil {
 				return 0

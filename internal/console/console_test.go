@@ -238,7 +238,7 @@ func TestSecurityHeaders(t *testing.T) {
 	_, _ = h.signIn(t, c, h.opToken)
 	inline := regexp.MustCompile(`(?i)<script(?:\s[^>]*)?>\s*[^<\s]|\son[a-z]+\s*=|javascript:`)
 	for _, p := range []string{"/console/", "/console/signin", "/console/lookup", "/console/lookup?tenant=x&q=k",
-		"/console/parked", "/console/dead-letters", "/console/nope", "/console/static/console.js"} {
+		"/console/parked", "/console/dead-letters", "/console/webhooks", "/console/nope", "/console/static/console.js"} {
 		code, body, hdr := get(t, c, h.srv.URL+p)
 		require.NotZero(t, code)
 		csp := hdr.Get("Content-Security-Policy")

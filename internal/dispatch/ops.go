@@ -140,3 +140,149 @@ ON CONFLICT (endpoint_id) DO UPDATE SET state = 'active', disabled_at = NULL, di
 	err = pool.QueryRow(ctx, `SELECT count(*) FROM webhook_deliveries WHERE state = 'failed' AND endpoint_id = $1`, endpoint).Scan(&failed)
 	return failed, err
 }
+
+// The operator pages (the console's Webhooks page, internal/console) read
+// with the functions below; they write only through Retry, RetryFailed and
+// Enable, as the commands do.
+
+// Page sizes of ListFailed and ListDisabled.
+const (
+	DefaultPageLimit = 50
+	MaxPageLimit     = 1000
+)
+
+func pageLimit(n int) int {
+	switch {
+	case n <= 0:
+		return DefaultPageLimit
+	case n > MaxPageLimit:
+		return MaxPageLimit
+	}
+	return n
+}
+
+// FailedQuery selects a page of failed deliveries for ListFailed.
+type FailedQuery struct {
+	// Endpoint narrows the page to one endpoint's deliveries; nil: all.
+	Endpoint *uuid.UUID
+	// Before is the cursor: only deliveries with a smaller id (0: from
+	// the newest).
+	Before int64
+	// Limit bounds the rows: 0 means DefaultPageLimit; past
+	// MaxPageLimit, MaxPageLimit.
+	Limit int
+}
+
+const sqlDeliveryColumns = `id, tenant, endpoint_id::text, event_id::text, event_type, state, attempts, last_status, last_error,
+	next_attempt_at, created_at, delivered_at, failed_at`
+
+// ListFailed returns a page of failed deliveries, newest (highest id)
+// first, below q.Before; the last row's id is the next page's Before.
+// Errors: the database's, wrapped.
+func ListFailed(ctx context.Context, pool *pgxpool.Pool, q FailedQuery) ([]Delivery, error) {
+	rows, err := pool.Query(ctx, `SELECT `+sqlDeliveryColumns+`
+FROM webhook_deliveries
+WHERE state = 'failed' AND ($1::bigint = 0 OR id < $1) AND ($2::uuid IS NULL OR endpoint_id = $2)
+ORDER BY id DESC LIMIT $3`, q.Before, q.Endpoint, pageLimit(q.Limit))
+	if err != nil {
+		return nil, fmt.Errorf("list failed deliveries: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Delivery])
+	if err != nil {
+		return nil, fmt.Errorf("list failed deliveries: %w", err)
+	}
+	return out, nil
+}
+
+// GetDelivery returns the delivery id, in whatever state. Errors: one
+// wrapping ErrNotFound for an unknown id; the database's, wrapped.
+func GetDelivery(ctx context.Context, pool *pgxpool.Pool, id int64) (Delivery, error) {
+	rows, err := pool.Query(ctx, `SELECT `+sqlDeliveryColumns+` FROM webhook_deliveries WHERE id = $1`, id)
+	if err != nil {
+		return Delivery{}, fmt.Errorf("read delivery %d: %w", id, err)
+	}
+	d, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[Delivery])
+	if errors.Is(err, pgx.ErrNoRows) {
+		return d, fmt.Errorf("delivery %d: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return d, fmt.Errorf("read delivery %d: %w", id, err)
+	}
+	return d, nil
+}
+
+// Endpoint is an endpoint as the operator pages show it: whose it is,
+// where it points, and its health as the dispatcher recorded it.
+type Endpoint struct {
+	ID        uuid.UUID
+	Tenant    string
+	URL       string
+	CreatedAt time.Time
+	// DeletedAt is set once the tenant deleted it: nothing is sent to it
+	// and it cannot be enabled.
+	DeletedAt *time.Time
+	// State is active or disabled (active when it was never attempted).
+	State          string
+	DisabledAt     *time.Time
+	DisabledReason *string
+	// FailuresInRow counts the failed attempts since its last success;
+	// FailingSince is the first of them.
+	FailuresInRow int
+	FailingSince  *time.Time
+	LastAttemptAt *time.Time
+	LastStatus    *int
+	LastError     *string
+	// Failed counts its failed deliveries (what RetryFailed re-sends).
+	Failed int64
+}
+
+const sqlEndpointColumns = `e.id, e.tenant, e.url, e.created_at, e.deleted_at, COALESCE(h.state, 'active'), h.disabled_at, h.disabled_reason,
+	COALESCE(h.failures_in_row, 0), h.failing_since, h.last_attempt_at, h.last_status, h.last_error,
+	(SELECT count(*) FROM webhook_deliveries d WHERE d.endpoint_id = e.id AND d.state = 'failed')
+FROM webhook_endpoints e LEFT JOIN webhook_endpoint_health h ON h.endpoint_id = e.id`
+
+// GetEndpoint returns the endpoint id with its health, deleted or not.
+// Errors: one wrapping ErrNotFound for an unknown id; the database's,
+// wrapped.
+func GetEndpoint(ctx context.Context, pool *pgxpool.Pool, id uuid.UUID) (Endpoint, error) {
+	rows, err := pool.Query(ctx, `SELECT `+sqlEndpointColumns+` WHERE e.id = $1`, id)
+	if err != nil {
+		return Endpoint{}, fmt.Errorf("read endpoint %s: %w", id, err)
+	}
+	e, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[Endpoint])
+	if errors.Is(err, pgx.ErrNoRows) {
+		return e, fmt.Errorf("endpoint %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return e, fmt.Errorf("read endpoint %s: %w", id, err)
+	}
+	return e, nil
+}
+
+// DisabledQuery selects a page of disabled endpoints for ListDisabled.
+type DisabledQuery struct {
+	// After is the cursor: only endpoints with a greater id (nil: from
+	// the first).
+	After *uuid.UUID
+	// Limit as in FailedQuery.
+	Limit int
+}
+
+// ListDisabled returns a page of the disabled endpoints that are not
+// deleted (those Enable takes back), in id order after q.After; the last
+// row's id is the next page's After. Errors: the database's, wrapped.
+func ListDisabled(ctx context.Context, pool *pgxpool.Pool, q DisabledQuery) ([]Endpoint, error) {
+	// From the health table: it holds a row only for the endpoints ever
+	// attempted, and the disabled ones are among those.
+	rows, err := pool.Query(ctx, `SELECT `+sqlEndpointColumns+`
+WHERE h.state = 'disabled' AND e.deleted_at IS NULL AND ($1::uuid IS NULL OR e.id > $1)
+ORDER BY e.id LIMIT $2`, q.After, pageLimit(q.Limit))
+	if err != nil {
+		return nil, fmt.Errorf("list disabled endpoints: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Endpoint])
+	if err != nil {
+		return nil, fmt.Errorf("list disabled endpoints: %w", err)
+	}
+	return out, nil
+}
