@@ -634,7 +634,7 @@ func (e *env) mcp(ctx context.Context, args []string) error {
 		h    mcpHTTPSettings
 	)
 	s := e.set("quill mcp", "quill mcp [--http ADDR] — an MCP server on stdin/stdout (with --http, over MCP's streamable HTTP at http://ADDR/mcp) "+
-		"with the tools create_note, update_note, delete_note, get_note, get_operation and list_operations")
+		"with the tools create_note, update_note, delete_note, get_note, get_operation, list_operations, list_webhooks and get_webhook")
 	e.define(s, &c, true)
 	s.FlagSet().StringVar(&addr, "http", "", "serve over MCP's streamable HTTP on ADDR (host:port), path /mcp, instead of stdio; "+
 		"each caller's Authorization header is its token, and each token has its own journal under --journal")
