@@ -185,6 +185,10 @@ func (h *handlers) resumeOne(ctx context.Context, e client.JournalEntry) (state,
 		return StateCompleted, fmt.Sprintf("note %s at version %d", r.Updated.Note.ID, r.Updated.Note.Version)
 	case r.Err == nil && r.Deleted != nil:
 		return StateCompleted, "deleted note " + r.Deleted.Deletion.ID
+	case r.Err == nil:
+		// A webhook write (Resume skips them): its secret is never
+		// logged.
+		return StateCompleted, e.Action
 	}
 	var refused *client.RefusedError
 	if errors.As(r.Err, &refused) {

@@ -55,10 +55,13 @@ func TestWebhookToolsReadWithoutSecrets(t *testing.T) {
 	res, out = b.call("get_operation", map[string]any{"operation_key": "person-hook"})
 	require.False(t, res.IsError, textOf(res))
 	require.Equal(t, "create-webhook", out["action"])
+	body := out["response"].(map[string]any)["body"].(map[string]any)
+	require.Contains(t, body, "secret")
+	require.Nil(t, body["secret"])
 
 	// A note's lookup lists the deliveries of its event as webhook
 	// effects (the dispatcher's row, written as it would).
-	res, out = b.call("create_note", map[string]any{"title": "hooked", "operation_key": "agent-note"})
+	res, _ = b.call("create_note", map[string]any{"title": "hooked", "operation_key": "agent-note"})
 	require.False(t, res.IsError, textOf(res))
 	_, err = b.api.Pool.Exec(t.Context(), `INSERT INTO webhook_deliveries (tenant, endpoint_id, event_id, event_type, payload, event_time, state, attempts, last_status)
 		SELECT tenant, $2, id, 'quill.note.created.v1', '{}', now(), 'failed', 7, 500 FROM outbox_events WHERE tenant = $1 AND operation_key = 'agent-note'`,
