@@ -1,7 +1,8 @@
 // Package client is the Go client of Quill's HTTP API, built for callers —
 // AI agents above all — on an unreliable network.
 //
-// Every write (CreateNote, UpdateNote, DeleteNote) belongs to one operation
+// Every write (CreateNote, UpdateNote, DeleteNote, and the webhook
+// endpoints' CreateWebhook, DeleteWebhook, RotateWebhookSecret) belongs to one operation
 // named by an operation key. Pass WithKey to name it yourself (one key per
 // user intent); otherwise the client makes one for the call. Retries of that
 // call always reuse the key, so however often the request is delivered the
@@ -26,6 +27,12 @@
 // first send and settled after its final answer, so that Resume, after a
 // crash or restart, finishes unsettled operations under their original keys
 // instead of planning them again.
+//
+// A webhook endpoint's signing secret is in the answer of its create or
+// rotation only (and in that answer's replays under the same key): the
+// client returns it to the caller and never writes it to the journal, and
+// a create or rotation whose answer was lost is not done until a resend
+// under its key has brought the secret (ErrSecretNotReceived).
 package client
 
 import (
@@ -419,6 +426,19 @@ type request struct {
 	params, body []byte
 	// ifVersion, when not 0, is sent as If-Match.
 	ifVersion int
+	// secret: a success's answer carries a secret (a webhook create or
+	// rotation), which the journal does not keep and the lookup does not
+	// show.
+	secret bool
+}
+
+// journalled is what the journal keeps of a success's body: all of it,
+// or for an answer carrying a secret, all but the secret.
+func (r request) journalled(body []byte) []byte {
+	if r.secret {
+		return withoutSecret(body)
+	}
+	return body
 }
 
 // send makes one request within ctx; ifVersion, when not 0, is sent as
@@ -617,7 +637,7 @@ func (c *Client) write(ctx context.Context, r request, out any, opts []WriteOpti
 			// The operation completed; only its answer is unreadable.
 			return w, fmt.Errorf("operation %q completed, but its answer could not be decoded: %w", key, err)
 		}
-		c.settle(ctx, key, Settlement{State: StateCompleted, Status: a.status, Body: a.body})
+		c.settle(ctx, key, Settlement{State: StateCompleted, Status: a.status, Body: r.journalled(a.body)})
 		return w, nil
 	case verdictRefused:
 		p := a.problem
@@ -664,6 +684,24 @@ func (c *Client) write(ctx context.Context, r request, out any, opts []WriteOpti
 	// The lookup has the recorded answer: the operation's real outcome.
 	w.Replayed = true
 	st := op.Response.Status
+	if st >= 200 && st < 300 && r.secret {
+		// The lookup shows the secret as null: only a replay of the
+		// answer carries it. One more send, in what is left of the
+		// deadline, may bring it; otherwise the operation stays
+		// unsettled, for a resend under its key (Resume).
+		actx, cancel := context.WithTimeout(total, c.cfg.AttemptTimeout)
+		a := c.send(actx, r.method, r.path, key, r.body, r.ifVersion)
+		cancel()
+		w.Attempts++
+		if a.err == nil && a.status >= 200 && a.status < 300 && json.Unmarshal(a.body, out) == nil {
+			c.settle(ctx, key, Settlement{State: StateCompleted, Status: a.status, Body: r.journalled(a.body)})
+			return w, nil
+		}
+		unknown.Lookup = contract.OperationCompleted
+		unknown.Attempts = w.Attempts
+		unknown.Cause = fmt.Errorf("%w (the lookup says it completed; the last attempt: %w)", ErrSecretNotReceived, cause)
+		return w, unknown
+	}
 	if st >= 200 && st < 300 {
 		if err := json.Unmarshal(op.Response.Body, out); err != nil {
 			return w, fmt.Errorf("operation %q completed, but its recorded answer could not be decoded: %w", key, err)

@@ -20,14 +20,18 @@ var ErrKeyTooOld = errors.New("operation key is older than the server's key rete
 type UnknownOutcomeError struct {
 	// Key is the operation key to look up or resend with.
 	Key string
-	// Action is create-note, update-note or delete-note.
+	// Action is one of contract.Actions: create-note, update-note,
+	// delete-note, create-webhook, delete-webhook, rotate-webhook-secret.
 	Action string
 	// Attempts is the number of requests sent.
 	Attempts int
 	// Lookup says what the final lookup found: "in_progress" (the server
 	// is still executing it), "not_found" (nothing recorded when it was
-	// asked; an earlier request may still arrive), or "failed" (the
-	// lookup itself got no answer).
+	// asked; an earlier request may still arrive), "failed" (the lookup
+	// itself got no answer), or, for a webhook create or rotation only,
+	// "completed": it executed, but the answer carrying its secret was not
+	// received (Cause wraps ErrSecretNotReceived) — resend it under Key to
+	// have the answer replayed.
 	Lookup string
 	// Cause is the last attempt's error.
 	Cause error

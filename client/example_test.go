@@ -35,3 +35,34 @@ func Example() {
 		fmt.Println("refused:", refused.Problem.Code)
 	}
 }
+
+// A webhook endpoint's secret is in the create's answer only: keep it
+// where the receiver can read it. A create whose answer was lost is
+// finished under the same key, which replays the same secret.
+func ExampleClient_CreateWebhook() {
+	c, err := client.New(client.Config{BaseURL: "http://127.0.0.1:8080", Token: "qt_…"})
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	key := c.NewKey()
+	res, err := c.CreateWebhook(ctx, client.NewWebhook{
+		URL:        "https://hooks.example.com/quill",
+		EventTypes: []string{"quill.note.created.v1", "quill.note.deleted.v1"},
+	}, client.WithKey(key))
+	switch {
+	case errors.Is(err, client.ErrSecretNotReceived):
+		// Created, but the secret did not arrive: send it again with key.
+		fmt.Println("resend with key", key)
+	case err != nil:
+		fmt.Println("not created:", err)
+	default:
+		fmt.Println("endpoint", res.Webhook.ID) // and store res.Secret for the receiver
+	}
+	hooks, err := c.ListWebhooks(ctx)
+	if err == nil {
+		for _, h := range hooks {
+			fmt.Println(h.ID, h.State, h.Health.FailuresInRow)
+		}
+	}
+}

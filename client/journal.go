@@ -35,12 +35,13 @@ const (
 type JournalEntry struct {
 	// Key is the operation key.
 	Key string `json:"key"`
-	// Action is create-note, update-note or delete-note.
+	// Action is one of contract.Actions.
 	Action string `json:"action"`
 	// Params are the write's parameters: a NewNote for create-note;
 	// {"id", "if_version", "title"?, "body"?} for update-note (a member
 	// absent is a field the update keeps); {"id"} for delete-note, with
-	// "if_version" when it was sent with If-Match.
+	// "if_version" when it was sent with If-Match; a NewWebhook for
+	// create-webhook; {"id"} for delete-webhook and rotate-webhook-secret.
 	Params json.RawMessage `json:"params"`
 	// CreatedAt is when the operation was first journalled, just before
 	// its first send: the key's age counts from it.
@@ -55,8 +56,9 @@ type Settlement struct {
 	State string `json:"state"`
 	// Status is the HTTP status of the answer.
 	Status int `json:"status"`
-	// Body is the answer's body (the note, the delete response or the
-	// problem).
+	// Body is the answer's body (the note, the endpoint, the delete
+	// response or the problem), except a webhook secret: a create's or
+	// rotation's is kept with "secret": null, as the lookup shows it.
 	Body json.RawMessage `json:"body,omitempty"`
 	// At is when it was settled.
 	At time.Time `json:"at"`

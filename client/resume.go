@@ -19,6 +19,12 @@ type Resumed struct {
 	Created *Created
 	Updated *Updated
 	Deleted *Deleted
+	// WebhookCreated, WebhookDeleted or WebhookSecretRotated is the
+	// answer of a webhook endpoint's write that completed; a create's or
+	// rotation's carries the secret, which nothing else shows again.
+	WebhookCreated       *WebhookCreated
+	WebhookDeleted       *WebhookDeleted
+	WebhookSecretRotated *WebhookSecretRotated
 	// Err is why it did not complete: a *RefusedError (settled, final),
 	// an *UnknownOutcomeError (still unsettled), ErrKeyTooOld, or another
 	// error.
@@ -94,6 +100,22 @@ func (c *Client) ResumeEntry(ctx context.Context, e JournalEntry) Resumed {
 			r.Deleted, r.Err = c.DeleteNoteIfVersion(ctx, p.ID, p.IfVersion, opts...)
 		} else {
 			r.Deleted, r.Err = c.DeleteNote(ctx, p.ID, opts...)
+		}
+	case contract.ActionCreateWebhook:
+		var w NewWebhook
+		if err := json.Unmarshal(e.Params, &w); err != nil {
+			return bad(err)
+		}
+		r.WebhookCreated, r.Err = c.CreateWebhook(ctx, w, opts...)
+	case contract.ActionDeleteWebhook, contract.ActionRotateWebhookSecret:
+		var p webhookParams
+		if err := json.Unmarshal(e.Params, &p); err != nil {
+			return bad(err)
+		}
+		if e.Action == contract.ActionDeleteWebhook {
+			r.WebhookDeleted, r.Err = c.DeleteWebhook(ctx, p.ID, opts...)
+		} else {
+			r.WebhookSecretRotated, r.Err = c.RotateWebhookSecret(ctx, p.ID, opts...)
 		}
 	default:
 		r.Err = fmt.Errorf("journalled operation %q has unknown action %q", e.Key, e.Action)

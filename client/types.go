@@ -72,8 +72,8 @@ type NoteList struct {
 // Operation is the API's outcome lookup of one operation key (SPEC §4.6).
 type Operation struct {
 	Key string `json:"key"`
-	// Action is contract.ActionCreateNote, contract.ActionUpdateNote or
-	// contract.ActionDeleteNote.
+	// Action is one of contract.Actions (a note's or a webhook
+	// endpoint's write).
 	Action string `json:"action"`
 	// State is contract.OperationCompleted or
 	// contract.OperationInProgress.
@@ -94,10 +94,13 @@ type OperationResponse struct {
 	Body   json.RawMessage `json:"body"`
 }
 
-// Effect is one downstream effect of an operation: an outbox event or an
-// attachment's processing. The API sends published_at and stream_seq with
-// every event and processed_at with every attachment, null while the
-// effect is pending (SPEC §4.6): the pointers are nil then. An event stays
+// Effect is one downstream effect of an operation: an outbox event
+// (Kind EffectEvent), an attachment's processing (EffectAttachment) or the
+// delivery of one of its events to a webhook endpoint (EffectWebhook: SPEC
+// §11, with EndpointID, EventID, Attempts and LastStatus, and no ID). The
+// API sends published_at and stream_seq with every event and processed_at
+// with every attachment, null while the effect is pending (SPEC §4.6): the
+// pointers are nil then. An event stays
 // listed, as published, after the outbox cleanup deleted it, for as long
 // as the key is remembered; one whose row was lost otherwise has State
 // "forgotten", an empty ID and nil PublishedAt and StreamSeq.
@@ -116,6 +119,17 @@ type Effect struct {
 	// Reason says why an attachment failed, or why one stays pending for
 	// good (its note was deleted before it was processed).
 	Reason string `json:"reason,omitempty"`
+	// EndpointID and EventID: a webhook delivery's endpoint and the event
+	// it carries (its webhook-id). Its State is DeliveryPending,
+	// DeliveryDelivered or DeliveryFailed.
+	EndpointID string `json:"endpoint_id,omitempty"`
+	EventID    string `json:"event_id,omitempty"`
+	// Attempts: a webhook delivery's POSTs so far (0 again after an
+	// operator re-sent a failed one).
+	Attempts int `json:"attempts,omitempty"`
+	// LastStatus: the HTTP status of a webhook delivery's last answer;
+	// nil before any answer, and after a timeout or a refused connection.
+	LastStatus *int `json:"last_status,omitempty"`
 }
 
 // FieldError names one invalid field of a request.

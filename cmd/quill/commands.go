@@ -393,6 +393,17 @@ func (e *env) opsGet(ctx context.Context, args []string) error {
 		fmt.Fprintf(e.stdout, "response: %d %s\n", op.Response.Status, op.Response.Body)
 	}
 	for _, ef := range op.Effects {
+		if ef.Kind == client.EffectWebhook {
+			// A delivery: the event it carries in the id's column, then
+			// its endpoint, attempts and last answer.
+			last := "-"
+			if ef.LastStatus != nil {
+				last = strconv.Itoa(*ef.LastStatus)
+			}
+			fmt.Fprintf(e.stdout, "effect: %s - %s %s endpoint=%s attempts=%d last_status=%s\n",
+				ef.Kind, orDash(ef.EventID), ef.State, orDash(ef.EndpointID), ef.Attempts, last)
+			continue
+		}
 		// An attachment has no type and a forgotten event no id: "-"
 		// keeps the columns (kind type id state) in place.
 		fmt.Fprintf(e.stdout, "effect: %s %s %s %s\n", ef.Kind, orDash(ef.Type), orDash(ef.ID), ef.State)
@@ -415,7 +426,10 @@ type resumeLine struct {
 	State        string `json:"state"`
 	Replayed     bool   `json:"replayed,omitempty"`
 	Note         any    `json:"note,omitempty"`
-	Error        any    `json:"error,omitempty"`
+	// Webhook and Secret: a webhook write's, as webhookResult has them.
+	Webhook any    `json:"webhook,omitempty"`
+	Secret  string `json:"secret,omitempty"`
+	Error   any    `json:"error,omitempty"`
 }
 
 // journalled reads the settings of a command that has only the common ones
@@ -450,6 +464,15 @@ func (e *env) opsResume(ctx context.Context, args []string) error {
 			line.State, line.Replayed, line.Note = stateCompleted, r.Updated.Replayed, r.Updated.Note
 		case r.Err == nil && r.Deleted != nil:
 			line.State, line.Replayed, line.Note = stateCompleted, r.Deleted.Replayed, r.Deleted.Deletion
+		case r.Err == nil && r.WebhookCreated != nil:
+			w := r.WebhookCreated
+			line.State, line.Replayed, line.Webhook, line.Secret = stateCompleted, w.Replayed, viewCreated(w.Webhook), w.Secret
+		case r.Err == nil && r.WebhookSecretRotated != nil:
+			w := r.WebhookSecretRotated
+			line.State, line.Replayed, line.Secret = stateCompleted, w.Replayed, w.Secret
+			line.Webhook = rotationView{ID: w.ID, PreviousSecretExpiresAt: w.PreviousSecretExpiresAt}
+		case r.Err == nil && r.WebhookDeleted != nil:
+			line.State, line.Replayed, line.Webhook = stateCompleted, r.WebhookDeleted.Replayed, r.WebhookDeleted.Deletion
 		default:
 			line.State, line.Error, _ = describeWriteError(r.Err)
 			if line.State != stateRefused {
@@ -470,8 +493,20 @@ func (e *env) opsResume(ctx context.Context, args []string) error {
 			msg = fmt.Sprintf("note %s at version %d %q", r.Updated.Note.ID, r.Updated.Note.Version, r.Updated.Note.Title)
 		case r.Deleted != nil:
 			msg = "deleted note " + r.Deleted.Deletion.ID
+		case r.WebhookCreated != nil:
+			msg = fmt.Sprintf("webhook endpoint %s %s; secret: %s", r.WebhookCreated.Webhook.ID, r.WebhookCreated.Webhook.URL, r.WebhookCreated.Secret)
+		case r.WebhookSecretRotated != nil:
+			msg = fmt.Sprintf("rotated the secret of webhook endpoint %s; secret: %s", r.WebhookSecretRotated.ID, r.WebhookSecretRotated.Secret)
+		case r.WebhookDeleted != nil:
+			msg = "deleted webhook endpoint " + r.WebhookDeleted.Deletion.ID
 		}
 		fmt.Fprintf(e.stdout, "%s %s %s: %s\n", line.OperationKey, line.Action, line.State, msg)
+	}
+	for _, r := range results {
+		if r.Err == nil && (r.WebhookCreated != nil || r.WebhookSecretRotated != nil) {
+			fmt.Fprintln(e.stderr, secretNotice)
+			break
+		}
 	}
 	if jerr != nil {
 		fmt.Fprintln(e.stderr, "quill: journal:", jerr)
@@ -599,7 +634,7 @@ func (e *env) mcp(ctx context.Context, args []string) error {
 		h    mcpHTTPSettings
 	)
 	s := e.set("quill mcp", "quill mcp [--http ADDR] — an MCP server on stdin/stdout (with --http, over MCP's streamable HTTP at http://ADDR/mcp) "+
-		"with the tools create_note, update_note, delete_note, get_note, get_operation and list_operations")
+		"with the tools create_note, update_note, delete_note, get_note, get_operation, list_operations, list_webhooks and get_webhook")
 	e.define(s, &c, true)
 	s.FlagSet().StringVar(&addr, "http", "", "serve over MCP's streamable HTTP on ADDR (host:port), path /mcp, instead of stdio; "+
 		"each caller's Authorization header is its token, and each token has its own journal under --journal")

@@ -49,6 +49,11 @@ Usage:
   quill notes delete ID [--if-version N] [--key K]
   quill notes get ID
   quill notes list [--limit N] [--cursor C]
+  quill webhooks create URL --event-type TYPE [--event-type TYPE…] [--description D] [--key K]
+  quill webhooks list
+  quill webhooks get ID
+  quill webhooks delete ID [--key K]
+  quill webhooks rotate-secret ID [--key K]
   quill ops get KEY
   quill ops resume
   quill ops prune [--older-than D] [--key-retention D] [--abandon]
@@ -66,7 +71,9 @@ with one it takes the key retention from the server (GET /v1/limits).
 NATS_URL, QUILL_NATS_*, QUILL_STREAM and QUILL_SUBJECT_PREFIX instead (and
 --json: each event's CloudEvent as published); it starts with new events,
 or at --from-seq or --since (RFC 3339, or a duration back from now).
-Each write is journalled before its first send. Run "quill <command> --help".
+Each write is journalled before its first send. "webhooks create" and
+"webhooks rotate-secret" print the endpoint's secret once (the journal never
+keeps it). Run "quill <command> --help".
 
 Exit status: 0 done; 2 usage; 3 refused (the server's answer is final; for
 "--if-version N", 412 precondition_failed: the note is at another version —
@@ -116,6 +123,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 				"delete": e.wrap(e.notesDelete),
 				"get":    e.wrap(e.notesGet),
 				"list":   e.wrap(e.notesList),
+			}, args, getenv, stdout, stderr)
+		},
+		"webhooks": func(ctx context.Context, args []string, _ func(string) string, _, _ io.Writer) error {
+			return cli.Dispatch(ctx, "quill webhooks", overview, "", map[string]cli.RunFunc{
+				"create":        e.wrap(e.webhooksCreate),
+				"list":          e.wrap(e.webhooksList),
+				"get":           e.wrap(e.webhooksGet),
+				"delete":        e.wrap(e.webhooksDelete),
+				"rotate-secret": e.wrap(e.webhooksRotate),
 			}, args, getenv, stdout, stderr)
 		},
 		"ops": func(ctx context.Context, args []string, _ func(string) string, _, _ io.Writer) error {
@@ -382,6 +398,10 @@ func describeWriteError(err error) (state string, obj any, code int) {
 		return stateRefused, errorObject{Code: "usage", Detail: err.Error(), Retry: contract.RetryAfterFixing}, exitUsage
 	case errors.As(err, &refused):
 		return stateRefused, refused.Problem, exitRefused
+	case errors.As(err, &unknown) && errors.Is(err, client.ErrSecretNotReceived):
+		// Executed, but not done for the caller: the secret is only in
+		// a replay of the answer, which a resend under the key brings.
+		return stateUnknown, errorObject{Code: "secret_not_received", Detail: err.Error(), Retry: contract.RetrySameKey, Lookup: unknown.Lookup}, exitUnknown
 	case errors.As(err, &unknown):
 		return stateUnknown, errorObject{Code: "outcome_unknown", Detail: err.Error(), Retry: contract.RetrySameKey, Lookup: unknown.Lookup}, exitUnknown
 	case errors.Is(err, client.ErrKeyTooOld):

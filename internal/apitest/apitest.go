@@ -5,6 +5,8 @@ package apitest
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -22,6 +24,8 @@ import (
 	"github.com/quillhq/quill/internal/dbtest"
 	"github.com/quillhq/quill/internal/httpapi"
 	"github.com/quillhq/quill/internal/notes"
+	"github.com/quillhq/quill/internal/webhooks"
+	"github.com/quillhq/quill/internal/whsecret"
 )
 
 // API is one running API with a tenant and its token.
@@ -43,15 +47,23 @@ func Start(t testing.TB) *API {
 	return StartWith(t, notes.Config{Wait: 2 * time.Second})
 }
 
-// StartWith runs an API whose notes service has cfg for the rest of the
-// test: a server with other horizons than the defaults.
+// StartWith runs an API whose notes and webhooks services have cfg for the
+// rest of the test: a server with other horizons than the defaults. Its
+// webhook secrets are sealed under a key of its own, and its endpoints
+// must be public https URLs, as in production.
 func StartWith(t testing.TB, cfg notes.Config) *API {
 	t.Helper()
 	pool, _ := dbtest.Pool(t, 16)
 	log := zerolog.New(io.Discard)
 	svc, err := notes.NewService(pool, cfg, log)
 	require.NoError(t, err)
-	h := httpapi.NewServer(httpapi.Deps{Pool: pool, Notes: svc, Log: log})
+	key := make([]byte, 32)
+	_, _ = rand.Read(key)
+	keys, err := whsecret.ParseKeys(base64.StdEncoding.EncodeToString(key))
+	require.NoError(t, err)
+	wh, err := webhooks.NewService(pool, cfg, keys, log, webhooks.WithTurns(svc.Turn))
+	require.NoError(t, err)
+	h := httpapi.NewServer(httpapi.Deps{Pool: pool, Notes: svc, Webhooks: wh, Log: log})
 	a := &API{Pool: pool}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if wrap := a.wrap.Load(); wrap != nil {

@@ -130,7 +130,7 @@ func TestHTTPToolsAreListedAndCalled(t *testing.T) {
 	for _, tool := range tools.Tools {
 		names = append(names, tool.Name)
 	}
-	require.ElementsMatch(t, []string{"create_note", "update_note", "delete_note", "get_note", "get_operation", "list_operations"}, names)
+	require.ElementsMatch(t, []string{"create_note", "update_note", "delete_note", "get_note", "get_operation", "list_operations", "list_webhooks", "get_webhook"}, names)
 
 	res, out := callOn(t, cs, "create_note", map[string]any{"title": "over http"})
 	require.False(t, res.IsError, textOf(res))

@@ -1,6 +1,8 @@
 // Package mcpserver exposes Quill to AI agents as an MCP server: the tools
 // create_note, update_note, delete_note, get_note, get_operation and
-// list_operations (SPEC §10), each backed by the Go client, so that every write keeps one
+// list_operations (SPEC §10), and the read-only list_webhooks and
+// get_webhook (webhook endpoints have no write tool: their answers carry
+// a signing secret), each backed by the Go client, so that every write keeps one
 // operation key across retries, is journalled when the client has a
 // journal, and reports an unknown outcome as a state to look up rather than
 // a failure to retry.
@@ -145,7 +147,9 @@ func New(c *client.Client, cfg Config) *Server {
 			"update_note takes the expected_version you last read with get_note; if the note has changed since, it is refused (precondition_failed, with current_version): " +
 			"call get_note, read the current version and content, and decide — never repeat the update under a new operation_key without reading the note first. " +
 			"If a call of yours was cancelled or timed out before you saw its result, call list_operations (or simply call create_note again " +
-			"with the same arguments and no operation_key: it answers the unfinished operation instead of creating a second note).",
+			"with the same arguments and no operation_key: it answers the unfinished operation instead of creating a second note). " +
+			"list_webhooks and get_webhook show the tenant's webhook endpoints and their delivery health; they are read-only: " +
+			"endpoints are created, rotated and deleted by a person with the quill command, because those answers carry a signing secret.",
 	})
 	if cfg.PruneInterval <= 0 {
 		cfg.PruneInterval = DefaultPruneInterval
@@ -196,6 +200,7 @@ func New(c *client.Client, cfg Config) *Server {
 			"(create-note, update-note or delete-note), parameters (named as the tool's arguments) and age of each. To finish one, call the same tool again with its operation_key and the same parameters, or get_operation.",
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true},
 	}, h.listOperations)
+	addWebhookTools(s, h)
 	return &Server{mcp: s, h: h}
 }
 

@@ -92,7 +92,7 @@ func TestToolsAreListed(t *testing.T) {
 	for _, tool := range res.Tools {
 		names = append(names, tool.Name)
 	}
-	require.ElementsMatch(t, []string{"create_note", "update_note", "delete_note", "get_note", "get_operation", "list_operations"}, names)
+	require.ElementsMatch(t, []string{"create_note", "update_note", "delete_note", "get_note", "get_operation", "list_operations", "list_webhooks", "get_webhook"}, names)
 }
 
 func TestCreateGetDeleteLookup(t *testing.T) {

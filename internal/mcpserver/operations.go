@@ -97,14 +97,17 @@ func (h *handlers) listOperations(ctx context.Context, _ *mcp.CallToolRequest, _
 	now := h.c.Config().Now()
 	var sb strings.Builder
 	for _, e := range entries {
+		if webhookAction(e.Action) {
+			continue // a person's, finished with quill ops resume
+		}
 		out.Operations = append(out.Operations, Operation{OperationKey: e.Key, Action: e.Action, Params: summary(e),
 			FirstSentAt: e.CreatedAt.UTC(), AgeSeconds: int64(now.Sub(e.CreatedAt) / time.Second)})
 		fmt.Fprintf(&sb, "\n- operation_key %q: %s, first sent %s ago", e.Key, e.Action, now.Sub(e.CreatedAt).Round(time.Second))
 	}
 	msg := "No unfinished writes: every journalled operation has a known outcome."
-	if len(entries) > 0 {
+	if n := len(out.Operations); n > 0 {
 		msg = fmt.Sprintf("%d unfinished write(s); each may or may not have happened. Finish one by calling the same tool with its operation_key "+
-			"and the same parameters (or learn its outcome with get_operation); never by a new write without the key:%s", len(entries), sb.String())
+			"and the same parameters (or learn its outcome with get_operation); never by a new write without the key:%s", n, sb.String())
 	}
 	if out.Warning != "" {
 		msg += "\nSome journal records could not be read: " + out.Warning
@@ -117,9 +120,11 @@ func (h *handlers) listOperations(ctx context.Context, _ *mcp.CallToolRequest, _
 // parameters (as client.Resume does), and logs each outcome. The
 // create_note operations among them are remembered as unseen by any model:
 // a later create_note without a key and with equal parameters is answered
-// with that operation instead of writing a second note. It returns when
-// all are done or ctx ends; a client without a journal has nothing to
-// resume.
+// with that operation instead of writing a second note. Webhook endpoint
+// writes (journalled by quill webhooks) are left unsettled for quill ops
+// resume: their answers may carry a secret, for the person who asked. It
+// returns when all are done or ctx ends; a client without a journal has
+// nothing to resume.
 func (s *Server) Resume(ctx context.Context) {
 	h := s.h
 	j := h.c.Config().Journal
@@ -127,13 +132,26 @@ func (s *Server) Resume(ctx context.Context) {
 		return
 	}
 	h.mu.Lock()
-	entries, err := j.Unsettled(ctx)
-	for _, e := range entries {
+	all, err := j.Unsettled(ctx)
+	var entries []client.JournalEntry
+	skipped := 0
+	for _, e := range all {
+		if webhookAction(e.Action) {
+			// A webhook write journalled by quill webhooks: its answer
+			// may carry a secret, which only the person's quill ops
+			// resume should receive and show.
+			skipped++
+			continue
+		}
+		entries = append(entries, e)
 		if e.Action == contract.ActionCreateNote {
 			h.recovered[e.Key] = e
 		}
 	}
 	h.mu.Unlock()
+	if skipped > 0 {
+		h.log.Info().Int("operations", skipped).Msg("unsettled webhook endpoint writes are left for quill ops resume")
+	}
 	if err != nil {
 		h.log.Warn().Err(err).Msg("journal: some records cannot be read")
 		if !errors.Is(err, client.ErrCorruptRecord) {
@@ -167,6 +185,10 @@ func (h *handlers) resumeOne(ctx context.Context, e client.JournalEntry) (state,
 		return StateCompleted, fmt.Sprintf("note %s at version %d", r.Updated.Note.ID, r.Updated.Note.Version)
 	case r.Err == nil && r.Deleted != nil:
 		return StateCompleted, "deleted note " + r.Deleted.Deletion.ID
+	case r.Err == nil:
+		// A webhook write (Resume skips them): its secret is never
+		// logged.
+		return StateCompleted, e.Action
 	}
 	var refused *client.RefusedError
 	if errors.As(r.Err, &refused) {
