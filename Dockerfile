@@ -20,6 +20,10 @@ ENV GOTOOLCHAIN=local
 
 # Dependencies first, so that editing the code does not re-download them.
 COPY go.mod go.sum ./
+# The public modules the server's go.mod replaces with their directories
+# (decision 0095): their go.mod files are enough to resolve the graph.
+COPY contract/go.mod contract/go.sum ./contract/
+COPY client/go.mod client/go.sum ./client/
 RUN --mount=type=cache,target=/go/pkg/mod \
     go mod download -x
 

@@ -4,6 +4,11 @@ GO ?= go
 export DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/quill?sslmode=disable
 export NATS_URL ?= nats://127.0.0.1:4222
 
+# The public modules (decision 0095): their own go.mod each, tested, vetted
+# and fuzzed in their own directories; the server's module requires them
+# through a replace.
+PUBLIC_MODULES := contract client
+
 # CI=true adds the race detector.
 RACE := $(if $(filter true,$(CI)),-race,)
 # A count, not a duration: Go 1.26's fuzz coordinator can report a spurious
@@ -32,6 +37,8 @@ test: ## all tests against real PostgreSQL (QUILL_TEST_DATABASE_URL or the local
 	$(GO) test $(RACE) -count=1 -timeout 20m ./...
 	@# A module of its own (Prometheus's PromQL parser stays out of go.mod): the dashboard's and the rules' queries against the running programs.
 	cd deploy/dashboard && $(GO) test $(RACE) -count=1 -timeout 10m ./...
+	@# The public modules' own tests (the client's against the real API run above, in internal/clientsuite).
+	@for m in $(PUBLIC_MODULES); do echo "cd $$m && $(GO) test $(RACE) -count=1 ./..."; (cd $$m && $(GO) test $(RACE) -count=1 -timeout 10m ./...) || exit 1; done
 	@# The memory measurements are built without the race detector (its shadow memory would be measured too).
 	$(if $(RACE),$(GO) test -count=1 -run '^TestImageBombsStayWithinTheDecodeBudget$$' ./cmd/attachment-worker/,)
 
@@ -39,11 +46,12 @@ soak: ## the fault suites' long profiles (50,000 operations each, single server 
 	@bash scripts/ensure-postgres.sh
 	QUILL_E2E_PROFILE=soak $(GO) test -count=1 -run '^(TestFaults|TestClusterFaults)$$' -v -timeout 90m ./e2e/
 
-lint: lint-prometheus ## gofmt, go vet (deploy/dashboard's module too), staticcheck (the version go.mod pins as a tool), api/asyncapi.yaml through the AsyncAPI parser (needs node and npm), and lint-prometheus
+lint: lint-prometheus ## gofmt, go vet (deploy/dashboard's and the public modules too), staticcheck (the version go.mod pins as a tool), api/asyncapi.yaml through the AsyncAPI parser (needs node and npm), and lint-prometheus
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	cd deploy/dashboard && $(GO) vet ./...
-	$(GO) tool staticcheck ./...
+	@for m in $(PUBLIC_MODULES); do echo "cd $$m && $(GO) vet ./..."; (cd $$m && $(GO) vet ./...) || exit 1; done
+	$(GO) tool staticcheck ./... $(foreach m,$(PUBLIC_MODULES),github.com/quillhq/quill/$(m)/...)
 	bash scripts/validate-asyncapi.sh
 
 lint-prometheus: ## promtool: deploy/prometheus's configuration and alerting rules, and the rules' unit tests (Debian's prometheus package ships promtool)
@@ -53,9 +61,11 @@ lint-prometheus: ## promtool: deploy/prometheus's configuration and alerting rul
 	cd deploy/prometheus && promtool test rules quill.rules.test.yml
 
 fuzz: ## run every fuzz target for FUZZTIME each
-	@for pkg in $$($(GO) list ./...); do \
-	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
-	    echo "fuzz $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	@for mod in . $(PUBLIC_MODULES); do \
+	  for pkg in $$(cd $$mod && $(GO) list ./...); do \
+	    for f in $$(cd $$mod && $(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
+	      echo "fuzz $$pkg $$f"; (cd $$mod && $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg) || exit 1; \
+	    done; \
 	  done; \
 	done
 

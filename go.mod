@@ -88,6 +88,8 @@ require (
 	github.com/pkg/errors v0.9.1 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.23.0 // indirect
+	github.com/quillhq/quill/client v0.0.0-00010101000000-000000000000
+	github.com/quillhq/quill/contract v0.0.0-00010101000000-000000000000
 	github.com/segmentio/asm v1.2.1 // indirect
 	github.com/segmentio/encoding v0.5.4 // indirect
 	github.com/sethvargo/go-retry v0.5.0 // indirect
@@ -101,7 +103,7 @@ require (
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/exp/typeparams v0.0.0-20231108232855-2478ac86f678 // indirect
 	golang.org/x/mod v0.42.0 // indirect
-	golang.org/x/net v0.62.0
+	golang.org/x/net v0.62.0 // indirect
 	golang.org/x/oauth2 v0.37.0 // indirect
 	golang.org/x/sys v0.50.0 // indirect
 	golang.org/x/text v0.44.0 // indirect
@@ -115,3 +117,7 @@ tool (
 	github.com/nats-io/nats-server/v2
 	honnef.co/go/tools/cmd/staticcheck
 )
+
+replace github.com/quillhq/quill/contract => ./contract
+
+replace github.com/quillhq/quill/client => ./client

@@ -55,7 +55,6 @@ import (
 
 	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/contract/opkey"
-	"github.com/quillhq/quill/internal/wait"
 )
 
 // Defaults of Config.
@@ -548,7 +547,7 @@ func (c *Client) attemptLoop(parent, ctx context.Context, method, path, key stri
 		if dl, ok := ctx.Deadline(); ok && c.cfg.Now().Add(delay).After(dl) {
 			break // no time for another attempt
 		}
-		if !wait.For(ctx, delay) {
+		if !sleep(ctx, delay) {
 			break
 		}
 	}
@@ -744,7 +743,7 @@ func (c *Client) lookupSettled(ctx context.Context, key string) (*Operation, err
 		default:
 			err = fmt.Errorf("lookup: HTTP %d", a.status)
 		}
-		if i >= 3 || !wait.For(ctx, backoff(i, c.cfg.BaseDelay, c.cfg.MaxDelay, rand.Float64)) {
+		if i >= 3 || !sleep(ctx, backoff(i, c.cfg.BaseDelay, c.cfg.MaxDelay, rand.Float64)) {
 			return nil, err
 		}
 	}

@@ -19,7 +19,6 @@ import (
 
 	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/contract/opkey"
-	"github.com/quillhq/quill/internal/wait"
 )
 
 // Settlement states: the final outcome of a journalled operation.
@@ -226,7 +225,7 @@ func (j *FileJournal) lock(ctx context.Context) (func(), error) {
 			return nil, fmt.Errorf("%w: %s has been locked for %s; is another quill stuck? (the lock is %s)",
 				ErrJournalLocked, j.dir, patience, filepath.Join(j.dir, lockFile))
 		}
-		if !wait.For(ctx, delay) {
+		if !sleep(ctx, delay) {
 			_ = f.Close()
 			return nil, fmt.Errorf("journal lock: %w", ctx.Err())
 		}

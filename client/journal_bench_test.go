@@ -19,7 +19,7 @@ import (
 func BenchmarkJournalCreateNote(b *testing.B) {
 	for _, n := range []int{0, 1000, 10000} {
 		b.Run(fmt.Sprintf("settled=%d", n), func(b *testing.B) {
-			ctx := b.Context()
+			ctx := testContext(b)
 			j, err := OpenFileJournal(b.TempDir())
 			if err != nil {
 				b.Fatal(err)

@@ -20,7 +20,7 @@ import (
 // a Begin that returned is lost.
 func TestConcurrentJournalWritersLoseNothing(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
+	ctx := testContext(t)
 	dir := t.TempDir()
 	j1, err := OpenFileJournal(dir)
 	require.NoError(t, err)
@@ -38,27 +38,33 @@ func TestConcurrentJournalWritersLoseNothing(t *testing.T) {
 		require.NoError(t, err)
 	}
 	var wg sync.WaitGroup
-	wg.Go(func() {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
 		for i := range n {
 			require.NoError(t, j1.Settle(ctx, key(i), Settlement{State: StateCompleted, Status: 201, At: time.Unix(0, 0)}))
 		}
-	})
-	wg.Go(func() {
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
 		for i := range n {
 			e := entry(key(i))
 			e.Params = params(2)
 			_, err := j2.Begin(ctx, e)
 			require.NoError(t, err)
 		}
-	})
-	wg.Go(func() {
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
 		for range 20 {
 			// Prune removes settled records only; an unsettled one,
 			// journalled again meanwhile, must stay.
 			_, err := j3.Prune(ctx, time.Unix(1, 0), time.Time{}, false)
 			require.NoError(t, err)
 		}
-	})
+	}()
 	wg.Wait()
 	for i := range n {
 		e, err := j1.Get(ctx, key(i))
@@ -80,7 +86,7 @@ func TestStaleTempFilesAreRemovedAtOpen(t *testing.T) {
 	dir := t.TempDir()
 	j, err := OpenFileJournal(dir)
 	require.NoError(t, err)
-	_, err = j.Begin(t.Context(), entry("a"))
+	_, err = j.Begin(testContext(t), entry("a"))
 	require.NoError(t, err)
 	old := filepath.Join(dir, ".tmp-1234")
 	fresh := filepath.Join(dir, ".tmp-5678")
@@ -90,7 +96,7 @@ func TestStaleTempFilesAreRemovedAtOpen(t *testing.T) {
 	require.NoError(t, os.Chtimes(old, long, long))
 
 	// While another process holds the lock, nothing is removed.
-	unlock, err := j.lock(t.Context())
+	unlock, err := j.lock(testContext(t))
 	require.NoError(t, err)
 	_, err = OpenFileJournal(dir)
 	require.NoError(t, err)
@@ -101,7 +107,7 @@ func TestStaleTempFilesAreRemovedAtOpen(t *testing.T) {
 	require.NoError(t, err)
 	require.NoFileExists(t, old, "a crashed write's temp file is removed")
 	require.FileExists(t, fresh, "a recent one may be a live writer's (of a version without the lock)")
-	e, err := j.Get(t.Context(), "a")
+	e, err := j.Get(testContext(t), "a")
 	require.NoError(t, err)
 	require.Equal(t, "a", e.Key, "records are untouched")
 }
@@ -115,10 +121,10 @@ func TestAChangeWaitsForTheLockThenGivesUp(t *testing.T) {
 	require.NoError(t, err)
 	j2.LockWait = 200 * time.Millisecond
 
-	unlock, err := j1.lock(t.Context())
+	unlock, err := j1.lock(testContext(t))
 	require.NoError(t, err)
 	start := time.Now()
-	_, err = j2.Begin(t.Context(), entry("a"))
+	_, err = j2.Begin(testContext(t), entry("a"))
 	require.ErrorIs(t, err, ErrJournalLocked)
 	require.Contains(t, err.Error(), dir)
 	require.GreaterOrEqual(t, time.Since(start), 200*time.Millisecond)
@@ -127,11 +133,11 @@ func TestAChangeWaitsForTheLockThenGivesUp(t *testing.T) {
 	j2.LockWait = 10 * time.Second
 	done := make(chan error, 1)
 	go func() {
-		_, err := j2.Begin(t.Context(), entry("a"))
+		_, err := j2.Begin(testContext(t), entry("a"))
 		done <- err
 	}()
 	unlock()
 	require.NoError(t, <-done)
-	_, err = j1.Get(t.Context(), "a")
+	_, err = j1.Get(testContext(t), "a")
 	require.NoError(t, err)
 }

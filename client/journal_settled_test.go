@@ -47,7 +47,7 @@ func recordFile(t *testing.T, j *FileJournal, key string) string {
 // ones.
 func TestSettledRecordsLeaveTheUnsettledPath(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
+	ctx := testContext(t)
 	j, err := OpenFileJournal(t.TempDir())
 	require.NoError(t, err)
 	for _, k := range []string{"a", "b", "c"} {
@@ -86,7 +86,7 @@ func TestSettledRecordsLeaveTheUnsettledPath(t *testing.T) {
 // neither reads nor reports it; Get of its key still reports it.
 func TestACorruptSettledRecordDoesNotReachUnsettled(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
+	ctx := testContext(t)
 	j, err := OpenFileJournal(t.TempDir())
 	require.NoError(t, err)
 	for _, k := range []string{"done", "open"} {
@@ -109,7 +109,7 @@ func TestACorruptSettledRecordDoesNotReachUnsettled(t *testing.T) {
 // as if Settle had not happened, and the next Settle tidies up.
 func TestACrashInsideSettleLeavesItUnsettled(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
+	ctx := testContext(t)
 	j, err := OpenFileJournal(t.TempDir())
 	require.NoError(t, err)
 	_, err = j.Begin(ctx, entry("k"))
@@ -139,7 +139,7 @@ func TestACrashInsideSettleLeavesItUnsettled(t *testing.T) {
 // the per-call path stops reading them.
 func TestPruneMovesOldSettledRecordsAside(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
+	ctx := testContext(t)
 	j, err := OpenFileJournal(t.TempDir())
 	require.NoError(t, err)
 	now := time.Now().UTC()

@@ -82,7 +82,7 @@ func FuzzParseRecord(f *testing.F) {
 
 func TestFileJournal(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
+	ctx := testContext(t)
 	dir := t.TempDir()
 	j, err := OpenFileJournal(dir)
 	require.NoError(t, err)
@@ -128,7 +128,7 @@ func TestFileJournal(t *testing.T) {
 
 func TestFileJournalSurvivesACrashMidWrite(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
+	ctx := testContext(t)
 	dir := t.TempDir()
 	j, err := OpenFileJournal(dir)
 	require.NoError(t, err)
@@ -164,7 +164,7 @@ func TestJournalRefusesBadEntries(t *testing.T) {
 		{Key: "k", Action: contract.ActionCreateNote, Params: json.RawMessage(`{`), CreatedAt: time.Now()},
 		{Key: "k", Action: contract.ActionCreateNote, Params: json.RawMessage(`{}`)},
 	} {
-		_, err := j.Begin(t.Context(), e)
+		_, err := j.Begin(testContext(t), e)
 		require.Error(t, err, "%+v", e)
 	}
 }
@@ -175,7 +175,7 @@ func TestJournalRefusesBadEntries(t *testing.T) {
 // damaged record, reporting it.
 func TestFileJournalPrune(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
+	ctx := testContext(t)
 	dir := t.TempDir()
 	j, err := OpenFileJournal(dir)
 	require.NoError(t, err)

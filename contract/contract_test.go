@@ -1,15 +1,18 @@
 package contract_test
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os/exec"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/quillhq/quill/contract"
-	"github.com/quillhq/quill/internal/testkit"
 )
 
 // The client and consumers import the package: it links nothing but the
@@ -17,7 +20,7 @@ import (
 func TestImportsOnlyTheStandardLibrary(t *testing.T) {
 	t.Parallel()
 	for _, pkg := range []string{".", "./opkey"} {
-		out, err := exec.CommandContext(t.Context(), "go", "list", "-deps", pkg).Output()
+		out, err := exec.Command("go", "list", "-deps", pkg).Output()
 		require.NoError(t, err)
 		for _, dep := range strings.Fields(string(out)) {
 			if strings.HasPrefix(dep, "github.com/quillhq/quill/contract") {
@@ -34,9 +37,9 @@ func TestImportsOnlyTheStandardLibrary(t *testing.T) {
 // over.
 func TestListsNameEveryConstant(t *testing.T) {
 	t.Parallel()
-	require.ElementsMatch(t, testkit.StringConstants(t, "contract.go", "Event"), contract.EventTypes())
-	require.ElementsMatch(t, testkit.StringConstants(t, "contract.go", "Action"), contract.Actions())
-	require.ElementsMatch(t, testkit.StringConstants(t, "contract.go", "Outcome"), contract.Outcomes())
+	require.ElementsMatch(t, stringConstants(t, "contract.go", "Event"), contract.EventTypes())
+	require.ElementsMatch(t, stringConstants(t, "contract.go", "Action"), contract.Actions())
+	require.ElementsMatch(t, stringConstants(t, "contract.go", "Outcome"), contract.Outcomes())
 }
 
 func TestEventTypes(t *testing.T) {
@@ -155,4 +158,34 @@ func TestValidTenant(t *testing.T) {
 			require.Equal(t, tt.ok, re.MatchString(tt.name), "TenantPattern: %q", tt.name)
 		})
 	}
+}
+
+// stringConstants returns the values of the string constants in the Go
+// file path whose names start with prefix, in the file's order.
+func stringConstants(t *testing.T, path, prefix string) []string {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), path, nil, 0)
+	require.NoError(t, err)
+	var values []string
+	for _, d := range f.Decls {
+		gd, ok := d.(*ast.GenDecl)
+		if !ok || gd.Tok != token.CONST {
+			continue
+		}
+		for _, spec := range gd.Specs {
+			vs := spec.(*ast.ValueSpec)
+			for i, n := range vs.Names {
+				if !strings.HasPrefix(n.Name, prefix) {
+					continue
+				}
+				require.Less(t, i, len(vs.Values), "%s is a string literal", n.Name)
+				lit, ok := vs.Values[i].(*ast.BasicLit)
+				require.True(t, ok, "%s is a string literal", n.Name)
+				v, err := strconv.Unquote(lit.Value)
+				require.NoError(t, err)
+				values = append(values, v)
+			}
+		}
+	}
+	return values
 }

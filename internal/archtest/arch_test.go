@@ -62,7 +62,7 @@ func TestOnlyCmdRelayImportsRelay(t *testing.T) {
 
 func TestClientAndQuillLinkNoDatabaseDriver(t *testing.T) {
 	t.Parallel()
-	for _, pkg := range []string{"./client", "./cmd/quill"} {
+	for _, pkg := range []string{module + "/client", "./cmd/quill"} {
 		for _, dep := range golist(t, "-deps", pkg) {
 			for _, banned := range []string{"github.com/jackc/", "github.com/pressly/goose", "github.com/lib/pq", module + "/migrations"} {
 				require.False(t, strings.HasPrefix(dep, banned), "%s links %s", pkg, dep)
@@ -71,15 +71,13 @@ func TestClientAndQuillLinkNoDatabaseDriver(t *testing.T) {
 	}
 }
 
-// The client is meant to become a module of its own: of this module it
-// imports only the contract, and internal/wait (standard library only),
-// which it still shares with db and the load generator.
 // publicLinks names, for each public package, the packages of this module
 // it may link (transitively): what an importer of it compiles of ours.
 var publicLinks = map[string][]string{
-	// internal/wait: the context-aware sleep, standard library only; it
-	// goes with the client when the client becomes a module of its own.
-	"client": {"contract", "contract/opkey", "internal/wait"},
+	// client and contract are modules of their own (decision 0095),
+	// listed by import path: their packages are the server module's
+	// dependencies.
+	"client": {"contract", "contract/opkey"},
 	// api: the embedded JSON Schemas of the events' data, standard library
 	// only.
 	"consumer": {"contract", "api"},
@@ -89,7 +87,7 @@ var publicLinks = map[string][]string{
 func TestPublicPackagesLinkOnlyTheContract(t *testing.T) {
 	t.Parallel()
 	for pkg, allowed := range publicLinks {
-		for _, dep := range golist(t, "-deps", "./"+pkg) {
+		for _, dep := range golist(t, "-deps", module+"/"+pkg) {
 			rest, ok := strings.CutPrefix(dep, module+"/")
 			if !ok || rest == pkg || strings.HasPrefix(rest, pkg+"/") {
 				continue
@@ -103,7 +101,7 @@ func TestPublicPackagesLinkOnlyTheContract(t *testing.T) {
 // pay for what contract imports.
 func TestContractLinksTheStandardLibraryOnly(t *testing.T) {
 	t.Parallel()
-	for _, line := range golist(t, "-deps", "-f", "{{.ImportPath}} {{.Standard}}", "./contract/...") {
+	for _, line := range golist(t, "-deps", "-f", "{{.ImportPath}} {{.Standard}}", module+"/contract/...") {
 		f := strings.Fields(line)
 		require.True(t, f[1] == "true" || strings.HasPrefix(f[0], module+"/contract"), "contract links %s", f[0])
 	}
