@@ -421,6 +421,8 @@ func checkRendering(t *testing.T, r *rendering, vals map[string]any) {
 			if sel.Matches(podLabels) {
 				budgets++
 				require.True(t, pdb.Spec.MaxUnavailable != nil || pdb.Spec.MinAvailable != nil, pdb.Name)
+				require.NotNil(t, pdb.Spec.UnhealthyPodEvictionPolicy, pdb.Name)
+				require.Equal(t, policyv1.AlwaysAllow, *pdb.Spec.UnhealthyPodEvictionPolicy, pdb.Name)
 			}
 		}
 		require.Equal(t, 1, budgets, "%s: PodDisruptionBudgets selecting its pods", name)
