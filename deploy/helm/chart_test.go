@@ -624,6 +624,12 @@ func TestBadValuesAreRefused(t *testing.T) {
 		{"dispatcher without the webhook key", map[string]any{"webhooks": map[string]any{"secretKey": map[string]any{"existingSecret": ""}}}, "QUILL_WEBHOOK_SECRET_KEY: existingSecret names no Secret"},
 		{"a NATS certificate without its key", map[string]any{"nats": map[string]any{"tls": map[string]any{"existingSecret": "t", "cert": "tls.crt"}}}, "nats.tls.key is empty"},
 		{"no NATS URL", map[string]any{"nats": map[string]any{"url": ""}}, "nats.url is empty"},
+		// values.schema.json: a misspelt or ill-formed value is refused,
+		// not ignored.
+		{"a misspelt value", map[string]any{"api": map[string]any{"replica": 3}}, "replica"},
+		{"a delay without a unit", map[string]any{"shutdownDelay": "5"}, "shutdownDelay"},
+		{"stream replicas out of range", map[string]any{"nats": map[string]any{"streamReplicas": "7"}}, "streamReplicas"},
+		{"a Secret reference without its key", map[string]any{"database": map[string]any{"relayURL": map[string]any{"existingSecret": "x", "key": nil}}}, "relayURL"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := render(t.Context(), tc.vals)
