@@ -518,6 +518,7 @@ func checkRendering(t *testing.T, r *rendering, vals map[string]any) {
 }
 
 func TestChartLintsStrictly(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		vals func(t *testing.T) map[string]any
@@ -528,6 +529,7 @@ func TestChartLintsStrictly(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			lint := action.NewLint()
 			lint.Strict = true
 			lint.Namespace = namespace
@@ -543,6 +545,7 @@ func TestChartLintsStrictly(t *testing.T) {
 }
 
 func TestDefaultValuesRender(t *testing.T) {
+	t.Parallel()
 	rel, err := render(t.Context(), map[string]any{})
 	require.NoError(t, err)
 	r := decode(t, rel)
@@ -553,6 +556,7 @@ func TestDefaultValuesRender(t *testing.T) {
 }
 
 func TestProductionValuesRender(t *testing.T) {
+	t.Parallel()
 	vals := valuesFile(t, filepath.Join(chartDir, "values-production.yaml"))
 	rel, err := render(t.Context(), vals)
 	require.NoError(t, err)
@@ -604,6 +608,7 @@ func TestProductionValuesRender(t *testing.T) {
 // The chart can read only its own files: its copy of the rules must be the
 // rules promtool tests.
 func TestPrometheusRuleCopyIsTheRulesFile(t *testing.T) {
+	t.Parallel()
 	want, err := os.ReadFile(filepath.Join(repoRoot, "deploy/prometheus/quill.rules.yml"))
 	require.NoError(t, err)
 	got, err := os.ReadFile(filepath.Join(chartDir, "files/quill.rules.yml"))
@@ -615,6 +620,7 @@ func TestPrometheusRuleCopyIsTheRulesFile(t *testing.T) {
 // Values that cannot make a working installation are refused at render
 // time, with the setting named.
 func TestBadValuesAreRefused(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		vals map[string]any
@@ -632,6 +638,7 @@ func TestBadValuesAreRefused(t *testing.T) {
 		{"a Secret reference without its key", map[string]any{"database": map[string]any{"relayURL": map[string]any{"existingSecret": "x", "key": nil}}}, "relayURL"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			_, err := render(t.Context(), tc.vals)
 			require.ErrorContains(t, err, tc.want)
 		})
@@ -641,6 +648,7 @@ func TestBadValuesAreRefused(t *testing.T) {
 // The decoding is strict: a misspelt or misplaced field is an error, not
 // dropped.
 func TestDecodeStrictRefusesUnknownFields(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name, doc string
 	}{
@@ -652,6 +660,7 @@ func TestDecodeStrictRefusesUnknownFields(t *testing.T) {
 		{"unknown rule field", "apiVersion: monitoring.coreos.com/v1\nkind: PrometheusRule\nmetadata: {name: x}\nspec: {groups: [{name: g, rules: [{alert: A, expr: up, fo: 5m}]}]}\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			_, err := decodeStrict([]byte(tc.doc))
 			require.Error(t, err)
 		})
