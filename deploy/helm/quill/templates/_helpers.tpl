@@ -88,6 +88,9 @@ app.kubernetes.io/component: {{ .component }}
     secretKeyRef:
       name: {{ required (printf "%s: existingSecret names no Secret" .name) .ref.existingSecret | quote }}
       key: {{ required (printf "%s: key is empty" .name) .ref.key | quote }}
+      {{- if .optional }}
+      optional: true
+      {{- end }}
 {{- end }}
 
 {{/* NAME: value pairs as env entries, in name order. */}}
@@ -138,8 +141,11 @@ Secrets are only secretKeyRefs; everything else is a plain setting.
 {{- if eq $c.component "api" }}
 - name: QUILL_HTTP_ADDR
   value: {{ printf ":%v" .v.httpPort | quote }}
+{{- /* Optional for the API, which starts without it (its webhook routes
+answer 503): a Secret without the key must not keep the API from starting.
+The dispatcher needs it, so a missing key stops its pod from starting. */}}
 {{- with $vals.webhooks.secretKey.existingSecret }}
-{{- include "quill.secretEnv" (dict "name" "QUILL_WEBHOOK_SECRET_KEY" "ref" $vals.webhooks.secretKey) | nindent 0 }}
+{{- include "quill.secretEnv" (dict "name" "QUILL_WEBHOOK_SECRET_KEY" "ref" $vals.webhooks.secretKey "optional" true) | nindent 0 }}
 {{- end }}
 {{- end }}
 {{- if eq $c.component "relay" }}
