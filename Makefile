@@ -48,10 +48,11 @@ soak: ## the fault suites' long profiles (50,000 operations each, single server 
 	@bash scripts/ensure-postgres.sh
 	QUILL_E2E_PROFILE=soak $(GO) test -count=1 -run '^(TestFaults|TestClusterFaults)$$' -v -timeout 90m ./e2e/
 
-lint: lint-prometheus ## gofmt, go vet (deploy/dashboard's and the public modules too), staticcheck (the version go.mod pins as a tool), api/asyncapi.yaml through the AsyncAPI parser (needs node and npm), and lint-prometheus
+lint: lint-prometheus ## gofmt, go vet (deploy/dashboard's, deploy/helm's and the public modules too), staticcheck (the version go.mod pins as a tool), api/asyncapi.yaml through the AsyncAPI parser (needs node and npm), and lint-prometheus
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	cd deploy/dashboard && $(GO) vet ./...
+	cd deploy/helm && $(GO) vet ./...
 	@for m in $(PUBLIC_MODULES); do echo "cd $$m && $(GO) vet ./..."; (cd $$m && $(GO) vet ./...) || exit 1; done
 	$(GO) tool staticcheck ./... $(foreach m,$(PUBLIC_MODULES),github.com/quillhq/quill/$(m)/...)
 	bash scripts/validate-asyncapi.sh
