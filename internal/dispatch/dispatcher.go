@@ -188,26 +188,43 @@ func (d *Dispatcher) send(ctx context.Context) {
 }
 
 // claimOnce claims as many deliveries as there is room for and starts
-// them; it reports whether it claimed as many as it asked for.
+// them; it reports whether it claimed as many as it asked for. The
+// endpoints this process is sending to are claimed for up to their room
+// each (claimFor); the rest of the free slots go to every other endpoint
+// (claim).
 func (d *Dispatcher) claimOnce(ctx context.Context) bool {
 	d.mu.Lock()
 	free := d.cfg.Concurrency - d.total
-	var busy []uuid.UUID
+	busy := make([]uuid.UUID, 0, len(d.inflight))
+	var open []uuid.UUID
+	var rooms []int
 	for ep, n := range d.inflight {
-		if n >= d.cfg.EndpointConcurrency {
-			busy = append(busy, ep)
+		busy = append(busy, ep)
+		if room := d.cfg.EndpointConcurrency - n; room > 0 {
+			open, rooms = append(open, ep), append(rooms, room)
 		}
 	}
 	d.mu.Unlock()
 	if free <= 0 {
 		return false
 	}
-	cs, err := d.st.claim(ctx, d.cfg.lease(), free, busy)
+	var cs []claimed
+	var err error
+	if len(open) > 0 {
+		cs, err = d.st.claimFor(ctx, d.cfg.lease(), open, rooms)
+	}
+	if err == nil && len(cs) < free {
+		var more []claimed
+		more, err = d.st.claim(ctx, d.cfg.lease(), free-len(cs), busy)
+		cs = append(cs, more...)
+	}
 	if err != nil {
 		if ctx.Err() == nil {
 			d.log.Warn().Err(err).Str("error_category", "database").Msg("cannot claim webhook deliveries; trying again")
 		}
-		return false
+		if len(cs) == 0 {
+			return false
+		}
 	}
 	var excess []claimed
 	d.mu.Lock()
@@ -232,7 +249,7 @@ func (d *Dispatcher) claimOnce(ctx context.Context) bool {
 			d.log.Warn().Err(err).Msg("cannot give back webhook deliveries; their lease runs out")
 		}
 	}
-	return len(cs) == free
+	return err == nil && len(cs) == free
 }
 
 // deliver makes one attempt at c and records it. Its POST and marks
