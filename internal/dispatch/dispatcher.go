@@ -257,9 +257,6 @@ func (d *Dispatcher) claimOnce(ctx context.Context) bool {
 func (d *Dispatcher) deliver(ctx context.Context, c claimed) {
 	defer func() {
 		d.mu.Lock()
-		if d.inflight[c.endpoint]--; d.inflight[c.endpoint] <= 0 {
-			delete(d.inflight, c.endpoint)
-		}
 		d.total--
 		d.mu.Unlock()
 		d.sends.Done()
@@ -267,6 +264,19 @@ func (d *Dispatcher) deliver(ctx context.Context, c claimed) {
 	}()
 	ctx = context.WithoutCancel(ctx)
 	a := d.post(ctx, c)
+	// The endpoint's slot is its POSTs in flight: free once the POST has
+	// ended, before the mark (the row stays leased, so no claim takes it
+	// meanwhile; the next version of its note waits for the mark). Held
+	// through the mark, every slot of a busy endpoint waited for two
+	// commits per POST, its claim's and its mark's (decision 0089). The
+	// process's slot (Concurrency) is held until the mark, bounding the
+	// marks in flight too.
+	d.mu.Lock()
+	if d.inflight[c.endpoint]--; d.inflight[c.endpoint] <= 0 {
+		delete(d.inflight, c.endpoint)
+	}
+	d.mu.Unlock()
+	d.signal()
 	mctx, cancel := context.WithTimeout(ctx, markTimeout)
 	defer cancel()
 	if err := d.record(mctx, c, a); err != nil {
