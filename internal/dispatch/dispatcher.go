@@ -45,9 +45,11 @@ type Dispatcher struct {
 	// and when a send ends (a slot is free).
 	wake chan struct{}
 
-	// mu guards inflight (POSTs in flight by endpoint) and total.
+	// mu guards inflight (POSTs in flight by endpoint), held (deliveries
+	// claimed and not yet marked, by endpoint) and total.
 	mu       sync.Mutex
 	inflight map[uuid.UUID]int
+	held     map[uuid.UUID]int
 	total    int
 	sends    sync.WaitGroup
 }
@@ -69,7 +71,7 @@ func New(pool *pgxpool.Pool, nc *nats.Conn, cc consumer.Config, cfg Config, keys
 		return nil, err
 	}
 	d := &Dispatcher{pool: pool, nc: nc, cfg: cfg, keys: keys, client: client, log: log, m: m, st: store{pool}, mk: newMarker(store{pool}),
-		now: time.Now, wake: make(chan struct{}, 1), inflight: map[uuid.UUID]int{}}
+		now: time.Now, wake: make(chan struct{}, 1), inflight: map[uuid.UUID]int{}, held: map[uuid.UUID]int{}}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
@@ -195,12 +197,15 @@ func (d *Dispatcher) send(ctx context.Context) {
 func (d *Dispatcher) claimOnce(ctx context.Context) bool {
 	d.mu.Lock()
 	free := d.cfg.Concurrency - d.total
-	busy := make([]uuid.UUID, 0, len(d.inflight))
+	// Every endpoint this process holds deliveries of is claimed for apart,
+	// up to its room: in the general claim it would be asked for every
+	// free slot, and the rows past its room given back.
+	busy := make([]uuid.UUID, 0, len(d.held))
 	var open []uuid.UUID
 	var rooms []int
-	for ep, n := range d.inflight {
+	for ep := range d.held {
 		busy = append(busy, ep)
-		if room := d.cfg.EndpointConcurrency - n; room > 0 {
+		if room := d.cfg.EndpointConcurrency - d.inflight[ep]; room > 0 {
 			open, rooms = append(open, ep), append(rooms, room)
 		}
 	}
@@ -234,6 +239,7 @@ func (d *Dispatcher) claimOnce(ctx context.Context) bool {
 			continue
 		}
 		d.inflight[c.endpoint]++
+		d.held[c.endpoint]++
 		d.total++
 		d.sends.Add(1)
 		go d.deliver(ctx, c)
@@ -257,6 +263,9 @@ func (d *Dispatcher) claimOnce(ctx context.Context) bool {
 func (d *Dispatcher) deliver(ctx context.Context, c claimed) {
 	defer func() {
 		d.mu.Lock()
+		if d.held[c.endpoint]--; d.held[c.endpoint] <= 0 {
+			delete(d.held, c.endpoint)
+		}
 		d.total--
 		d.mu.Unlock()
 		d.sends.Done()
