@@ -46,10 +46,13 @@ type Dispatcher struct {
 	wake chan struct{}
 
 	// mu guards inflight (POSTs in flight by endpoint), held (deliveries
-	// claimed and not yet marked, by endpoint) and total.
+	// claimed and not yet marked, by endpoint), queued (deliveries claimed
+	// ahead for an endpoint at its concurrency, each sent when one of its
+	// POSTs ends) and total (sends: a POST and its mark).
 	mu       sync.Mutex
 	inflight map[uuid.UUID]int
 	held     map[uuid.UUID]int
+	queued   map[uuid.UUID][]claimed
 	total    int
 	sends    sync.WaitGroup
 }
@@ -71,7 +74,7 @@ func New(pool *pgxpool.Pool, nc *nats.Conn, cc consumer.Config, cfg Config, keys
 		return nil, err
 	}
 	d := &Dispatcher{pool: pool, nc: nc, cfg: cfg, keys: keys, client: client, log: log, m: m, st: store{pool}, mk: newMarker(store{pool}),
-		now: time.Now, wake: make(chan struct{}, 1), inflight: map[uuid.UUID]int{}, held: map[uuid.UUID]int{}}
+		now: time.Now, wake: make(chan struct{}, 1), inflight: map[uuid.UUID]int{}, held: map[uuid.UUID]int{}, queued: map[uuid.UUID][]claimed{}}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
@@ -166,6 +169,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	d.sends.Wait()
 	close(stopMarks)
 	<-marked
+	d.releaseQueued()
 	d.client.CloseIdleConnections()
 	return err
 }
@@ -205,7 +209,7 @@ func (d *Dispatcher) claimOnce(ctx context.Context) bool {
 	var rooms []int
 	for ep := range d.held {
 		busy = append(busy, ep)
-		if room := d.cfg.EndpointConcurrency - d.inflight[ep]; room > 0 {
+		if room := d.cfg.EndpointConcurrency - d.inflight[ep] + d.queueCap() - len(d.queued[ep]); room > 0 {
 			open, rooms = append(open, ep), append(rooms, room)
 		}
 	}
@@ -215,6 +219,7 @@ func (d *Dispatcher) claimOnce(ctx context.Context) bool {
 	}
 	var cs []claimed
 	var err error
+	leasedAt := d.now()
 	if len(open) > 0 {
 		cs, err = d.st.claimFor(ctx, d.cfg.lease(), open, rooms)
 	}
@@ -234,21 +239,24 @@ func (d *Dispatcher) claimOnce(ctx context.Context) bool {
 	var excess []claimed
 	d.mu.Lock()
 	for _, c := range cs {
-		if d.inflight[c.endpoint] >= d.cfg.EndpointConcurrency {
+		c.leasedAt = leasedAt
+		switch {
+		case d.inflight[c.endpoint] < d.cfg.EndpointConcurrency:
+			d.inflight[c.endpoint]++
+			d.held[c.endpoint]++
+			d.start(ctx, c)
+		case len(d.queued[c.endpoint]) < d.queueCap():
+			d.queued[c.endpoint] = append(d.queued[c.endpoint], c)
+			d.held[c.endpoint]++
+		default:
 			excess = append(excess, c)
-			continue
 		}
-		d.inflight[c.endpoint]++
-		d.held[c.endpoint]++
-		d.total++
-		d.sends.Add(1)
-		go d.deliver(ctx, c)
 	}
 	d.mu.Unlock()
 	if len(excess) > 0 {
 		// A claim took more of one endpoint's deliveries than it may send
-		// at once: give them back at once, so they wait for that endpoint
-		// and hold no slot another endpoint could use.
+		// at once or queue: give them back at once, so they wait for that
+		// endpoint and hold no slot another endpoint could use.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), markTimeout)
 		defer cancel()
 		if err := d.st.release(rctx, excess); err != nil {
@@ -258,9 +266,68 @@ func (d *Dispatcher) claimOnce(ctx context.Context) bool {
 	return err == nil && len(cs) == free
 }
 
+// queueCap is the most deliveries queued for one endpoint at its
+// concurrency: claimed ahead, so that a busy endpoint's next POST waits for
+// no claim (decision 0089). They hold no slot of QUILL_WEBHOOK_CONCURRENCY;
+// a hanging endpoint's queue waits for one of its own POSTs to end and is
+// given back when its lease could no longer cover a POST.
+func (d *Dispatcher) queueCap() int { return 4 * d.cfg.EndpointConcurrency }
+
+// start starts c's send; d.mu is held, c's endpoint slot taken.
+func (d *Dispatcher) start(ctx context.Context, c claimed) {
+	d.total++
+	d.sends.Add(1)
+	go d.deliver(ctx, c)
+}
+
+// next hands the POST slot of an endpoint whose POST ended to its next
+// queued delivery, and reports whether it did. A queued delivery whose
+// lease no longer covers a POST and its mark is given back instead. d.mu
+// is held.
+func (d *Dispatcher) next(ctx context.Context, ep uuid.UUID) (bool, []claimed) {
+	var stale []claimed
+	for ctx.Err() == nil && len(d.queued[ep]) > 0 {
+		c := d.queued[ep][0]
+		d.queued[ep] = d.queued[ep][1:]
+		if len(d.queued[ep]) == 0 {
+			delete(d.queued, ep)
+		}
+		if d.now().Add(d.cfg.Timeout + time.Second).After(c.leasedAt.Add(d.cfg.lease())) {
+			stale = append(stale, c)
+			if d.held[ep]--; d.held[ep] <= 0 {
+				delete(d.held, ep)
+			}
+			continue
+		}
+		d.start(ctx, c)
+		return true, stale
+	}
+	return false, stale
+}
+
+// releaseQueued gives back every queued delivery (at the end of Run).
+func (d *Dispatcher) releaseQueued() {
+	d.mu.Lock()
+	var all []claimed
+	for ep, q := range d.queued {
+		all = append(all, q...)
+		delete(d.queued, ep)
+		delete(d.held, ep)
+	}
+	d.mu.Unlock()
+	if len(all) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), markTimeout)
+	defer cancel()
+	if err := d.st.release(ctx, all); err != nil {
+		d.log.Warn().Err(err).Msg("cannot give back webhook deliveries; their lease runs out")
+	}
+}
+
 // deliver makes one attempt at c and records it. Its POST and marks
 // outlive ctx (a graceful stop lets them end), each bounded.
-func (d *Dispatcher) deliver(ctx context.Context, c claimed) {
+func (d *Dispatcher) deliver(parent context.Context, c claimed) {
 	defer func() {
 		d.mu.Lock()
 		if d.held[c.endpoint]--; d.held[c.endpoint] <= 0 {
@@ -271,7 +338,7 @@ func (d *Dispatcher) deliver(ctx context.Context, c claimed) {
 		d.sends.Done()
 		d.signal()
 	}()
-	ctx = context.WithoutCancel(ctx)
+	ctx := context.WithoutCancel(parent)
 	a := d.post(ctx, c)
 	// The endpoint's slot is its POSTs in flight: free once the POST has
 	// ended, before the mark (the row stays leased, so no claim takes it
@@ -281,10 +348,20 @@ func (d *Dispatcher) deliver(ctx context.Context, c claimed) {
 	// process's slot (Concurrency) is held until the mark, bounding the
 	// marks in flight too.
 	d.mu.Lock()
-	if d.inflight[c.endpoint]--; d.inflight[c.endpoint] <= 0 {
-		delete(d.inflight, c.endpoint)
+	handed, stale := d.next(parent, c.endpoint)
+	if !handed {
+		if d.inflight[c.endpoint]--; d.inflight[c.endpoint] <= 0 {
+			delete(d.inflight, c.endpoint)
+		}
 	}
 	d.mu.Unlock()
+	if len(stale) > 0 {
+		rctx, cancel := context.WithTimeout(ctx, markTimeout)
+		if err := d.st.release(rctx, stale); err != nil {
+			d.log.Warn().Err(err).Msg("cannot give back webhook deliveries; their lease runs out")
+		}
+		cancel()
+	}
 	d.signal()
 	mctx, cancel := context.WithTimeout(ctx, markTimeout)
 	defer cancel()

@@ -200,6 +200,9 @@ type claimed struct {
 	attempts           int
 	url                string
 	sealed, prevSealed []byte
+	// leasedAt is when the claim began (this process's clock): the lease
+	// runs at least until leasedAt + Config.lease().
+	leasedAt time.Time
 }
 
 // store runs the dispatcher's statements.
