@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -96,8 +97,11 @@ func New(pool *pgxpool.Pool, nc *nats.Conn, cc consumer.Config, cfg Config, keys
 	return d, nil
 }
 
-// apply records, in the consumer's transaction, each event's deliveries.
+// apply records, in the consumer's transaction, the deliveries of every
+// event of the batch, in one statement.
 func (d *Dispatcher) apply(ctx context.Context, tx pgx.Tx, items []*consumer.Item) error {
+	evs := make([]recordable, 0, len(items))
+	byID := make(map[uuid.UUID][]*consumer.Item, len(items))
 	for _, it := range items {
 		ev := it.Event
 		id, err := uuid.Parse(ev.ID)
@@ -105,19 +109,25 @@ func (d *Dispatcher) apply(ctx context.Context, tx pgx.Tx, items []*consumer.Ite
 			it.Err = consumer.Permanent(err)
 			continue
 		}
-		var aggregate *uuid.UUID
+		r := recordable{tenant: ev.Tenant, id: id, eventType: ev.Type, payload: ev.Payload, time: ev.Time}
 		if a, err := uuid.Parse(ev.Subject); err == nil {
-			aggregate = &a
+			r.aggregate = pgtype.UUID{Bytes: a, Valid: true}
 		}
-		var version *int64
 		if v, ok := ev.Version(); ok {
-			version = &v
+			r.version = pgtype.Int8{Int64: v, Valid: true}
 		}
-		n, err := insertDeliveries(ctx, tx, ev.Tenant, id, ev.Type, aggregate, version, ev.Payload, ev.Time)
-		if err != nil {
-			return err
-		}
-		if n > 0 {
+		evs = append(evs, r)
+		byID[id] = append(byID[id], it)
+	}
+	if len(evs) == 0 {
+		return nil
+	}
+	got, err := insertDeliveries(ctx, tx, evs)
+	if err != nil {
+		return err
+	}
+	for id := range got {
+		for _, it := range byID[id] {
 			it.Result = "recorded"
 		}
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -15,17 +16,25 @@ import (
 // clock (now()), so that several dispatchers agree on leases and horizons;
 // the durations come in as parameters.
 const (
-	// sqlInsertDeliveries records the deliveries of one event: one per
-	// live endpoint of the tenant subscribed to its type, not disabled,
-	// and created before the event (a dispatcher deployed late, or
-	// catching up, sends an endpoint nothing of the time before it).
+	// sqlInsertDeliveries records the deliveries of a batch of events
+	// (arrays by event, in the batch's order): one per live endpoint of the
+	// event's tenant subscribed to its type, not disabled, and created
+	// before the event (a dispatcher deployed late, or catching up, sends
+	// an endpoint nothing of the time before it). One statement for the
+	// whole batch: one per event made a transaction of 64 events 64 round
+	// trips (decision 0089). It returns the events that got a delivery.
 	sqlInsertDeliveries = `INSERT INTO webhook_deliveries
 	(tenant, endpoint_id, event_id, event_type, aggregate_id, aggregate_version, payload, event_time)
-SELECT e.tenant, e.id, $2, $3, $4, $5, $6, $7
-FROM webhook_endpoints e LEFT JOIN webhook_endpoint_health h ON h.endpoint_id = e.id
-WHERE e.tenant = $1 AND e.deleted_at IS NULL AND $3 = ANY (e.event_types) AND h.state IS DISTINCT FROM 'disabled'
-	AND e.created_at <= $7
-ON CONFLICT (endpoint_id, event_id) DO NOTHING`
+SELECT e.tenant, e.id, v.event_id, v.event_type, v.aggregate_id, v.aggregate_version, v.payload, v.event_time
+FROM unnest($1::text[], $2::uuid[], $3::text[], $4::uuid[], $5::bigint[], $6::bytea[], $7::timestamptz[]) WITH ORDINALITY
+	AS v (tenant, event_id, event_type, aggregate_id, aggregate_version, payload, event_time, ord)
+JOIN webhook_endpoints e ON e.tenant = v.tenant AND e.deleted_at IS NULL AND v.event_type = ANY (e.event_types)
+	AND e.created_at <= v.event_time
+LEFT JOIN webhook_endpoint_health h ON h.endpoint_id = e.id
+WHERE h.state IS DISTINCT FROM 'disabled'
+ORDER BY v.ord, e.id
+ON CONFLICT (endpoint_id, event_id) DO NOTHING
+RETURNING event_id`
 
 	// sqlClaim leases up to $2 due deliveries for $1 seconds: pending, due,
 	// not leased (or the lease ran out), of a live endpoint that is not
@@ -333,13 +342,37 @@ func (s store) cleanup(ctx context.Context, retention time.Duration) (int64, err
 	}
 }
 
-// insertDeliveries records the deliveries of one event in the consumer's
-// transaction and returns how many were new.
-func insertDeliveries(ctx context.Context, tx pgx.Tx, tenant string, eventID uuid.UUID, eventType string,
-	aggregate *uuid.UUID, version *int64, payload []byte, eventTime time.Time) (int64, error) {
-	tag, err := tx.Exec(ctx, sqlInsertDeliveries, tenant, eventID, eventType, aggregate, version, payload, eventTime)
-	if err != nil {
-		return 0, fmt.Errorf("record deliveries of event %s: %w", eventID, err)
+// recordable is one event of a batch for insertDeliveries.
+type recordable struct {
+	tenant    string
+	id        uuid.UUID
+	eventType string
+	aggregate pgtype.UUID
+	version   pgtype.Int8
+	payload   []byte
+	time      time.Time
+}
+
+// insertDeliveries records the deliveries of a batch of events in the
+// consumer's transaction and returns the events that got a new one.
+func insertDeliveries(ctx context.Context, tx pgx.Tx, evs []recordable) (map[uuid.UUID]bool, error) {
+	n := len(evs)
+	tenants, ids, types := make([]string, n), make([]uuid.UUID, n), make([]string, n)
+	aggs, versions, payloads, times := make([]pgtype.UUID, n), make([]pgtype.Int8, n), make([][]byte, n), make([]time.Time, n)
+	for i, e := range evs {
+		tenants[i], ids[i], types[i], aggs[i], versions[i], payloads[i], times[i] = e.tenant, e.id, e.eventType, e.aggregate, e.version, e.payload, e.time
 	}
-	return tag.RowsAffected(), nil
+	rows, err := tx.Query(ctx, sqlInsertDeliveries, tenants, ids, types, aggs, versions, payloads, times)
+	if err != nil {
+		return nil, fmt.Errorf("record deliveries of %d events: %w", n, err)
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return nil, fmt.Errorf("record deliveries of %d events: %w", n, err)
+	}
+	out := make(map[uuid.UUID]bool, len(got))
+	for _, id := range got {
+		out[id] = true
+	}
+	return out, nil
 }
