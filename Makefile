@@ -16,7 +16,7 @@ RACE := $(if $(filter true,$(CI)),-race,)
 # (golang/go#75804, fixed in Go 1.27); a count has no deadline to race.
 FUZZTIME ?= 200000x
 
-.PHONY: dev demo test soak lint lint-prometheus fuzz bench-api bench-relay bench-worker bench-scaleout bench-hostile build services
+.PHONY: dev demo test soak lint lint-prometheus fuzz bench-api bench-relay bench-worker bench-scaleout bench-hostile bench-webhooks build services
 
 build: ## build the shipped programs (cmd/*) into ./bin; the bench and demo scripts build their tools/ themselves
 	$(GO) build -buildvcs=auto -o bin/ ./cmd/...
@@ -83,6 +83,9 @@ bench-worker: ## attachments/s through JetStream → worker → commit vs the ra
 
 bench-hostile: ## a legitimate workload alone, then beside slowloris, bad tokens, a flooding tenant, image bombs, invented methods and one host's idle connections, each from its own address: its p99, throughput, lost/duplicated operations, 429s, peak RSS, the API's series and health probe side by side (see bench/README.md)
 	bash scripts/bench-hostile.sh
+
+bench-webhooks: ## webhook deliveries/s through the dispatcher vs the same signed POSTs sent directly (ratio, target ≥ 0.5), and commit → delivered p99 at 200 events/s (target < 100 ms) (see bench/README.md)
+	bash scripts/bench-webhooks.sh
 
 bench-scaleout: ## 2 vs 1 relays and workers, each under a cgroup CPU cap, and the relay on a three-node R3 cluster (see bench/README.md)
 	BENCH_RELAY_SCALEOUT=1 bash scripts/bench-relay.sh

@@ -116,17 +116,22 @@ const (
 	ON CONFLICT (consumer, tenant, note_id) DO UPDATE SET version = v.version
 	RETURNING v.tenant, v.note_id, v.version, v.xmax = 0`
 
-	// After the handler: each note's new version, or (version 0) the
-	// deletion of the row the lock inserted for a note none of whose
-	// events applied.
+	// After the handler: each note's new version (an upsert onto the rows
+	// the lock made or found, through the primary key as its arbiter, row
+	// by row: an UPDATE ... FROM unnest join is planned from the table's
+	// statistics, and a plan made while the table was small — a hash join
+	// over a sequential scan — stays cached on the connection while the
+	// table grows; decision 0089), or (version 0) the deletion of the row
+	// the lock inserted for a note none of whose events applied.
 	sqlVersionsWrite = `WITH u AS (
 		SELECT * FROM unnest($2::text[], $3::text[], $4::bigint[], $5::boolean[]) AS u(tenant, note_id, version, deleted)
 	), gone AS (
-		DELETE FROM %[1]s v USING u
-		WHERE u.version = 0 AND v.consumer = $1 AND v.tenant = u.tenant AND v.note_id = u.note_id AND v.version = 0
+		DELETE FROM %[1]s v
+		WHERE v.consumer = $1 AND v.version = 0 AND (v.tenant, v.note_id) IN (SELECT tenant, note_id FROM u WHERE u.version = 0)
 	)
-	UPDATE %[1]s v SET version = u.version, deleted = u.deleted, applied_at = $6
-	FROM u WHERE u.version > 0 AND v.consumer = $1 AND v.tenant = u.tenant AND v.note_id = u.note_id`
+	INSERT INTO %[1]s AS v (consumer, tenant, note_id, version, deleted, applied_at)
+	SELECT $1, u.tenant, u.note_id, u.version, u.deleted, $6 FROM u WHERE u.version > 0 ORDER BY u.tenant, u.note_id
+	ON CONFLICT (consumer, tenant, note_id) DO UPDATE SET version = excluded.version, deleted = excluded.deleted, applied_at = excluded.applied_at`
 
 	// Only deleted notes' rows: see DeleteExpiredVersions.
 	sqlVersionsDeleteBefore = `DELETE FROM %[1]s WHERE (consumer, tenant, note_id) IN (

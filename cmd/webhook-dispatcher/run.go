@@ -70,6 +70,7 @@ func (c *settings) define(s *config.Set) {
 	s.Duration(&d.DisableAfter, "webhook-disable-after", "QUILL_WEBHOOK_DISABLE_AFTER", dispatch.DefaultDisableAfter, "an endpoint failing without a success this long is disabled")
 	s.Int(&d.EndpointConcurrency, "webhook-endpoint-concurrency", "QUILL_WEBHOOK_ENDPOINT_CONCURRENCY", dispatch.DefaultEndpointConcurrency, 1, "POSTs in flight to one endpoint from this process")
 	s.Int(&d.Concurrency, "webhook-concurrency", "QUILL_WEBHOOK_CONCURRENCY", dispatch.DefaultConcurrency, 1, "POSTs in flight from this process")
+	s.Int(&d.Batch, "webhook-batch", "QUILL_WEBHOOK_BATCH", dispatch.DefaultBatch, 1, "events this process's consumer holds at once and records in one transaction")
 	s.Bool(&d.AllowPrivate, "webhook-allow-private", "QUILL_WEBHOOK_ALLOW_PRIVATE", false, "allow http:// and private, loopback and link-local addresses (development and tests only)")
 	s.String(&d.TLSCA, "webhook-tls-ca", "QUILL_WEBHOOK_TLS_CA", "", "PEM file of extra root certificates for endpoints under a private CA")
 	s.Duration(&d.Retention, "webhook-retention", "QUILL_WEBHOOK_RETENTION", dispatch.DefaultRetention, "how long delivered and failed deliveries are kept")

@@ -41,6 +41,14 @@ const (
 	// DefaultConcurrency is the POSTs in flight from one process
 	// (QUILL_WEBHOOK_CONCURRENCY).
 	DefaultConcurrency = 64
+	// DefaultBatch is the events the dispatcher's consumer holds at once
+	// and records in one transaction (QUILL_WEBHOOK_BATCH): the consumer
+	// package's default, 4 held and so ~4 per transaction, capped the
+	// recording at a few hundred events/s (decision 0089).
+	DefaultBatch = 64
+	// MaxBatch is the most QUILL_WEBHOOK_BATCH may be: the durable
+	// consumer's MaxAckPending, consumer.DefaultMaxAckPending.
+	MaxBatch = 1000
 	// DefaultRetention is how long delivered and failed rows are kept
 	// (QUILL_WEBHOOK_RETENTION).
 	DefaultRetention = 7 * 24 * time.Hour
@@ -79,6 +87,10 @@ type Config struct {
 	// this process (QUILL_WEBHOOK_ENDPOINT_CONCURRENCY); Concurrency bounds
 	// them all (QUILL_WEBHOOK_CONCURRENCY).
 	EndpointConcurrency, Concurrency int
+	// Batch is the events this process's consumer holds at once and
+	// records in one transaction, group-committed (QUILL_WEBHOOK_BATCH):
+	// the consumer's Concurrency and MaxBatch.
+	Batch int
 	// AllowPrivate lifts the https-only and public-address rules
 	// (QUILL_WEBHOOK_ALLOW_PRIVATE): for development and tests.
 	AllowPrivate bool
@@ -103,6 +115,7 @@ func (c Config) WithDefaults() Config {
 	c.EndpointConcurrency = cmp.Or(c.EndpointConcurrency, DefaultEndpointConcurrency)
 	c.Concurrency = cmp.Or(c.Concurrency, DefaultConcurrency)
 	c.Retention = cmp.Or(c.Retention, DefaultRetention)
+	c.Batch = cmp.Or(c.Batch, DefaultBatch)
 	c.PollInterval = cmp.Or(c.PollInterval, DefaultPollInterval)
 	c.MaintenanceInterval = cmp.Or(c.MaintenanceInterval, DefaultMaintenanceInterval)
 	return c
@@ -123,6 +136,8 @@ func (c Config) Validate() error {
 		return errors.New("QUILL_WEBHOOK_ENDPOINT_CONCURRENCY must be at least 1")
 	case c.Concurrency < c.EndpointConcurrency:
 		return fmt.Errorf("QUILL_WEBHOOK_CONCURRENCY %d must be at least QUILL_WEBHOOK_ENDPOINT_CONCURRENCY %d", c.Concurrency, c.EndpointConcurrency)
+	case c.Batch < 1 || c.Batch > MaxBatch:
+		return fmt.Errorf("QUILL_WEBHOOK_BATCH %d must be from 1 to %d", c.Batch, MaxBatch)
 	case c.Retention <= 0:
 		return fmt.Errorf("QUILL_WEBHOOK_RETENTION %s must be positive", c.Retention)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -37,6 +38,7 @@ type Dispatcher struct {
 	log    zerolog.Logger
 	m      *Metrics
 	st     store
+	mk     *marker
 	c      *consumer.Consumer
 	now    func() time.Time
 
@@ -44,16 +46,22 @@ type Dispatcher struct {
 	// and when a send ends (a slot is free).
 	wake chan struct{}
 
-	// mu guards inflight (POSTs in flight by endpoint) and total.
+	// mu guards inflight (POSTs in flight by endpoint), held (deliveries
+	// claimed and not yet marked, by endpoint), queued (deliveries claimed
+	// ahead for an endpoint at its concurrency, each sent when one of its
+	// POSTs ends) and total (sends: a POST and its mark).
 	mu       sync.Mutex
 	inflight map[uuid.UUID]int
+	held     map[uuid.UUID]int
+	queued   map[uuid.UUID][]claimed
 	total    int
 	sends    sync.WaitGroup
 }
 
 // New returns a dispatcher consuming js's stream under cc (its Durable,
-// Stream and FilterSubjects set by the caller; Versions, Logger and the
-// stages are the dispatcher's) and sending with the endpoints' secrets
+// Stream and FilterSubjects set by the caller; Versions, Logger,
+// Concurrency and MaxBatch (cfg.Batch) and the stages are the
+// dispatcher's) and sending with the endpoints' secrets
 // opened by keys. reg, when not nil, receives the consumer package's
 // metrics. It returns an error for a configuration that does not
 // validate or a TLS CA file that cannot be read.
@@ -66,13 +74,20 @@ func New(pool *pgxpool.Pool, nc *nats.Conn, cc consumer.Config, cfg Config, keys
 	if err != nil {
 		return nil, err
 	}
-	d := &Dispatcher{pool: pool, nc: nc, cfg: cfg, keys: keys, client: client, log: log, m: m, st: store{pool},
-		now: time.Now, wake: make(chan struct{}, 1), inflight: map[uuid.UUID]int{}}
+	d := &Dispatcher{pool: pool, nc: nc, cfg: cfg, keys: keys, client: client, log: log, m: m, st: store{pool}, mk: newMarker(store{pool}),
+		now: time.Now, wake: make(chan struct{}, 1), inflight: map[uuid.UUID]int{}, held: map[uuid.UUID]int{}, queued: map[uuid.UUID][]claimed{}}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
 	cc.Versions = consumer.VersionsInOrder
+	// Held at once and committed together: with the consumer's default
+	// (4) a transaction recorded ~3.5 events, and the recording, not the
+	// POSTs, bounded the throughput (decision 0089).
+	cc.Concurrency, cc.MaxBatch = cfg.Batch, cfg.Batch
+	if cc.MaxAckPending != 0 && cc.MaxAckPending < cfg.Batch {
+		return nil, fmt.Errorf("QUILL_WEBHOOK_BATCH %d must not be above the consumer's MaxAckPending %d", cfg.Batch, cc.MaxAckPending)
+	}
 	cc.Logger = slog.New(zerolog.NewSlogHandler(log))
 	cc.Registerer = reg
 	d.c, err = consumer.NewStaged(pool, js, cc, consumer.Stages{Apply: d.apply, Committed: d.committed})
@@ -82,8 +97,11 @@ func New(pool *pgxpool.Pool, nc *nats.Conn, cc consumer.Config, cfg Config, keys
 	return d, nil
 }
 
-// apply records, in the consumer's transaction, each event's deliveries.
+// apply records, in the consumer's transaction, the deliveries of every
+// event of the batch, in one statement.
 func (d *Dispatcher) apply(ctx context.Context, tx pgx.Tx, items []*consumer.Item) error {
+	evs := make([]recordable, 0, len(items))
+	byID := make(map[uuid.UUID][]*consumer.Item, len(items))
 	for _, it := range items {
 		ev := it.Event
 		id, err := uuid.Parse(ev.ID)
@@ -91,19 +109,25 @@ func (d *Dispatcher) apply(ctx context.Context, tx pgx.Tx, items []*consumer.Ite
 			it.Err = consumer.Permanent(err)
 			continue
 		}
-		var aggregate *uuid.UUID
+		r := recordable{tenant: ev.Tenant, id: id, eventType: ev.Type, payload: ev.Payload, time: ev.Time}
 		if a, err := uuid.Parse(ev.Subject); err == nil {
-			aggregate = &a
+			r.aggregate = pgtype.UUID{Bytes: a, Valid: true}
 		}
-		var version *int64
 		if v, ok := ev.Version(); ok {
-			version = &v
+			r.version = pgtype.Int8{Int64: v, Valid: true}
 		}
-		n, err := insertDeliveries(ctx, tx, ev.Tenant, id, ev.Type, aggregate, version, ev.Payload, ev.Time)
-		if err != nil {
-			return err
-		}
-		if n > 0 {
+		evs = append(evs, r)
+		byID[id] = append(byID[id], it)
+	}
+	if len(evs) == 0 {
+		return nil
+	}
+	got, err := insertDeliveries(ctx, tx, evs)
+	if err != nil {
+		return err
+	}
+	for id := range got {
+		for _, it := range byID[id] {
 			it.Result = "recorded"
 		}
 	}
@@ -147,9 +171,15 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	wg.Add(2)
 	go func() { defer wg.Done(); d.send(ctx) }()
 	go func() { defer wg.Done(); d.maintain(ctx) }()
+	// The marker outlives the sends: it records their last successes.
+	stopMarks, marked := make(chan struct{}), make(chan struct{})
+	go func() { defer close(marked); d.mk.run(stopMarks) }()
 	err := d.c.Run(ctx)
 	wg.Wait()
 	d.sends.Wait()
+	close(stopMarks)
+	<-marked
+	d.releaseQueued()
 	d.client.CloseIdleConnections()
 	return err
 }
@@ -174,68 +204,175 @@ func (d *Dispatcher) send(ctx context.Context) {
 }
 
 // claimOnce claims as many deliveries as there is room for and starts
-// them; it reports whether it claimed as many as it asked for.
+// them; it reports whether it claimed as many as it asked for. The
+// endpoints this process is sending to are claimed for up to their room
+// each (claimFor); the rest of the free slots go to every other endpoint
+// (claim).
 func (d *Dispatcher) claimOnce(ctx context.Context) bool {
 	d.mu.Lock()
 	free := d.cfg.Concurrency - d.total
-	var busy []uuid.UUID
-	for ep, n := range d.inflight {
-		if n >= d.cfg.EndpointConcurrency {
-			busy = append(busy, ep)
+	// Every endpoint this process holds deliveries of is claimed for apart,
+	// up to its room: in the general claim it would be asked for every
+	// free slot, and the rows past its room given back.
+	busy := make([]uuid.UUID, 0, len(d.held))
+	var open []uuid.UUID
+	var rooms []int
+	for ep := range d.held {
+		busy = append(busy, ep)
+		if room := d.cfg.EndpointConcurrency - d.inflight[ep] + d.queueCap() - len(d.queued[ep]); room > 0 {
+			open, rooms = append(open, ep), append(rooms, room)
 		}
 	}
 	d.mu.Unlock()
 	if free <= 0 {
 		return false
 	}
-	cs, err := d.st.claim(ctx, d.cfg.lease(), free, busy)
+	var cs []claimed
+	var err error
+	leasedAt := d.now()
+	if len(open) > 0 {
+		cs, err = d.st.claimFor(ctx, d.cfg.lease(), open, rooms)
+	}
+	if err == nil && len(cs) < free {
+		var more []claimed
+		more, err = d.st.claim(ctx, d.cfg.lease(), free-len(cs), busy)
+		cs = append(cs, more...)
+	}
 	if err != nil {
 		if ctx.Err() == nil {
 			d.log.Warn().Err(err).Str("error_category", "database").Msg("cannot claim webhook deliveries; trying again")
 		}
-		return false
+		if len(cs) == 0 {
+			return false
+		}
 	}
 	var excess []claimed
 	d.mu.Lock()
 	for _, c := range cs {
-		if d.inflight[c.endpoint] >= d.cfg.EndpointConcurrency {
+		c.leasedAt = leasedAt
+		switch {
+		case d.inflight[c.endpoint] < d.cfg.EndpointConcurrency:
+			d.inflight[c.endpoint]++
+			d.held[c.endpoint]++
+			d.start(ctx, c)
+		case len(d.queued[c.endpoint]) < d.queueCap():
+			d.queued[c.endpoint] = append(d.queued[c.endpoint], c)
+			d.held[c.endpoint]++
+		default:
 			excess = append(excess, c)
-			continue
 		}
-		d.inflight[c.endpoint]++
-		d.total++
-		d.sends.Add(1)
-		go d.deliver(ctx, c)
 	}
 	d.mu.Unlock()
 	if len(excess) > 0 {
 		// A claim took more of one endpoint's deliveries than it may send
-		// at once: give them back at once, so they wait for that endpoint
-		// and hold no slot another endpoint could use.
+		// at once or queue: give them back at once, so they wait for that
+		// endpoint and hold no slot another endpoint could use.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), markTimeout)
 		defer cancel()
 		if err := d.st.release(rctx, excess); err != nil {
 			d.log.Warn().Err(err).Msg("cannot give back webhook deliveries; their lease runs out")
 		}
 	}
-	return len(cs) == free
+	return err == nil && len(cs) == free
+}
+
+// queueCap is the most deliveries queued for one endpoint at its
+// concurrency: claimed ahead, so that a busy endpoint's next POST waits for
+// no claim (decision 0089). They hold no slot of QUILL_WEBHOOK_CONCURRENCY;
+// a hanging endpoint's queue waits for one of its own POSTs to end and is
+// given back when its lease could no longer cover a POST.
+func (d *Dispatcher) queueCap() int { return 4 * d.cfg.EndpointConcurrency }
+
+// start starts c's send; d.mu is held, c's endpoint slot taken.
+func (d *Dispatcher) start(ctx context.Context, c claimed) {
+	d.total++
+	d.sends.Add(1)
+	go d.deliver(ctx, c)
+}
+
+// next hands the POST slot of an endpoint whose POST ended to its next
+// queued delivery, and reports whether it did. A queued delivery whose
+// lease no longer covers a POST and its mark is given back instead. d.mu
+// is held.
+func (d *Dispatcher) next(ctx context.Context, ep uuid.UUID) (bool, []claimed) {
+	var stale []claimed
+	for ctx.Err() == nil && len(d.queued[ep]) > 0 {
+		c := d.queued[ep][0]
+		d.queued[ep] = d.queued[ep][1:]
+		if len(d.queued[ep]) == 0 {
+			delete(d.queued, ep)
+		}
+		if d.now().Add(d.cfg.Timeout + time.Second).After(c.leasedAt.Add(d.cfg.lease())) {
+			stale = append(stale, c)
+			if d.held[ep]--; d.held[ep] <= 0 {
+				delete(d.held, ep)
+			}
+			continue
+		}
+		d.start(ctx, c)
+		return true, stale
+	}
+	return false, stale
+}
+
+// releaseQueued gives back every queued delivery (at the end of Run).
+func (d *Dispatcher) releaseQueued() {
+	d.mu.Lock()
+	var all []claimed
+	for ep, q := range d.queued {
+		all = append(all, q...)
+		delete(d.queued, ep)
+		delete(d.held, ep)
+	}
+	d.mu.Unlock()
+	if len(all) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), markTimeout)
+	defer cancel()
+	if err := d.st.release(ctx, all); err != nil {
+		d.log.Warn().Err(err).Msg("cannot give back webhook deliveries; their lease runs out")
+	}
 }
 
 // deliver makes one attempt at c and records it. Its POST and marks
 // outlive ctx (a graceful stop lets them end), each bounded.
-func (d *Dispatcher) deliver(ctx context.Context, c claimed) {
+func (d *Dispatcher) deliver(parent context.Context, c claimed) {
 	defer func() {
 		d.mu.Lock()
-		if d.inflight[c.endpoint]--; d.inflight[c.endpoint] <= 0 {
-			delete(d.inflight, c.endpoint)
+		if d.held[c.endpoint]--; d.held[c.endpoint] <= 0 {
+			delete(d.held, c.endpoint)
 		}
 		d.total--
 		d.mu.Unlock()
 		d.sends.Done()
 		d.signal()
 	}()
-	ctx = context.WithoutCancel(ctx)
+	ctx := context.WithoutCancel(parent)
 	a := d.post(ctx, c)
+	// The endpoint's slot is its POSTs in flight: free once the POST has
+	// ended, before the mark (the row stays leased, so no claim takes it
+	// meanwhile; the next version of its note waits for the mark). Held
+	// through the mark, every slot of a busy endpoint waited for two
+	// commits per POST, its claim's and its mark's (decision 0089). The
+	// process's slot (Concurrency) is held until the mark, bounding the
+	// marks in flight too.
+	d.mu.Lock()
+	handed, stale := d.next(parent, c.endpoint)
+	if !handed {
+		if d.inflight[c.endpoint]--; d.inflight[c.endpoint] <= 0 {
+			delete(d.inflight, c.endpoint)
+		}
+	}
+	d.mu.Unlock()
+	if len(stale) > 0 {
+		rctx, cancel := context.WithTimeout(ctx, markTimeout)
+		if err := d.st.release(rctx, stale); err != nil {
+			d.log.Warn().Err(err).Msg("cannot give back webhook deliveries; their lease runs out")
+		}
+		cancel()
+	}
+	d.signal()
 	mctx, cancel := context.WithTimeout(ctx, markTimeout)
 	defer cancel()
 	if err := d.record(mctx, c, a); err != nil {
@@ -298,11 +435,12 @@ func (d *Dispatcher) record(ctx context.Context, c claimed, a attempt) error {
 		Int("attempt", c.attempts).Logger()
 	switch classify(a) {
 	case delivered:
-		if err := d.st.delivered(ctx, c, a.status); err != nil {
+		at := d.now()
+		if err := d.mk.delivered(ctx, c, a.status); err != nil {
 			return err
 		}
 		d.m.Deliveries.WithLabelValues(ResultDelivered).Inc()
-		d.m.Latency.Observe(max(0, d.now().Sub(c.eventTime).Seconds()))
+		d.m.Latency.Observe(max(0, at.Sub(c.eventTime).Seconds()))
 		log.Debug().Int("status", a.status).Msg("webhook delivered")
 		return nil
 	case gone:

@@ -78,9 +78,10 @@ func TestMaintenance(t *testing.T) {
 }
 
 // A claim that takes more of one endpoint's deliveries than it may send
-// at once gives the rest back: with a concurrency of 1 per endpoint and a
-// hanging receiver, one POST is in flight and every other row is unleased,
-// its attempts and first attempt undone.
+// at once queues up to four times its concurrency (claimed ahead) and gives
+// the rest back: with a concurrency of 1 per endpoint and a hanging
+// receiver, one POST is in flight, four rows are queued under their lease,
+// and every other row is unleased, its attempts and first attempt undone.
 func TestOverClaimedRowsAreGivenBack(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
@@ -88,8 +89,8 @@ func TestOverClaimedRowsAreGivenBack(t *testing.T) {
 	rc := &receiver{answer: func(int, request) int { <-release; return 200 }}
 	ep, _ := h.endpoint(newServer(t, rc).URL, created)
 	// The rows exist before the dispatcher starts: its first claim takes
-	// all five.
-	for range 5 {
+	// eight (Concurrency) of the ten.
+	for range 10 {
 		_, err := h.pool.Exec(t.Context(), `INSERT INTO webhook_deliveries (tenant, endpoint_id, event_id, event_type, payload, event_time)
 			VALUES ($1, $2, $3, $4, '{}', now())`, h.tenant, ep, uuid.New(), created)
 		require.NoError(t, err)
@@ -101,9 +102,9 @@ func TestOverClaimedRowsAreGivenBack(t *testing.T) {
 	var leased, attempted, started int
 	require.NoError(t, h.pool.QueryRow(t.Context(), `SELECT count(*) FILTER (WHERE lease_until > now()), count(*) FILTER (WHERE attempts > 0),
 		count(*) FILTER (WHERE first_attempt_at IS NOT NULL) FROM webhook_deliveries WHERE endpoint_id = $1`, ep).Scan(&leased, &attempted, &started))
-	require.Equal(t, 1, leased)
-	require.Equal(t, 1, attempted)
-	require.Equal(t, 1, started)
+	require.Equal(t, 5, leased)
+	require.Equal(t, 5, attempted)
+	require.Equal(t, 5, started)
 	require.Len(t, rc.requests(), 1)
 }
 
