@@ -16,7 +16,7 @@ RACE := $(if $(filter true,$(CI)),-race,)
 # (golang/go#75804, fixed in Go 1.27); a count has no deadline to race.
 FUZZTIME ?= 200000x
 
-.PHONY: dev demo test soak lint lint-prometheus fuzz bench-api bench-relay bench-worker bench-scaleout bench-hostile bench-webhooks build services
+.PHONY: dev demo test soak lint lint-prometheus release-check fuzz bench-api bench-relay bench-worker bench-scaleout bench-hostile bench-webhooks build services
 
 build: ## build the shipped programs (cmd/*) into ./bin; the bench and demo scripts build their tools/ themselves
 	$(GO) build -buildvcs=auto -o bin/ ./cmd/...
@@ -48,7 +48,7 @@ soak: ## the fault suites' long profiles (50,000 operations each, single server 
 	@bash scripts/ensure-postgres.sh
 	QUILL_E2E_PROFILE=soak $(GO) test -count=1 -run '^(TestFaults|TestClusterFaults)$$' -v -timeout 90m ./e2e/
 
-lint: lint-prometheus ## gofmt, go vet (deploy/dashboard's, deploy/helm's and the public modules too), staticcheck (the version go.mod pins as a tool), api/asyncapi.yaml through the AsyncAPI parser (needs node and npm), and lint-prometheus
+lint: lint-prometheus release-check ## gofmt, go vet (deploy/dashboard's, deploy/helm's and the public modules too), staticcheck (the version go.mod pins as a tool), api/asyncapi.yaml through the AsyncAPI parser (needs node and npm), lint-prometheus and release-check
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	cd deploy/dashboard && $(GO) vet ./...
@@ -56,6 +56,9 @@ lint: lint-prometheus ## gofmt, go vet (deploy/dashboard's, deploy/helm's and th
 	@for m in $(PUBLIC_MODULES); do echo "cd $$m && $(GO) vet ./..."; (cd $$m && $(GO) vet ./...) || exit 1; done
 	$(GO) tool staticcheck ./... $(foreach m,$(PUBLIC_MODULES),github.com/quillhq/quill/$(m)/...)
 	bash scripts/validate-asyncapi.sh
+
+release-check: ## .goreleaser.yaml checked by GoReleaser's own `check` (pinned in tools/release/go.mod, a module of its own)
+	cd tools/release && $(GO) tool goreleaser check -f ../../.goreleaser.yaml
 
 lint-prometheus: ## promtool: deploy/prometheus's configuration and alerting rules, and the rules' unit tests (Debian's prometheus package ships promtool)
 	@command -v promtool >/dev/null || { echo "promtool is missing: apt-get install prometheus (Debian's package ships it)"; exit 1; }
