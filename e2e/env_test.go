@@ -432,9 +432,11 @@ func (d *daemon) once() bool {
 
 	go d.watchHealth(inc, exited)
 	werr := cmd.Wait()
-	close(exited)
 
 	d.mu.Lock()
+	// exited is closed once the end is recorded: Kill reads the record as
+	// soon as it sees exited closed.
+	defer close(exited)
 	defer d.mu.Unlock()
 	rec := exitRecord{Incarnation: inc, Healthy: d.healthy, Uptime: time.Since(d.started), Status: "exit status 0"}
 	if werr != nil {
