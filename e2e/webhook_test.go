@@ -148,9 +148,11 @@ func readDeliveries(ctx context.Context, dbURL string) ([]deliveryRow, error) {
 	})
 }
 
-// settleWebhooks waits until every event is published, the dispatcher's
-// consumer has recorded every one (nothing pending or unacknowledged) and
-// no delivery is pending; it fails t after timeout.
+// settleWebhooks waits until the attachment of every live note is
+// processed (the worker writes its attachment.processed event then; a
+// deleted note's is skipped), every event is published,
+// the dispatcher's consumer has recorded every one (nothing pending or
+// unacknowledged) and no delivery is pending; it fails t after timeout.
 func settleWebhooks(t *testing.T, s *system, timeout time.Duration) {
 	t.Helper()
 	ctx := t.Context()
@@ -163,9 +165,10 @@ func settleWebhooks(t *testing.T, s *system, timeout time.Duration) {
 	deadline := time.Now().Add(timeout)
 	lastLog := time.Now()
 	for {
-		var unpublished, pending int64
+		var unpublished, pending, attachments int64
 		err := conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM outbox_events WHERE published_at IS NULL),
-			(SELECT count(*) FROM webhook_deliveries WHERE state = 'pending')`).Scan(&unpublished, &pending)
+			(SELECT count(*) FROM webhook_deliveries WHERE state = 'pending'),
+			(SELECT count(*) FROM attachments a JOIN notes n ON n.id = a.note_id WHERE a.status = 'pending' AND n.deleted_at IS NULL)`).Scan(&unpublished, &pending, &attachments)
 		require.NoError(t, err)
 		var consPending, ackPending uint64 = 1, 1
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -175,9 +178,9 @@ func settleWebhooks(t *testing.T, s *system, timeout time.Duration) {
 			}
 		}
 		cancel()
-		state := fmt.Sprintf("%d unpublished events, dispatcher consumer pending %d, unacknowledged %d, %d pending deliveries",
-			unpublished, consPending, ackPending, pending)
-		if unpublished == 0 && consPending == 0 && ackPending == 0 && pending == 0 {
+		state := fmt.Sprintf("%d attachments pending, %d unpublished events, dispatcher consumer pending %d, unacknowledged %d, %d pending deliveries",
+			attachments, unpublished, consPending, ackPending, pending)
+		if attachments == 0 && unpublished == 0 && consPending == 0 && ackPending == 0 && pending == 0 {
 			return
 		}
 		require.True(t, time.Now().Before(deadline), "webhooks not settled within %s: %s", timeout, state)
@@ -218,7 +221,7 @@ func received(t *testing.T, r *webhooktest.Receiver) []receivedEvent {
 // and a receiver that verifies with the Standard Webhooks project's npm
 // package (internal/webhooktest). Tenant e2e-a registers two endpoints
 // through the API — one for note.created and note.updated, one for
-// note.deleted — and creates, updates and deletes notes (one with an
+// note.deleted — and creates, updates and deletes notes (some with an
 // attachment, whose attachment.processed nobody subscribed to); tenant
 // e2e-b writes too. Half-way, the first endpoint's secret is rotated and
 // the receiver keeps only the new one. Then: every delivery verified (none
@@ -246,13 +249,14 @@ func TestWebhookDeliveries(t *testing.T) {
 
 	// keys are e2e-a's operations, to look up at the end.
 	var keys []string
-	// edit creates n notes (the first with a text attachment), updates
-	// each twice under If-Match and deletes the first del of them.
+	// edit creates n notes (the last with a text attachment: one not
+	// deleted, since the worker skips a deleted note's), updates each
+	// twice under If-Match and deletes the first del < n of them.
 	edit := func(c *editClient, phase string, n, del int) {
 		for i := range n {
 			key := fmt.Sprintf("%s-%s-n%d", run, phase, i)
 			body := map[string]any{"title": fmt.Sprintf("%s note %d", phase, i)}
-			if i == 0 {
+			if i == n-1 {
 				body["attachment"] = map[string]string{"filename": "n.txt", "content_type": "text/plain",
 					"data": base64.StdEncoding.EncodeToString([]byte("one line\ntwo words\n"))}
 			}
