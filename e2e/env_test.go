@@ -29,9 +29,10 @@ import (
 )
 
 // binaries are the programs under test, built once per run.
-type binaries struct{ api, relay, worker, demo, nats string }
+type binaries struct{ api, relay, worker, dispatcher, demo, nats string }
 
-// buildBinaries builds api, relay, attachment-worker, demo (without the race
+// buildBinaries builds api, relay, attachment-worker, webhook-dispatcher,
+// demo (without the race
 // detector: the suite's own process may carry it, the programs need not)
 // and nats-server from the module pinned in go.mod, into dir.
 func buildBinaries(t *testing.T, dir string) binaries {
@@ -46,7 +47,7 @@ func buildBinaries(t *testing.T, dir string) binaries {
 	defer cancel()
 	t0 := time.Now()
 	for _, args := range [][]string{
-		{"build", "-o", dir + "/", "./cmd/api", "./cmd/relay", "./cmd/attachment-worker", "./tools/demo"},
+		{"build", "-o", dir + "/", "./cmd/api", "./cmd/relay", "./cmd/attachment-worker", "./cmd/webhook-dispatcher", "./tools/demo"},
 		{"build", "-o", filepath.Join(dir, "nats-server"), "github.com/nats-io/nats-server/v2"},
 	} {
 		cmd := exec.CommandContext(ctx, goBin, args...)
@@ -54,10 +55,10 @@ func buildBinaries(t *testing.T, dir string) binaries {
 		out, err := cmd.CombinedOutput()
 		require.NoError(t, err, "go %s:\n%s", strings.Join(args, " "), out)
 	}
-	t.Logf("built api, relay, attachment-worker, demo and nats-server in %.1fs", time.Since(t0).Seconds())
+	t.Logf("built api, relay, attachment-worker, webhook-dispatcher, demo and nats-server in %.1fs", time.Since(t0).Seconds())
 	return binaries{
 		api: filepath.Join(dir, "api"), relay: filepath.Join(dir, "relay"),
-		worker: filepath.Join(dir, "attachment-worker"), demo: filepath.Join(dir, "demo"), nats: filepath.Join(dir, "nats-server"),
+		worker: filepath.Join(dir, "attachment-worker"), dispatcher: filepath.Join(dir, "webhook-dispatcher"), demo: filepath.Join(dir, "demo"), nats: filepath.Join(dir, "nats-server"),
 	}
 }
 
@@ -431,9 +432,11 @@ func (d *daemon) once() bool {
 
 	go d.watchHealth(inc, exited)
 	werr := cmd.Wait()
-	close(exited)
 
 	d.mu.Lock()
+	// exited is closed once the end is recorded: Kill reads the record as
+	// soon as it sees exited closed.
+	defer close(exited)
 	defer d.mu.Unlock()
 	rec := exitRecord{Incarnation: inc, Healthy: d.healthy, Uptime: time.Since(d.started), Status: "exit status 0"}
 	if werr != nil {

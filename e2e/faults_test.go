@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -59,6 +60,11 @@ type system struct {
 	proxies               []*faultproxy.Proxy // one in front of each API
 	scraper               *scraper
 	tenants               []tenant
+	// webhookKey is QUILL_WEBHOOK_SECRET_KEY of every API (the webhook
+	// tests give it to their dispatchers); common is every daemon's
+	// environment before its own settings.
+	webhookKey string
+	common     []string
 }
 
 // topology is how many of each program a run starts, and against what.
@@ -302,8 +308,15 @@ func setup(t *testing.T, p profile, seed uint64, runID string, topo topology) *s
 		return u.String()
 	}
 	admin := func() string { return fmt.Sprintf("127.0.0.1:%d", freePort(t)) }
+	key := make([]byte, 32)
+	_, _ = rand.Read(key)
+	s.webhookKey = base64.StdEncoding.EncodeToString(key)
 	common := slices.Concat(base, []string{"NATS_URL=" + s.natsURL, "QUILL_STREAM=" + streamName,
-		"QUILL_SUBJECT_PREFIX=" + subjectPrefix, "QUILL_LOG_LEVEL=info"})
+		"QUILL_SUBJECT_PREFIX=" + subjectPrefix, "QUILL_LOG_LEVEL=info",
+		// The webhook tests' receivers listen on loopback, which only
+		// QUILL_WEBHOOK_ALLOW_PRIVATE lets the API register.
+		"QUILL_WEBHOOK_SECRET_KEY=" + s.webhookKey, "QUILL_WEBHOOK_ALLOW_PRIVATE=true"})
+	s.common = common
 	env := func(extra ...string) []string { return slices.Concat(common, extra) }
 	// The first daemon of a program is named after it, the others get a
 	// number: relay, relay-2.

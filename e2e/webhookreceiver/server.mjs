@@ -7,11 +7,15 @@
 //
 // Settings (environment; the port also as the first argument or --port N):
 //   RECEIVER_SECRETS    comma-separated whsec_ secrets; a delivery verified
-//                       by any one is accepted (a rotation signs with two)
+//                       by any one is accepted (a rotation signs with two).
+//                       May be empty: every delivery is then refused (401)
+//                       until POST /control sets the secrets — a test that
+//                       registers its endpoint learns the secret only then
 //   RECEIVER_PORT       port on 127.0.0.1 (default 0: any free port)
 //   RECEIVER_HOST       address to listen on (default 127.0.0.1)
 //   RECEIVER_FAIL_NEXT, RECEIVER_FAIL_STATUS, RECEIVER_GONE, RECEIVER_HANG,
-//   RECEIVER_DELAY_MS   the faults at start (as POST /control sets them)
+//   RECEIVER_HANG_EVERY, RECEIVER_DELAY_MS
+//                       the faults at start (as POST /control sets them)
 //
 // The first line on stdout is JSON {"url", "port"} once it listens. Log
 // lines go to stderr. SIGTERM or SIGINT: stop listening, end the held
@@ -20,12 +24,17 @@
 // Endpoints:
 //   POST any path but these   a delivery (below)
 //   GET  /stats               {accepted, duplicates, rejected, bad_requests,
-//                              failed, gone, held, ids: {id: deliveries}}
+//                              failed, gone, held, holding,
+//                              ids: {id: deliveries}} (holding: the held
+//                              requests still open now)
 //   GET  /events              the accepted deliveries, first of each id, in
 //                             order: [{id, timestamp, received_at, path, body}]
 //   GET  /control             the faults in force
 //   POST /control             JSON; each field given replaces one fault:
-//                             {fail_next, fail_status, gone, hang, delay_ms}
+//                             {fail_next, fail_status, gone, hang,
+//                             hang_every, delay_ms}, and "secrets" (a list
+//                             of whsec_ secrets) replaces the secrets; a
+//                             bad field changes nothing
 //
 // A delivery, in this order: missing webhook-id, webhook-timestamp or
 // webhook-signature → 400; no configured secret verifies it (the library's
@@ -34,7 +43,9 @@
 // gone → 410, neither recorded; otherwise the id is recorded — once: a
 // second delivery of an id counts as a duplicate and has no effect — and
 // then hang holds the response unanswered (until the sender gives up or the
-// receiver stops: "accepted, then timed out"), delay_ms delays the 200.
+// receiver stops: "accepted, then timed out"), hang_every N > 0 holds every
+// Nth recorded delivery so (counted from when it was set; the others are
+// answered: "accepts some, then hangs"), delay_ms delays the 200.
 import http from "node:http";
 import { Webhook } from "standardwebhooks";
 
@@ -60,16 +71,26 @@ function parsePort(args, env) {
   return Number(raw);
 }
 
+// verifiersOf returns {verifiers} for a list of whsec_ secrets, or {error}
+// naming the first that is not one.
+function verifiersOf(secrets) {
+  const out = [];
+  for (const [i, s] of secrets.entries()) {
+    if (typeof s !== "string" || s.trim() === "") return { error: `secret ${i + 1} is not a string` };
+    try {
+      out.push(new Webhook(s.trim()));
+    } catch (err) {
+      return { error: `secret ${i + 1} is not whsec_ followed by base64 (${err.message})` };
+    }
+  }
+  return { verifiers: out };
+}
+
 function parseSecrets(raw) {
   const secrets = (raw ?? "").split(",").map((s) => s.trim()).filter((s) => s !== "");
-  if (secrets.length === 0) fail("RECEIVER_SECRETS is empty: give one or more whsec_ secrets, comma-separated");
-  return secrets.map((s, i) => {
-    try {
-      return new Webhook(s);
-    } catch (err) {
-      fail(`RECEIVER_SECRETS: secret ${i + 1} is not whsec_ followed by base64 (${err.message})`);
-    }
-  });
+  const { verifiers, error } = verifiersOf(secrets);
+  if (error) fail(`RECEIVER_SECRETS: ${error}`);
+  return verifiers;
 }
 
 // applyFaults sets the faults named in spec (from /control or the
@@ -81,6 +102,7 @@ function applyFaults(faults, spec) {
   for (const [k, v] of Object.entries(spec)) {
     switch (k) {
       case "fail_next":
+      case "hang_every":
       case "delay_ms":
         if (!Number.isInteger(v) || v < 0 || v > 1e9) return `${k} must be an integer from 0 to 1000000000`;
         next[k] = v;
@@ -95,15 +117,16 @@ function applyFaults(faults, spec) {
         next[k] = v;
         break;
       default:
-        return `unknown field ${JSON.stringify(k)} (known: fail_next, fail_status, gone, hang, delay_ms)`;
+        return `unknown field ${JSON.stringify(k)} (known: fail_next, fail_status, gone, hang, hang_every, delay_ms, secrets)`;
     }
   }
+  if (spec.hang_every !== undefined) next.hang_count = 0;
   Object.assign(faults, next);
   return null;
 }
 
 function faultsFromEnv(env) {
-  const faults = { fail_next: 0, fail_status: 500, gone: false, hang: false, delay_ms: 0 };
+  const faults = { fail_next: 0, fail_status: 500, gone: false, hang: false, hang_every: 0, hang_count: 0, delay_ms: 0 };
   const spec = {};
   const int = (name, key) => {
     if (env[name] === undefined || env[name] === "") return;
@@ -118,6 +141,7 @@ function faultsFromEnv(env) {
   int("RECEIVER_FAIL_NEXT", "fail_next");
   int("RECEIVER_FAIL_STATUS", "fail_status");
   int("RECEIVER_DELAY_MS", "delay_ms");
+  int("RECEIVER_HANG_EVERY", "hang_every");
   bool("RECEIVER_GONE", "gone");
   bool("RECEIVER_HANG", "hang");
   const msg = applyFaults(faults, spec);
@@ -125,7 +149,7 @@ function faultsFromEnv(env) {
   return faults;
 }
 
-const verifiers = parseSecrets(process.env.RECEIVER_SECRETS);
+let verifiers = parseSecrets(process.env.RECEIVER_SECRETS);
 const faults = faultsFromEnv(process.env);
 const port = parsePort(process.argv.slice(2), process.env);
 const host = process.env.RECEIVER_HOST || "127.0.0.1";
@@ -243,7 +267,12 @@ async function delivery(req, res, path) {
   } else {
     stats.duplicates++;
   }
-  if (faults.hang) {
+  let hold = faults.hang;
+  if (!hold && faults.hang_every > 0) {
+    faults.hang_count = (faults.hang_count + 1) % faults.hang_every;
+    hold = faults.hang_count === 0;
+  }
+  if (hold) {
     stats.held++;
     held.add(res);
     res.on("close", () => held.delete(res));
@@ -266,17 +295,40 @@ async function control(req, res) {
     answer(res, 400, { error: "the body is not JSON" });
     return;
   }
+  let next = null;
+  if (spec !== null && typeof spec === "object" && !Array.isArray(spec) && "secrets" in spec) {
+    const { secrets, ...rest } = spec;
+    if (!Array.isArray(secrets)) {
+      answer(res, 400, { error: "secrets must be a list of whsec_ secrets" });
+      return;
+    }
+    const { verifiers: v, error } = verifiersOf(secrets);
+    if (error) {
+      answer(res, 400, { error: `secrets: ${error}` });
+      return;
+    }
+    next = v;
+    spec = rest;
+  }
   const msg = applyFaults(faults, spec);
   if (msg) {
     answer(res, 400, { error: msg });
     return;
   }
-  log({ msg: "faults", ...faults });
-  answer(res, 200, faults);
+  if (next !== null) verifiers = next;
+  log({ msg: "faults", secrets: verifiers.length, ...faultsBody() });
+  answer(res, 200, faultsBody());
 }
 
 function statsBody() {
-  return { ...stats, ids: Object.fromEntries(seen) };
+  return { ...stats, holding: held.size, ids: Object.fromEntries(seen) };
+}
+
+// faultsBody is the faults as /control shows them, without the counter
+// hang_every keeps.
+function faultsBody() {
+  const { hang_count: _, ...shown } = faults;
+  return shown;
 }
 
 const server = http.createServer((req, res) => {
@@ -284,7 +336,7 @@ const server = http.createServer((req, res) => {
   const run = async () => {
     if (req.method === "GET" && path === "/stats") return answer(res, 200, statsBody());
     if (req.method === "GET" && path === "/events") return answer(res, 200, events);
-    if (req.method === "GET" && path === "/control") return answer(res, 200, faults);
+    if (req.method === "GET" && path === "/control") return answer(res, 200, faultsBody());
     if (req.method === "POST" && path === "/control") return control(req, res);
     if (req.method === "POST" && !RESERVED.has(path)) return delivery(req, res, path);
     res.setHeader("allow", RESERVED.has(path) ? (path === "/control" ? "GET, POST" : "GET") : "POST");

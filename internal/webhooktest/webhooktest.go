@@ -3,7 +3,8 @@
 // that checks every delivery with the Standard Webhooks project's own npm
 // package (standardwebhooks, pinned by its package-lock.json), answers 401
 // to a bad signature, deduplicates by webhook-id and can be told to fail,
-// answer 410, be slow, or accept a delivery and never answer.
+// answer 410, be slow, or accept a delivery and never answer (every one, or
+// every Nth).
 //
 // Start installs the receiver's packages once (npm ci, skipped while
 // node_modules matches the lock) and runs one receiver per call, stopped
@@ -69,8 +70,12 @@ type Stats struct {
 	Failed int `json:"failed"`
 	// Gone counts deliveries answered 410 on purpose.
 	Gone int `json:"gone"`
-	// Held counts deliveries recorded and never answered (Faults.Hang).
+	// Held counts deliveries recorded and never answered (Faults.Hang,
+	// Faults.HangEvery).
 	Held int `json:"held"`
+	// Holding counts the held requests still open now: a sender is in the
+	// middle of a delivery, waiting for its answer.
+	Holding int `json:"holding"`
 	// IDs counts the recorded deliveries of each id (first and duplicates).
 	IDs map[string]int `json:"ids"`
 }
@@ -99,6 +104,11 @@ type Faults struct {
 	// sender's timeout ends the request, an unknown outcome for it, while
 	// the receiver has the effect.
 	Hang bool
+	// HangEvery, when Hang is false, records every delivery and never
+	// answers every HangEvery-th of them (counted from this Control): the
+	// receiver accepts some requests and hangs on others, past the
+	// sender's timeout. 0 is off.
+	HangEvery int
 	// Delay holds each recorded delivery's 200 this long.
 	Delay time.Duration
 }
@@ -106,11 +116,12 @@ type Faults struct {
 // Start runs a receiver that accepts deliveries signed by any of secrets
 // (whsec_ form; two during a rotation) and stops it at t's cleanup, where
 // it fails t if the receiver exited on its own or did not stop cleanly.
-// It skips t (fails it under CI=true) when node or npm is missing or the
-// install fails.
+// Without secrets it refuses every delivery (401) until SetSecrets: a test
+// that registers an endpoint at the receiver's URL learns the secret only
+// from that registration. It skips t (fails it under CI=true) when node or
+// npm is missing or the install fails.
 func Start(t testing.TB, secrets ...string) *Receiver {
 	t.Helper()
-	require.NotEmpty(t, secrets, "webhooktest.Start needs at least one secret")
 	dir, err := prepare(t)
 	if err != nil {
 		if os.Getenv("CI") == "true" {
@@ -214,9 +225,28 @@ func (r *Receiver) Control(t testing.TB, f Faults) {
 		"fail_status": cmp.Or(f.FailStatus, http.StatusInternalServerError),
 		"gone":        f.Gone,
 		"hang":        f.Hang,
+		"hang_every":  f.HangEvery,
 		"delay_ms":    f.Delay.Milliseconds(),
 	})
 	require.NoError(t, err)
+	r.control(t, body)
+}
+
+// SetSecrets replaces the secrets the receiver verifies with (a rotation:
+// the new one alone, to prove the sender signs with it), failing t when
+// the receiver refuses one. The faults stay as they are.
+func (r *Receiver) SetSecrets(t testing.TB, secrets ...string) {
+	t.Helper()
+	if secrets == nil {
+		secrets = []string{}
+	}
+	body, err := json.Marshal(map[string]any{"secrets": secrets})
+	require.NoError(t, err)
+	r.control(t, body)
+}
+
+func (r *Receiver) control(t testing.TB, body []byte) {
+	t.Helper()
 	resp, err := r.client.Post(r.URL+"/control", "application/json", bytes.NewReader(body))
 	require.NoError(t, err, "POST /control")
 	defer resp.Body.Close()

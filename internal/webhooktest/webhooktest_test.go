@@ -2,6 +2,7 @@ package webhooktest_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -348,6 +349,65 @@ func TestFaults(t *testing.T) {
 		require.Equal(t, 1, st.Duplicates)
 	})
 
+	// Some deliveries answered, every second one recorded and held past
+	// the sender's timeout; a retry of a held one may be answered.
+	t.Run("accept some, hang on every second", func(t *testing.T) {
+		t.Parallel()
+		r := webhooktest.Start(t, sec)
+		s := newSender(t, r, 500*time.Millisecond)
+		r.Control(t, webhooktest.Faults{HangEvery: 2})
+		var timedOut []int
+		for i := range 4 {
+			d := newDelivery()
+			code, err := s.post(d, signed(t, d, sec))
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				timedOut = append(timedOut, i)
+				continue
+			}
+			require.NoError(t, err)
+			require.Equal(t, http.StatusOK, code, "delivery %d", i)
+		}
+		require.Equal(t, []int{1, 3}, timedOut, "every second delivery is held")
+		st := r.Stats(t)
+		require.Equal(t, 4, st.Accepted, "a held delivery is recorded: the effect happened")
+		require.Equal(t, 2, st.Held)
+		testkit.WaitFor(t, 10*time.Second, func() bool { return r.Stats(t).Holding == 0 }, "the timed-out requests to be closed")
+
+		// A new HangEvery counts from its Control.
+		r.Control(t, webhooktest.Faults{HangEvery: 3})
+		for range 2 {
+			d := newDelivery()
+			s.requireStatus(http.StatusOK, d, signed(t, d, sec))
+		}
+	})
+
+	t.Run("holding counts the open held requests", func(t *testing.T) {
+		t.Parallel()
+		r := webhooktest.Start(t, sec)
+		r.Control(t, webhooktest.Faults{Hang: true})
+		s := newSender(t, r, time.Minute)
+		d := newDelivery()
+		ctx, cancel := context.WithCancel(t.Context())
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(d.body))
+		require.NoError(t, err)
+		for k, v := range signed(t, d, sec) {
+			req.Header.Set(k, v)
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if resp, err := s.client.Do(req); err == nil {
+				resp.Body.Close()
+			}
+		}()
+		testkit.WaitFor(t, 10*time.Second, func() bool { return r.Stats(t).Holding == 1 }, "the delivery to be held open")
+		cancel()
+		<-done
+		testkit.WaitFor(t, 10*time.Second, func() bool { return r.Stats(t).Holding == 0 }, "the sender's close to end the hold")
+		require.Equal(t, 1, r.Stats(t).Held)
+	})
+
 	t.Run("a held delivery does not stop the receiver's shutdown", func(t *testing.T) {
 		t.Parallel()
 		r := webhooktest.Start(t, sec)
@@ -371,6 +431,44 @@ func TestFaults(t *testing.T) {
 		t.Cleanup(func() { <-done })
 		testkit.WaitFor(t, 10*time.Second, func() bool { return r.Stats(t).Held == 1 }, "the delivery to be held")
 	})
+}
+
+// A receiver started without secrets refuses everything until it is given
+// one; SetSecrets replaces them (a rotation's new secret alone), and a bad
+// list changes nothing.
+func TestSecretsGivenLater(t *testing.T) {
+	t.Parallel()
+	first, second := secret(t), secret(t)
+	r := webhooktest.Start(t)
+	s := newSender(t, r, 10*time.Second)
+	d := newDelivery()
+	s.requireStatus(http.StatusUnauthorized, d, signed(t, d, first))
+
+	r.SetSecrets(t, first)
+	s.requireStatus(http.StatusOK, d, signed(t, d, first))
+
+	r.SetSecrets(t, second)
+	d2 := newDelivery()
+	s.requireStatus(http.StatusUnauthorized, d2, signed(t, d2, first))
+	s.requireStatus(http.StatusOK, d2, signed(t, d2, second, first))
+
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{}}
+	t.Cleanup(c.CloseIdleConnections)
+	for _, body := range []string{
+		`{"secrets":"` + first + `"}`,
+		`{"secrets":["whsec_not base64!"]}`,
+		`{"secrets":[7]}`,
+		`{"secrets":["` + first + `"],"hang":"yes"}`,
+	} {
+		resp, err := c.Post(r.URL+"/control", "application/json", bytes.NewReader([]byte(body)))
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusBadRequest, resp.StatusCode, "%s", body)
+	}
+	d3 := newDelivery()
+	s.requireStatus(http.StatusUnauthorized, d3, signed(t, d3, first))
+	s.requireStatus(http.StatusOK, d3, signed(t, d3, second))
+	require.Equal(t, 3, r.Stats(t).Rejected, "d before any secret, d2 and d3 signed by the replaced one")
 }
 
 // Requests that are no delivery at all: the receiver answers each and
