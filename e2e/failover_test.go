@@ -230,15 +230,22 @@ func dbName(dbURL string) string {
 // be on the new primary, every business action must have reached one
 // explainable final state with no effect doubled (the fault suite's
 // checks and `api audit`), and no daemon may have exited: each rides
-// through on its own. The time until writes resumed is reported.
+// through on its own — the API, two relays, the worker and a webhook
+// dispatcher. The time until writes resumed is reported.
 func TestPostgresFailover(t *testing.T) {
 	// Not parallel: see TestDemo.
 	if testing.Short() {
 		t.Skip("e2e: runs the real programs against a primary and a standby; skipped with -short")
 	}
 	p := failoverProfile()
-	var fo *failover
+	var (
+		fo   *failover
+		disp *daemon
+	)
 	r := runSuite(t, p, topology{APIs: 1, Relays: 2, Workers: 1, Standby: true}, func(s *system, _ *loadGen, _ *mrand.Rand) faultRunner {
+		// A webhook dispatcher too, on the same URL: its consumer's
+		// transactions ride through the failover like the worker's.
+		disp = startDispatcher(t, s, "webhook-dispatcher")
 		fo = &failover{s: s, at: p.Duration() * 2 / 5}
 		return fo
 	})
@@ -247,7 +254,7 @@ func TestPostgresFailover(t *testing.T) {
 		require.True(t, e.OK, "%s: %s", e.Kind, e.Detail)
 	}
 	require.Equal(t, "sync", fo.syncState, "the standby was synchronous when the primary was lost")
-	for _, d := range r.s.daemons() {
+	for _, d := range append(r.s.daemons(), disp) {
 		exits, _ := d.Exits()
 		require.Empty(t, exits, "%s kept running through the failover (see %s)", d.name, d.logFile)
 	}
