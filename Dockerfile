@@ -24,6 +24,7 @@ COPY go.mod go.sum ./
 # (decision 0095): their go.mod files are enough to resolve the graph.
 COPY contract/go.mod contract/go.sum ./contract/
 COPY client/go.mod client/go.sum ./client/
+COPY consumer/go.mod consumer/go.sum ./consumer/
 RUN --mount=type=cache,target=/go/pkg/mod \
     go mod download -x
 

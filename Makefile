@@ -7,7 +7,7 @@ export NATS_URL ?= nats://127.0.0.1:4222
 # The public modules (decision 0095): their own go.mod each, tested, vetted
 # and fuzzed in their own directories; the server's module requires them
 # through a replace.
-PUBLIC_MODULES := contract client
+PUBLIC_MODULES := contract client consumer
 
 # CI=true adds the race detector.
 RACE := $(if $(filter true,$(CI)),-race,)
@@ -39,8 +39,10 @@ test: ## all tests against real PostgreSQL (QUILL_TEST_DATABASE_URL or the local
 	cd deploy/dashboard && $(GO) test $(RACE) -count=1 -timeout 10m ./...
 	@# The chart, linted and rendered by Helm's SDK into Kubernetes' types (a module of its own: the server's go.mod gains no Kubernetes).
 	cd deploy/helm && $(GO) test $(RACE) -count=1 -timeout 10m ./...
-	@# The public modules' own tests (the client's against the real API run above, in internal/clientsuite).
-	@for m in $(PUBLIC_MODULES); do echo "cd $$m && $(GO) test $(RACE) -count=1 ./..."; (cd $$m && $(GO) test $(RACE) -count=1 -timeout 10m ./...) || exit 1; done
+	@# The public modules' own tests (the client's against the real API run above, in internal/clientsuite); the consumer's
+	@# run the nats-server go.mod pins as a process (consumer/internal/testenv), built into .data/bin once.
+	@bash -c 'source scripts/lib.sh && nats_server_bin'
+	@for m in $(PUBLIC_MODULES); do echo "cd $$m && $(GO) test $(RACE) -count=1 ./..."; (cd $$m && QUILL_NATS_SERVER=$(CURDIR)/.data/bin/nats-server $(GO) test $(RACE) -count=1 -timeout 15m ./...) || exit 1; done
 	@# The memory measurements are built without the race detector (its shadow memory would be measured too).
 	$(if $(RACE),$(GO) test -count=1 -run '^TestImageBombsStayWithinTheDecodeBudget$$' ./cmd/attachment-worker/,)
 

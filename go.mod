@@ -3,7 +3,6 @@ module github.com/quillhq/quill
 go 1.26.8
 
 require (
-	github.com/ThreeDotsLabs/watermill v1.5.1
 	github.com/cloudevents/sdk-go/v2 v2.16.2
 	github.com/compose-spec/compose-go/v2 v2.16.2
 	github.com/go-json-experiment/json v1.27.2
@@ -32,6 +31,7 @@ require (
 )
 
 require (
+	github.com/ThreeDotsLabs/watermill v1.5.1 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.30.0 // indirect
@@ -89,6 +89,7 @@ require (
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.23.0 // indirect
 	github.com/quillhq/quill/client v0.0.0-00010101000000-000000000000
+	github.com/quillhq/quill/consumer v0.0.0-00010101000000-000000000000
 	github.com/quillhq/quill/contract v0.0.0-00010101000000-000000000000
 	github.com/segmentio/asm v1.2.1 // indirect
 	github.com/segmentio/encoding v0.5.4 // indirect
@@ -121,3 +122,5 @@ tool (
 replace github.com/quillhq/quill/contract => ./contract
 
 replace github.com/quillhq/quill/client => ./client
+
+replace github.com/quillhq/quill/consumer => ./consumer

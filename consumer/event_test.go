@@ -5,12 +5,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/quillhq/quill/consumer"
 	"github.com/quillhq/quill/contract"
-	"github.com/quillhq/quill/internal/outbox"
 )
 
 func TestParseEvent(t *testing.T) {
@@ -68,28 +66,6 @@ func TestPermanent(t *testing.T) {
 	require.True(t, consumer.IsPermanent(err))
 	require.True(t, consumer.IsPermanent(errors.Join(errors.New("y"), err)))
 	require.False(t, consumer.IsPermanent(base))
-}
-
-// What Quill's outbox writes, on the subject the relay publishes it to,
-// parses: the package and the writer agree on the form.
-func TestParseEventReadsWhatTheOutboxWrites(t *testing.T) {
-	t.Parallel()
-	note := uuid.New()
-	at := time.Date(2026, 12, 1, 10, 0, 0, 123456000, time.UTC)
-	for _, typ := range []string{contract.EventNoteCreated, contract.EventNoteDeleted, contract.EventAttachmentProcessed} {
-		id := uuid.New()
-		payload, err := outbox.Envelope(outbox.Event{ID: id, Tenant: "acme-1", AggregateID: note, Type: typ, Time: at,
-			Data: map[string]string{"id": note.String()}})
-		require.NoError(t, err)
-		ev, err := consumer.ParseEvent(payload, contract.Subject("quill", "acme-1", typ))
-		require.NoError(t, err, typ)
-		require.Equal(t, id.String(), ev.ID)
-		require.Equal(t, contract.CloudEventType(typ), ev.Type)
-		require.Equal(t, "acme-1", ev.Tenant)
-		require.Equal(t, note.String(), ev.Subject)
-		require.Equal(t, at, ev.Time)
-		require.JSONEq(t, `{"id":"`+note.String()+`"}`, string(ev.Data))
-	}
 }
 
 // Version reads a note event's data.version; an event of another

@@ -18,8 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quillhq/quill/consumer"
-	"github.com/quillhq/quill/internal/dbtest"
-	"github.com/quillhq/quill/internal/natstest"
+	"github.com/quillhq/quill/consumer/internal/testenv"
 )
 
 const (
@@ -32,7 +31,7 @@ const (
 type bundle struct {
 	t      *testing.T
 	pool   *pgxpool.Pool
-	srv    *natstest.Server
+	srv    *testenv.NATS
 	js     jetstream.JetStream
 	stream string
 	tenant string
@@ -41,14 +40,14 @@ type bundle struct {
 func setup(t *testing.T) *bundle {
 	t.Helper()
 	ctx := t.Context()
-	pool, err := pgxpool.New(ctx, dbtest.EmptySchema(t))
+	pool, err := pgxpool.New(ctx, testenv.EmptySchema(t))
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	require.NoError(t, consumer.Migrate(ctx, pool))
 	// No key: a second effect of one event would show as a second row.
 	_, err = pool.Exec(ctx, `CREATE TABLE effects (n bigint GENERATED ALWAYS AS IDENTITY, event_id uuid NOT NULL, subject text NOT NULL, seq bigint NOT NULL)`)
 	require.NoError(t, err)
-	srv := natstest.Start(t)
+	srv := testenv.StartNATS(t)
 	_, js := srv.Connect(t)
 	b := &bundle{t: t, pool: pool, srv: srv, js: js, stream: "EVENTS", tenant: "acme"}
 	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: b.stream, Subjects: []string{"quill.>"}, Duplicates: time.Minute})

@@ -7,13 +7,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quillhq/quill/consumer"
-	"github.com/quillhq/quill/internal/dbtest"
+	"github.com/quillhq/quill/consumer/internal/testenv"
 )
 
 func TestMigrateCreatesPrefixedTablesWithAVersionTableOfTheirOwn(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	pool, err := pgxpool.New(ctx, dbtest.EmptySchema(t))
+	pool, err := pgxpool.New(ctx, testenv.EmptySchema(t))
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	tables := func() []string {
@@ -37,4 +37,31 @@ func TestMigrateCreatesPrefixedTablesWithAVersionTableOfTheirOwn(t *testing.T) {
 
 	err = consumer.Migrate(ctx, pool, consumer.WithTablePrefix("x; DROP TABLE y; --"))
 	require.ErrorContains(t, err, "table prefix")
+}
+
+// Migrate reads the version table as goose wrote it (the package migrated
+// with goose until decision 0097): a version whose latest row is applied
+// is skipped, one that is missing, or whose latest row says it was rolled
+// back, runs again — here 00003, the versions table.
+func TestMigrateContinuesTheVersionTableGooseWrote(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool, err := pgxpool.New(ctx, testenv.EmptySchema(t))
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	require.NoError(t, consumer.Migrate(ctx, pool))
+	count := func(sql string) int {
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, sql).Scan(&n))
+		return n
+	}
+	require.Equal(t, 4, count(`SELECT count(*) FROM quill_consumer_schema_version WHERE is_applied`), "versions 0 to 3, goose's layout")
+
+	_, err = pool.Exec(ctx, `DROP TABLE quill_consumer_versions; INSERT INTO quill_consumer_schema_version (version_id, is_applied) VALUES (3, false)`)
+	require.NoError(t, err)
+	// 1 and 2 running again would fail: their tables exist.
+	require.NoError(t, consumer.Migrate(ctx, pool), "3 is rolled back: it runs again, alone")
+	require.Equal(t, 1, count(`SELECT count(*) FROM pg_tables WHERE schemaname = current_schema() AND tablename = 'quill_consumer_versions'`))
+	require.NoError(t, consumer.Migrate(ctx, pool), "then nothing is pending")
+	require.Equal(t, 5, count(`SELECT count(*) FROM quill_consumer_schema_version WHERE is_applied`))
 }

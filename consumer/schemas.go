@@ -7,7 +7,6 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
-	"github.com/quillhq/quill/api"
 	"github.com/quillhq/quill/contract"
 )
 
@@ -18,8 +17,8 @@ var ErrSchema = errors.New("event does not match its schema")
 
 // SchemaValidator returns a function for Config.Validate that checks each
 // event's data against the JSON Schema (2020-12) of its type — the schemas
-// this version of Quill publishes, embedded from package api, the files the
-// API serves at /schemas/<type>.json. With it a message whose data breaks
+// this version of Quill publishes, embedded in package contract, the files
+// the API serves at /schemas/<type>.json. With it a message whose data breaks
 // its schema becomes a dead letter whose reason names the member, before
 // any transaction begins, instead of failing inside the handler on every
 // delivery.
@@ -34,8 +33,8 @@ func SchemaValidator() (func(Event) error, error) {
 	schemas := map[string]*jsonschema.Schema{}
 	c := jsonschema.NewCompiler()
 	c.AssertFormat()
-	for _, typ := range api.SchemaTypes() {
-		raw, err := api.Schema(typ)
+	for _, typ := range contract.SchemaTypes() {
+		raw, err := contract.Schema(typ)
 		if err != nil {
 			return nil, err
 		}

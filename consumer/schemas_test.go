@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/quillhq/quill/api"
 	"github.com/quillhq/quill/consumer"
 	"github.com/quillhq/quill/contract"
 )
@@ -51,7 +50,7 @@ func TestSchemaValidator(t *testing.T) {
 		})
 	}
 	// Every type Quill publishes has its schema checked.
-	for _, typ := range api.SchemaTypes() {
+	for _, typ := range contract.SchemaTypes() {
 		require.ErrorIs(t, validate(consumer.Event{Type: typ, Data: []byte(`{}`)}), consumer.ErrSchema, typ)
 	}
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quillhq/quill/consumer"
-	"github.com/quillhq/quill/internal/dbtest"
+	"github.com/quillhq/quill/consumer/internal/testenv"
 )
 
 // Two consumers on one database keep their inbox rows apart; each copy of
@@ -20,7 +20,7 @@ import (
 func TestStoreInboxOfSeveralConsumers(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	pool, err := pgxpool.New(ctx, dbtest.EmptySchema(t))
+	pool, err := pgxpool.New(ctx, testenv.EmptySchema(t))
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	require.NoError(t, consumer.Migrate(ctx, pool))
@@ -67,7 +67,7 @@ func TestStoreInboxOfSeveralConsumers(t *testing.T) {
 func TestStoreDeadLettersOfEveryConsumer(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	pool, err := pgxpool.New(ctx, dbtest.EmptySchema(t))
+	pool, err := pgxpool.New(ctx, testenv.EmptySchema(t))
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	require.NoError(t, consumer.Migrate(ctx, pool))

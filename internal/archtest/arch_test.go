@@ -78,9 +78,8 @@ var publicLinks = map[string][]string{
 	// listed by import path: their packages are the server module's
 	// dependencies.
 	"client": {"contract", "contract/opkey"},
-	// api: the embedded JSON Schemas of the events' data, standard library
-	// only.
-	"consumer": {"contract", "api"},
+	// The event schemas are contract's (decision 0095).
+	"consumer": {"contract"},
 	"contract": {},
 }
 
