@@ -1,5 +1,5 @@
 // Package e2e is Quill's end-to-end fault suite. Its test builds
-// the three real programs (api, relay, attachment-worker) and nats-server
+// the real programs (api, relay, attachment-worker, webhook-dispatcher) and nats-server
 // once with `go build`, runs them as separate processes against a private
 // PostgreSQL cluster and a nats-server it controls, drives them through a
 // response-dropping proxy (internal/faultproxy) with 64 clients that create,
@@ -24,6 +24,19 @@
 // JetStream cluster (internal/natstest) with an R3 stream and two of each
 // program, while the stream leader is shut down, the meta leader steps down
 // and one node stops for 20 s.
+//
+// TestWebhookDeliveries runs a webhook dispatcher too and a receiver
+// verifying with the Standard Webhooks project's npm package: every
+// subscribed event delivered, signed (also across a secret rotation), in
+// version order per note, listed as a delivered effect in the lookup.
+// TestWebhookFaults SIGKILLs the dispatcher mid-delivery while the receiver
+// holds requests past the timeout: every event accepted at least once, one
+// effect each after deduplicating by webhook-id, and duplicates seen.
+//
+// TestPostgresFailover runs every program on one multi-host DATABASE_URL
+// over a primary and its synchronous standby, SIGKILLs the primary's
+// process group mid-load and promotes the standby: the suite's checks hold
+// and no daemon exits.
 //
 // The short profiles run in `go test ./...`; the long ones are
 // `QUILL_E2E_PROFILE=soak go test -run 'TestFaults|TestClusterFaults' -v ./e2e`
