@@ -14,6 +14,9 @@
 #   BENCH_DURATION    seconds of phase 3 (default 20)
 #   BENCH_RATE        events/s of phase 3 (default 200)
 #   BENCH_WAIT_QUIET  seconds to wait for an idle machine first (default 0)
+#   BENCH_RECEIVER_DELAY  a Go duration the receiver takes to answer each POST,
+#                     in both phases (default 0s: at once; 20ms is a remote
+#                     endpoint's round trip)
 #   BENCH_PROFILE     a directory: the dispatcher runs with QUILL_PPROF=true
 #                     and a CPU profile of the drain is written there
 #   BENCH_STRICT=1    exit 1 when a target is missed
@@ -54,7 +57,8 @@ wait_quiet_start
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
 json=$(./bin/webhookbench --database-url "$BENCH_URL" --nats-url "$NATS_URL" --secret-key "$KEY" \
 	--metrics-url "$METRICS" ${BENCH_PROFILE:+--profile-dir "$BENCH_PROFILE"} \
-	--events "$EVENTS" --concurrency "$CONC" --rate "$RATE" --duration "${DURATION}s" --json 2>"$WORK/webhookbench.log") ||
+	--events "$EVENTS" --concurrency "$CONC" --rate "$RATE" --duration "${DURATION}s" \
+	--receiver-delay "${BENCH_RECEIVER_DELAY:-0s}" --json 2>"$WORK/webhookbench.log") ||
 	die "webhookbench failed: $(tail -3 "$WORK/webhookbench.log")"
 load1=$(cut -d' ' -f1-3 /proc/loadavg)
 kill -0 "$DISPATCHER_PID" 2>/dev/null || die "the dispatcher exited during the run (see $WORK/dispatcher.log)"
@@ -73,7 +77,7 @@ vp=$VERDICT
 	echo "$(pg_line synchronous_commit shared_buffers)"
 	echo "load average before $load0, after $load1; $BG of $NCPU cores busy before the start"
 	echo
-	printf 'phase 1 direct        %8.0f deliveries/s  (%s POSTs, %s senders, %s B bodies)\n' "$direct" "$EVENTS" "$CONC" "$(jget "$json" body_bytes)"
+	printf 'phase 1 direct        %8.0f deliveries/s  (%s POSTs, %s senders, %s B bodies, the receiver answering after %s ms)\n' "$direct" "$EVENTS" "$CONC" "$(jget "$json" body_bytes)" "$(jget "$json" receiver_delay_ms)"
 	printf 'phase 2 dispatcher    %8.0f deliveries/s  (events published at %.0f/s, drained)\n' "$disp" "$(jget "$json" publish_per_s)"
 	echo "ratio dispatcher ÷ direct: $r ($vr, target ≥ 0.5)"
 	lat=$(jobj "$json" latency)

@@ -256,7 +256,7 @@ func TestWebhooksActions(t *testing.T) {
 	code, body, _ = get(t, c, h.srv.URL+hdr.Get("Location"))
 	require.Equal(t, http.StatusOK, code)
 	require.Contains(t, body, fmt.Sprintf("Delivery %d is pending again", failedActive[0]))
-	require.Contains(t, h.logs.String(), fmt.Sprintf(`"operator":"alice","token_prefix":`))
+	require.Contains(t, h.logs.String(), `"operator":"alice","token_prefix":`)
 	require.Regexp(t, fmt.Sprintf(`"console_action":"retry_webhook_delivery","delivery":"%d","done":true`, failedActive[0]), h.logs.String())
 
 	// 409: not failed (pending now, or from the start), or of an endpoint

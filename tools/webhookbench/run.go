@@ -52,7 +52,11 @@ type options struct {
 	profileDir                               string
 	events, concurrency, rate                int
 	duration, timeout                        time.Duration
-	asJSON                                   bool
+	// receiverDelay is how long the receiver takes to answer, for
+	// both phases: 0 is a receiver that does nothing; a remote endpoint
+	// takes a network round trip and its own work.
+	receiverDelay time.Duration
+	asJSON        bool
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -74,6 +78,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.IntVar(&o.rate, "rate", 200, "events/s of phase 3")
 	fs.DurationVar(&o.duration, "duration", 20*time.Second, "length of phase 3")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "how long a phase may wait for its deliveries")
+	fs.DurationVar(&o.receiverDelay, "receiver-delay", 0, "how long the receiver takes to answer each POST, in both phases (0: at once)")
 	fs.BoolVar(&o.asJSON, "json", false, "print one JSON object")
 	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
@@ -105,9 +110,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 // report is what the run measured.
 type report struct {
-	Events      int `json:"events"`
-	Concurrency int `json:"concurrency"`
-	BodyBytes   int `json:"body_bytes"`
+	Events          int     `json:"events"`
+	Concurrency     int     `json:"concurrency"`
+	BodyBytes       int     `json:"body_bytes"`
+	ReceiverDelayMs float64 `json:"receiver_delay_ms"`
 
 	DirectPerS     float64      `json:"direct_per_s"`
 	DispatchPerS   float64      `json:"dispatcher_per_s"`
@@ -127,7 +133,8 @@ type report struct {
 }
 
 func (r report) print(w io.Writer) {
-	fmt.Fprintf(w, "phase 1 direct:     %d POSTs (%d B bodies), %d senders: %.0f deliveries/s\n", r.Events, r.BodyBytes, r.Concurrency, r.DirectPerS)
+	fmt.Fprintf(w, "phase 1 direct:     %d POSTs (%d B bodies, the receiver answering after %.0f ms), %d senders: %.0f deliveries/s\n",
+		r.Events, r.BodyBytes, r.ReceiverDelayMs, r.Concurrency, r.DirectPerS)
 	fmt.Fprintf(w, "phase 2 dispatcher: %d events published at %.0f/s, drained at %.0f deliveries/s (publish → delivered p50 %.0f ms, max %.0f ms)\n",
 		r.Events, r.PublishPerS, r.DispatchPerS, r.DrainLatencyMs.P50, r.DrainLatencyMs.Max)
 	fmt.Fprintf(w, "ratio dispatcher ÷ direct: %.3f\n", r.Ratio)
@@ -161,6 +168,7 @@ func bench(ctx context.Context, o options, keys *whsecret.Keys, stderr io.Writer
 	}
 
 	rc := newReceiver()
+	rc.delay = o.receiverDelay
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("receiver: %w", err)
@@ -201,6 +209,7 @@ VALUES ($1, $2, $3, $4, $5, now() - interval '1 second')`, endpoint, o.tenant, u
 		direct[i] = newEvent(o.tenant, time.Now())
 	}
 	rep.BodyBytes = len(direct[0].body)
+	rep.ReceiverDelayMs = float64(o.receiverDelay) / float64(time.Millisecond)
 	logf("phase 1: %d POSTs directly with %d senders", o.events, o.concurrency)
 	elapsed, err := sendDirect(ctx, client, url, secret, direct, o.concurrency)
 	if err != nil {
@@ -413,6 +422,7 @@ func publish(ctx context.Context, js jetstream.JetStream, sc stream.Config, tena
 // receiver verifies and records each POST.
 type receiver struct {
 	secret []byte
+	delay  time.Duration
 
 	mu   sync.Mutex
 	got  map[string]time.Time // first arrival by webhook-id
@@ -476,6 +486,9 @@ func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rc.cond.Broadcast()
 	}
 	rc.mu.Unlock()
+	if rc.delay > 0 {
+		time.Sleep(rc.delay) // the remote endpoint's round trip and work
+	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
