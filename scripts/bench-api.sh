@@ -185,6 +185,35 @@ for c in $CONCURRENCY; do
 	fi
 done
 
+# --- the handler against its floor (issue 29) -----------------------------------
+# BenchmarkCreateHandler (a create through the whole handler, no network) and
+# BenchmarkCreateFloor (exactly the statements a create sends, recorded from
+# that handler, through pgx alone), interleaved one run each per round, so
+# that a change in the machine's load falls on both; the ratio of their
+# medians' CPU per create is the issue's figure. The raw lines go to
+# bench/results/api-floor-latest.txt for benchstat.
+FLOOR_ROUNDS=${BENCH_FLOOR_ROUNDS:-5}
+posint BENCH_FLOOR_ROUNDS "$FLOOR_ROUNDS"
+log "handler vs floor: $FLOOR_ROUNDS interleaved rounds of BenchmarkCreateHandler and BenchmarkCreateFloor"
+"$GO" test -c -o "$WORK/httpapi.test" ./internal/httpapi || die "go test -c ./internal/httpapi failed"
+: >"$WORK/floor.txt"
+for ((i = 1; i <= FLOOR_ROUNDS; i++)); do
+	for b in Handler Floor; do
+		(cd internal/httpapi && "$WORK/httpapi.test" -test.run '^$' -test.bench "^BenchmarkCreate$b\$" -test.benchtime 3000x -test.count 1) \
+			>>"$WORK/floor.txt" 2>&1 || die "BenchmarkCreate$b failed: $(tail -3 "$WORK/floor.txt")"
+	done
+done
+cp "$WORK/floor.txt" bench/results/api-floor-latest.txt
+# floor_median NAME UNIT: the median of NAME's UNIT column over the rounds.
+floor_median() {
+	awk -v n="BenchmarkCreate$1-" -v u="$2" 'index($1, n) == 1 { for (i = 2; i < NF; i++) if ($(i + 1) == u) print $i }' "$WORK/floor.txt" |
+		sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else if (NR % 2) print v[(NR + 1) / 2]; else printf "%g\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+H_CPU=$(floor_median Handler cpu-µs/op)
+F_CPU=$(floor_median Floor cpu-µs/op)
+H_ALLOCS=$(floor_median Handler allocs/op)
+F_ALLOCS=$(floor_median Floor allocs/op)
+
 # --- report ---------------------------------------------------------------------
 creates() { lg create "$1" ops_per_sec; }
 replays() { lg replay "$1" ops_per_sec; }
@@ -292,6 +321,14 @@ per_op() { awk -v p="$1" -v k="$2" -v r="$3" '$1 == p && r > 0 && $k != "-" { pr
 	for c in $CONCURRENCY; do
 		printf '    %2s clients: create %s cores, replay %s cores, update %s cores\n' "$c" "$(lg create "$c" cpu_cores)" "$(lg replay "$c" cpu_cores)" "$(lg update "$c" cpu_cores)"
 	done
+	echo
+	echo "The handler against its floor ($FLOOR_ROUNDS interleaved rounds, 3000 creates each, medians; raw: bench/results/api-floor-latest.txt):"
+	r=$(ratio "$H_CPU" "$F_CPU")
+	check le "$r" 1.3
+	printf '  BenchmarkCreateHandler %s cpu-µs/op, %s allocs/op; BenchmarkCreateFloor (the same statements through pgx alone) %s cpu-µs/op, %s allocs/op\n' "$H_CPU" "$H_ALLOCS" "$F_CPU" "$F_ALLOCS"
+	printf '  handler ÷ floor CPU per create ≤ 1.3: %s (%s)\n' "$r" "$VERDICT"
+	check lt "$H_ALLOCS" 120
+	printf '  handler allocations per create < 120: %s (%s)\n' "$H_ALLOCS" "$VERDICT"
 } >"$WORK/report.txt"
 
 publish_report "$RESULTS"
