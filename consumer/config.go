@@ -296,6 +296,24 @@ func (c Config) nakDelay(n int) time.Duration {
 	return min(d, c.MaxNakDelay)
 }
 
+// awaitingEarlier reports whether VersionsInOrder still holds back, on its
+// delivery number n, the first event the consumer sees of a note whose
+// version is above 1: until the hold-back delays of its deliveries so far
+// add up to 1.5 × AckWait — long enough for an earlier version fetched
+// before it by a process that stopped without acknowledging to be
+// redelivered — and never at its last delivery before MaxDeliver, so that
+// the wait never makes a dead letter of it.
+func (c Config) awaitingEarlier(n int) bool {
+	if n >= c.MaxDeliver-1 {
+		return false
+	}
+	var waited time.Duration
+	for i := 1; i < n; i++ {
+		waited += c.holdBackDelay(i)
+	}
+	return waited < c.AckWait*3/2
+}
+
 // holdBackDelay is the redelivery delay of an event held back on delivery
 // number n: HoldBackDelay doubled per delivery after the first, up to
 // MaxNakDelay.

@@ -72,3 +72,31 @@ func TestConsumerConfigLeavesDeliveriesToTheConsumer(t *testing.T) {
 	require.Equal(t, []string{"quill.*.note.created", "quill.*.note.deleted"}, cc.FilterSubjects)
 	require.Equal(t, DefaultAckWait, cc.AckWait)
 }
+
+// awaitingEarlier holds a note's first-seen later version back until the
+// hold-back delays of its deliveries add up to 1.5 × AckWait, and never at
+// the delivery before MaxDeliver.
+func TestAwaitingEarlier(t *testing.T) {
+	t.Parallel()
+	// Delays 200ms, 400ms, 800ms, 1.6s, 3.2s, 6.4s … (MaxNakDelay 1m).
+	cfg := Config{AckWait: 5 * time.Second, HoldBackDelay: 200 * time.Millisecond, MaxNakDelay: time.Minute, MaxDeliver: 10}
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		n    int
+		want bool
+	}{
+		{"first delivery: nothing waited", cfg, 1, true},
+		{"after 6.2 s of hold-backs, below 7.5 s", cfg, 6, true},
+		{"after 12.6 s, past 1.5 × AckWait", cfg, 7, false},
+		{"the delivery before MaxDeliver is never held", func() Config { c := cfg; c.AckWait = time.Hour; return c }(), 9, false},
+		{"MaxDeliver 1: never held", func() Config { c := cfg; c.MaxDeliver = 1; return c }(), 1, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if got := tc.cfg.awaitingEarlier(tc.n); got != tc.want {
+				t.Fatalf("awaitingEarlier(%d) = %v, want %v", tc.n, got, tc.want)
+			}
+		})
+	}
+}

@@ -76,9 +76,18 @@ type HeldBackError struct {
 	Applied int64
 	// InFlight is that earlier version, when Applied is 0.
 	InFlight int64
+	// Unseen: the consumer has no version of the note and this process
+	// holds none of its earlier ones, but one may still come back — from
+	// a process that fetched it and stopped without acknowledging — within
+	// the ack wait (Applied and InFlight are 0).
+	Unseen bool
 }
 
 func (e *HeldBackError) Error() string {
+	if e.Unseen {
+		return fmt.Sprintf("held back: version %d of note %s of tenant %s is the first the consumer sees of it; waiting an ack wait for its earlier versions",
+			e.Version, e.Note, e.Tenant)
+	}
 	if e.Applied == 0 {
 		return fmt.Sprintf("held back: version %d of note %s of tenant %s, while version %d of it is not yet applied",
 			e.Version, e.Note, e.Tenant, e.InFlight)
@@ -286,6 +295,18 @@ func (g *guardTx) decide(n *guardedNote) {
 		if low := g.c.inflight.earlier(n.key, versions[0]); low > 0 {
 			for i, it := range items {
 				it.Err = &HeldBackError{Tenant: n.key.tenant, Note: n.key.note, Version: versions[i], InFlight: low}
+			}
+			return
+		}
+		// Nor while an earlier version may still be redelivered: a
+		// process that fetched it and stopped (killed, say) without
+		// acknowledging leaves it to come back within AckWait of its
+		// fetch, which was before this event's first delivery. Taking
+		// this one as the note's first would make that one stale — its
+		// effect (a webhook delivery, an update's fields) lost.
+		if g.c.cfg.awaitingEarlier(items[0].Event.Delivery.Deliveries) {
+			for i, it := range items {
+				it.Err = &HeldBackError{Tenant: n.key.tenant, Note: n.key.note, Version: versions[i], Unseen: true}
 			}
 			return
 		}

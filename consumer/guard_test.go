@@ -195,8 +195,9 @@ func TestVersionGuardInOrderHoldsBackWhatComesEarly(t *testing.T) {
 }
 
 // A note the consumer has no version of takes whatever version comes
-// first (a consumer that started after the note's first events); the
-// versions after it follow the rules.
+// first (a consumer that started after the note's first events) — once it
+// has waited 1.5 × AckWait for an earlier one; the versions after it follow
+// the rules.
 func TestVersionGuardNoteWithoutARowTakesAnyVersion(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -205,12 +206,34 @@ func TestVersionGuardNoteWithoutARowTakesAnyVersion(t *testing.T) {
 	b.start(cfg, recordVersion)
 	note := uuid.NewString()
 	b.note(contract.EventNoteUpdated, note, 5)
-	b.note(contract.EventNoteUpdated, note, 4)
+	require.Eventually(t, func() bool { return metric(t, cfg.Registerer, consumer.ResultHeldBack) >= 1 }, waitLong, tick, "5 held back first")
 	b.note(contract.EventNoteDeleted, note, 6)
 	waitMetric(t, cfg.Registerer, consumer.ResultProcessed, 2)
-	waitMetric(t, cfg.Registerer, consumer.ResultStale, 1)
 	b.settled(cfg.Durable)
 	require.Equal(t, []int64{5, 6}, b.applied(note))
+}
+
+// A note's earlier version that comes back after a later one — fetched by
+// a process that stopped without acknowledging it, redelivered after the
+// ack wait, while the later one went to the process after it — is not
+// made stale by the later one: the later one, the first the consumer sees
+// of the note, waits (held back) for the earlier, and both apply in order.
+// (Without the wait the later version took the note and the earlier one
+// was skipped: a webhook dispatcher lost its delivery.)
+func TestVersionGuardNoteWithoutARowWaitsForAnEarlierVersion(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cfg := b.guardConfig(consumer.VersionsInOrder)
+	cfg.Concurrency = 1
+	b.start(cfg, recordVersion)
+	note := uuid.NewString()
+	b.note(contract.EventNoteUpdated, note, 2)
+	require.Eventually(t, func() bool { return metric(t, cfg.Registerer, consumer.ResultHeldBack) >= 1 }, waitLong, tick, "2 held back first")
+	b.note(contract.EventNoteCreated, note, 1)
+	waitMetric(t, cfg.Registerer, consumer.ResultProcessed, 2)
+	b.settled(cfg.Durable)
+	require.Equal(t, []int64{1, 2}, b.applied(note), "both, in version order")
+	require.Zero(t, metric(t, cfg.Registerer, consumer.ResultStale), "nothing stale")
 }
 
 // The guard's row is written in the handler's transaction: an effect that
