@@ -152,24 +152,33 @@ func (e *env) webhooksCreate(ctx context.Context, args []string) error {
 	return nil
 }
 
-func (e *env) webhooksRotate(ctx context.Context, args []string) error {
+// endpointWrite parses the command line of a write on one endpoint
+// (rotate-secret, delete: ID and --key) and returns its client, operation
+// key, endpoint id and common settings, or a cli.UsageError.
+func (e *env) endpointWrite(args []string, cmd, keyUsage string) (*client.Client, string, string, common, error) {
 	var (
 		c   common
 		key string
 	)
-	const synopsis = "quill webhooks rotate-secret ID [--key K]"
-	s := e.set("quill webhooks rotate-secret", synopsis)
+	synopsis := "quill webhooks " + cmd + " ID [--key K]"
+	s := e.set("quill webhooks "+cmd, synopsis)
 	e.define(s, &c, true)
-	s.FlagSet().StringVar(&key, "key", "", "the operation key of this intent (default: a new one); the same key again shows the same secret, never makes another")
+	s.FlagSet().StringVar(&key, "key", "", keyUsage)
 	pos, err := parseOne(s, args, synopsis)
 	if err != nil {
-		return err
+		return nil, "", "", c, err
 	}
 	id, err := webhookID(pos, synopsis)
 	if err != nil {
-		return err
+		return nil, "", "", c, err
 	}
 	cl, k, err := e.writer(c, s.FlagSet(), key)
+	return cl, k, id, c, err
+}
+
+func (e *env) webhooksRotate(ctx context.Context, args []string) error {
+	cl, k, id, c, err := e.endpointWrite(args, "rotate-secret",
+		"the operation key of this intent (default: a new one); the same key again shows the same secret, never makes another")
 	if err != nil {
 		return err
 	}
@@ -193,23 +202,7 @@ func (e *env) webhooksRotate(ctx context.Context, args []string) error {
 }
 
 func (e *env) webhooksDelete(ctx context.Context, args []string) error {
-	var (
-		c   common
-		key string
-	)
-	const synopsis = "quill webhooks delete ID [--key K]"
-	s := e.set("quill webhooks delete", synopsis)
-	e.define(s, &c, true)
-	s.FlagSet().StringVar(&key, "key", "", "the operation key of this intent (default: a new one)")
-	pos, err := parseOne(s, args, synopsis)
-	if err != nil {
-		return err
-	}
-	id, err := webhookID(pos, synopsis)
-	if err != nil {
-		return err
-	}
-	cl, k, err := e.writer(c, s.FlagSet(), key)
+	cl, k, id, c, err := e.endpointWrite(args, "delete", "the operation key of this intent (default: a new one)")
 	if err != nil {
 		return err
 	}
