@@ -178,7 +178,7 @@ func (a *auditor) scanDuplicates(ctx context.Context, st jetstream.Stream) error
 		}
 		a.add(x)
 	}
-	a.checkLost(seqs, subjects, stamps)
+	a.checkLost(inScope, seqs, subjects, stamps)
 	return nil
 }
 
@@ -189,25 +189,23 @@ func (a *auditor) scanDuplicates(ctx context.Context, st jetstream.Stream) error
 // cannot have deleted, and before the audit began (less the horizon
 // margin, for the clocks of NATS and this host), whose events must be in
 // the database snapshot the audit read. A key's audit does not look: it
-// reads one key's events.
-func (a *auditor) checkLost(seqs map[string][]uint64, subjects map[string]string, stamps map[string]time.Time) {
+// reads one key's events. inScope is the events by id, as scanDuplicates
+// indexed them.
+func (a *auditor) checkLost(inScope map[string]*eventRow, seqs map[string][]uint64, subjects map[string]string, stamps map[string]time.Time) {
 	if a.cfg.Key != "" {
 		return
 	}
-	known := map[string]bool{}
-	for _, e := range a.ds.events {
-		known[e.ID.String()] = true
-	}
+	cleaned := map[string]bool{}
 	for _, o := range a.ds.ops {
 		for _, k := range o.Cleaned {
-			known[k.ID.String()] = true
+			cleaned[k.ID.String()] = true
 		}
 	}
 	var ids []string
 	for id := range seqs {
 		original, _, _ := strings.Cut(id, ":redrive:")
 		at := stamps[id]
-		if known[original] || !a.within(at, a.cfg.OutboxRetention) || at.After(a.now.Add(-a.cfg.HorizonMargin)) {
+		if inScope[original] != nil || cleaned[original] || !a.within(at, a.cfg.OutboxRetention) || at.After(a.now.Add(-a.cfg.HorizonMargin)) {
 			continue
 		}
 		ids = append(ids, id)
