@@ -102,7 +102,7 @@ func (w *ClaimWrite) Queue(b *pgx.Batch, rec *Record, c *Claim, args ...[]any) e
 		all = append(all, a...)
 	}
 	tenant := rec.Tenant
-	b.Queue(w.sql, all...).QueryRow(func(row pgx.Row) error { return scanClaim(row, "claim and write operation", tenant, c) })
+	b.Queue(w.sql, all...).Query(func(rows pgx.Rows) error { return scanClaim(rows, "claim and write operation", tenant, c) })
 	return nil
 }
 

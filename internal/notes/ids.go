@@ -2,12 +2,11 @@ package notes
 
 import (
 	"context"
-	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash"
 	"strconv"
 	"sync"
 
@@ -56,14 +55,19 @@ const (
 // the database's id secret. Each part is length-prefixed, so tenant "a",
 // key "bc" and tenant "ab", key "c" hash different bytes.
 func NoteID(secret []byte, tenant, key string, generation int) uuid.UUID {
-	m := hmac.New(sha256.New, secret)
-	writeParts(m, labelNote, tenant, key, strconv.Itoa(generation))
-	return v8(m.Sum(nil))
+	var buf [256]byte
+	msg := appendPart(buf[:0], labelNote)
+	msg = appendPart(msg, tenant)
+	msg = appendPart(msg, key)
+	msg = appendIntPart(msg, generation)
+	sum := hmacSHA256(secret, msg)
+	return v8(sum[:])
 }
 
 // AttachmentID returns the id of note's attachment (a note has at most one).
 func AttachmentID(note uuid.UUID) uuid.UUID {
-	return hashed(labelAttachment, note.String())
+	var buf [96]byte
+	return hashed(appendUUIDPart(appendPart(buf[:0], labelAttachment), note))
 }
 
 // NoteEventID returns the id of the note event that the operation with key
@@ -76,7 +80,10 @@ func AttachmentID(note uuid.UUID) uuid.UUID {
 // and JetStream's duplicate window take for the lost one (decision 0078).
 // The same operation executed again writes the same id.
 func NoteEventID(note uuid.UUID, version int, key string) uuid.UUID {
-	return hashed(labelNoteEvent, note.String(), strconv.Itoa(version), key)
+	var buf [256]byte
+	msg := appendUUIDPart(appendPart(buf[:0], labelNoteEvent), note)
+	msg = appendIntPart(msg, version)
+	return hashed(appendPart(msg, key))
 }
 
 // ProcessedEventID returns the id of the attachment.processed event that
@@ -84,24 +91,74 @@ func NoteEventID(note uuid.UUID, version int, key string) uuid.UUID {
 // processes a note.created again (its inbox restored from an older backup,
 // say) writes an event that every consumer recognises as the one before.
 func ProcessedEventID(noteCreated uuid.UUID) uuid.UUID {
-	return hashed(labelProcessed, noteCreated.String())
+	var buf [96]byte
+	return hashed(appendUUIDPart(appendPart(buf[:0], labelProcessed), noteCreated))
 }
 
-func hashed(parts ...string) uuid.UUID {
-	h := sha256.New()
-	writeParts(h, parts...)
-	return v8(h.Sum(nil))
+// hashed is the v8 UUID of the SHA-256 of msg.
+func hashed(msg []byte) uuid.UUID {
+	sum := sha256.Sum256(msg)
+	return v8(sum[:])
 }
 
-// writeParts writes each part after its length, so that no two lists of
-// parts write the same bytes. A hash.Hash never fails a write.
-func writeParts(h hash.Hash, parts ...string) {
-	var n [4]byte
-	for _, p := range parts {
-		binary.BigEndian.PutUint32(n[:], uint32(len(p)))
-		h.Write(n[:])
-		h.Write([]byte(p))
+// The derivations hash one message of length-prefixed parts, so that no
+// two lists of parts give the same bytes. It is built in a buffer on the
+// caller's stack: writing each part to a hash.Hash through its interface
+// copied every part to the heap, and the UUIDs' and numbers' text with it
+// (issue 29).
+
+// appendPart appends p after its length.
+func appendPart(dst []byte, p string) []byte {
+	dst = binary.BigEndian.AppendUint32(dst, uint32(len(p)))
+	return append(dst, p...)
+}
+
+// appendIntPart appends n's decimal text as a part.
+func appendIntPart(dst []byte, n int) []byte {
+	dst = binary.BigEndian.AppendUint32(dst, 0)
+	at := len(dst)
+	dst = strconv.AppendInt(dst, int64(n), 10)
+	binary.BigEndian.PutUint32(dst[at-4:], uint32(len(dst)-at))
+	return dst
+}
+
+// appendUUIDPart appends u's canonical text form as a part.
+func appendUUIDPart(dst []byte, u uuid.UUID) []byte {
+	dst = binary.BigEndian.AppendUint32(dst, 36)
+	at := len(dst)
+	dst = append(dst, "00000000-0000-0000-0000-000000000000"...)
+	s := dst[at:]
+	hex.Encode(s[0:8], u[0:4])
+	hex.Encode(s[9:13], u[4:6])
+	hex.Encode(s[14:18], u[6:8])
+	hex.Encode(s[19:23], u[8:10])
+	hex.Encode(s[24:], u[10:])
+	return dst
+}
+
+// hmacSHA256 is HMAC-SHA256 (RFC 2104) of msg under key, built on
+// sha256.Sum256 over buffers on the stack: crypto/hmac's New allocates two
+// hash states per call, five allocations of every create.
+// TestHMACSHA256 holds it to crypto/hmac.
+func hmacSHA256(key, msg []byte) [sha256.Size]byte {
+	const block = 64
+	var hashedKey [sha256.Size]byte
+	if len(key) > block {
+		hashedKey = sha256.Sum256(key) // RFC 2104: a long key is hashed first
+		key = hashedKey[:]
 	}
+	var inner [block + 256]byte
+	var outer [block + sha256.Size]byte
+	for i := range block {
+		k := byte(0)
+		if i < len(key) {
+			k = key[i]
+		}
+		inner[i], outer[i] = k^0x36, k^0x5c
+	}
+	isum := sha256.Sum256(append(inner[:block], msg...))
+	copy(outer[block:], isum[:])
+	return sha256.Sum256(outer[:])
 }
 
 // v8 makes an RFC 9562 version-8 (custom) UUID of the first 16 bytes of

@@ -193,3 +193,27 @@ func TestListIsNewestFirstWithDerivedIDs(t *testing.T) {
 	}
 	require.Equal(t, want, got)
 }
+
+// The derived ids never change: an operation executed again by a later
+// release must produce the ids it produced before (decision 0050). The
+// values were computed by the derivations as they stood before issue 29
+// rewrote them without allocations.
+func TestDerivedIDsArePinned(t *testing.T) {
+	t.Parallel()
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	note := notes.NoteID(secret, "acme", "k1", 0)
+	for _, c := range []struct {
+		name string
+		got  uuid.UUID
+		want string
+	}{
+		{"note", note, "487f2dcb-b32c-8c12-a7ec-cef0ebbbc0a1"},
+		{"note, long unicode key, generation 15", notes.NoteID(secret, "t", "a-much-longer-key-with-ünïcode", 15), "3d17a32d-29a5-83c0-8be9-a58ef3eee8a0"},
+		{"attachment", notes.AttachmentID(note), "95c471ae-8a02-820c-bb99-ef21997ed8e4"},
+		{"note.created", notes.NoteEventID(note, 1, "k1"), "c357a80b-09a8-847b-a972-cc7d141d7cd1"},
+		{"version 123456", notes.NoteEventID(note, 123456, "k2"), "951d7246-80f3-81a6-9090-314c3ece41c6"},
+		{"attachment.processed", notes.ProcessedEventID(note), "2e671b21-c384-8c60-a4f6-9031b4591418"},
+	} {
+		require.Equal(t, c.want, c.got.String(), c.name)
+	}
+}

@@ -5,6 +5,7 @@ package outbox
 
 import (
 	"context"
+	"encoding/hex"
 	"fmt"
 	"time"
 
@@ -64,23 +65,65 @@ type CloudEvent struct {
 // precision PostgreSQL stores).
 const TimeFormat = "2006-01-02T15:04:05.000000Z"
 
-// Envelope returns e as CloudEvents 1.0 structured JSON.
+// Envelope returns e as CloudEvents 1.0 structured JSON. Data given as a
+// jsontext.Value is taken as it is — the note's JSON that the create's
+// answer and its record already hold (issue 29: each JSON rendered once) —
+// and must be compact; anything else is marshaled deterministically.
+//
+// The envelope is appended member by member rather than marshaled through
+// reflection, byte for byte what marshaling CloudEvent deterministically
+// gives (TestEnvelopeIsTheMarshaledCloudEvent).
 func Envelope(e Event) ([]byte, error) {
-	data, err := json.Marshal(e.Data, json.Deterministic(true))
-	if err != nil {
-		return nil, fmt.Errorf("marshal event data: %w", err)
+	data, ok := e.Data.(jsontext.Value)
+	if !ok {
+		var err error
+		if data, err = json.Marshal(e.Data, json.Deterministic(true)); err != nil {
+			return nil, fmt.Errorf("marshal event data: %w", err)
+		}
 	}
-	return json.Marshal(CloudEvent{
-		SpecVersion:     "1.0",
-		ID:              e.ID.String(),
-		Source:          contract.Source(e.Tenant),
-		Type:            contract.CloudEventType(e.Type),
-		Subject:         e.AggregateID.String(),
-		Time:            e.Time.UTC().Format(TimeFormat),
-		DataContentType: "application/json",
-		DataSchema:      contract.DataSchema(e.Type),
-		Data:            data,
-	}, json.Deterministic(true))
+	source, ceType, schema := contract.Source(e.Tenant), contract.CloudEventType(e.Type), contract.DataSchema(e.Type)
+	var t [len(TimeFormat)]byte
+	when := e.Time.UTC().AppendFormat(t[:0], TimeFormat)
+	out := make([]byte, 0, 192+len(source)+len(ceType)+len(schema)+len(data))
+	out = append(out, `{"specversion":"1.0","id":"`...)
+	out = appendUUID(out, e.ID)
+	out = append(out, `","source":`...)
+	var err error
+	if out, err = jsontext.AppendQuote(out, source); err != nil {
+		return nil, fmt.Errorf("marshal event source: %w", err)
+	}
+	out = append(out, `,"type":`...)
+	if out, err = jsontext.AppendQuote(out, ceType); err != nil {
+		return nil, fmt.Errorf("marshal event type: %w", err)
+	}
+	out = append(out, `,"subject":"`...)
+	out = appendUUID(out, e.AggregateID)
+	out = append(out, `","time":"`...)
+	out = append(out, when...)
+	out = append(out, `","datacontenttype":"application/json"`...)
+	if schema != "" {
+		out = append(out, `,"dataschema":`...)
+		if out, err = jsontext.AppendQuote(out, schema); err != nil {
+			return nil, fmt.Errorf("marshal event schema: %w", err)
+		}
+	}
+	out = append(out, `,"data":`...)
+	out = append(out, data...)
+	return append(out, '}'), nil
+}
+
+// appendUUID appends u's canonical text form (hex digits and dashes need
+// no JSON escaping).
+func appendUUID(dst []byte, u uuid.UUID) []byte {
+	at := len(dst)
+	dst = append(dst, "00000000-0000-0000-0000-000000000000"...)
+	s := dst[at:]
+	hex.Encode(s[0:8], u[0:4])
+	hex.Encode(s[9:13], u[4:6])
+	hex.Encode(s[14:18], u[6:8])
+	hex.Encode(s[19:23], u[8:10])
+	hex.Encode(s[24:], u[10:])
+	return dst
 }
 
 // sqlEventInsert writes an event as its own statement.
