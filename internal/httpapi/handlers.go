@@ -62,6 +62,8 @@ func RenderWrite(res notes.Result) ([]byte, error) {
 	switch {
 	case res.Err != nil:
 		return problemFor(res.Err).JSON(), nil
+	case res.NoteJSON != nil:
+		return res.NoteJSON, nil
 	case res.Note != nil:
 		body, err := json.Marshal(res.Note)
 		if err != nil {

@@ -10,6 +10,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/go-json-experiment/json"
 	"github.com/stretchr/testify/require"
 
 	"github.com/quillhq/quill/internal/notes"
@@ -339,4 +340,27 @@ func FuzzValidate(f *testing.F) {
 			t.Fatalf("unexpected error type %T: %v", err, err)
 		}
 	})
+}
+
+// AppendJSON gives json.Marshal's bytes, with and without an attachment,
+// for text that needs escaping, and fails where marshaling fails.
+func TestNoteViewAppendJSON(t *testing.T) {
+	t.Parallel()
+	att := &notes.AttachmentView{ID: "a1", Filename: "x \"y\".png", ContentType: "image/png", Size: 1 << 20, SHA256: "ab", Status: "pending"}
+	for _, v := range []notes.NoteView{
+		{ID: "n1", Title: "groceries", Body: "milk", CreatedAt: "2026-12-03T10:00:00.000000Z", Version: 1, UpdatedAt: "2026-12-03T10:00:00.000000Z"},
+		{ID: "n2", Title: "<b>&\"quoted\"\\ \u2028\u2029 \t\n\x01 é 🦀", Body: "", Attachment: att, Version: 2147483647},
+		{},
+	} {
+		want, err := json.Marshal(v)
+		require.NoError(t, err)
+		got, err := v.AppendJSON([]byte("prefix"))
+		require.NoError(t, err)
+		require.Equal(t, "prefix"+string(want), string(got))
+	}
+	bad := notes.NoteView{Title: "\xff"}
+	_, err := json.Marshal(bad)
+	require.Error(t, err)
+	_, err = bad.AppendJSON(nil)
+	require.Error(t, err)
 }

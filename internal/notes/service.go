@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/google/uuid"
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
@@ -175,6 +176,11 @@ type Result struct {
 	// Note is the created note (a create), or the note as an update left
 	// it.
 	Note *NoteView
+	// NoteJSON is Note as JSON when the service rendered it (a create):
+	// the bytes its note.created event carries as data. A renderer that
+	// answers the note as it is answers these bytes, so that the answer,
+	// the record and the event share one rendering.
+	NoteJSON jsontext.Value
 	// Deleted is the deleted note (a delete).
 	Deleted *DeleteResult
 	// Err is the domain error the operation is recorded with:
@@ -384,14 +390,18 @@ func (s *Service) planCreate(r Request, p CreateParams, secret []byte, generatio
 			Size: len(a.Data), SHA256: a.SHA256, Status: AttachmentPending}
 	}
 	view := n.View()
-	resource := contract.NotePath(id.String())
-	body, err := r.Render(Result{Outcome: OutcomeCreated, Resource: resource, Note: &view})
+	resource := contract.NotePath(view.ID)
+	noteJSON, err := view.AppendJSON(make([]byte, 0, 160+len(view.Title)+len(view.Body)))
+	if err != nil {
+		return nil, fmt.Errorf("render create: %w", err)
+	}
+	body, err := r.Render(Result{Outcome: OutcomeCreated, Resource: resource, Note: &view, NoteJSON: noteJSON})
 	if err != nil {
 		return nil, fmt.Errorf("render create: %w", err)
 	}
 	plan := &idempotency.Plan{Outcome: OutcomeCreated, Body: body, Resource: resource, ResourceVersion: n.Version, Effect: true}
 	noteArgs := []any{pgUUID(n.ID), n.Tenant, n.Title, n.Body, n.CreatedAt, n.Version, n.UpdatedAt}
-	event, err := outbox.InsertArgs(s.event(r, contract.EventNoteCreated, id, n.Version, now, view))
+	event, err := outbox.InsertArgs(s.event(r, contract.EventNoteCreated, id, n.Version, now, noteJSON))
 	if err != nil {
 		return nil, err
 	}
