@@ -160,10 +160,30 @@ func (f *floorCreate) args(i, j int, key string, note, event uuid.UUID) []any {
 		}
 		switch x := v.(type) {
 		case string:
-			out[k] = strings.NewReplacer(f.key, key, f.noteS, note.String(), f.eventS, event.String()).Replace(x)
+			// Only what the recorded value holds is replaced: the
+			// floor's own work must stay small beside the driver's.
+			if x == f.key {
+				out[k] = key
+				continue
+			}
+			if strings.Contains(x, f.key) {
+				x = strings.ReplaceAll(x, f.key, key)
+			}
+			if strings.Contains(x, f.noteS) {
+				x = strings.ReplaceAll(x, f.noteS, note.String())
+			}
+			if strings.Contains(x, f.eventS) {
+				x = strings.ReplaceAll(x, f.eventS, event.String())
+			}
+			out[k] = x
 		case []byte:
-			y := bytes.ReplaceAll(x, []byte(f.noteS), []byte(note.String()))
-			out[k] = bytes.ReplaceAll(y, []byte(f.eventS), []byte(event.String()))
+			if bytes.Contains(x, []byte(f.noteS)) {
+				x = bytes.ReplaceAll(x, []byte(f.noteS), []byte(note.String()))
+			}
+			if bytes.Contains(x, []byte(f.eventS)) {
+				x = bytes.ReplaceAll(x, []byte(f.eventS), []byte(event.String()))
+			}
+			out[k] = x
 		case pgtype.UUID:
 			switch uuid.UUID(x.Bytes) {
 			case f.note:
@@ -186,6 +206,9 @@ func (f *floorCreate) args(i, j int, key string, note, event uuid.UUID) []any {
 			out[k] = rand.Int64()
 		case time.Time:
 			out[k] = x.Add(time.Since(f.at))
+		case pgtype.Timestamptz:
+			x.Time = x.Time.Add(time.Since(f.at))
+			out[k] = x
 		default:
 			out[k] = v
 		}

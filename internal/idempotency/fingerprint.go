@@ -28,6 +28,10 @@ type Fingerprint struct {
 	// Fields maps each parameter name to the hex SHA-256 of its canonical
 	// JSON value.
 	Fields map[string]string
+	// fieldsJSON is Fields as the record's field_hashes column holds it
+	// (fieldsJSON of Fields), built with them; empty for a Fingerprint
+	// made by hand.
+	fieldsJSON string
 }
 
 // canonical marshals deterministically: object members sorted by name, no
@@ -43,59 +47,113 @@ var canonical = json.JoinOptions(json.Deterministic(true))
 // sorted by name, as json's Deterministic sorts them) — the pinned digests
 // of fingerprint_golden_test.go hold it to that.
 func NewFingerprint(action string, version int, params Params) (Fingerprint, error) {
-	doc, fields, err := canonicalDoc(action, version, params, true)
+	var fieldsDoc []byte
+	doc, fields, err := canonicalDoc(action, version, params, &fieldsDoc)
 	if err != nil {
 		return Fingerprint{}, err
 	}
 	sum := sha256.Sum256(doc)
-	return Fingerprint{Action: action, Version: version, Sum: sum[:], Fields: fields}, nil
+	return Fingerprint{Action: action, Version: version, Sum: sum[:], Fields: fields, fieldsJSON: string(fieldsDoc)}, nil
 }
 
 // CanonicalJSON returns the canonical document a fingerprint is the hash of;
 // exposed for tests and for explaining a fingerprint.
 func CanonicalJSON(action string, version int, params Params) ([]byte, error) {
-	doc, _, err := canonicalDoc(action, version, params, false)
+	doc, _, err := canonicalDoc(action, version, params, nil)
 	return doc, err
 }
 
-// member is one member of the canonical document: its name and canonical
-// value.
+// member is one member of the canonical document: its name and where its
+// canonical value is in the values' buffer.
 type member struct {
-	name  string
-	value []byte
+	name       string
+	start, end int
+}
+
+// appendCanonical appends v's canonical JSON. Strings, the parameters of
+// almost every action, are quoted directly — what marshaling gives them —
+// and nil is null; anything else is marshaled.
+func appendCanonical(dst []byte, v any) ([]byte, error) {
+	switch x := v.(type) {
+	case string:
+		return jsontext.AppendQuote(dst, x)
+	case nil:
+		return append(dst, "null"...), nil
+	}
+	b, err := json.Marshal(v, canonical)
+	if err != nil {
+		return nil, err
+	}
+	return append(dst, b...), nil
 }
 
 // canonicalDoc builds the canonical document of action, version and params
-// and, with hashes, each parameter's hash.
-func canonicalDoc(action string, version int, params Params, hashes bool) ([]byte, map[string]string, error) {
-	members := make([]member, 0, len(params)+2)
-	var fields map[string]string
-	if hashes {
-		fields = make(map[string]string, len(params))
-	}
-	size := 2
+// and, when fieldsDoc is not nil, each parameter's hash, and into
+// *fieldsDoc the JSON object of those hashes, members sorted, as the
+// record's field_hashes column holds it. Every value goes into one buffer,
+// and every hash into one string that the map's values slice (issue 29).
+func canonicalDoc(action string, version int, params Params, fieldsDoc *[]byte) ([]byte, map[string]string, error) {
+	var stack [8]member
+	members := stack[:0]
+	vals := make([]byte, 0, 256)
 	for name, v := range params {
 		if name == "action" || name == "v" {
 			return nil, nil, fmt.Errorf("parameter name %q is reserved", name)
 		}
-		b, err := json.Marshal(v, canonical)
-		if err != nil {
+		start := len(vals)
+		var err error
+		if vals, err = appendCanonical(vals, v); err != nil {
 			return nil, nil, fmt.Errorf("canonical %s: %w", name, err)
 		}
-		if hashes {
-			sum := sha256.Sum256(b)
-			fields[name] = hex.EncodeToString(sum[:])
-		}
-		members = append(members, member{name, b})
-		size += len(name) + len(b) + 4
+		members = append(members, member{name, start, len(vals)})
 	}
-	a, err := json.Marshal(action, canonical)
-	if err != nil {
+	var fields map[string]string
+	if fieldsDoc != nil {
+		fields = make(map[string]string, len(params))
+		if len(members) > 0 {
+			slices.SortFunc(members, func(x, y member) int { return strings.Compare(x.name, y.name) })
+			digests := make([]byte, 0, len(members)*hex.EncodedLen(sha256.Size))
+			for _, m := range members {
+				sum := sha256.Sum256(vals[m.start:m.end])
+				digests = hex.AppendEncode(digests, sum[:])
+			}
+			all := string(digests)
+			doc := make([]byte, 0, 2+len(members)*(8+hex.EncodedLen(sha256.Size)))
+			doc = append(doc, '{')
+			for i, m := range members {
+				h := all[i*hex.EncodedLen(sha256.Size) : (i+1)*hex.EncodedLen(sha256.Size)]
+				fields[m.name] = h
+				if i > 0 {
+					doc = append(doc, ',')
+				}
+				var err error
+				if doc, err = jsontext.AppendQuote(doc, m.name); err != nil {
+					return nil, nil, fmt.Errorf("canonical document: parameter name %q: %w", m.name, err)
+				}
+				doc = append(doc, ':', '"')
+				doc = append(doc, h...)
+				doc = append(doc, '"')
+			}
+			*fieldsDoc = append(doc, '}')
+		} else {
+			*fieldsDoc = append((*fieldsDoc)[:0], "{}"...)
+		}
+	}
+	start := len(vals)
+	var err error
+	if vals, err = jsontext.AppendQuote(vals, action); err != nil {
 		return nil, nil, fmt.Errorf("canonical document: %w", err)
 	}
-	members = append(members, member{"action", a}, member{"v", strconv.AppendInt(nil, int64(version), 10)})
+	members = append(members, member{"action", start, len(vals)})
+	start = len(vals)
+	vals = strconv.AppendInt(vals, int64(version), 10)
+	members = append(members, member{"v", start, len(vals)})
 	slices.SortFunc(members, func(x, y member) int { return strings.Compare(x.name, y.name) })
-	doc := make([]byte, 0, size+len(a)+32)
+	size := 2
+	for _, m := range members {
+		size += len(m.name) + 4 + m.end - m.start
+	}
+	doc := make([]byte, 0, size+8)
 	doc = append(doc, '{')
 	for i, m := range members {
 		if i > 0 {
@@ -105,7 +163,7 @@ func canonicalDoc(action string, version int, params Params, hashes bool) ([]byt
 			return nil, nil, fmt.Errorf("canonical document: parameter name %q: %w", m.name, err)
 		}
 		doc = append(doc, ':')
-		doc = append(doc, m.value...)
+		doc = append(doc, vals[m.start:m.end]...)
 	}
 	return append(doc, '}'), fields, nil
 }

@@ -26,6 +26,9 @@ type Record struct {
 	Version     int
 	Fingerprint []byte
 	Fields      map[string]string
+	// fieldsJSON is Fields as JSON when the fingerprint built it;
+	// appendRecordArgs builds it otherwise.
+	fieldsJSON string
 	// Resource is the path of the resource the operation created or acted
 	// on, e.g. /v1/notes/{id}; empty when it acted on nothing.
 	Resource string
@@ -253,8 +256,16 @@ func rawBool(b []byte, format int16) (v, ok bool) {
 // operationInsert's order, to dst.
 func appendRecordArgs(dst []any, r *Record) []any {
 	return append(dst, r.Tenant, r.Key, r.Action, r.Version, r.Fingerprint,
-		fieldsJSON(r.Fields), r.Resource, r.Outcome, r.Body,
-		r.CreatedAt, r.CompletedAt, r.ExpiresAt, r.ForgetAt, resourceVersionArg(r.ResourceVersion))
+		r.fieldsArg(), r.Resource, r.Outcome, r.Body,
+		db.Time(r.CreatedAt), db.Time(r.CompletedAt), db.Time(r.ExpiresAt), db.Time(r.ForgetAt), resourceVersionArg(r.ResourceVersion))
+}
+
+// fieldsArg is the record's field_hashes parameter.
+func (r *Record) fieldsArg() any {
+	if r.fieldsJSON != "" {
+		return r.fieldsJSON
+	}
+	return fieldsJSON(r.Fields)
 }
 
 // resourceVersionArg is a record's resource version as its column holds

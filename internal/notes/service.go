@@ -400,7 +400,7 @@ func (s *Service) planCreate(r Request, p CreateParams, secret []byte, generatio
 		return nil, fmt.Errorf("render create: %w", err)
 	}
 	plan := &idempotency.Plan{Outcome: OutcomeCreated, Body: body, Resource: resource, ResourceVersion: n.Version, Effect: true}
-	noteArgs := []any{pgUUID(n.ID), n.Tenant, n.Title, n.Body, n.CreatedAt, n.Version, n.UpdatedAt}
+	noteArgs := []any{pgUUID(n.ID), n.Tenant, n.Title, n.Body, db.Time(n.CreatedAt), n.Version, db.Time(n.UpdatedAt)}
 	event, err := outbox.InsertArgs(s.event(r, contract.EventNoteCreated, id, n.Version, now, noteJSON))
 	if err != nil {
 		return nil, err

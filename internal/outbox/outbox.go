@@ -170,7 +170,7 @@ func InsertArgs(e Event) ([]any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return []any{pgUUID(e.ID), e.Tenant, e.OperationKey, pgUUID(e.AggregateID), e.Type, payload, e.Traceparent, e.Time, e.Tracestate}, nil
+	return []any{pgUUID(e.ID), e.Tenant, e.OperationKey, pgUUID(e.AggregateID), e.Type, payload, e.Traceparent, db.Time(e.Time), e.Tracestate}, nil
 }
 
 // pgUUID passes a UUID to pgx in binary; a uuid.UUID would go through its
