@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"syscall"
 	"time"
 
@@ -51,6 +52,19 @@ const StatementTimeout = "30s"
 const sqlSessionSettings = `SELECT pg_backend_pid(), now(), CASE WHEN current_setting('idle_in_transaction_session_timeout') = '0'
 	THEN set_config('idle_in_transaction_session_timeout', '` + idleInTxTimeout + `', true) END,
 	CASE WHEN current_setting('statement_timeout') = '0' THEN set_config('statement_timeout', '` + StatementTimeout + `', true) END`
+
+// isolationParam and readCommitted are the startup parameter, and its
+// value, that make READ COMMITTED a direct session's default.
+const (
+	isolationParam = "default_transaction_isolation"
+	readCommitted  = "read committed"
+)
+
+// implicitKey marks, in a direct connection's CustomData, a session whose
+// default isolation is READ COMMITTED, so that a transaction sent whole in
+// one round trip may be an implicit one (Pipeline.Commit). Behind a pooler
+// no startup parameter reaches the session, and BEGIN names the level.
+const implicitKey = "quill.implicit_tx"
 
 // pooledKey marks, in a connection's CustomData, a connection that reaches
 // PostgreSQL through a pooler: its transactions apply sqlSessionSettings.
@@ -150,7 +164,17 @@ func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error
 		if _, ok := cc.RuntimeParams["idle_in_transaction_session_timeout"]; !ok {
 			cc.RuntimeParams["idle_in_transaction_session_timeout"] = idleInTxTimeout
 		}
+		// READ COMMITTED is the session's default, so that a pipelined
+		// transaction sent in one round trip can go without BEGIN and
+		// COMMIT (Pipeline.Commit); a URL that names another default
+		// keeps them.
+		iso, isoNamed := cc.RuntimeParams[isolationParam]
+		if !isoNamed {
+			cc.RuntimeParams[isolationParam] = readCommitted
+		}
+		implicit := !isoNamed || strings.EqualFold(strings.TrimSpace(iso), readCommitted)
 		cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+			c.PgConn().CustomData()[implicitKey] = implicit
 			return startSession(ctx, c, !timeoutNamed)
 		}
 	default:

@@ -49,6 +49,13 @@ type Pipeline struct {
 	// b holds the statements not sent yet, BEGIN first until the first
 	// send.
 	b *pgx.Batch
+	// sent: a round trip carried the transaction's first statements, so
+	// BEGIN went out.
+	sent bool
+	// implicit: the session's default isolation is READ COMMITTED
+	// (implicitKey), so a transaction whose every statement goes in the
+	// round trip of Commit is sent without BEGIN and COMMIT.
+	implicit bool
 	// released: the connection went back to the pool (or was closed).
 	released bool
 	// span is the transaction's span, nil when the caller's context
@@ -86,6 +93,9 @@ type PipelineOption func(*pipelineOptions)
 
 type pipelineOptions struct {
 	acquireTimeout, lockTimeout time.Duration
+	// lockArg is lockTimeout's parameter, made once by WithLockTimeout
+	// rather than per transaction.
+	lockArg any
 }
 
 // WithAcquireTimeout bounds the wait for a free connection of the pool;
@@ -102,7 +112,8 @@ func WithAcquireTimeout(d time.Duration) PipelineOption {
 // fails with an error that Translate maps to ErrLockTimeout. Zero keeps the
 // session's lock_timeout (by default none).
 func WithLockTimeout(d time.Duration) PipelineOption {
-	return func(o *pipelineOptions) { o.lockTimeout = d }
+	var arg any = strconv.FormatInt(d.Milliseconds(), 10)
+	return func(o *pipelineOptions) { o.lockTimeout, o.lockArg = d, arg }
 }
 
 // sqlLockTimeout sets the transaction's lock_timeout; the value is bound,
@@ -128,16 +139,18 @@ func BeginPipeline(ctx context.Context, pool *pgxpool.Pool, opts ...PipelineOpti
 		}
 		return nil, err
 	}
-	p := &Pipeline{conn: conn, since: sessionStart(conn), b: &pgx.Batch{}, span: span}
+	cd := conn.Conn().PgConn().CustomData()
+	p := &Pipeline{conn: conn, since: sessionStart(conn), b: &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 4)}, span: span,
+		implicit: cd[implicitKey] == true}
 	p.b.Queue(sqlBegin)
-	if conn.Conn().PgConn().CustomData()[pooledKey] == true {
+	if cd[pooledKey] == true {
 		p.b.Queue(sqlSessionSettings).QueryRow(func(row pgx.Row) error {
 			var discard1, discard2 any
 			return row.Scan(&p.pid, &p.xactStart, &discard1, &discard2)
 		})
 	}
 	if o.lockTimeout > 0 {
-		p.b.Queue(sqlLockTimeout, strconv.FormatInt(o.lockTimeout.Milliseconds(), 10))
+		p.b.Queue(sqlLockTimeout, o.lockArg)
 	}
 	return p, nil
 }
@@ -187,7 +200,7 @@ func (p *Pipeline) send(ctx context.Context) error {
 	if b.Len() == 0 {
 		return nil
 	}
-	p.b = &pgx.Batch{}
+	p.b, p.sent = &pgx.Batch{}, true
 	return p.conn.SendBatch(ctx, b).Close()
 }
 
@@ -238,9 +251,23 @@ func (r *queuedRow) Scan(dest ...any) error {
 // server ended the session, during that round trip — so COMMIT may or may
 // not have happened — it closes the connection and returns an
 // *OutcomeUnknownError.
+//
+// A transaction that sends every statement here, in its only round trip,
+// on a session whose default isolation is READ COMMITTED goes without
+// BEGIN and COMMIT: the protocol's one Sync at the end of the trip makes
+// its statements one implicit transaction, committed at the Sync, or
+// rolled back whole when one fails — what BEGIN … COMMIT did, with two
+// statements fewer for pgx and PostgreSQL to run (issue 29).
 func (p *Pipeline) Commit(ctx context.Context) error {
 	var tag pgconn.CommandTag
-	p.b.Queue(sqlCommit).Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
+	implicit := p.implicit && !p.sent
+	if implicit {
+		// BEGIN is the first statement queued (BeginPipeline).
+		p.b.QueuedQueries = p.b.QueuedQueries[1:]
+		tag = pgconn.NewCommandTag(sqlCommit)
+	} else {
+		p.b.Queue(sqlCommit).Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
+	}
 	err := p.send(ctx)
 	if err == nil {
 		if tag.String() != sqlCommit {
@@ -253,7 +280,10 @@ func (p *Pipeline) Commit(ctx context.Context) error {
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && !sessionEnded(pgErr) {
-		p.Rollback(ctx)
+		if !implicit {
+			// An implicit transaction ended at the Sync.
+			p.Rollback(ctx)
+		}
 		err = Translate(err)
 		p.fail(err)
 		return err

@@ -13,8 +13,9 @@ import (
 )
 
 // Proxy is a TCP proxy in front of PostgreSQL that can lose a COMMIT's
-// reply: once armed, the next reply that completes a COMMIT is read to its
-// end (ReadyForQuery) and discarded, and the connection is cut. The server
+// reply: once armed, the next reply that completes a COMMIT — or an
+// implicit transaction of several statements committed at their Sync — is
+// read to its end (ReadyForQuery) and discarded, and the connection is cut. The server
 // has committed; the client cannot know.
 type Proxy struct {
 	target string
@@ -63,7 +64,7 @@ func (p *Proxy) serverToClient(server, client net.Conn) {
 	header := make([]byte, 5)
 	first := true
 	var held []byte
-	committed := false
+	committed, completed, failed := false, 0, false
 	for {
 		if first {
 			// The answer to an SSLRequest is one byte, not a message.
@@ -99,12 +100,27 @@ func (p *Proxy) serverToClient(server, client net.Conn) {
 			continue
 		}
 		held = append(held, msg...)
-		if msg[0] == 'C' && strings.HasPrefix(string(msg[5:]), "COMMIT") {
-			committed = true
+		switch msg[0] {
+		case 'C':
+			completed++
+			if strings.HasPrefix(string(msg[5:]), "COMMIT") {
+				committed = true
+			}
+		case 'E':
+			failed = true
 		}
 		if msg[0] != 'Z' {
 			continue
 		}
+		// An implicit transaction (statements without BEGIN, one Sync:
+		// db.Pipeline's one-trip transaction) commits at the Sync: its
+		// reply completed more than one statement (a lone statement is a
+		// read, such as a token's lookup, as often as a write), reported
+		// no error, and ends idle.
+		if !committed && completed > 1 && !failed && len(msg) == 6 && msg[5] == 'I' {
+			committed = true
+		}
+		completed, failed = 0, false
 		if !committed {
 			if _, err := client.Write(held); err != nil {
 				return

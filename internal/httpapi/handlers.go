@@ -113,16 +113,26 @@ func writeOutcome(w http.ResponseWriter, r *http.Request, out notes.Answer, err 
 	}
 	status := statusOf(out.Outcome)
 	h := w.Header()
+	// The header values are assigned rather than Set: Set makes a slice
+	// for each, and a write answers three (issue 29). The content types
+	// are shared slices of one value, length equal to capacity so that an
+	// Add copies them.
 	if status >= 400 {
-		h.Set("Content-Type", problem.ContentType)
+		h["Content-Type"] = problemContentType
 	} else {
-		h.Set("Content-Type", "application/json")
+		h["Content-Type"] = jsonContentType
 	}
-	if out.Outcome == notes.OutcomeCreated {
-		h.Set("Location", out.Resource)
-	}
-	if out.ResourceVersion > 0 && status < 400 {
-		h.Set("ETag", etag(out.ResourceVersion))
+	created, versioned := out.Outcome == notes.OutcomeCreated, out.ResourceVersion > 0 && status < 400
+	if created || versioned {
+		vals := make([]string, 2)
+		if created {
+			vals[0] = out.Resource
+			h["Location"] = vals[0:1:1]
+		}
+		if versioned {
+			vals[1] = etag(out.ResourceVersion)
+			h["Etag"] = vals[1:2:2]
+		}
 	}
 	if out.Replayed {
 		h.Set("Idempotent-Replayed", "true")
@@ -418,4 +428,25 @@ func operationView(op *notes.Operation) operation {
 }
 
 // etag is the ETag of a note at version: a strong tag, the quoted version.
-func etag(version int) string { return `"` + strconv.Itoa(version) + `"` }
+func etag(version int) string {
+	if version > 0 && version < len(smallETags) {
+		return smallETags[version]
+	}
+	return `"` + strconv.Itoa(version) + `"`
+}
+
+// smallETags are the entity tags of the first versions, made once: every
+// create answers "1".
+var smallETags = func() []string {
+	out := make([]string, 64)
+	for v := range out {
+		out[v] = `"` + strconv.Itoa(v) + `"`
+	}
+	return out
+}()
+
+// The shared Content-Type values of writeOutcome.
+var (
+	jsonContentType    = []string{"application/json"}
+	problemContentType = []string{problem.ContentType}
+)

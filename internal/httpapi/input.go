@@ -26,6 +26,9 @@ var strict = json.RejectUnknownMembers(true)
 // isJSON reports whether a Content-Type names JSON: application/json or a
 // +json suffix type.
 func isJSON(contentType string) bool {
+	if contentType == "application/json" {
+		return true // what nearly every client sends, without parsing it
+	}
 	mt, _, err := mime.ParseMediaType(contentType)
 	if err != nil {
 		return false

@@ -110,21 +110,31 @@ func (b *bodyTracker) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// requestState is what observe keeps of a request, in one allocation.
+type requestState struct {
+	ri   reqInfo
+	sw   statusWriter
+	body bodyTracker
+}
+
 // observe assigns the request id, recovers panics as 500 problems, counts
 // the request and logs one line without titles, bodies, keys or tokens.
 func (s *server) observe(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		ri := &reqInfo{id: r.Header.Get("X-Request-Id")}
+		st := &requestState{ri: reqInfo{id: r.Header.Get("X-Request-Id")}}
+		ri := &st.ri
 		if !requestIDRE.MatchString(ri.id) {
 			ri.id = problem.NewRequestID()
 		}
 		w.Header().Set("X-Request-Id", ri.id)
 		ctx, span := s.startSpan(context.WithValue(r.Context(), ctxKey{}, ri), r)
 		r = r.WithContext(ctx)
-		sw := &statusWriter{ResponseWriter: w}
+		sw := &st.sw
+		sw.ResponseWriter = w
 		if r.Body != nil && r.Body != http.NoBody && (r.ContentLength != 0 || len(r.TransferEncoding) > 0) {
-			sw.body, sw.contentLength = &bodyTracker{ReadCloser: r.Body}, r.ContentLength
+			st.body.ReadCloser = r.Body
+			sw.body, sw.contentLength = &st.body, r.ContentLength
 			r.Body = sw.body
 		}
 		defer func() {

@@ -13,8 +13,12 @@ type Flights struct {
 }
 
 type flight struct {
+	// done is made when the first follower joins, and closed when the
+	// leader leaves: most operations have none, and a channel was one of
+	// the allocations of every create (issue 29).
 	done   chan struct{}
 	action string
+	left   bool
 }
 
 // NewFlights returns an empty set of flights.
@@ -24,24 +28,31 @@ func NewFlights() *Flights {
 
 // Join enters the flight for operation id, on behalf of a request for
 // action. When nobody is in it, the caller leads: wait is nil and it must
-// call leave when its attempt is over. Otherwise wait is closed when the
-// current leader leaves, and leave is nil.
+// call leave when its attempt is over (a second call does nothing).
+// Otherwise wait is closed when the current leader leaves, and leave is
+// nil.
 func (f *Flights) Join(id int64, action string) (wait <-chan struct{}, leave func()) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if fl, ok := f.m[id]; ok {
+		if fl.done == nil {
+			fl.done = make(chan struct{})
+		}
 		return fl.done, nil
 	}
-	fl := &flight{done: make(chan struct{}), action: action}
+	fl := &flight{action: action}
 	f.m[id] = fl
-	var once sync.Once
 	return nil, func() {
-		once.Do(func() {
-			f.mu.Lock()
-			delete(f.m, id)
-			f.mu.Unlock()
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if fl.left {
+			return
+		}
+		fl.left = true
+		delete(f.m, id)
+		if fl.done != nil {
 			close(fl.done)
-		})
+		}
 	}
 }
 

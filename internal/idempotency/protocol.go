@@ -142,12 +142,15 @@ type Protocol struct {
 	// replays counts answered replays per operation until a flush writes
 	// them to operations.replays (RunReplayCounter).
 	replays *replayCounter
+	// txOptions are every attempt's transaction options, made once.
+	txOptions []db.PipelineOption
 }
 
 // NewProtocol returns a protocol over pool; now is its clock.
 func NewProtocol(pool *pgxpool.Pool, cfg Config, log zerolog.Logger, now func() time.Time, obs Observer, gate Gate) *Protocol {
 	return &Protocol{pool: pool, cfg: cfg, log: log, now: now, obs: obs, gate: gate, flights: NewFlights(),
-		cache: NewCache(cfg.ReplayCacheBytes), replays: newReplayCounter()}
+		cache: NewCache(cfg.ReplayCacheBytes), replays: newReplayCounter(),
+		txOptions: []db.PipelineOption{db.WithAcquireTimeout(cfg.AcquireTimeout), db.WithLockTimeout(cfg.LockTimeout)}}
 }
 
 // Request is one write request for an operation.
@@ -372,7 +375,7 @@ func (p *Protocol) attempt(reqCtx context.Context, r Request) (Answer, error) {
 		return Answer{}, unavailable(err, false)
 	}
 	defer turn()
-	tx, err := db.BeginPipeline(ctx, p.pool, db.WithAcquireTimeout(p.cfg.AcquireTimeout), db.WithLockTimeout(p.cfg.LockTimeout))
+	tx, err := db.BeginPipeline(ctx, p.pool, p.txOptions...)
 	if err != nil {
 		return Answer{}, unavailable(err, false)
 	}

@@ -256,6 +256,9 @@ func (s *Service) Create(ctx context.Context, r Request, p CreateParams) (Answer
 // it. In one statement (ClaimWrite) whichever of the note's, its
 // attachment's or its event's constraints is checked first refuses it.
 func noteIDTaken(err error) bool {
+	if err == nil {
+		return false // before errors.As, whose target would escape on every create
+	}
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || pgErr.Code != pgerrcode.UniqueViolation {
 		return false
@@ -401,7 +404,7 @@ func (s *Service) planCreate(r Request, p CreateParams, secret []byte, generatio
 	}
 	plan := &idempotency.Plan{Outcome: OutcomeCreated, Body: body, Resource: resource, ResourceVersion: n.Version, Effect: true}
 	noteArgs := []any{pgUUID(n.ID), n.Tenant, n.Title, n.Body, db.Time(n.CreatedAt), n.Version, db.Time(n.UpdatedAt)}
-	event, err := outbox.InsertArgs(s.event(r, contract.EventNoteCreated, id, n.Version, now, noteJSON))
+	event, err := outbox.InsertArgs(s.event(r, contract.EventNoteCreated, id, n.Version, now, jsontext.Value(noteJSON)))
 	if err != nil {
 		return nil, err
 	}
