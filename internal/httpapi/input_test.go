@@ -417,3 +417,24 @@ func FuzzDecodeBody(f *testing.F) {
 		require.Equal(t, contract.RetryAfterFixing, p.Retry)
 	})
 }
+
+func TestValidRequestID(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		id   string
+		want bool
+	}{
+		{"", false},
+		{"a", true},
+		{"req-1.2_3", true},
+		{strings.Repeat("x", 128), true},
+		{strings.Repeat("x", 129), false},
+		{"with space", false},
+		{"semi;colon", false},
+		{"é", false},
+		{"new\nline", false},
+		{"ABCxyz019", true},
+	} {
+		require.Equal(t, c.want, validRequestID(c.id), "%q", c.id)
+	}
+}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"regexp"
 	"time"
 
 	"github.com/quillhq/quill/contract"
@@ -34,7 +33,22 @@ func info(r *http.Request) *reqInfo {
 	return ri
 }
 
-var requestIDRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
+// validRequestID reports whether a client's X-Request-Id may be kept: 1 to
+// 128 of A-Z, a-z, 0-9, '.', '_' and '-' (a loop: the regular expression
+// it replaced was 2 % of a create's CPU).
+func validRequestID(id string) bool {
+	if len(id) == 0 || len(id) > 128 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		switch c := id[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '.', c == '_', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 type statusWriter struct {
 	http.ResponseWriter
@@ -124,7 +138,7 @@ func (s *server) observe(next http.Handler) http.Handler {
 		start := time.Now()
 		st := &requestState{ri: reqInfo{id: r.Header.Get("X-Request-Id")}}
 		ri := &st.ri
-		if !requestIDRE.MatchString(ri.id) {
+		if !validRequestID(ri.id) {
 			ri.id = problem.NewRequestID()
 		}
 		w.Header().Set("X-Request-Id", ri.id)

@@ -84,9 +84,27 @@ var httpDurationBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, 
 
 // HTTPRequest counts one answered HTTP request and observes its duration.
 func (m *API) HTTPRequest(route, method string, code int, d time.Duration) {
-	m.httpRequests.WithLabelValues(route, method, strconv.Itoa(code)).Inc()
+	m.httpRequests.WithLabelValues(route, method, statusLabel(code)).Inc()
 	m.httpDuration.WithLabelValues(route, method).Observe(d.Seconds())
 }
+
+// statusLabel is code's decimal text; the codes HTTP defines come from a
+// table made once, since strconv.Itoa allocates every three-digit one.
+func statusLabel(code int) string {
+	if code >= 100 && code < 100+len(statusLabels) {
+		return statusLabels[code-100]
+	}
+	return strconv.Itoa(code)
+}
+
+// statusLabels are the labels of the codes 100 to 599.
+var statusLabels = func() []string {
+	out := make([]string, 500)
+	for i := range out {
+		out[i] = strconv.Itoa(100 + i)
+	}
+	return out
+}()
 
 // NewRegistry returns a registry with the Go runtime and process collectors
 // and quill_build_info.
