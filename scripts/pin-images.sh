@@ -76,6 +76,12 @@ resolve() {
 	printf '%s\n' "$out"
 }
 
+# sed_in_place ARGS... FILE: sed -i as both GNU's and BSD's sed take it.
+sed_in_place() {
+	local file=${*: -1}
+	sed -i.pin-images~ "$@" && rm -f "$file.pin-images~"
+}
+
 # Every pinned reference in the files, once each: tag@digest.
 mapfile -t pinned < <(grep -ohE '[a-z0-9][a-z0-9._/-]*:[A-Za-z0-9_][A-Za-z0-9_.-]*@sha256:[0-9a-f]{64}' "${files[@]}" | sort -u)
 if ((${#pinned[@]} == 0 && ${#extra[@]} == 0)); then
@@ -114,7 +120,7 @@ for p in "${pinned[@]}"; do
 	echo "changed $ref $have -> ${want[$ref]}"
 	if ((!check)); then
 		for f in "${files[@]}"; do
-			sed -i "s|${ref//./\\.}@${have}|${ref}@${want[$ref]}|g" "$f"
+			sed_in_place "s|${ref//./\\.}@${have}|${ref}@${want[$ref]}|g" "$f"
 		done
 	fi
 done
@@ -130,7 +136,7 @@ for ref in "${extra[@]}"; do
 	echo "pin     $ref ${want[$ref]}"
 	if ((!check)); then
 		for f in "${files[@]}"; do
-			sed -i -E "s#${pattern}#\\1${ref}@${want[$ref]}\\2#g" "$f"
+			sed_in_place -E "s#${pattern}#\\1${ref}@${want[$ref]}\\2#g" "$f"
 		done
 	fi
 done
