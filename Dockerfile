@@ -7,12 +7,23 @@
 #
 #   docker build -t quill:dev .
 
-ARG GO_VERSION=1.26
+# Base images are pinned by digest (decision 0101): the tag is kept for the
+# reader, Docker pulls by the digest, so a rebuild of a commit gets the bytes
+# it was built with and a retagged upstream image cannot change it.
+# scripts/pin-images.sh re-resolves the tags on a machine that reaches the
+# registries (and --check verifies them); internal/archtest's
+# TestBaseImagesArePinned refuses a FROM without a digest.
 
 ############################
 # Build stage
 ############################
-FROM --platform=$BUILDPLATFORM golang:${GO_VERSION} AS build
+# golang:1.26.9 (go.mod says go 1.26.8; GOTOOLCHAIN=local below needs at least
+# that). The digest was read from public repositories that pin this tag —
+# JanuaPort/januaport-plugins script-runner/CHANGELOG.md, and golang:1.26 at
+# the same index in VEXXHOST's Dockerfiles — and was NOT verified against the
+# registry from the machine that wrote it (none was reachable): run
+# scripts/pin-images.sh --check where one is.
+FROM --platform=$BUILDPLATFORM golang:1.26.9@sha256:d7722066f0b60ceccb6c0643cbed1f5f9e15506ac237146c95333504d7805d89 AS build
 WORKDIR /src
 
 # The toolchain in the image must satisfy go.mod; never download another.
@@ -59,7 +70,11 @@ RUN --mount=type=cache,target=/go/pkg/mod \
 ############################
 # Runtime stage
 ############################
-FROM gcr.io/distroless/static-debian12:nonroot
+# distroless static-debian12:nonroot as of 2026-08-26, the newest index digest
+# that two public repositories pin (6586x57890143/skua Dockerfile,
+# kilo666mj/taskboard Dockerfile); NOT verified against the registry from the
+# machine that wrote it. Dockerfile.release pins the same.
+FROM gcr.io/distroless/static-debian12:nonroot@sha256:afa5c872c891853ca7fcf1f12c3edb23f7eeef36189728842dd51042ff57f7ab
 
 COPY --from=build /out/ /usr/local/bin/
 

@@ -69,8 +69,17 @@ app.kubernetes.io/component: {{ .component }}
 {{- default .Chart.AppVersion .Values.image.tag }}
 {{- end }}
 
+{{/*
+The image every container runs: repository@digest when image.digest is set
+(the tag is then ignored: Kubernetes would pull by the digest anyway), else
+repository:tag.
+*/}}
 {{- define "quill.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
 {{- printf "%s:%s" .Values.image.repository (include "quill.tag" .) }}
+{{- end }}
 {{- end }}
 
 {{- define "quill.serviceAccountName" -}}
