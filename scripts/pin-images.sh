@@ -10,7 +10,7 @@
 #
 #   scripts/pin-images.sh                       rewrite every pin to today's digest
 #   scripts/pin-images.sh --check               verify them: exit 1 if one differs
-#   scripts/pin-images.sh prom/prometheus:v2.53.3
+#   scripts/pin-images.sh nats:2.12-alpine
 #                                               also pin these references where
 #                                               they appear unpinned
 #   --root DIR                                  the tree to work on (default: the
