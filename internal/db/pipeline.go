@@ -160,7 +160,24 @@ func BeginPipeline(ctx context.Context, pool *pgxpool.Pool, opts ...PipelineOpti
 // is answered "unavailable" rather than kept waiting. It returns an error
 // wrapping ErrPoolTimeout when the wait ran out, the translated error
 // otherwise. The caller releases the connection.
+//
+// In an *AttemptContext, whose own timer bounds the wait, timeout is not
+// used: the connection handed out moves that timer to the attempt's bound.
 func Acquire(ctx context.Context, pool *pgxpool.Pool, timeout time.Duration) (*pgxpool.Conn, error) {
+	if ac, ok := ctx.(*AttemptContext); ok {
+		conn, err := pool.Acquire(ac)
+		switch {
+		case err == nil && ac.Acquired():
+			return conn, nil
+		case err == nil:
+			conn.Release() // the attempt ended as the connection came
+			err = ac.Err()
+		}
+		if ac.acquireExpired() {
+			return nil, fmt.Errorf("acquire connection: %w", ErrPoolTimeout)
+		}
+		return nil, fmt.Errorf("acquire connection: %w", Translate(err))
+	}
 	actx := ctx
 	if timeout > 0 {
 		var cancel context.CancelFunc

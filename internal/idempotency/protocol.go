@@ -368,7 +368,9 @@ func unavailable(err error, unknown bool) error {
 // nothing is written and the COMMIT commits nothing; the claim's row says
 // why (a record to answer from, or the lock held: errBusy).
 func (p *Protocol) attempt(reqCtx context.Context, r Request) (Answer, error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(reqCtx), p.cfg.WriteTimeout)
+	// One context and one timer: the pool's wait bounded by the acquire
+	// timeout, then the whole attempt by the write timeout.
+	ctx, cancel := db.NewAttemptContext(reqCtx, p.cfg.AcquireTimeout, p.cfg.WriteTimeout)
 	defer cancel()
 	turn, err := p.gate.Turn(ctx, r.Tenant)
 	if err != nil {

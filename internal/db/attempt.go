@@ -1,0 +1,140 @@
+package db
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// AttemptContext is the context of one write attempt with one timer: it
+// is detached from the caller's cancellation (it keeps the caller's
+// values), is done first when the wait for a pool connection has lasted
+// AcquireTimeout and, once Acquire has handed out a connection, when the
+// whole attempt has lasted its timeout instead. A write had a context
+// with a deadline for the attempt and another for the acquire; the timer
+// each made woke the scheduler's poller, 5 % of a create's CPU (issue 29).
+//
+// It reports no Deadline: the deadline moves once, which a Context's
+// Deadline must not. Err is context.DeadlineExceeded when a timeout ended
+// it, context.Canceled when its CancelFunc did.
+type AttemptContext struct {
+	values context.Context
+	start  time.Time
+	total  time.Duration
+	timer  *time.Timer
+
+	mu       sync.Mutex
+	done     chan struct{} // made on the first Done
+	err      error
+	acquired bool
+	afters   map[*afterFunc]struct{}
+}
+
+// afterFunc is one function AfterFunc registered.
+type afterFunc struct{ f func() }
+
+// NewAttemptContext returns an attempt's context, which keeps parent's
+// values and none of its cancellation, and its CancelFunc, which the
+// caller must call when the attempt is over.
+func NewAttemptContext(parent context.Context, acquireTimeout, timeout time.Duration) (*AttemptContext, context.CancelFunc) {
+	c := &AttemptContext{values: context.WithoutCancel(parent), start: time.Now(), total: timeout}
+	c.timer = time.AfterFunc(min(acquireTimeout, timeout), func() { c.end(context.DeadlineExceeded) })
+	return c, func() {
+		c.timer.Stop()
+		c.end(context.Canceled)
+	}
+}
+
+// Deadline reports none; see AttemptContext.
+func (c *AttemptContext) Deadline() (time.Time, bool) { return time.Time{}, false }
+
+// Done returns a channel closed when the context ends.
+func (c *AttemptContext) Done() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done == nil {
+		c.done = make(chan struct{})
+		if c.err != nil {
+			close(c.done)
+		}
+	}
+	return c.done
+}
+
+// Err returns nil until the context ends, then why.
+func (c *AttemptContext) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// Value returns the value of the caller's context for key.
+func (c *AttemptContext) Value(key any) any { return c.values.Value(key) }
+
+// AfterFunc arranges for f to run in a goroutine of its own once the
+// context ends, as context.AfterFunc does; context.AfterFunc and the
+// context package's children use it, so that none of them needs a
+// goroutine watching Done.
+func (c *AttemptContext) AfterFunc(f func()) (stop func() bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	a := &afterFunc{f: f}
+	if c.err != nil {
+		go f()
+		return func() bool { return false }
+	}
+	if c.afters == nil {
+		c.afters = make(map[*afterFunc]struct{}, 1)
+	}
+	c.afters[a] = struct{}{}
+	return func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if _, ok := c.afters[a]; !ok {
+			return false
+		}
+		delete(c.afters, a)
+		return true
+	}
+}
+
+// Acquired moves the timer from the acquire's bound to the attempt's: what
+// is left of its timeout. It reports false when the context had ended.
+func (c *AttemptContext) Acquired() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return false
+	}
+	if !c.acquired {
+		c.acquired = true
+		c.timer.Reset(c.total - time.Since(c.start))
+	}
+	return true
+}
+
+// acquireExpired reports whether the acquire's bound ended the context.
+func (c *AttemptContext) acquireExpired() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return !c.acquired && c.err == context.DeadlineExceeded
+}
+
+// end ends the context with err, once.
+func (c *AttemptContext) end(err error) {
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.err = err
+	if c.done != nil {
+		close(c.done)
+	}
+	afters := c.afters
+	c.afters = nil
+	c.mu.Unlock()
+	for a := range afters {
+		go a.f()
+	}
+}
