@@ -21,12 +21,9 @@ import (
 // token never reaches a tenant's notes.
 const operatorScheme = "qo_"
 
-// Operator token layout: qo_<8 hex: prefix>_<43 base64url: 32 random bytes>.
-var (
-	operatorTokenRE  = regexp.MustCompile(`^qo_[0-9a-f]{8}_[A-Za-z0-9_-]{43}$`)
-	operatorPrefixRE = regexp.MustCompile(`^qo_[0-9a-f]{8}$`)
-	operatorNameRE   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._@-]{0,62}$`)
-)
+// Operator token layout: qo_<8 hex: prefix>_<43 base64url: 32 random
+// bytes> (isToken). An operator's name is what operatorNameRE matches.
+var operatorNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._@-]{0,62}$`)
 
 var (
 	// ErrInvalidOperatorName: an operator's name is not 1-63 characters
@@ -42,7 +39,7 @@ func ValidOperatorName(name string) bool { return operatorNameRE.MatchString(nam
 
 // IsOperatorToken reports whether s has an operator token's form (it says
 // nothing about whether the token exists).
-func IsOperatorToken(s string) bool { return operatorTokenRE.MatchString(s) }
+func IsOperatorToken(s string) bool { return isToken(s, operatorKind) }
 
 const (
 	sqlOperatorInsert = `INSERT INTO operator_tokens (prefix, hash, name, created_at) VALUES ($1, $2, $3, $4)`
@@ -75,10 +72,10 @@ type Operator struct {
 // db.ErrUnavailable when it is unreachable).
 func AuthenticateOperator(ctx context.Context, q idempotency.Querier, tok string) (Operator, error) {
 	tok = strings.TrimSpace(tok)
-	if tokenRE.MatchString(tok) {
+	if isToken(tok, tenantKind) {
 		return Operator{}, ErrTenantToken
 	}
-	if !operatorTokenRE.MatchString(tok) {
+	if !isToken(tok, operatorKind) {
 		return Operator{}, ErrUnauthenticated
 	}
 	op := Operator{Prefix: tok[:len(operatorScheme)+8]}
