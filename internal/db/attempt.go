@@ -37,7 +37,11 @@ type afterFunc struct{ f func() }
 // values and none of its cancellation, and its CancelFunc, which the
 // caller must call when the attempt is over.
 func NewAttemptContext(parent context.Context, acquireTimeout, timeout time.Duration) (*AttemptContext, context.CancelFunc) {
-	c := &AttemptContext{values: context.WithoutCancel(parent), start: time.Now(), total: timeout}
+	// parent is kept for its values only: Done, Err and AfterFunc are
+	// this context's own, and the context package, which finds a
+	// cancelable parent by its Done channel, never takes parent's for
+	// this one's.
+	c := &AttemptContext{values: parent, start: time.Now(), total: timeout}
 	c.timer = time.AfterFunc(min(acquireTimeout, timeout), func() { c.end(context.DeadlineExceeded) })
 	return c, func() {
 		c.timer.Stop()

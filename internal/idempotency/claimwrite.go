@@ -96,13 +96,14 @@ func (w *ClaimWrite) Queue(b *pgx.Batch, rec *Record, c *Claim, args ...[]any) e
 		n += len(a)
 	}
 	all := make([]any, 0, n)
-	all = append(all, LockID(rec.Tenant, rec.Key), rec.Tenant, rec.Key)
-	all = appendRecordArgs(all, rec)
+	// The tenant and the key are parameters twice each; boxed once.
+	tenant, key := any(rec.Tenant), any(rec.Key)
+	all = append(all, LockID(rec.Tenant, rec.Key), tenant, key)
+	all = appendRecordArgs(all, rec, tenant, key)
 	for _, a := range args {
 		all = append(all, a...)
 	}
-	tenant := rec.Tenant
-	b.Queue(w.sql, all...).Query(func(rows pgx.Rows) error { return scanClaim(rows, "claim and write operation", tenant, c) })
+	b.Queue(w.sql, all...).Query(func(rows pgx.Rows) error { return scanClaim(rows, "claim and write operation", rec.Tenant, c) })
 	return nil
 }
 

@@ -47,8 +47,12 @@ var canonical = json.JoinOptions(json.Deterministic(true))
 // sorted by name, as json's Deterministic sorts them) — the pinned digests
 // of fingerprint_golden_test.go hold it to that.
 func NewFingerprint(action string, version int, params Params) (Fingerprint, error) {
-	var fieldsDoc []byte
-	doc, fields, err := canonicalDoc(action, version, params, &fieldsDoc)
+	// The document is only hashed and the hashes' JSON is copied into a
+	// string: both are built in buffers on the stack.
+	var docBuf [512]byte
+	var fieldsBuf [512]byte
+	fieldsDoc := fieldsBuf[:0]
+	doc, fields, err := canonicalDoc(docBuf[:0], action, version, params, &fieldsDoc)
 	if err != nil {
 		return Fingerprint{}, err
 	}
@@ -59,7 +63,7 @@ func NewFingerprint(action string, version int, params Params) (Fingerprint, err
 // CanonicalJSON returns the canonical document a fingerprint is the hash of;
 // exposed for tests and for explaining a fingerprint.
 func CanonicalJSON(action string, version int, params Params) ([]byte, error) {
-	doc, _, err := canonicalDoc(action, version, params, nil)
+	doc, _, err := canonicalDoc(nil, action, version, params, nil)
 	return doc, err
 }
 
@@ -92,10 +96,11 @@ func appendCanonical(dst []byte, v any) ([]byte, error) {
 // *fieldsDoc the JSON object of those hashes, members sorted, as the
 // record's field_hashes column holds it. Every value goes into one buffer,
 // and every hash into one string that the map's values slice (issue 29).
-func canonicalDoc(action string, version int, params Params, fieldsDoc *[]byte) ([]byte, map[string]string, error) {
+func canonicalDoc(dst []byte, action string, version int, params Params, fieldsDoc *[]byte) ([]byte, map[string]string, error) {
 	var stack [8]member
 	members := stack[:0]
-	vals := make([]byte, 0, 256)
+	var valsBuf [512]byte
+	vals := valsBuf[:0]
 	for name, v := range params {
 		if name == "action" || name == "v" {
 			return nil, nil, fmt.Errorf("parameter name %q is reserved", name)
@@ -112,14 +117,14 @@ func canonicalDoc(action string, version int, params Params, fieldsDoc *[]byte) 
 		fields = make(map[string]string, len(params))
 		if len(members) > 0 {
 			slices.SortFunc(members, func(x, y member) int { return strings.Compare(x.name, y.name) })
-			digests := make([]byte, 0, len(members)*hex.EncodedLen(sha256.Size))
+			var digestsBuf [8 * 2 * sha256.Size]byte
+			digests := digestsBuf[:0]
 			for _, m := range members {
 				sum := sha256.Sum256(vals[m.start:m.end])
 				digests = hex.AppendEncode(digests, sum[:])
 			}
 			all := string(digests)
-			doc := make([]byte, 0, 2+len(members)*(8+hex.EncodedLen(sha256.Size)))
-			doc = append(doc, '{')
+			doc := append((*fieldsDoc)[:0], '{')
 			for i, m := range members {
 				h := all[i*hex.EncodedLen(sha256.Size) : (i+1)*hex.EncodedLen(sha256.Size)]
 				fields[m.name] = h
@@ -153,7 +158,7 @@ func canonicalDoc(action string, version int, params Params, fieldsDoc *[]byte) 
 	for _, m := range members {
 		size += len(m.name) + 4 + m.end - m.start
 	}
-	doc := make([]byte, 0, size+8)
+	doc := slices.Grow(dst, size+8)
 	doc = append(doc, '{')
 	for i, m := range members {
 		if i > 0 {

@@ -253,9 +253,9 @@ func rawBool(b []byte, format int16) (v, ok bool) {
 }
 
 // appendRecordArgs appends the parameters of r's insert, in
-// operationInsert's order, to dst.
-func appendRecordArgs(dst []any, r *Record) []any {
-	return append(dst, r.Tenant, r.Key, r.Action, r.Version, r.Fingerprint,
+// operationInsert's order, to dst; tenant and key are r's, boxed.
+func appendRecordArgs(dst []any, r *Record, tenant, key any) []any {
+	return append(dst, tenant, key, r.Action, r.Version, r.Fingerprint,
 		r.fieldsArg(), r.Resource, r.Outcome, r.Body,
 		db.Time(r.CreatedAt), db.Time(r.CompletedAt), db.Time(r.ExpiresAt), db.Time(r.ForgetAt), resourceVersionArg(r.ResourceVersion))
 }
