@@ -61,7 +61,13 @@ type Pipeline struct {
 	// span is the transaction's span, nil when the caller's context
 	// holds no recording span; Release ends it.
 	span trace.Span
+	// args holds the statements' parameters (Args).
+	args Args
 }
+
+// Args is where the transaction's statements' parameters are kept; they
+// stay valid until Release.
+func (p *Pipeline) Args() *Args { return &p.args }
 
 // tracerScope names the instrumentation of the transactions' spans.
 const tracerScope = "github.com/quillhq/quill/internal/db"
@@ -142,6 +148,7 @@ func BeginPipeline(ctx context.Context, pool *pgxpool.Pool, opts ...PipelineOpti
 	cd := conn.Conn().PgConn().CustomData()
 	p := &Pipeline{conn: conn, since: sessionStart(conn), b: &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 4)}, span: span,
 		implicit: cd[implicitKey] == true}
+	p.args.typed = describes(conn.Conn().Config().DefaultQueryExecMode)
 	p.b.Queue(sqlBegin)
 	if cd[pooledKey] == true {
 		p.b.Queue(sqlSessionSettings).QueryRow(func(row pgx.Row) error {

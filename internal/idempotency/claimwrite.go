@@ -84,10 +84,11 @@ FROM claim LEFT JOIN rec ON true`, Claimed)
 
 // Queue queues into b, inside a transaction, the statement that claims
 // rec's operation and, when claimed, writes rec and one row of each effect
-// insert, args[i] being the parameters of effects[i]. After the batch ran,
-// c says whether it claimed (and so wrote). It returns an error, queueing
-// nothing, when args does not match the inserts.
-func (w *ClaimWrite) Queue(b *pgx.Batch, rec *Record, c *Claim, args ...[]any) error {
+// insert, args[i] being the parameters of effects[i]; rec's parameters are
+// kept in a (nil: boxed one by one). After the batch ran, c says whether
+// it claimed (and so wrote). It returns an error, queueing nothing, when
+// args does not match the inserts.
+func (w *ClaimWrite) Queue(b *pgx.Batch, a *db.Args, rec *Record, c *Claim, args ...[]any) error {
 	if err := w.check(args); err != nil {
 		return err
 	}
@@ -97,9 +98,9 @@ func (w *ClaimWrite) Queue(b *pgx.Batch, rec *Record, c *Claim, args ...[]any) e
 	}
 	all := make([]any, 0, n)
 	// The tenant and the key are parameters twice each; boxed once.
-	tenant, key := any(rec.Tenant), any(rec.Key)
+	tenant, key := a.Text(rec.Tenant), a.Text(rec.Key)
 	all = append(all, LockID(rec.Tenant, rec.Key), tenant, key)
-	all = appendRecordArgs(all, rec, tenant, key)
+	all = appendRecordArgs(all, a, rec, tenant, key)
 	for _, a := range args {
 		all = append(all, a...)
 	}

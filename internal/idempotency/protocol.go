@@ -390,7 +390,7 @@ func (p *Protocol) attempt(reqCtx context.Context, r Request) (Answer, error) {
 	}
 	rec := p.record(r, plan, now)
 	var claim Claim
-	if err := plan.Write.Queue(tx.Batch(), rec, &claim, plan.Args...); err != nil {
+	if err := plan.Write.Queue(tx.Batch(), tx.Args(), rec, &claim, plan.Args...); err != nil {
 		tx.Rollback(ctx)
 		return Answer{}, err
 	}

@@ -253,11 +253,12 @@ func rawBool(b []byte, format int16) (v, ok bool) {
 }
 
 // appendRecordArgs appends the parameters of r's insert, in
-// operationInsert's order, to dst; tenant and key are r's, boxed.
-func appendRecordArgs(dst []any, r *Record, tenant, key any) []any {
-	return append(dst, tenant, key, r.Action, r.Version, r.Fingerprint,
-		r.fieldsArg(), r.Resource, r.Outcome, r.Body,
-		db.Time(r.CreatedAt), db.Time(r.CompletedAt), db.Time(r.ExpiresAt), db.Time(r.ForgetAt), resourceVersionArg(r.ResourceVersion))
+// operationInsert's order, to dst, kept in a; tenant and key are r's,
+// already made parameters.
+func appendRecordArgs(dst []any, a *db.Args, r *Record, tenant, key any) []any {
+	return append(dst, tenant, key, a.Text(r.Action), r.Version, a.Bytes(r.Fingerprint),
+		r.fieldsArg(), a.Text(r.Resource), a.Text(r.Outcome), a.Bytes(r.Body),
+		a.Time(r.CreatedAt), a.Time(r.CompletedAt), a.Time(r.ExpiresAt), a.Time(r.ForgetAt), resourceVersionArg(r.ResourceVersion))
 }
 
 // fieldsArg is the record's field_hashes parameter.

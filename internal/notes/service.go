@@ -239,8 +239,8 @@ func (s *Service) Create(ctx context.Context, r Request, p CreateParams) (Answer
 	// new intent after it was forgotten finds its earlier notes' ids taken,
 	// and each refusal (nothing committed) moves it to the next generation.
 	for gen := 0; ; gen++ {
-		out, err := s.proto.Run(ctx, r.protocolRequest(fp, func(_ context.Context, _ *db.Pipeline, now time.Time) (*idempotency.Plan, error) {
-			return s.planCreate(r, p, secret, gen, now)
+		out, err := s.proto.Run(ctx, r.protocolRequest(fp, func(_ context.Context, tx *db.Pipeline, now time.Time) (*idempotency.Plan, error) {
+			return s.planCreate(tx.Args(), r, p, secret, gen, now)
 		}))
 		if !noteIDTaken(err) {
 			return out, err
@@ -383,7 +383,7 @@ var (
 	nothingWrite = idempotency.NewClaimWrite()
 )
 
-func (s *Service) planCreate(r Request, p CreateParams, secret []byte, generation int, now time.Time) (*idempotency.Plan, error) {
+func (s *Service) planCreate(args *db.Args, r Request, p CreateParams, secret []byte, generation int, now time.Time) (*idempotency.Plan, error) {
 	id := NoteID(secret, r.Tenant, r.Key, generation)
 	n := Note{ID: id, Tenant: r.Tenant, Title: p.Title, Body: p.Body, CreatedAt: now, Version: 1, UpdatedAt: now}
 	var aid uuid.UUID
@@ -403,8 +403,8 @@ func (s *Service) planCreate(r Request, p CreateParams, secret []byte, generatio
 		return nil, fmt.Errorf("render create: %w", err)
 	}
 	plan := &idempotency.Plan{Outcome: OutcomeCreated, Body: body, Resource: resource, ResourceVersion: n.Version, Effect: true}
-	noteArgs := []any{pgUUID(n.ID), n.Tenant, n.Title, n.Body, db.Time(n.CreatedAt), n.Version, db.Time(n.UpdatedAt)}
-	event, err := outbox.InsertArgs(s.event(r, contract.EventNoteCreated, id, n.Version, now, jsontext.Value(noteJSON)))
+	noteArgs := []any{args.UUID(n.ID), args.Text(n.Tenant), args.Text(n.Title), args.Text(n.Body), args.Time(n.CreatedAt), n.Version, args.Time(n.UpdatedAt)}
+	event, err := outbox.InsertArgsIn(args, s.event(r, contract.EventNoteCreated, id, n.Version, now, jsontext.Value(noteJSON)))
 	if err != nil {
 		return nil, err
 	}
@@ -412,7 +412,8 @@ func (s *Service) planCreate(r Request, p CreateParams, secret []byte, generatio
 		// The key goes with the attachment so that the worker's
 		// attachment.processed is written under it: the create's lookup
 		// lists it among the operation's effects.
-		attArgs := []any{pgUUID(aid), r.Tenant, pgUUID(id), a.Filename, a.ContentType, len(a.Data), a.SHA256, a.Data, r.Key}
+		attArgs := []any{args.UUID(aid), args.Text(r.Tenant), args.UUID(id), args.Text(a.Filename), args.Text(a.ContentType), len(a.Data),
+			args.Text(a.SHA256), args.Bytes(a.Data), args.Text(r.Key)}
 		plan.Write, plan.Args = createWithAttachmentWrite, [][]any{noteArgs, attArgs, event}
 	} else {
 		plan.Write, plan.Args = createWrite, [][]any{noteArgs, event}
@@ -469,7 +470,7 @@ func (s *Service) planDelete(ctx context.Context, tx *db.Pipeline, r Request, id
 	if err != nil {
 		return nil, fmt.Errorf("render delete: %w", err)
 	}
-	event, err := outbox.InsertArgs(s.event(r, contract.EventNoteDeleted, id, version+1, now,
+	event, err := outbox.InsertArgsIn(tx.Args(), s.event(r, contract.EventNoteDeleted, id, version+1, now,
 		deletedData{ID: res.ID, DeletedAt: res.DeletedAt, Version: version + 1}))
 	if err != nil {
 		return nil, err
@@ -531,7 +532,7 @@ func (s *Service) planUpdate(ctx context.Context, tx *db.Pipeline, r Request, id
 	if err != nil {
 		return nil, fmt.Errorf("render update: %w", err)
 	}
-	event, err := outbox.InsertArgs(s.event(r, contract.EventNoteUpdated, id, n.Version, now, data))
+	event, err := outbox.InsertArgsIn(tx.Args(), s.event(r, contract.EventNoteUpdated, id, n.Version, now, data))
 	if err != nil {
 		return nil, err
 	}

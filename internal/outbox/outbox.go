@@ -165,12 +165,17 @@ var EventInsert = db.Insert{Table: "outbox_events", Columns: []db.Column{
 
 // InsertArgs returns the parameters of e's insert, in EventInsert's order
 // (the envelope marshaled). Errors: the data does not marshal.
-func InsertArgs(e Event) ([]any, error) {
+func InsertArgs(e Event) ([]any, error) { return InsertArgsIn(nil, e) }
+
+// InsertArgsIn is InsertArgs with the parameters kept in a (a
+// transaction's db.Args).
+func InsertArgsIn(a *db.Args, e Event) ([]any, error) {
 	payload, err := Envelope(e)
 	if err != nil {
 		return nil, err
 	}
-	return []any{pgUUID(e.ID), e.Tenant, e.OperationKey, pgUUID(e.AggregateID), e.Type, payload, e.Traceparent, db.Time(e.Time), e.Tracestate}, nil
+	return []any{a.UUID(e.ID), a.Text(e.Tenant), a.Text(e.OperationKey), a.UUID(e.AggregateID), a.Text(e.Type), a.Bytes(payload),
+		a.Text(e.Traceparent), a.Time(e.Time), a.Text(e.Tracestate)}, nil
 }
 
 // pgUUID passes a UUID to pgx in binary; a uuid.UUID would go through its
