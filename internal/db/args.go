@@ -13,8 +13,8 @@ import (
 // each value: a create passes about thirty strings, times, ids and byte
 // slices, each of which became an allocation of its own as an any
 // (issue 29). The types implement pgx's valuer interfaces (TextValuer,
-// TimestamptzValuer, UUIDValuer, BytesValuer), which the codecs of text,
-// timestamptz, uuid and bytea parameters take as they take the plain
+// TimestamptzValuer, UUIDValuer, BytesValuer, Int64Valuer), which the
+// codecs of text, timestamptz, uuid, bytea and bigint parameters take as they take the plain
 // values, in both formats.
 //
 // Only a query mode that describes statements knows each parameter's type
@@ -23,12 +23,14 @@ import (
 // and a nil *Args box plain values too. Values stay valid as long as the
 // Args does; use one per transaction, from one goroutine.
 type Args struct {
-	typed                       bool
-	texts                       [24]textArg
-	times                       [8]timeArg
-	uuids                       [6]uuidArg
-	bytes                       [6]bytesArg
-	nText, nTime, nUUID, nBytes int
+	typed bool
+	texts [20]textArg
+	times [8]timeArg
+	uuids [6]uuidArg
+	bytes [4]bytesArg
+	ints  [2]int64Arg
+	// the slabs' used lengths
+	nText, nTime, nUUID, nBytes, nInt int
 }
 
 // describes reports whether mode knows the types of a statement's
@@ -83,6 +85,23 @@ func (a *Args) Bytes(b []byte) any {
 	a.nBytes++
 	p.b = b
 	return p
+}
+
+// Int64 returns v as a bigint parameter.
+func (a *Args) Int64(v int64) any {
+	if a == nil || !a.typed || a.nInt == len(a.ints) {
+		return v
+	}
+	p := &a.ints[a.nInt]
+	a.nInt++
+	p.v = v
+	return p
+}
+
+type int64Arg struct{ v int64 }
+
+func (i *int64Arg) Int64Value() (pgtype.Int8, error) {
+	return pgtype.Int8{Int64: i.v, Valid: true}, nil
 }
 
 type textArg struct{ s string }

@@ -41,10 +41,11 @@ func TestArgsInEveryQueryMode(t *testing.T) {
 				gotID        uuid.UUID
 				raw, none    []byte
 				spilled      string
+				big          int64
 			)
-			p.Batch().Queue(`SELECT $1::text, $2::timestamptz, $3::uuid, $4::bytea, $5::bytea, coalesce(nullif($6::text, ''), 'empty'), $7::text`,
-				texts[0], a.Time(at), a.UUID(id), a.Bytes([]byte{0, 1, 255}), a.Bytes(nil), a.Text(""), texts[39]).
-				QueryRow(func(r pgx.Row) error { return r.Scan(&text, &when, &gotID, &raw, &none, &nulled, &spilled) })
+			p.Batch().Queue(`SELECT $1::text, $2::timestamptz, $3::uuid, $4::bytea, $5::bytea, coalesce(nullif($6::text, ''), 'empty'), $7::text, $8::bigint`,
+				texts[0], a.Time(at), a.UUID(id), a.Bytes([]byte{0, 1, 255}), a.Bytes(nil), a.Text(""), texts[39], a.Int64(-1<<62)).
+				QueryRow(func(r pgx.Row) error { return r.Scan(&text, &when, &gotID, &raw, &none, &nulled, &spilled, &big) })
 			require.NoError(t, p.Commit(t.Context()))
 			require.Equal(t, "é'\"x", text)
 			require.True(t, at.Equal(when), "%s", when)
@@ -53,6 +54,7 @@ func TestArgsInEveryQueryMode(t *testing.T) {
 			require.Nil(t, none)
 			require.Equal(t, "empty", nulled)
 			require.Equal(t, "é'\"x", spilled)
+			require.Equal(t, int64(-1<<62), big)
 		})
 	}
 	var nilArgs *db.Args

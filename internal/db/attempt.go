@@ -27,11 +27,10 @@ type AttemptContext struct {
 	done     chan struct{} // made on the first Done
 	err      error
 	acquired bool
-	afters   map[*afterFunc]struct{}
+	// afters are the functions AfterFunc registered, in order; a stopped
+	// one is nil. pgx registers and stops one per statement.
+	afters []func()
 }
-
-// afterFunc is one function AfterFunc registered.
-type afterFunc struct{ f func() }
 
 // NewAttemptContext returns an attempt's context, which keeps parent's
 // values and none of its cancellation, and its CancelFunc, which the
@@ -82,22 +81,22 @@ func (c *AttemptContext) Value(key any) any { return c.values.Value(key) }
 func (c *AttemptContext) AfterFunc(f func()) (stop func() bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	a := &afterFunc{f: f}
 	if c.err != nil {
 		go f()
 		return func() bool { return false }
 	}
 	if c.afters == nil {
-		c.afters = make(map[*afterFunc]struct{}, 1)
+		c.afters = make([]func(), 0, 4)
 	}
-	c.afters[a] = struct{}{}
+	i := len(c.afters)
+	c.afters = append(c.afters, f)
 	return func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		if _, ok := c.afters[a]; !ok {
+		if c.err != nil || c.afters[i] == nil {
 			return false
 		}
-		delete(c.afters, a)
+		c.afters[i] = nil
 		return true
 	}
 }
@@ -138,7 +137,9 @@ func (c *AttemptContext) end(err error) {
 	afters := c.afters
 	c.afters = nil
 	c.mu.Unlock()
-	for a := range afters {
-		go a.f()
+	for _, f := range afters {
+		if f != nil {
+			go f()
+		}
 	}
 }

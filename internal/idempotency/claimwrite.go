@@ -99,7 +99,7 @@ func (w *ClaimWrite) Queue(b *pgx.Batch, a *db.Args, rec *Record, c *Claim, args
 	all := make([]any, 0, n)
 	// The tenant and the key are parameters twice each; boxed once.
 	tenant, key := a.Text(rec.Tenant), a.Text(rec.Key)
-	all = append(all, LockID(rec.Tenant, rec.Key), tenant, key)
+	all = append(all, a.Int64(LockID(rec.Tenant, rec.Key)), tenant, key)
 	all = appendRecordArgs(all, a, rec, tenant, key)
 	for _, a := range args {
 		all = append(all, a...)

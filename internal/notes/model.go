@@ -114,8 +114,12 @@ func FormatTime(t time.Time) string { return t.UTC().Format(outbox.TimeFormat) }
 
 // View returns the API representation of n.
 func (n *Note) View() NoteView {
-	v := NoteView{ID: n.ID.String(), Title: n.Title, Body: n.Body, CreatedAt: FormatTime(n.CreatedAt),
-		Version: n.Version, UpdatedAt: FormatTime(n.UpdatedAt)}
+	v := NoteView{ID: n.ID.String(), Title: n.Title, Body: n.Body, CreatedAt: FormatTime(n.CreatedAt), Version: n.Version}
+	if n.UpdatedAt.Equal(n.CreatedAt) {
+		v.UpdatedAt = v.CreatedAt // a new note's: formatted once
+	} else {
+		v.UpdatedAt = FormatTime(n.UpdatedAt)
+	}
 	if a := n.Attachment; a != nil {
 		av := a.View()
 		v.Attachment = &av

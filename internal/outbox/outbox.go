@@ -81,36 +81,76 @@ func Envelope(e Event) ([]byte, error) {
 			return nil, fmt.Errorf("marshal event data: %w", err)
 		}
 	}
-	source, ceType, schema := contract.Source(e.Tenant), contract.CloudEventType(e.Type), contract.DataSchema(e.Type)
+	names, known := quotedTypes[e.Type]
+	if !known {
+		var err error
+		if names, err = quoteType(e.Type); err != nil {
+			return nil, err
+		}
+	}
 	var t [len(TimeFormat)]byte
 	when := e.Time.UTC().AppendFormat(t[:0], TimeFormat)
-	out := make([]byte, 0, 192+len(source)+len(ceType)+len(schema)+len(data))
+	out := make([]byte, 0, 160+len(e.Tenant)+len(names.ceType)+len(names.schema)+len(data))
 	out = append(out, `{"specversion":"1.0","id":"`...)
 	out = appendUUID(out, e.ID)
 	out = append(out, `","source":`...)
+	// contract.Source(e.Tenant) quoted: its prefix needs no escaping, so
+	// the tenant is quoted after it, without the opening quote.
+	out = append(out, quotedSourcePrefix...)
+	at := len(out)
 	var err error
-	if out, err = jsontext.AppendQuote(out, source); err != nil {
+	if out, err = jsontext.AppendQuote(out, e.Tenant); err != nil {
 		return nil, fmt.Errorf("marshal event source: %w", err)
 	}
+	out = append(out[:at], out[at+1:]...)
 	out = append(out, `,"type":`...)
-	if out, err = jsontext.AppendQuote(out, ceType); err != nil {
-		return nil, fmt.Errorf("marshal event type: %w", err)
-	}
+	out = append(out, names.ceType...)
 	out = append(out, `,"subject":"`...)
 	out = appendUUID(out, e.AggregateID)
 	out = append(out, `","time":"`...)
 	out = append(out, when...)
 	out = append(out, `","datacontenttype":"application/json"`...)
-	if schema != "" {
+	if names.schema != "" {
 		out = append(out, `,"dataschema":`...)
-		if out, err = jsontext.AppendQuote(out, schema); err != nil {
-			return nil, fmt.Errorf("marshal event schema: %w", err)
-		}
+		out = append(out, names.schema...)
 	}
 	out = append(out, `,"data":`...)
 	out = append(out, data...)
 	return append(out, '}'), nil
 }
+
+// typeNames are an event type's CloudEvents type and data schema, quoted
+// as JSON strings.
+type typeNames struct{ ceType, schema string }
+
+// quoteType quotes typ's CloudEvents type and data schema.
+func quoteType(typ string) (typeNames, error) {
+	ce, err := jsontext.AppendQuote(nil, contract.CloudEventType(typ))
+	if err != nil {
+		return typeNames{}, fmt.Errorf("marshal event type: %w", err)
+	}
+	var schema []byte
+	if s := contract.DataSchema(typ); s != "" {
+		if schema, err = jsontext.AppendQuote(nil, s); err != nil {
+			return typeNames{}, fmt.Errorf("marshal event schema: %w", err)
+		}
+	}
+	return typeNames{string(ce), string(schema)}, nil
+}
+
+// quotedSourcePrefix opens a quoted CloudEvents source, before the tenant.
+var quotedSourcePrefix = `"` + contract.Source("")
+
+// quotedTypes are the names of contract.EventTypes, quoted once.
+var quotedTypes = func() map[string]typeNames {
+	m := map[string]typeNames{}
+	for _, typ := range contract.EventTypes() {
+		if n, err := quoteType(typ); err == nil {
+			m[typ] = n
+		}
+	}
+	return m
+}()
 
 // appendUUID appends u's canonical text form (hex digits and dashes need
 // no JSON escaping).
