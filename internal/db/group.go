@@ -1,0 +1,845 @@
+package db
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Group defaults (decision 0100).
+const (
+	// GroupMaxBatchDefault is GroupConfig.MaxBatch's default.
+	GroupMaxBatchDefault = 64
+	// GroupLanesDefault is GroupConfig.Lanes's default: on one connection
+	// each commit waits for its own WAL flush before the next transaction
+	// runs, so a few lanes keep the database's group commit at work.
+	GroupLanesDefault = 4
+	// GroupAcquireTimeoutDefault is GroupConfig.AcquireTimeout's default.
+	GroupAcquireTimeoutDefault = 5 * time.Second
+	// GroupFlushTimeoutDefault is GroupConfig.FlushTimeout's default: as
+	// long as one statement may run (StatementTimeout).
+	GroupFlushTimeoutDefault = 30 * time.Second
+)
+
+// ErrGroupClosed is returned by Do once Close has been called: the
+// transaction was not sent.
+var ErrGroupClosed = errors.New("transaction group closed")
+
+// ErrReadAfterCommit marks a transaction that committed but one of whose
+// result callbacks (GroupStmt.Row, or a pgx.Batch callback) returned an
+// error: the callback runs after the statements and their Sync have been
+// written, so it cannot undo the commit.
+var ErrReadAfterCommit = errors.New("transaction committed; reading a result failed")
+
+// GroupConfig tunes a Group. Every zero field takes its default.
+type GroupConfig struct {
+	// MaxBatch is the most transactions one flush (one write) carries.
+	// Default GroupMaxBatchDefault.
+	MaxBatch int
+	// Lanes is the most flushes in flight at once, and so the most
+	// connections of the pool the group holds at once (each flush
+	// acquires one and gives it back). Default GroupLanesDefault.
+	Lanes int
+	// MaxDelay is how long a free lane lingers for more transactions
+	// before it writes a batch smaller than MaxBatch — and only while
+	// another lane is in flight, so a lone caller is never delayed.
+	// Default 0: a free lane writes whatever is queued at once.
+	MaxDelay time.Duration
+	// AcquireTimeout bounds a lane's wait for a connection; past it the
+	// batch's transactions fail with an error wrapping ErrPoolTimeout
+	// (nothing was sent). Default GroupAcquireTimeoutDefault.
+	AcquireTimeout time.Duration
+	// FlushTimeout bounds a flush from its write to its last transaction's
+	// ReadyForQuery. A flush that runs out closes its connection, and
+	// every transaction whose outcome was not read gets an
+	// *OutcomeUnknownError. Default GroupFlushTimeoutDefault.
+	FlushTimeout time.Duration
+}
+
+// WithDefaults returns cfg with every zero field set to its default.
+func (cfg GroupConfig) WithDefaults() GroupConfig {
+	if cfg.MaxBatch == 0 {
+		cfg.MaxBatch = GroupMaxBatchDefault
+	}
+	if cfg.Lanes == 0 {
+		cfg.Lanes = GroupLanesDefault
+	}
+	if cfg.AcquireTimeout == 0 {
+		cfg.AcquireTimeout = GroupAcquireTimeoutDefault
+	}
+	if cfg.FlushTimeout == 0 {
+		cfg.FlushTimeout = GroupFlushTimeoutDefault
+	}
+	return cfg
+}
+
+func (cfg GroupConfig) validate() error {
+	switch {
+	case cfg.MaxBatch < 1:
+		return fmt.Errorf("group: MaxBatch %d must be positive", cfg.MaxBatch)
+	case cfg.Lanes < 1:
+		return fmt.Errorf("group: Lanes %d must be positive", cfg.Lanes)
+	case cfg.MaxDelay < 0:
+		return fmt.Errorf("group: MaxDelay %s must not be negative", cfg.MaxDelay)
+	case cfg.AcquireTimeout < 0:
+		return fmt.Errorf("group: AcquireTimeout %s must not be negative", cfg.AcquireTimeout)
+	case cfg.FlushTimeout < 0:
+		return fmt.Errorf("group: FlushTimeout %s must not be negative", cfg.FlushTimeout)
+	}
+	return nil
+}
+
+// GroupTx is one transaction for Group.Do: its statements run, in order,
+// in one implicit transaction block that their Sync ends — committed when
+// none failed, rolled back otherwise. Its statements must not contain
+// BEGIN, COMMIT or ROLLBACK.
+type GroupTx struct {
+	Stmts []GroupStmt
+	// LockTimeout, when positive, is the transaction's lock_timeout, set
+	// for it alone as WithLockTimeout sets a Pipeline's.
+	LockTimeout time.Duration
+}
+
+// GroupStmt is one statement of a GroupTx.
+type GroupStmt struct {
+	SQL  string
+	Args []any
+	// Row, when set, reads the statement's one row (pgx.ErrNoRows when
+	// there is none). It runs on the group's own goroutine while later
+	// transactions of the same flush wait: it must only scan, never block.
+	// Its error cannot roll the transaction back (see ErrReadAfterCommit);
+	// a statement whose outcome decides later ones is guarded in SQL (Flag).
+	Row func(pgx.Row) error
+	// fn is a pgx.Batch callback (GroupTxFromBatch); Row wins.
+	fn func(pgx.BatchResults) error
+}
+
+// GroupTxFromBatch turns the statements queued on b, with their callbacks
+// (QueryRow, Query, Exec), into a GroupTx, so that code that queues a
+// transaction's statements on a pgx.Batch sends them through a Group
+// unchanged. The callbacks run as GroupStmt.Row does.
+func GroupTxFromBatch(b *pgx.Batch) *GroupTx {
+	tx := &GroupTx{Stmts: make([]GroupStmt, len(b.QueuedQueries))}
+	for i, q := range b.QueuedQueries {
+		tx.Stmts[i] = GroupStmt{SQL: q.SQL, Args: q.Arguments}
+		if q.Fn != nil {
+			tx.Stmts[i].fn = q.Fn
+		}
+	}
+	return tx
+}
+
+// GroupStats counts what a Group did since NewGroup.
+type GroupStats struct {
+	// Flushes is the number of writes, each carrying one or more
+	// transactions; Txs the transactions they carried.
+	Flushes, Txs uint64
+	// MaxBatch is the most transactions one flush carried.
+	MaxBatch int
+	// Lingered is the number of flushes that waited MaxDelay for more.
+	Lingered uint64
+	// Committed, Refused and Unknown are the transactions sent whose Do
+	// returned nil, the server's refusal, and *OutcomeUnknownError.
+	Committed, Refused, Unknown uint64
+	// Withdrawn is the transactions whose caller's context ended while
+	// they were still queued: never sent.
+	Withdrawn uint64
+	// Queued is the transactions waiting for a lane now (withdrawn ones
+	// included until a lane skips them).
+	Queued int
+}
+
+// Group carries the independent transactions of concurrent callers
+// through one pooled connection per flush: each transaction's statements
+// and a Sync, back to back, in one write, whose results are read back in
+// one pass — so one write and one read serve many transactions, each
+// still committed or rolled back on its own. See decision 0100. Safe for
+// concurrent use; Close it to stop it.
+type Group struct {
+	pool *pgxpool.Pool
+	cfg  GroupConfig
+	// named: statements are prepared once per connection under a name
+	// (pgx's cache_statement mode); otherwise each is parsed unnamed in
+	// the write that runs it, as pgx's cache_describe mode does, so that
+	// none has to outlive its transaction's backend behind a pooler.
+	named bool
+
+	mu     sync.Mutex
+	queue  []*groupReq
+	busy   int // lanes flushing
+	closed bool
+
+	wake    chan struct{} // a token: something was queued
+	closing chan struct{}
+	lanes   sync.WaitGroup
+
+	flushes, txs, lingered                 atomic.Uint64
+	committed, refused, unknown, withdrawn atomic.Uint64
+	maxBatch                               atomic.Int64
+}
+
+// NewGroup starts a Group on pool with cfg (zero fields take their
+// defaults). It returns an error naming the field when cfg is invalid.
+func NewGroup(pool *pgxpool.Pool, cfg GroupConfig) (*Group, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	g := &Group{
+		pool:    pool,
+		cfg:     cfg,
+		named:   pool.Config().ConnConfig.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement,
+		wake:    make(chan struct{}, 1),
+		closing: make(chan struct{}),
+	}
+	for range cfg.Lanes {
+		g.lanes.Go(g.lane)
+	}
+	return g, nil
+}
+
+// Request states: a lane moves a request from queued to sent only once it
+// holds a connection, so a caller whose context ends before then withdraws
+// it (queued to withdrawn) and nothing of it is written.
+const (
+	reqQueued int32 = iota
+	reqSent
+	reqWithdrawn
+	reqAnswered
+)
+
+type groupReq struct {
+	tx    *GroupTx
+	state atomic.Int32
+	res   chan error
+	at    time.Time // queued, for MaxDelay
+	// pid and xactStart are the backend's pid and the transaction's
+	// start read with the session settings behind a pooler.
+	pid       uint32
+	xactStart time.Time
+}
+
+// Do runs tx in the next flush of a free lane and returns its outcome:
+// nil when it committed; the translated error (Translate) when the server
+// refused one of its statements or its commit, in which case nothing of
+// it was committed; an *OutcomeUnknownError when the connection failed
+// (or FlushTimeout ran out) after tx was written and before its outcome
+// was read — Recheck establishes it; an error wrapping ErrReadAfterCommit
+// when it committed but a result callback failed; an error wrapping
+// ErrPoolTimeout or ErrUnavailable when no connection could be had (not
+// sent); ErrGroupClosed after Close (not sent). When ctx ends while tx is
+// still queued, tx is never sent and Do returns an error wrapping ctx's;
+// once tx is sent Do waits for its outcome whatever ctx does (at most
+// FlushTimeout), because the shared connection is never cancelled for one
+// caller.
+func (g *Group) Do(ctx context.Context, tx *GroupTx) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("transaction not sent: %w", err)
+	}
+	r := &groupReq{tx: tx, res: make(chan error, 1)}
+	if g.cfg.MaxDelay > 0 {
+		r.at = time.Now()
+	}
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return ErrGroupClosed
+	}
+	g.queue = append(g.queue, r)
+	g.mu.Unlock()
+	g.signal()
+	select {
+	case err := <-r.res:
+		return err
+	case <-ctx.Done():
+		if r.state.CompareAndSwap(reqQueued, reqWithdrawn) {
+			g.withdrawn.Add(1)
+			return fmt.Errorf("transaction not sent: %w", ctx.Err())
+		}
+		return <-r.res
+	}
+}
+
+// signal hands a lane the token that something is queued.
+func (g *Group) signal() {
+	select {
+	case g.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Stats returns what the group did so far.
+func (g *Group) Stats() GroupStats {
+	g.mu.Lock()
+	queued := len(g.queue)
+	g.mu.Unlock()
+	return GroupStats{Queued: queued,
+		Flushes: g.flushes.Load(), Txs: g.txs.Load(), MaxBatch: int(g.maxBatch.Load()),
+		Lingered: g.lingered.Load(), Committed: g.committed.Load(), Refused: g.refused.Load(),
+		Unknown: g.unknown.Load(), Withdrawn: g.withdrawn.Load(),
+	}
+}
+
+// Close stops the group: Do refuses new transactions with ErrGroupClosed,
+// the lanes send every transaction still queued (a daemon's shutdown
+// drains), and Close returns once they have all been answered and the
+// lanes' goroutines have ended. Calling it again waits the same way.
+func (g *Group) Close() {
+	g.mu.Lock()
+	if !g.closed {
+		g.closed = true
+		close(g.closing)
+	}
+	g.mu.Unlock()
+	g.lanes.Wait()
+}
+
+// lane is one flush at a time, until the group is closed and drained.
+func (g *Group) lane() {
+	l := &laneState{g: g}
+	for {
+		batch, ok := g.take(l.batch[:0])
+		if !ok {
+			return
+		}
+		l.batch, l.busy, l.remaining = batch, true, 0
+		g.flush(l)
+		clear(l.batch)
+		l.idle()
+	}
+}
+
+// idle takes the lane out of g.busy, once per flush.
+func (l *laneState) idle() {
+	if l.busy {
+		l.busy = false
+		l.g.mu.Lock()
+		l.g.busy--
+		l.g.mu.Unlock()
+	}
+}
+
+// take waits for queued transactions and takes up to MaxBatch of them,
+// skipping withdrawn ones. It returns false once the group is closed and
+// nothing is queued.
+func (g *Group) take(batch []*groupReq) ([]*groupReq, bool) {
+	g.mu.Lock()
+	for {
+		batch = g.takeLocked(batch)
+		if len(batch) > 0 {
+			break
+		}
+		if g.closed {
+			g.mu.Unlock()
+			return nil, false
+		}
+		g.mu.Unlock()
+		select {
+		case <-g.wake:
+		case <-g.closing:
+		}
+		g.mu.Lock()
+	}
+	if g.cfg.MaxDelay > 0 && len(batch) < g.cfg.MaxBatch && g.busy > 0 {
+		batch = g.linger(batch)
+	}
+	g.busy++
+	more := len(g.queue) > 0
+	g.mu.Unlock()
+	if more {
+		g.signal()
+	}
+	return batch, true
+}
+
+// takeLocked moves up to MaxBatch queued requests from the queue to batch.
+func (g *Group) takeLocked(batch []*groupReq) []*groupReq {
+	n := 0
+	for n < len(g.queue) && len(batch) < g.cfg.MaxBatch {
+		r := g.queue[n]
+		n++
+		if r.state.Load() == reqQueued {
+			batch = append(batch, r)
+		}
+	}
+	clear(g.queue[:n])
+	g.queue = g.queue[n:]
+	if len(g.queue) == 0 {
+		g.queue = g.queue[:0:0]
+	}
+	return batch
+}
+
+// linger waits, with g.mu held on entry and exit, until the batch is full
+// or MaxDelay has passed since its oldest transaction was queued.
+func (g *Group) linger(batch []*groupReq) []*groupReq {
+	g.lingered.Add(1)
+	deadline := batch[0].at.Add(g.cfg.MaxDelay)
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	for len(batch) < g.cfg.MaxBatch {
+		g.mu.Unlock()
+		expired := false
+		select {
+		case <-g.wake:
+		case <-t.C:
+			expired = true
+		case <-g.closing:
+			expired = true
+		}
+		g.mu.Lock()
+		batch = g.takeLocked(batch)
+		if expired {
+			break
+		}
+	}
+	return batch
+}
+
+// laneState is a lane's scratch, reused from flush to flush.
+type laneState struct {
+	g *Group
+	// busy: the lane counts in g.busy; remaining is how many of the
+	// flush's requests are still to be answered.
+	busy      bool
+	remaining int
+	batch     []*groupReq
+	sent      []*groupReq
+	stmts     []groupStmt
+	sds       []*pgconn.StatementDescription
+	eqbs      []pgx.ExtendedQueryBuilder
+}
+
+// groupStmt is a statement as sent: the group's own (session settings,
+// lock timeout) or the caller's.
+type groupStmt struct {
+	sql  string
+	args []any
+	read func(pgx.BatchResults) error
+}
+
+// stmts lists what r sends, in order: behind a pooler the session
+// settings (with the isolation guard), then the lock timeout, then the
+// caller's statements.
+func (l *laneState) stmtsOf(r *groupReq, pooled bool) []groupStmt {
+	s := l.stmts[:0]
+	if pooled {
+		s = append(s, groupStmt{sql: sqlGroupSessionSettings, read: func(br pgx.BatchResults) error {
+			var discard1, discard2, discard3 any
+			return br.QueryRow().Scan(&r.pid, &r.xactStart, &discard1, &discard2, &discard3)
+		}})
+	}
+	if d := r.tx.LockTimeout; d > 0 {
+		s = append(s, groupStmt{sql: sqlLockTimeout, args: []any{strconv.FormatInt(d.Milliseconds(), 10)}})
+	}
+	for i := range r.tx.Stmts {
+		st := &r.tx.Stmts[i]
+		gs := groupStmt{sql: st.SQL, args: st.Args, read: st.fn}
+		if row := st.Row; row != nil {
+			gs.read = func(br pgx.BatchResults) error { return row(br.QueryRow()) }
+		}
+		s = append(s, gs)
+	}
+	l.stmts = s
+	return s
+}
+
+// sqlGroupSessionSettings is sqlSessionSettings with a guard that fails
+// the transaction unless it runs READ COMMITTED: behind a transaction
+// pooler each transaction may reach another backend, whose session default
+// another client may have changed, and an implicit transaction block takes
+// the session's default isolation (there is no BEGIN to pin it). The cast
+// of the message fails only when the CASE takes that branch.
+const sqlGroupSessionSettings = sqlSessionSettings + `,
+	CASE WHEN current_setting('transaction_isolation') <> 'read committed'
+	THEN ('transaction isolation is ' || current_setting('transaction_isolation') || ', not read committed')::int END`
+
+// sqlGroupReadCommitted makes READ COMMITTED the default isolation of a
+// direct session whose default is another, so that its implicit
+// transaction blocks run READ COMMITTED as Pipeline's BEGIN pins it.
+// Quill's other transactions on the session name their own isolation.
+const sqlGroupReadCommitted = `SELECT CASE WHEN current_setting('default_transaction_isolation') <> 'read committed'
+	THEN set_config('default_transaction_isolation', 'read committed', false) END`
+
+// CustomData keys of a connection the group used: the isolation was made
+// READ COMMITTED; the unnamed statements' descriptions.
+const (
+	groupReadCommittedKey = "quill.group.read_committed"
+	groupDescribedKey     = "quill.group.described"
+)
+
+// flush sends l.batch on one connection and answers each of its requests.
+func (g *Group) flush(l *laneState) {
+	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.FlushTimeout)
+	defer cancel()
+	conn, err := Acquire(ctx, g.pool, g.cfg.AcquireTimeout)
+	if err != nil {
+		for _, r := range l.batch {
+			if r.state.CompareAndSwap(reqQueued, reqAnswered) {
+				r.res <- err
+			}
+		}
+		return
+	}
+	sent := l.sent[:0]
+	for _, r := range l.batch {
+		if r.state.CompareAndSwap(reqQueued, reqSent) {
+			sent = append(sent, r)
+		}
+	}
+	l.sent = sent
+	l.remaining = len(sent)
+	if len(sent) == 0 {
+		conn.Release()
+		return
+	}
+	c := conn.Conn()
+	pooled := c.PgConn().CustomData()[pooledKey] == true
+	if err := g.prepare(ctx, l, c, pooled); err != nil {
+		// Nothing was written: every transaction still waiting fails.
+		err = fmt.Errorf("prepare statements: %w", Translate(err))
+		for _, r := range l.batch {
+			if r.state.Load() == reqSent {
+				l.answer(r, err)
+			}
+		}
+		closeConn(ctx, conn)
+		return
+	}
+	if len(l.sent) == 0 {
+		conn.Release()
+		return
+	}
+	g.send(ctx, l, conn, pooled)
+}
+
+// prepare makes the session READ COMMITTED (once per direct connection)
+// and describes every statement of l.sent the connection has not seen,
+// in round trips before the write. A statement the server refuses fails
+// its own transaction, which is then not sent; any other error is the
+// connection's and is returned.
+func (g *Group) prepare(ctx context.Context, l *laneState, c *pgx.Conn, pooled bool) error {
+	data := c.PgConn().CustomData()
+	if !pooled && data[groupReadCommittedKey] != true {
+		if _, err := c.Exec(ctx, sqlGroupReadCommitted, pgx.QueryExecModeSimpleProtocol); err != nil {
+			return fmt.Errorf("read committed: %w", err)
+		}
+		data[groupReadCommittedKey] = true
+	}
+	described, _ := data[groupDescribedKey].(map[string]*pgconn.StatementDescription)
+	if !g.named && described == nil {
+		described = make(map[string]*pgconn.StatementDescription)
+		data[groupDescribedKey] = described
+	}
+	sds := l.sds[:0]
+	keep := l.sent[:0]
+	for _, r := range l.sent {
+		n := len(sds)
+		var refused error
+		for _, st := range l.stmtsOf(r, pooled) {
+			sd, err := g.describe(ctx, c, described, st.sql)
+			if err != nil {
+				var pgErr *pgconn.PgError
+				if !errors.As(err, &pgErr) || sessionEnded(pgErr) {
+					l.sds = sds
+					l.sent = keep
+					return err
+				}
+				refused = err
+				break
+			}
+			sds = append(sds, sd)
+		}
+		if refused != nil {
+			sds = sds[:n]
+			l.answer(r, fmt.Errorf("prepare: %w", Translate(refused)))
+			continue
+		}
+		keep = append(keep, r)
+	}
+	clear(l.sent[len(keep):])
+	l.sent = keep
+	l.sds = sds
+	return nil
+}
+
+// describe returns the description of sql on c: prepared under a name
+// once per connection (pgx keeps it), or described once per connection
+// and parsed unnamed in each write.
+func (g *Group) describe(ctx context.Context, c *pgx.Conn, described map[string]*pgconn.StatementDescription, sql string) (*pgconn.StatementDescription, error) {
+	if g.named {
+		return c.Prepare(ctx, sql, sql)
+	}
+	if sd, ok := described[sql]; ok {
+		return sd, nil
+	}
+	sd, err := c.PgConn().Prepare(ctx, "", sql, nil)
+	if err != nil {
+		return nil, err
+	}
+	described[sql] = sd
+	return sd, nil
+}
+
+// answer delivers r's outcome and counts it.
+// The lane stops counting as in flight before its last answer, so that a
+// caller who sends again at once is not made to linger behind it.
+func (l *laneState) answer(r *groupReq, err error) {
+	g := l.g
+	r.state.Store(reqAnswered)
+	if l.remaining > 0 {
+		l.remaining--
+		if l.remaining == 0 {
+			l.idle()
+		}
+	}
+	var lost *OutcomeUnknownError
+	switch {
+	case err == nil || errors.Is(err, ErrReadAfterCommit):
+		g.committed.Add(1)
+	case errors.As(err, &lost):
+		g.unknown.Add(1)
+	default:
+		g.refused.Add(1)
+	}
+	r.res <- err
+}
+
+// send writes l.sent's transactions, each its statements and a Sync, in
+// one write on conn, and reads their outcomes in order.
+func (g *Group) send(ctx context.Context, l *laneState, conn *pgxpool.Conn, pooled bool) {
+	c := conn.Conn()
+	tm := c.TypeMap()
+	pl := c.PgConn().StartPipeline(ctx)
+	// Encode every statement of a transaction before sending any: a
+	// transaction whose arguments do not encode is refused whole.
+	written := l.sent[:0]
+	k := 0
+	for _, r := range l.sent {
+		stmts := l.stmtsOf(r, pooled)
+		sds := l.sds[k : k+len(stmts)]
+		k += len(stmts)
+		if len(l.eqbs) < len(stmts) {
+			l.eqbs = append(l.eqbs, make([]pgx.ExtendedQueryBuilder, len(stmts)-len(l.eqbs))...)
+		}
+		var encErr error
+		for i, st := range stmts {
+			if err := l.eqbs[i].Build(tm, sds[i], st.args); err != nil {
+				encErr = fmt.Errorf("encode arguments of statement %d: %w", i, err)
+				break
+			}
+		}
+		if encErr != nil {
+			l.answer(r, encErr)
+			continue
+		}
+		for i, sd := range sds {
+			e := &l.eqbs[i]
+			if sd.Name != "" {
+				pl.SendQueryPrepared(sd.Name, e.ParamValues, e.ParamFormats, e.ResultFormats)
+			} else {
+				pl.SendQueryParams(sd.SQL, e.ParamValues, sd.ParamOIDs, e.ParamFormats, e.ResultFormats)
+			}
+		}
+		pl.SendPipelineSync()
+		written = append(written, r)
+	}
+	clear(l.sent[len(written):])
+	l.sent = written
+	if len(written) == 0 {
+		_ = pl.Close()
+		conn.Release()
+		return
+	}
+	g.flushes.Add(1)
+	g.txs.Add(uint64(len(written)))
+	for n := int64(len(written)); ; {
+		m := g.maxBatch.Load()
+		if n <= m || g.maxBatch.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	if err := pl.Flush(); err != nil {
+		// pgconn closed the connection. Part of the write may have
+		// reached the server unless the error says none did.
+		if pgconn.SafeToRetry(err) {
+			err = fmt.Errorf("send transactions: %w", Translate(err))
+			for _, r := range written {
+				l.answer(r, err)
+			}
+		} else {
+			l.lost(conn, written, pooled, err)
+		}
+		closeConn(ctx, conn)
+		return
+	}
+	one := &oneResult{tm: tm}
+	for i, r := range written {
+		if !l.read(pl, one, l.stmtsOf(r, pooled), r) {
+			l.lost(conn, written[i:], pooled, one.connErr)
+			_ = pl.Close()
+			closeConn(ctx, conn)
+			return
+		}
+	}
+	if err := pl.Close(); err != nil {
+		closeConn(ctx, conn)
+		return
+	}
+	conn.Release()
+}
+
+// read reads the results of r's statements and its Sync and answers r.
+// It returns false, with one.connErr set, when the connection failed (or
+// the server ended the session) before r's outcome was read; r is then
+// unanswered unless the server had refused it already.
+func (l *laneState) read(pl *pgconn.Pipeline, one *oneResult, stmts []groupStmt, r *groupReq) bool {
+	var refused, readErr error
+	for i, st := range stmts {
+		res, err := pl.GetResults()
+		if err == nil {
+			rr, ok := res.(*pgconn.ResultReader)
+			if !ok {
+				one.connErr = fmt.Errorf("pipeline: statement %d answered %T", i, res)
+				return false
+			}
+			one.rr = rr
+			if st.read != nil {
+				if e := st.read(one); e != nil && readErr == nil {
+					readErr = fmt.Errorf("statement %d: %w", i, e)
+				}
+			}
+			_, err = rr.Close()
+		}
+		if err != nil {
+			if !refusal(err) {
+				one.connErr = err
+				return false
+			}
+			refused = err
+			break
+		}
+	}
+	for {
+		// After a refusal pgconn skips the transaction's other statements
+		// up to its Sync. An error here is the commit's own (a deferred
+		// constraint); its Sync follows.
+		res, err := pl.GetResults()
+		if err != nil {
+			if !refusal(err) {
+				if refused != nil {
+					// Refused is known: the server rolled it back.
+					l.answer(r, Translate(refused))
+				}
+				one.connErr = err
+				return false
+			}
+			if refused == nil {
+				refused = err
+			}
+			continue
+		}
+		if _, ok := res.(*pgconn.PipelineSync); !ok {
+			one.connErr = fmt.Errorf("pipeline: expected Sync, got %T", res)
+			return false
+		}
+		break
+	}
+	switch {
+	case refused != nil:
+		l.answer(r, Translate(refused))
+	case readErr != nil:
+		l.answer(r, fmt.Errorf("%w: %w", ErrReadAfterCommit, readErr))
+	default:
+		l.answer(r, nil)
+	}
+	return true
+}
+
+// refusal reports whether err is the server refusing a statement, the
+// session going on; anything else is the connection's failure.
+func refusal(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && !sessionEnded(pgErr)
+}
+
+// lost answers every request of rs whose outcome was not read with an
+// *OutcomeUnknownError, as Pipeline.Commit fills it.
+func (l *laneState) lost(conn *pgxpool.Conn, rs []*groupReq, pooled bool, cause error) {
+	since := sessionStart(conn)
+	err := Translate(cause)
+	for _, r := range rs {
+		if r.state.Load() != reqSent {
+			continue
+		}
+		e := &OutcomeUnknownError{PID: r.pid, SessionStart: since, XactStart: r.xactStart, Err: err}
+		if !pooled {
+			e.PID, e.XactStart = conn.Conn().PgConn().PID(), time.Time{}
+		}
+		l.answer(r, e)
+	}
+}
+
+// closeConn closes a connection whose state is unknown and gives it back,
+// so the pool drops it.
+func closeConn(ctx context.Context, conn *pgxpool.Conn) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+	defer cancel()
+	_ = conn.Conn().Close(cctx)
+	conn.Release()
+}
+
+// oneResult is the pgx.BatchResults of one statement of a pipeline, so
+// that pgx.Batch callbacks and pgx.Row scanners read it unchanged.
+type oneResult struct {
+	tm      *pgtype.Map
+	rr      *pgconn.ResultReader
+	connErr error
+}
+
+func (o *oneResult) Exec() (pgconn.CommandTag, error) { return o.rr.Close() }
+
+func (o *oneResult) Query() (pgx.Rows, error) { return pgx.RowsFromResultReader(o.tm, o.rr), nil }
+
+func (o *oneResult) QueryRow() pgx.Row {
+	rows, _ := o.Query()
+	return oneRow{rows}
+}
+
+func (o *oneResult) Close() error {
+	_, err := o.rr.Close()
+	return err
+}
+
+// Tx is nil: a group's transaction is an implicit block, begun by no
+// BEGIN.
+func (o *oneResult) Tx() pgx.Tx { return nil }
+
+// oneRow is pgx's QueryRow over a statement's rows: the first row, or
+// pgx.ErrNoRows.
+type oneRow struct{ rows pgx.Rows }
+
+func (r oneRow) Scan(dest ...any) error {
+	rows := r.rows
+	if rows.Err() != nil {
+		return rows.Err()
+	}
+	if !rows.Next() {
+		if rows.Err() == nil {
+			return pgx.ErrNoRows
+		}
+		return rows.Err()
+	}
+	_ = rows.Scan(dest...)
+	rows.Close()
+	return rows.Err()
+}
