@@ -63,6 +63,16 @@ type GroupConfig struct {
 	// every transaction whose outcome was not read gets an
 	// *OutcomeUnknownError. Default GroupFlushTimeoutDefault.
 	FlushTimeout time.Duration
+	// CommitBarrier, when true, makes a flush of several transactions
+	// wait for one WAL flush instead of one per transaction: each commits
+	// with synchronous_commit off, a last transaction (the barrier) takes
+	// an xid and commits with the session's synchronous_commit, which
+	// makes every earlier commit of the write durable too, and only then
+	// are the transactions answered. Committed rows are visible to other
+	// sessions for the moment before the barrier's flush, which a crash
+	// in that moment loses (decision 0100). Default false: every
+	// transaction commits as the session's synchronous_commit says.
+	CommitBarrier bool
 }
 
 // WithDefaults returns cfg with every zero field set to its default.
@@ -150,6 +160,9 @@ type GroupStats struct {
 	// Committed, Refused and Unknown are the transactions sent whose Do
 	// returned nil, the server's refusal, and *OutcomeUnknownError.
 	Committed, Refused, Unknown uint64
+	// Barriers is the number of flushes that ended with a barrier
+	// (CommitBarrier).
+	Barriers uint64
 	// Withdrawn is the transactions whose caller's context ended while
 	// they were still queued: never sent.
 	Withdrawn uint64
@@ -182,7 +195,7 @@ type Group struct {
 	closing chan struct{}
 	lanes   sync.WaitGroup
 
-	flushes, txs, lingered                 atomic.Uint64
+	flushes, txs, lingered, barriers       atomic.Uint64
 	committed, refused, unknown, withdrawn atomic.Uint64
 	maxBatch                               atomic.Int64
 }
@@ -226,6 +239,9 @@ type groupReq struct {
 	// start read with the session settings behind a pooler.
 	pid       uint32
 	xactStart time.Time
+	// held: committed, its answer (outcome) waits for the barrier.
+	held    bool
+	outcome error
 }
 
 // Do runs tx in the next flush of a free lane and returns its outcome:
@@ -242,9 +258,6 @@ type groupReq struct {
 // FlushTimeout), because the shared connection is never cancelled for one
 // caller.
 func (g *Group) Do(ctx context.Context, tx *GroupTx) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("transaction not sent: %w", err)
-	}
 	r := &groupReq{tx: tx, res: make(chan error, 1)}
 	if g.cfg.MaxDelay > 0 {
 		r.at = time.Now()
@@ -253,6 +266,10 @@ func (g *Group) Do(ctx context.Context, tx *GroupTx) error {
 	if g.closed {
 		g.mu.Unlock()
 		return ErrGroupClosed
+	}
+	if err := ctx.Err(); err != nil {
+		g.mu.Unlock()
+		return fmt.Errorf("transaction not sent: %w", err)
 	}
 	g.queue = append(g.queue, r)
 	g.mu.Unlock()
@@ -284,7 +301,7 @@ func (g *Group) Stats() GroupStats {
 	g.mu.Unlock()
 	return GroupStats{Queued: queued,
 		Flushes: g.flushes.Load(), Txs: g.txs.Load(), MaxBatch: int(g.maxBatch.Load()),
-		Lingered: g.lingered.Load(), Committed: g.committed.Load(), Refused: g.refused.Load(),
+		Lingered: g.lingered.Load(), Barriers: g.barriers.Load(), Committed: g.committed.Load(), Refused: g.refused.Load(),
 		Unknown: g.unknown.Load(), Withdrawn: g.withdrawn.Load(),
 	}
 }
@@ -412,6 +429,10 @@ type laneState struct {
 	// flush's requests are still to be answered.
 	busy      bool
 	remaining int
+	// barrier: this flush's transactions commit asynchronously and a
+	// barrier ends it (CommitBarrier); barrierSD is its statement.
+	barrier   bool
+	barrierSD *pgconn.StatementDescription
 	batch     []*groupReq
 	sent      []*groupReq
 	stmts     []groupStmt
@@ -432,6 +453,9 @@ type groupStmt struct {
 // caller's statements.
 func (l *laneState) stmtsOf(r *groupReq, pooled bool) []groupStmt {
 	s := l.stmts[:0]
+	if l.barrier {
+		s = append(s, groupStmt{sql: sqlAsyncCommit})
+	}
 	if pooled {
 		s = append(s, groupStmt{sql: sqlGroupSessionSettings, read: func(br pgx.BatchResults) error {
 			var discard1, discard2, discard3 any
@@ -452,6 +476,15 @@ func (l *laneState) stmtsOf(r *groupReq, pooled bool) []groupStmt {
 	l.stmts = s
 	return s
 }
+
+// sqlAsyncCommit lets the transaction's commit return before its WAL is
+// flushed; the barrier's flush covers it (CommitBarrier).
+const sqlAsyncCommit = `SELECT set_config('synchronous_commit', 'off', true)`
+
+// sqlBarrier takes an xid, so that its commit writes a commit record and,
+// under the session's synchronous_commit, waits until the WAL is flushed
+// up to it — and so past every commit written before it.
+const sqlBarrier = `SELECT pg_current_xact_id()`
 
 // sqlGroupSessionSettings is sqlSessionSettings with a guard that fails
 // the transaction unless it runs READ COMMITTED: behind a transaction
@@ -498,6 +531,7 @@ func (g *Group) flush(l *laneState) {
 	}
 	l.sent = sent
 	l.remaining = len(sent)
+	l.barrier = g.cfg.CommitBarrier && len(sent) > 1
 	if len(sent) == 0 {
 		conn.Release()
 		return
@@ -569,6 +603,13 @@ func (g *Group) prepare(ctx context.Context, l *laneState, c *pgx.Conn, pooled b
 	clear(l.sent[len(keep):])
 	l.sent = keep
 	l.sds = sds
+	if l.barrier {
+		sd, err := g.describe(ctx, c, described, sqlBarrier)
+		if err != nil {
+			return err
+		}
+		l.barrierSD = sd
+	}
 	return nil
 }
 
@@ -644,11 +685,7 @@ func (g *Group) send(ctx context.Context, l *laneState, conn *pgxpool.Conn, pool
 		}
 		for i, sd := range sds {
 			e := &l.eqbs[i]
-			if sd.Name != "" {
-				pl.SendQueryPrepared(sd.Name, e.ParamValues, e.ParamFormats, e.ResultFormats)
-			} else {
-				pl.SendQueryParams(sd.SQL, e.ParamValues, sd.ParamOIDs, e.ParamFormats, e.ResultFormats)
-			}
+			sendStmt(pl, sd, e.ParamValues, e.ParamFormats, e.ResultFormats)
 		}
 		pl.SendPipelineSync()
 		written = append(written, r)
@@ -659,6 +696,11 @@ func (g *Group) send(ctx context.Context, l *laneState, conn *pgxpool.Conn, pool
 		_ = pl.Close()
 		conn.Release()
 		return
+	}
+	if l.barrier {
+		sendStmt(pl, l.barrierSD, nil, nil, nil)
+		pl.SendPipelineSync()
+		g.barriers.Add(1)
 	}
 	g.flushes.Add(1)
 	g.txs.Add(uint64(len(written)))
@@ -683,12 +725,26 @@ func (g *Group) send(ctx context.Context, l *laneState, conn *pgxpool.Conn, pool
 		return
 	}
 	one := &oneResult{tm: tm}
-	for i, r := range written {
+	for _, r := range written {
 		if !l.read(pl, one, l.stmtsOf(r, pooled), r) {
-			l.lost(conn, written[i:], pooled, one.connErr)
+			l.lost(conn, written, pooled, one.connErr)
 			_ = pl.Close()
 			closeConn(ctx, conn)
 			return
+		}
+	}
+	if l.barrier {
+		if err := readBarrier(pl); err != nil {
+			// The held commits happened but may not be durable.
+			l.lost(conn, written, pooled, fmt.Errorf("commit barrier: %w", err))
+			_ = pl.Close()
+			closeConn(ctx, conn)
+			return
+		}
+		for _, r := range written {
+			if r.held && r.state.Load() == reqSent {
+				l.answer(r, r.outcome)
+			}
 		}
 	}
 	if err := pl.Close(); err != nil {
@@ -757,12 +813,52 @@ func (l *laneState) read(pl *pgconn.Pipeline, one *oneResult, stmts []groupStmt,
 	switch {
 	case refused != nil:
 		l.answer(r, Translate(refused))
+	case l.barrier:
+		r.held = true
+		if readErr != nil {
+			r.outcome = fmt.Errorf("%w: %w", ErrReadAfterCommit, readErr)
+		}
 	case readErr != nil:
 		l.answer(r, fmt.Errorf("%w: %w", ErrReadAfterCommit, readErr))
 	default:
 		l.answer(r, nil)
 	}
 	return true
+}
+
+// sendStmt queues a statement: bound to its prepared name, or parsed
+// unnamed with its described parameter types.
+func sendStmt(pl *pgconn.Pipeline, sd *pgconn.StatementDescription, values [][]byte, formats, resultFormats []int16) {
+	if sd.Name != "" {
+		pl.SendQueryPrepared(sd.Name, values, formats, resultFormats)
+	} else {
+		pl.SendQueryParams(sd.SQL, values, sd.ParamOIDs, formats, resultFormats)
+	}
+}
+
+// readBarrier reads the barrier's result and its Sync: nil once its
+// commit returned, and with it every earlier commit of the write is
+// durable.
+func readBarrier(pl *pgconn.Pipeline) error {
+	res, err := pl.GetResults()
+	if err != nil {
+		return err
+	}
+	rr, ok := res.(*pgconn.ResultReader)
+	if !ok {
+		return fmt.Errorf("pipeline: barrier answered %T", res)
+	}
+	if _, err := rr.Close(); err != nil {
+		return err
+	}
+	res, err = pl.GetResults()
+	if err != nil {
+		return err
+	}
+	if _, ok := res.(*pgconn.PipelineSync); !ok {
+		return fmt.Errorf("pipeline: expected Sync, got %T", res)
+	}
+	return nil
 }
 
 // refusal reports whether err is the server refusing a statement, the

@@ -284,12 +284,30 @@ func TestGroupTxFromBatch(t *testing.T) {
 
 // When the lane's backend is terminated mid-write, the transactions whose
 // outcome was not read are unknown — named by the backend's pid and the
-// session's start, for Recheck — the one read before is committed, and the
-// group goes on serving on another connection.
+// session's start, for Recheck — the one read before is committed (unless
+// its answer waited for a commit barrier that never came), and the group
+// goes on serving on another connection.
 func TestGroupBackendTerminated(t *testing.T) {
 	t.Parallel()
-	b := setupGroup(t, dbtest.Schema(t), db.GroupConfig{Lanes: 1})
+	u := dbtest.Schema(t)
+	for _, tc := range []struct {
+		name    string
+		barrier bool
+	}{{"one flush per commit", false}, {"commit barrier", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			testGroupBackendTerminated(t, u, tc.barrier)
+		})
+	}
+}
+
+func testGroupBackendTerminated(t *testing.T, u string, barrier bool) {
+	b := setupGroup(t, u, db.GroupConfig{Lanes: 1, CommitBarrier: barrier})
 	ctx := t.Context()
+	first, after := "first", "after"
+	if barrier {
+		first, after = "first-b", "after-b"
+	}
 	key, _ := holdLock(t, b.pool)
 	var pid uint32
 	terminate := func() {
@@ -302,18 +320,53 @@ func TestGroupBackendTerminated(t *testing.T) {
 		require.NoError(t, b.pool.QueryRow(ctx, "SELECT pg_terminate_backend($1)", int64(pid)).Scan(&ended))
 		require.True(t, ended)
 	}
-	errs := b.oneFlush(t, terminate, insertTx("first"), lockTx(key), insertTx("third"))
-	require.NoError(t, errs[0])
-	for _, err := range errs[1:] {
+	errs := b.oneFlush(t, terminate, insertTx(first), lockTx(key), insertTx("third"))
+	unknown := errs[1:]
+	if barrier {
+		unknown = errs
+	} else {
+		require.NoError(t, errs[0])
+	}
+	for _, err := range unknown {
 		var lost *db.OutcomeUnknownError
 		require.ErrorAs(t, err, &lost)
 		require.ErrorIs(t, err, db.ErrUnavailable)
 		require.Equal(t, pid, lost.PID)
 		require.False(t, lost.SessionStart.IsZero())
 	}
-	require.Equal(t, uint64(2), b.g.Stats().Unknown)
-	require.NoError(t, b.g.Do(ctx, insertTx("after")))
-	require.Equal(t, []string{"after", "first"}, b.ids(t))
+	require.Equal(t, uint64(len(unknown)), b.g.Stats().Unknown)
+	require.NoError(t, b.g.Do(ctx, insertTx(after)))
+	ids := b.ids(t)
+	require.Contains(t, ids, first, "committed before the backend ended")
+	require.Contains(t, ids, after)
+	require.NotContains(t, ids, "third")
+}
+
+// With CommitBarrier a flush of several transactions commits each without
+// waiting for its WAL flush and ends with one barrier that does; a flush
+// of one commits as usual. Refusals stay each transaction's own.
+func TestGroupCommitBarrier(t *testing.T) {
+	t.Parallel()
+	b := setupGroup(t, dbtest.Schema(t), db.GroupConfig{Lanes: 1, CommitBarrier: true})
+	syncCommit := func(id string, got *string) *db.GroupTx {
+		return &db.GroupTx{Stmts: []db.GroupStmt{
+			{SQL: "INSERT INTO t (id) VALUES ($1)", Args: []any{id}},
+			{SQL: "SELECT current_setting('synchronous_commit')", Row: func(r pgx.Row) error { return r.Scan(got) }},
+		}}
+	}
+	var lone string
+	require.NoError(t, b.g.Do(t.Context(), syncCommit("lone", &lone)))
+	require.Equal(t, "on", lone)
+	require.Zero(t, b.g.Stats().Barriers)
+	var a, c string
+	errs := b.oneFlush(t, nil, syncCommit("a", &a), insertTx("lone"), syncCommit("c", &c))
+	require.NoError(t, errs[0])
+	require.ErrorIs(t, errs[1], db.ErrDuplicate)
+	require.NoError(t, errs[2])
+	require.Equal(t, "off", a)
+	require.Equal(t, "off", c)
+	require.Equal(t, uint64(1), b.g.Stats().Barriers)
+	require.Equal(t, []string{"a", "c", "lone"}, b.ids(t))
 }
 
 // A caller whose context ends while its transaction is queued gets ctx's
@@ -364,8 +417,11 @@ func TestGroupCloseDrains(t *testing.T) {
 	require.Eventually(t, func() bool { return b.g.Stats().Queued == 5 }, 10*time.Second, time.Millisecond)
 	closed := make(chan struct{})
 	go func() { b.g.Close(); close(closed) }()
+	// A cancelled context is never queued, so asking cannot block.
+	cancelled, cancel := context.WithCancel(t.Context())
+	cancel()
 	require.Eventually(t, func() bool {
-		return errors.Is(b.g.Do(t.Context(), insertTx("late")), db.ErrGroupClosed)
+		return errors.Is(b.g.Do(cancelled, insertTx("late")), db.ErrGroupClosed)
 	}, 10*time.Second, time.Millisecond)
 	select {
 	case <-closed:
