@@ -186,14 +186,16 @@ type Group struct {
 	// none has to outlive its transaction's backend behind a pooler.
 	named bool
 
-	mu     sync.Mutex
+	mu sync.Mutex
+	// cond wakes a lane's goroutine: something was queued, a lane was
+	// freed, the group closed, a linger ran out.
+	cond   *sync.Cond
 	queue  []*groupReq
-	busy   int // lanes flushing
+	busy   int // lanes flushing (or lingering), at most cfg.Lanes
 	closed bool
 
-	wake    chan struct{} // a token: something was queued
-	closing chan struct{}
-	lanes   sync.WaitGroup
+	lanes sync.WaitGroup
+	spare sync.Pool // *laneState for callers that flush themselves
 
 	flushes, txs, lingered, barriers       atomic.Uint64
 	committed, refused, unknown, withdrawn atomic.Uint64
@@ -208,12 +210,12 @@ func NewGroup(pool *pgxpool.Pool, cfg GroupConfig) (*Group, error) {
 		return nil, err
 	}
 	g := &Group{
-		pool:    pool,
-		cfg:     cfg,
-		named:   pool.Config().ConnConfig.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement,
-		wake:    make(chan struct{}, 1),
-		closing: make(chan struct{}),
+		pool:  pool,
+		cfg:   cfg,
+		named: pool.Config().ConnConfig.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement,
 	}
+	g.cond = sync.NewCond(&g.mu)
+	g.spare.New = func() any { return &laneState{g: g} }
 	for range cfg.Lanes {
 		g.lanes.Go(g.lane)
 	}
@@ -272,8 +274,19 @@ func (g *Group) Do(ctx context.Context, tx *GroupTx) error {
 		return fmt.Errorf("transaction not sent: %w", err)
 	}
 	g.queue = append(g.queue, r)
+	if g.busy < g.cfg.Lanes && len(g.queue) <= g.cfg.MaxBatch && (g.cfg.MaxDelay == 0 || g.busy == 0) {
+		// A free lane and no reason to linger: this goroutine is the
+		// lane, which spares the hand-offs to a lane's goroutine and back.
+		l := g.spare.Get().(*laneState)
+		l.batch = g.takeLocked(l.batch[:0])
+		g.busy++
+		g.mu.Unlock()
+		g.run(l)
+		g.spare.Put(l)
+		return <-r.res
+	}
+	g.cond.Signal()
 	g.mu.Unlock()
-	g.signal()
 	select {
 	case err := <-r.res:
 		return err
@@ -283,14 +296,6 @@ func (g *Group) Do(ctx context.Context, tx *GroupTx) error {
 			return fmt.Errorf("transaction not sent: %w", ctx.Err())
 		}
 		return <-r.res
-	}
-}
-
-// signal hands a lane the token that something is queued.
-func (g *Group) signal() {
-	select {
-	case g.wake <- struct{}{}:
-	default:
 	}
 }
 
@@ -312,15 +317,15 @@ func (g *Group) Stats() GroupStats {
 // lanes' goroutines have ended. Calling it again waits the same way.
 func (g *Group) Close() {
 	g.mu.Lock()
-	if !g.closed {
-		g.closed = true
-		close(g.closing)
-	}
+	g.closed = true
+	g.cond.Broadcast()
 	g.mu.Unlock()
 	g.lanes.Wait()
 }
 
-// lane is one flush at a time, until the group is closed and drained.
+// lane is a goroutine that flushes what callers queued while every lane
+// was busy (or lingering made sense), until the group is closed and
+// drained.
 func (g *Group) lane() {
 	l := &laneState{g: g}
 	for {
@@ -328,53 +333,64 @@ func (g *Group) lane() {
 		if !ok {
 			return
 		}
-		l.batch, l.busy, l.remaining = batch, true, 0
-		g.flush(l)
-		clear(l.batch)
-		l.idle()
+		l.batch = batch
+		g.run(l)
 	}
 }
 
-// idle takes the lane out of g.busy, once per flush.
+// run flushes l.batch, for which the caller took a lane (g.busy), and
+// frees the lane.
+func (g *Group) run(l *laneState) {
+	l.busy, l.remaining = true, 0
+	g.flush(l)
+	clear(l.batch)
+	l.batch = l.batch[:0]
+	l.idle()
+}
+
+// idle frees the flush's lane, once per flush, and wakes a lane's
+// goroutine when transactions wait for it.
 func (l *laneState) idle() {
 	if l.busy {
 		l.busy = false
-		l.g.mu.Lock()
-		l.g.busy--
-		l.g.mu.Unlock()
+		g := l.g
+		g.mu.Lock()
+		g.busy--
+		if len(g.queue) > 0 {
+			g.cond.Signal()
+		}
+		g.mu.Unlock()
 	}
 }
 
-// take waits for queued transactions and takes up to MaxBatch of them,
-// skipping withdrawn ones. It returns false once the group is closed and
-// nothing is queued.
+// take waits for queued transactions and a free lane, and takes up to
+// MaxBatch of them, skipping withdrawn ones. It returns false once the
+// group is closed and nothing is queued.
 func (g *Group) take(batch []*groupReq) ([]*groupReq, bool) {
 	g.mu.Lock()
 	for {
-		batch = g.takeLocked(batch)
-		if len(batch) > 0 {
-			break
+		if g.busy < g.cfg.Lanes {
+			if batch = g.takeLocked(batch); len(batch) > 0 {
+				break
+			}
 		}
-		if g.closed {
+		if g.closed && len(g.queue) == 0 {
 			g.mu.Unlock()
 			return nil, false
 		}
-		g.mu.Unlock()
-		select {
-		case <-g.wake:
-		case <-g.closing:
-		}
-		g.mu.Lock()
+		g.cond.Wait()
 	}
-	if g.cfg.MaxDelay > 0 && len(batch) < g.cfg.MaxBatch && g.busy > 0 {
+	// The lane is taken before lingering, so that Lanes bounds the
+	// connections whatever callers do meanwhile.
+	inFlight := g.busy > 0
+	g.busy++
+	if g.cfg.MaxDelay > 0 && len(batch) < g.cfg.MaxBatch && inFlight {
 		batch = g.linger(batch)
 	}
-	g.busy++
-	more := len(g.queue) > 0
-	g.mu.Unlock()
-	if more {
-		g.signal()
+	if len(g.queue) > 0 && g.busy < g.cfg.Lanes {
+		g.cond.Signal()
 	}
+	g.mu.Unlock()
 	return batch, true
 }
 
@@ -388,11 +404,9 @@ func (g *Group) takeLocked(batch []*groupReq) []*groupReq {
 			batch = append(batch, r)
 		}
 	}
-	clear(g.queue[:n])
-	g.queue = g.queue[n:]
-	if len(g.queue) == 0 {
-		g.queue = g.queue[:0:0]
-	}
+	k := copy(g.queue, g.queue[n:])
+	clear(g.queue[k:])
+	g.queue = g.queue[:k]
 	return batch
 }
 
@@ -401,23 +415,15 @@ func (g *Group) takeLocked(batch []*groupReq) []*groupReq {
 func (g *Group) linger(batch []*groupReq) []*groupReq {
 	g.lingered.Add(1)
 	deadline := batch[0].at.Add(g.cfg.MaxDelay)
-	t := time.NewTimer(time.Until(deadline))
-	defer t.Stop()
-	for len(batch) < g.cfg.MaxBatch {
-		g.mu.Unlock()
-		expired := false
-		select {
-		case <-g.wake:
-		case <-t.C:
-			expired = true
-		case <-g.closing:
-			expired = true
-		}
+	t := time.AfterFunc(time.Until(deadline), func() {
 		g.mu.Lock()
+		g.cond.Broadcast()
+		g.mu.Unlock()
+	})
+	defer t.Stop()
+	for len(batch) < g.cfg.MaxBatch && !g.closed && time.Now().Before(deadline) {
+		g.cond.Wait()
 		batch = g.takeLocked(batch)
-		if expired {
-			break
-		}
 	}
 	return batch
 }

@@ -29,9 +29,15 @@ const (
 // in one round trip). Both report the process's CPU per transaction
 // (getrusage, user+system), transactions per second and the p99 of a
 // caller's wait; compare them with benchstat over interleaved runs.
-func BenchmarkGroup(b *testing.B) {
+func BenchmarkGroup(b *testing.B) { benchGroup(b, db.GroupConfig{}) }
+
+// BenchmarkGroupBarrier is BenchmarkGroup with CommitBarrier: one WAL
+// flush per write of several transactions.
+func BenchmarkGroupBarrier(b *testing.B) { benchGroup(b, db.GroupConfig{CommitBarrier: true}) }
+
+func benchGroup(b *testing.B, cfg db.GroupConfig) {
 	benchClients(b, func(b *testing.B, pool *pgxpool.Pool) func(context.Context) error {
-		g, err := db.NewGroup(pool, db.GroupConfig{})
+		g, err := db.NewGroup(pool, cfg)
 		if err != nil {
 			b.Fatal(err)
 		}
