@@ -20,6 +20,9 @@ import (
 type groupBundle struct {
 	pool *pgxpool.Pool
 	g    *db.Group
+	// locks is where the tests hold their advisory locks: a direct pool,
+	// whose session keeps them (pool, unless pool goes through a pooler).
+	locks *pgxpool.Pool
 }
 
 // setupGroup opens a pool on a fresh schema with a table t (id text
@@ -35,7 +38,7 @@ func setupGroup(t *testing.T, url string, cfg db.GroupConfig) *groupBundle {
 	g, err := db.NewGroup(pool, cfg)
 	require.NoError(t, err)
 	t.Cleanup(g.Close)
-	return &groupBundle{pool: pool, g: g}
+	return &groupBundle{pool: pool, g: g, locks: pool}
 }
 
 func insertTx(id string) *db.GroupTx {
@@ -93,7 +96,7 @@ func async(ctx context.Context, g *db.Group, tx *db.GroupTx) <-chan error {
 func (b *groupBundle) oneFlush(t *testing.T, during func(), txs ...*db.GroupTx) []error {
 	t.Helper()
 	ctx := t.Context()
-	key, release := holdLock(t, b.pool)
+	key, release := holdLock(t, b.locks)
 	before := b.g.Stats()
 	blocker := async(ctx, b.g, lockTx(key))
 	require.Eventually(t, func() bool { return b.g.Stats().Flushes == before.Flushes+1 }, 10*time.Second, time.Millisecond)
@@ -453,6 +456,68 @@ func TestGroupConfigValidate(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := db.NewGroup(pool, tc.cfg)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+}
+
+// Through a transaction pooler each transaction carries the session
+// settings and the isolation guard, statements are parsed unnamed, and a
+// refusal in the middle of a write still stays its transaction's own.
+func TestGroupThroughPgBouncer(t *testing.T) {
+	t.Parallel()
+	direct := dbtest.Schema(t)
+	b := setupGroup(t, dbtest.PgBouncer(t, direct), db.GroupConfig{Lanes: 1})
+	locks, err := db.Open(t.Context(), direct, 2)
+	require.NoError(t, err)
+	t.Cleanup(locks.Close)
+	b.locks = locks
+	_, err = b.pool.Exec(t.Context(), "INSERT INTO t (id) VALUES ('taken')")
+	require.NoError(t, err)
+	var isolation, timeout string
+	errs := b.oneFlush(t, nil,
+		insertTx("one"),
+		&db.GroupTx{Stmts: []db.GroupStmt{
+			{SQL: "INSERT INTO t (id) VALUES ($1)", Args: []any{"two"}},
+			{SQL: "INSERT INTO t (id) VALUES ($1)", Args: []any{"taken"}},
+		}},
+		&db.GroupTx{Stmts: []db.GroupStmt{
+			{SQL: "SELECT current_setting('transaction_isolation'), current_setting('statement_timeout')",
+				Row: func(r pgx.Row) error { return r.Scan(&isolation, &timeout) }},
+			{SQL: "INSERT INTO t (id) VALUES ($1)", Args: []any{"three"}},
+		}},
+	)
+	require.NoError(t, errs[0])
+	require.ErrorIs(t, errs[1], db.ErrDuplicate)
+	require.NoError(t, errs[2])
+	require.Equal(t, "read committed", isolation)
+	require.Equal(t, db.StatementTimeout, timeout)
+	require.Equal(t, []string{"one", "taken", "three"}, b.ids(t))
+}
+
+// The statement that opens a group's transaction behind a pooler refuses
+// a transaction that is not READ COMMITTED, which no test can make a
+// pooled backend's default: checked here in transactions that pin it.
+func TestGroupIsolationGuard(t *testing.T) {
+	t.Parallel()
+	pool, _ := dbtest.Pool(t, 2)
+	for _, tc := range []struct {
+		begin string
+		want  string
+	}{
+		{"BEGIN ISOLATION LEVEL READ COMMITTED", ""},
+		{"BEGIN ISOLATION LEVEL REPEATABLE READ", "transaction isolation is repeatable read, not read committed"},
+		{"BEGIN ISOLATION LEVEL SERIALIZABLE", "transaction isolation is serializable, not read committed"},
+	} {
+		t.Run(tc.begin, func(t *testing.T) {
+			err := pgx.BeginTxFunc(t.Context(), pool, pgx.TxOptions{BeginQuery: tc.begin}, func(tx pgx.Tx) error {
+				_, err := tx.Exec(t.Context(), db.SQLGroupSessionSettings)
+				return err
+			})
+			if tc.want == "" {
+				require.NoError(t, err)
+				return
+			}
 			require.ErrorContains(t, err, tc.want)
 		})
 	}
