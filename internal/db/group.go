@@ -175,7 +175,11 @@ type GroupStats struct {
 // through one pooled connection per flush: each transaction's statements
 // and a Sync, back to back, in one write, whose results are read back in
 // one pass — so one write and one read serve many transactions, each
-// still committed or rolled back on its own. See decision 0100. Safe for
+// still committed or rolled back on its own. At most Lanes flushes are
+// in flight; a caller that finds a lane free (and no reason to linger)
+// flushes in its own goroutine whatever is queued, itself included, and
+// the others queue for the lanes' goroutines, each of which takes up to
+// MaxBatch at once when it is free. See decision 0100. Safe for
 // concurrent use; Close it to stop it.
 type Group struct {
 	pool *pgxpool.Pool
@@ -258,7 +262,8 @@ type groupReq struct {
 // still queued, tx is never sent and Do returns an error wrapping ctx's;
 // once tx is sent Do waits for its outcome whatever ctx does (at most
 // FlushTimeout), because the shared connection is never cancelled for one
-// caller.
+// caller. A caller that flushes in its own goroutine sends at once (after
+// at most AcquireTimeout for a connection).
 func (g *Group) Do(ctx context.Context, tx *GroupTx) error {
 	r := &groupReq{tx: tx, res: make(chan error, 1)}
 	if g.cfg.MaxDelay > 0 {
