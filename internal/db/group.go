@@ -121,7 +121,9 @@ type GroupTx struct {
 
 // GroupStmt is one statement of a GroupTx.
 type GroupStmt struct {
-	SQL  string
+	SQL string
+	// Args are the statement's parameters, encoded as pgx encodes them
+	// (no pgx.NamedArgs or other query rewriters).
 	Args []any
 	// Row, when set, reads the statement's one row (pgx.ErrNoRows when
 	// there is none). It runs on the group's own goroutine while later
@@ -348,8 +350,11 @@ func (g *Group) lane() {
 func (g *Group) run(l *laneState) {
 	l.busy, l.remaining = true, 0
 	g.flush(l)
+	// Drop the answered requests and their arguments.
 	clear(l.batch)
-	l.batch = l.batch[:0]
+	clear(l.sent)
+	clear(l.stmts)
+	l.batch, l.sent, l.stmts = l.batch[:0], l.sent[:0], l.stmts[:0]
 	l.idle()
 }
 

@@ -116,7 +116,6 @@ func (b *groupBundle) oneFlush(t *testing.T, during func(), txs ...*db.GroupTx) 
 	}
 	after := b.g.Stats()
 	require.Equal(t, before.Flushes+2, after.Flushes, "the blocker's flush and one more")
-	require.Equal(t, len(txs), after.MaxBatch)
 	return errs
 }
 
@@ -208,6 +207,37 @@ func TestGroupRefusedTransactionAlone(t *testing.T) {
 	require.Equal(t, []string{"k+1", "k-1", "taken"}, b.ids(t))
 	st := b.g.Stats()
 	require.Equal(t, uint64(1), st.Refused)
+	require.Equal(t, 3, st.MaxBatch, "the three went in one write")
+}
+
+// A transaction whose arguments do not encode, or whose statement the
+// server cannot prepare, is refused before anything of it is written; the
+// others of the same write commit.
+func TestGroupUnsendableTransactionAlone(t *testing.T) {
+	t.Parallel()
+	b := setupGroup(t, dbtest.Schema(t), db.GroupConfig{Lanes: 1})
+	errs := b.oneFlush(t, nil,
+		insertTx("before"),
+		&db.GroupTx{Stmts: []db.GroupStmt{
+			{SQL: "INSERT INTO t (id) VALUES ($1)", Args: []any{"mismatched"}},
+			{SQL: "INSERT INTO t (id) VALUES ($1)", Args: []any{"one", "too many"}},
+		}},
+		&db.GroupTx{Stmts: []db.GroupStmt{
+			{SQL: "INSERT INTO t (id) VALUES ($1)", Args: []any{"unprepared"}},
+			{SQL: "INSERT INTO no_such_table (id) VALUES ($1)", Args: []any{"x"}},
+		}},
+		insertTx("after"),
+	)
+	require.NoError(t, errs[0])
+	require.ErrorContains(t, errs[1], "encode arguments of statement 1")
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, errs[2], &pgErr)
+	require.Equal(t, "42P01", pgErr.Code)
+	require.NoError(t, errs[3])
+	require.Equal(t, []string{"after", "before"}, b.ids(t))
+	st := b.g.Stats()
+	require.Equal(t, uint64(3), st.Txs, "the blocker, before and after were written")
+	require.Equal(t, 2, st.MaxBatch)
 }
 
 // A transaction's lock timeout holds for it alone, also next to a
