@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -195,13 +196,24 @@ type Group struct {
 	mu sync.Mutex
 	// cond wakes a lane's goroutine: something was queued, a lane was
 	// freed, the group closed, a linger ran out.
-	cond   *sync.Cond
-	queue  []*groupReq
-	busy   int // lanes flushing (or lingering), at most cfg.Lanes
-	closed bool
+	cond  *sync.Cond
+	queue []*groupReq
+	busy  int // lanes flushing (or lingering), at most cfg.Lanes
+	// pending counts the flushes whose answers are still to come: what
+	// "another flush in flight" means for lingering. A flush stops
+	// counting before its last answer, so that a caller who sends again
+	// at once is not made to linger behind its own flush's tail.
+	pending int
+	closed  bool
 
 	lanes sync.WaitGroup
 	spare sync.Pool // *laneState for callers that flush themselves
+	// free holds the slots of the lanes not in flight; the watchdog
+	// checks every slot's flush against its deadline.
+	slots, free []*flushSlot
+	stop        chan struct{}
+	stopOnce    sync.Once
+	watchdog    sync.WaitGroup
 
 	flushes, txs, lingered, barriers       atomic.Uint64
 	committed, refused, unknown, withdrawn atomic.Uint64
@@ -222,6 +234,12 @@ func NewGroup(pool *pgxpool.Pool, cfg GroupConfig) (*Group, error) {
 	}
 	g.cond = sync.NewCond(&g.mu)
 	g.spare.New = func() any { return &laneState{g: g} }
+	g.stop = make(chan struct{})
+	for range cfg.Lanes {
+		g.slots = append(g.slots, &flushSlot{})
+	}
+	g.free = append(g.free, g.slots...)
+	g.watchdog.Go(g.watch)
 	for range cfg.Lanes {
 		g.lanes.Go(g.lane)
 	}
@@ -281,12 +299,14 @@ func (g *Group) Do(ctx context.Context, tx *GroupTx) error {
 		return fmt.Errorf("transaction not sent: %w", err)
 	}
 	g.queue = append(g.queue, r)
-	if g.busy < g.cfg.Lanes && len(g.queue) <= g.cfg.MaxBatch && (g.cfg.MaxDelay == 0 || g.busy == 0) {
+	if g.busy < g.cfg.Lanes && len(g.queue) <= g.cfg.MaxBatch && (g.cfg.MaxDelay == 0 || g.pending == 0) {
 		// A free lane and no reason to linger: this goroutine is the
 		// lane, which spares the hand-offs to a lane's goroutine and back.
 		l := g.spare.Get().(*laneState)
 		l.batch = g.takeLocked(l.batch[:0])
 		g.busy++
+		g.pending++
+		l.slot = g.takeSlot()
 		g.mu.Unlock()
 		g.run(l)
 		g.spare.Put(l)
@@ -328,6 +348,60 @@ func (g *Group) Close() {
 	g.cond.Broadcast()
 	g.mu.Unlock()
 	g.lanes.Wait()
+	g.stopOnce.Do(func() { close(g.stop) })
+	g.watchdog.Wait()
+}
+
+// watch ends, by a past deadline on its connection, every flush that runs
+// past FlushTimeout, checking a few times per FlushTimeout: one timer for
+// the group instead of one per flush.
+func (g *Group) watch() {
+	t := time.NewTicker(min(max(g.cfg.FlushTimeout/8, 5*time.Millisecond), time.Second))
+	defer t.Stop()
+	for {
+		select {
+		case <-g.stop:
+			return
+		case now := <-t.C:
+			for _, s := range g.slots {
+				s.check(now)
+			}
+		}
+	}
+}
+
+// flushSlot is one lane's flush on the wire, for the watchdog.
+type flushSlot struct {
+	mu       sync.Mutex
+	conn     net.Conn // nil: no flush on the wire
+	deadline time.Time
+	fired    bool
+}
+
+func (s *flushSlot) arm(c net.Conn, deadline time.Time) {
+	s.mu.Lock()
+	s.conn, s.deadline, s.fired = c, deadline, false
+	s.mu.Unlock()
+}
+
+// disarm ends the watch and reports whether the deadline fired: then the
+// connection has a past deadline and must not go back to the pool.
+func (s *flushSlot) disarm() bool {
+	s.mu.Lock()
+	fired := s.fired
+	s.conn, s.fired = nil, false
+	s.mu.Unlock()
+	return fired
+}
+
+// check fails the flush's reads and writes once its deadline passed.
+func (s *flushSlot) check(now time.Time) {
+	s.mu.Lock()
+	if s.conn != nil && !s.fired && now.After(s.deadline) {
+		s.fired = true
+		_ = s.conn.SetDeadline(now)
+	}
+	s.mu.Unlock()
 }
 
 // lane is a goroutine that flushes what callers queued while every lane
@@ -336,47 +410,53 @@ func (g *Group) Close() {
 func (g *Group) lane() {
 	l := &laneState{g: g}
 	for {
-		batch, ok := g.take(l.batch[:0])
+		batch, slot, ok := g.take(l.batch[:0])
 		if !ok {
 			return
 		}
-		l.batch = batch
+		l.batch, l.slot = batch, slot
 		g.run(l)
 	}
 }
 
-// run flushes l.batch, for which the caller took a lane (g.busy), and
-// frees the lane.
+// run flushes l.batch, for which the caller took a lane (g.busy,
+// g.pending and a slot), and frees the lane once its connection is back.
 func (g *Group) run(l *laneState) {
-	l.busy, l.remaining = true, 0
+	l.pending, l.remaining = true, 0
 	g.flush(l)
 	// Drop the answered requests and their arguments.
 	clear(l.batch)
 	clear(l.sent)
 	clear(l.stmts)
 	l.batch, l.sent, l.stmts = l.batch[:0], l.sent[:0], l.stmts[:0]
-	l.idle()
+	g.mu.Lock()
+	if l.pending {
+		l.pending = false
+		g.pending--
+	}
+	g.busy--
+	g.free = append(g.free, l.slot)
+	l.slot = nil
+	if len(g.queue) > 0 {
+		g.cond.Signal()
+	}
+	g.mu.Unlock()
 }
 
-// idle frees the flush's lane, once per flush, and wakes a lane's
-// goroutine when transactions wait for it.
-func (l *laneState) idle() {
-	if l.busy {
-		l.busy = false
-		g := l.g
-		g.mu.Lock()
-		g.busy--
-		if len(g.queue) > 0 {
-			g.cond.Signal()
-		}
-		g.mu.Unlock()
+// answered takes the flush out of g.pending, once.
+func (l *laneState) answered() {
+	if l.pending {
+		l.pending = false
+		l.g.mu.Lock()
+		l.g.pending--
+		l.g.mu.Unlock()
 	}
 }
 
 // take waits for queued transactions and a free lane, and takes up to
 // MaxBatch of them, skipping withdrawn ones. It returns false once the
 // group is closed and nothing is queued.
-func (g *Group) take(batch []*groupReq) ([]*groupReq, bool) {
+func (g *Group) take(batch []*groupReq) ([]*groupReq, *flushSlot, bool) {
 	g.mu.Lock()
 	for {
 		if g.busy < g.cfg.Lanes {
@@ -386,14 +466,16 @@ func (g *Group) take(batch []*groupReq) ([]*groupReq, bool) {
 		}
 		if g.closed && len(g.queue) == 0 {
 			g.mu.Unlock()
-			return nil, false
+			return nil, nil, false
 		}
 		g.cond.Wait()
 	}
 	// The lane is taken before lingering, so that Lanes bounds the
 	// connections whatever callers do meanwhile.
-	inFlight := g.busy > 0
+	inFlight := g.pending > 0
 	g.busy++
+	g.pending++
+	slot := g.takeSlot()
 	if g.cfg.MaxDelay > 0 && len(batch) < g.cfg.MaxBatch && inFlight {
 		batch = g.linger(batch)
 	}
@@ -401,7 +483,15 @@ func (g *Group) take(batch []*groupReq) ([]*groupReq, bool) {
 		g.cond.Signal()
 	}
 	g.mu.Unlock()
-	return batch, true
+	return batch, slot, true
+}
+
+// takeSlot takes a free lane's slot; g.mu is held and g.busy counts the
+// lane already, so one is free.
+func (g *Group) takeSlot() *flushSlot {
+	s := g.free[len(g.free)-1]
+	g.free = g.free[:len(g.free)-1]
+	return s
 }
 
 // takeLocked moves up to MaxBatch queued requests from the queue to batch.
@@ -441,19 +531,21 @@ func (g *Group) linger(batch []*groupReq) []*groupReq {
 // laneState is a lane's scratch, reused from flush to flush.
 type laneState struct {
 	g *Group
-	// busy: the lane counts in g.busy; remaining is how many of the
-	// flush's requests are still to be answered.
-	busy      bool
+	// pending: the flush counts in g.pending; remaining is how many of
+	// its requests are still to be answered.
+	pending   bool
 	remaining int
 	// barrier: this flush's transactions commit asynchronously and a
 	// barrier ends it (CommitBarrier); barrierSD is its statement.
 	barrier   bool
 	barrierSD *pgconn.StatementDescription
-	batch     []*groupReq
-	sent      []*groupReq
-	stmts     []groupStmt
-	sds       []*pgconn.StatementDescription
-	eqbs      []pgx.ExtendedQueryBuilder
+	// slot is the lane's, while it is in flight.
+	slot  *flushSlot
+	batch []*groupReq
+	sent  []*groupReq
+	stmts []groupStmt
+	sds   []*pgconn.StatementDescription
+	eqbs  []pgx.ExtendedQueryBuilder
 }
 
 // groupStmt is a statement as sent: the group's own (session settings,
@@ -520,7 +612,7 @@ const sqlGroupReadCommitted = `SELECT CASE WHEN current_setting('default_transac
 	THEN set_config('default_transaction_isolation', 'read committed', false) END`
 
 // CustomData keys of a connection the group used: the isolation was made
-// READ COMMITTED; the unnamed statements' descriptions.
+// READ COMMITTED; its statements' descriptions (prepared or unnamed).
 const (
 	groupReadCommittedKey = "quill.group.read_committed"
 	groupDescribedKey     = "quill.group.described"
@@ -528,8 +620,9 @@ const (
 
 // flush sends l.batch on one connection and answers each of its requests.
 func (g *Group) flush(l *laneState) {
-	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.FlushTimeout)
-	defer cancel()
+	// The pipeline runs on a context without deadline, so that pgconn
+	// watches nothing; the watchdog bounds it (FlushTimeout).
+	ctx := context.Background()
 	conn, err := Acquire(ctx, g.pool, g.cfg.AcquireTimeout)
 	if err != nil {
 		for _, r := range l.batch {
@@ -554,7 +647,7 @@ func (g *Group) flush(l *laneState) {
 	}
 	c := conn.Conn()
 	pooled := c.PgConn().CustomData()[pooledKey] == true
-	if err := g.prepare(ctx, l, c, pooled); err != nil {
+	if err := g.prepare(l, c, pooled); err != nil {
 		// Nothing was written: every transaction still waiting fails.
 		err = fmt.Errorf("prepare statements: %w", Translate(err))
 		for _, r := range l.batch {
@@ -569,7 +662,13 @@ func (g *Group) flush(l *laneState) {
 		conn.Release()
 		return
 	}
-	g.send(ctx, l, conn, pooled)
+	l.slot.arm(c.PgConn().Conn(), time.Now().Add(g.cfg.FlushTimeout))
+	healthy := g.send(l, conn, pooled)
+	if l.slot.disarm() || !healthy {
+		closeConn(ctx, conn)
+		return
+	}
+	conn.Release()
 }
 
 // prepare makes the session READ COMMITTED (once per direct connection)
@@ -577,16 +676,27 @@ func (g *Group) flush(l *laneState) {
 // in round trips before the write. A statement the server refuses fails
 // its own transaction, which is then not sent; any other error is the
 // connection's and is returned.
-func (g *Group) prepare(ctx context.Context, l *laneState, c *pgx.Conn, pooled bool) error {
+func (g *Group) prepare(l *laneState, c *pgx.Conn, pooled bool) error {
+	// Round trips are rare (a connection's first flushes), and so is the
+	// timer that bounds them.
+	var rt context.Context
+	cancel := context.CancelFunc(func() {})
+	defer func() { cancel() }()
+	ctx := func() context.Context {
+		if rt == nil {
+			rt, cancel = context.WithTimeout(context.Background(), g.cfg.FlushTimeout)
+		}
+		return rt
+	}
 	data := c.PgConn().CustomData()
 	if !pooled && data[groupReadCommittedKey] != true {
-		if _, err := c.Exec(ctx, sqlGroupReadCommitted, pgx.QueryExecModeSimpleProtocol); err != nil {
+		if _, err := c.Exec(ctx(), sqlGroupReadCommitted, pgx.QueryExecModeSimpleProtocol); err != nil {
 			return fmt.Errorf("read committed: %w", err)
 		}
 		data[groupReadCommittedKey] = true
 	}
 	described, _ := data[groupDescribedKey].(map[string]*pgconn.StatementDescription)
-	if !g.named && described == nil {
+	if described == nil {
 		described = make(map[string]*pgconn.StatementDescription)
 		data[groupDescribedKey] = described
 	}
@@ -632,14 +742,17 @@ func (g *Group) prepare(ctx context.Context, l *laneState, c *pgx.Conn, pooled b
 // describe returns the description of sql on c: prepared under a name
 // once per connection (pgx keeps it), or described once per connection
 // and parsed unnamed in each write.
-func (g *Group) describe(ctx context.Context, c *pgx.Conn, described map[string]*pgconn.StatementDescription, sql string) (*pgconn.StatementDescription, error) {
-	if g.named {
-		return c.Prepare(ctx, sql, sql)
-	}
+func (g *Group) describe(ctx func() context.Context, c *pgx.Conn, described map[string]*pgconn.StatementDescription, sql string) (*pgconn.StatementDescription, error) {
 	if sd, ok := described[sql]; ok {
 		return sd, nil
 	}
-	sd, err := c.PgConn().Prepare(ctx, "", sql, nil)
+	var sd *pgconn.StatementDescription
+	var err error
+	if g.named {
+		sd, err = c.Prepare(ctx(), sql, sql)
+	} else {
+		sd, err = c.PgConn().Prepare(ctx(), "", sql, nil)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -647,16 +760,15 @@ func (g *Group) describe(ctx context.Context, c *pgx.Conn, described map[string]
 	return sd, nil
 }
 
-// answer delivers r's outcome and counts it.
-// The lane stops counting as in flight before its last answer, so that a
-// caller who sends again at once is not made to linger behind it.
+// answer delivers r's outcome and counts it; before the flush's last
+// answer it leaves g.pending.
 func (l *laneState) answer(r *groupReq, err error) {
 	g := l.g
 	r.state.Store(reqAnswered)
 	if l.remaining > 0 {
 		l.remaining--
 		if l.remaining == 0 {
-			l.idle()
+			l.answered()
 		}
 	}
 	var lost *OutcomeUnknownError
@@ -672,11 +784,12 @@ func (l *laneState) answer(r *groupReq, err error) {
 }
 
 // send writes l.sent's transactions, each its statements and a Sync, in
-// one write on conn, and reads their outcomes in order.
-func (g *Group) send(ctx context.Context, l *laneState, conn *pgxpool.Conn, pooled bool) {
+// one write on conn, and reads their outcomes in order. It reports whether
+// the connection can be used again.
+func (g *Group) send(l *laneState, conn *pgxpool.Conn, pooled bool) bool {
 	c := conn.Conn()
 	tm := c.TypeMap()
-	pl := c.PgConn().StartPipeline(ctx)
+	pl := c.PgConn().StartPipeline(context.Background())
 	// Encode every statement of a transaction before sending any: a
 	// transaction whose arguments do not encode is refused whole.
 	written := l.sent[:0]
@@ -709,9 +822,7 @@ func (g *Group) send(ctx context.Context, l *laneState, conn *pgxpool.Conn, pool
 	clear(l.sent[len(written):])
 	l.sent = written
 	if len(written) == 0 {
-		_ = pl.Close()
-		conn.Release()
-		return
+		return pl.Close() == nil
 	}
 	if l.barrier {
 		sendStmt(pl, l.barrierSD, nil, nil, nil)
@@ -737,16 +848,14 @@ func (g *Group) send(ctx context.Context, l *laneState, conn *pgxpool.Conn, pool
 		} else {
 			l.lost(conn, written, pooled, err)
 		}
-		closeConn(ctx, conn)
-		return
+		return false
 	}
 	one := &oneResult{tm: tm}
 	for _, r := range written {
 		if !l.read(pl, one, l.stmtsOf(r, pooled), r) {
 			l.lost(conn, written, pooled, one.connErr)
 			_ = pl.Close()
-			closeConn(ctx, conn)
-			return
+			return false
 		}
 	}
 	if l.barrier {
@@ -754,8 +863,7 @@ func (g *Group) send(ctx context.Context, l *laneState, conn *pgxpool.Conn, pool
 			// The held commits happened but may not be durable.
 			l.lost(conn, written, pooled, fmt.Errorf("commit barrier: %w", err))
 			_ = pl.Close()
-			closeConn(ctx, conn)
-			return
+			return false
 		}
 		for _, r := range written {
 			if r.held && r.state.Load() == reqSent {
@@ -763,11 +871,7 @@ func (g *Group) send(ctx context.Context, l *laneState, conn *pgxpool.Conn, pool
 			}
 		}
 	}
-	if err := pl.Close(); err != nil {
-		closeConn(ctx, conn)
-		return
-	}
-	conn.Release()
+	return pl.Close() == nil
 }
 
 // read reads the results of r's statements and its Sync and answers r.

@@ -552,3 +552,25 @@ func TestGroupIsolationGuard(t *testing.T) {
 		})
 	}
 }
+
+// A flush that runs past FlushTimeout is ended by the watchdog: its
+// transaction is unknown, Recheck can end the session it ran on, and the
+// group goes on serving.
+func TestGroupFlushTimeout(t *testing.T) {
+	t.Parallel()
+	b := setupGroup(t, dbtest.Schema(t), db.GroupConfig{Lanes: 1, FlushTimeout: 200 * time.Millisecond})
+	ctx := t.Context()
+	key, release := holdLock(t, b.locks)
+	stuck := lockTx(key)
+	stuck.Stmts = append(stuck.Stmts, db.GroupStmt{SQL: "INSERT INTO t (id) VALUES ('stuck')"})
+	err := b.g.Do(ctx, stuck)
+	var lost *db.OutcomeUnknownError
+	require.ErrorAs(t, err, &lost)
+	require.ErrorIs(t, err, db.ErrUnavailable)
+	require.NotZero(t, lost.PID)
+	require.NoError(t, db.Recheck(ctx, b.pool, lost, func(context.Context) bool { return true }))
+	release()
+	require.NoError(t, b.g.Do(ctx, insertTx("after")))
+	require.Equal(t, []string{"after"}, b.ids(t))
+	require.Equal(t, uint64(1), b.g.Stats().Unknown)
+}
