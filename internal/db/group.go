@@ -20,10 +20,6 @@ import (
 const (
 	// GroupMaxBatchDefault is GroupConfig.MaxBatch's default.
 	GroupMaxBatchDefault = 64
-	// GroupLanesDefault is GroupConfig.Lanes's default: on one connection
-	// each commit waits for its own WAL flush before the next transaction
-	// runs, so a few lanes keep the database's group commit at work.
-	GroupLanesDefault = 4
 	// GroupAcquireTimeoutDefault is GroupConfig.AcquireTimeout's default.
 	GroupAcquireTimeoutDefault = 5 * time.Second
 	// GroupFlushTimeoutDefault is GroupConfig.FlushTimeout's default: as
@@ -48,7 +44,11 @@ type GroupConfig struct {
 	MaxBatch int
 	// Lanes is the most flushes in flight at once, and so the most
 	// connections of the pool the group holds at once (each flush
-	// acquires one and gives it back). Default GroupLanesDefault.
+	// acquires one and gives it back). Default: the pool's MaxConns, as
+	// many as callers sending one transaction each could hold. On one
+	// connection each commit waits for its WAL flush before the next
+	// transaction runs, so lanes are what keeps the database's group
+	// commit at work; batches form once callers outnumber them.
 	Lanes int
 	// MaxDelay is how long a free lane lingers for more transactions
 	// before it writes a batch smaller than MaxBatch — and only while
@@ -76,13 +76,14 @@ type GroupConfig struct {
 	CommitBarrier bool
 }
 
-// WithDefaults returns cfg with every zero field set to its default.
-func (cfg GroupConfig) WithDefaults() GroupConfig {
+// WithDefaults returns cfg with every zero field set to its default for a
+// pool of maxConns connections.
+func (cfg GroupConfig) WithDefaults(maxConns int32) GroupConfig {
 	if cfg.MaxBatch == 0 {
 		cfg.MaxBatch = GroupMaxBatchDefault
 	}
 	if cfg.Lanes == 0 {
-		cfg.Lanes = GroupLanesDefault
+		cfg.Lanes = max(1, int(maxConns))
 	}
 	if cfg.AcquireTimeout == 0 {
 		cfg.AcquireTimeout = GroupAcquireTimeoutDefault
@@ -223,7 +224,7 @@ type Group struct {
 // NewGroup starts a Group on pool with cfg (zero fields take their
 // defaults). It returns an error naming the field when cfg is invalid.
 func NewGroup(pool *pgxpool.Pool, cfg GroupConfig) (*Group, error) {
-	cfg = cfg.WithDefaults()
+	cfg = cfg.WithDefaults(pool.Config().MaxConns)
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
