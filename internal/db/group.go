@@ -207,8 +207,8 @@ type Group struct {
 	pending int
 	closed  bool
 
-	lanes sync.WaitGroup
-	spare sync.Pool // *laneState for callers that flush themselves
+	lanes sync.WaitGroup // the lanes' goroutines and callers' flushes
+	spare sync.Pool      // *laneState for callers that flush themselves
 	// free holds the slots of the lanes not in flight; the watchdog
 	// checks every slot's flush against its deadline.
 	slots, free []*flushSlot
@@ -308,8 +308,13 @@ func (g *Group) Do(ctx context.Context, tx *GroupTx) error {
 		g.busy++
 		g.pending++
 		l.slot = g.takeSlot()
+		// Close waits for this flush as for the lanes' goroutines (and
+		// the watchdog outlives it): the Add happens under g.mu before
+		// Close can see closed and wait.
+		g.lanes.Add(1)
 		g.mu.Unlock()
 		g.run(l)
+		g.lanes.Done()
 		g.spare.Put(l)
 		return <-r.res
 	}
