@@ -574,3 +574,23 @@ func TestGroupFlushTimeout(t *testing.T) {
 	require.Equal(t, []string{"after"}, b.ids(t))
 	require.Equal(t, uint64(1), b.g.Stats().Unknown)
 }
+
+// Close waits for a flush that a caller runs in its own goroutine, with
+// nothing queued behind it.
+func TestGroupCloseWaitsForACallersFlush(t *testing.T) {
+	t.Parallel()
+	b := setupGroup(t, dbtest.Schema(t), db.GroupConfig{Lanes: 1})
+	key, release := holdLock(t, b.locks)
+	blocker := async(t.Context(), b.g, lockTx(key))
+	require.Eventually(t, func() bool { return b.g.Stats().Flushes == 1 }, 10*time.Second, time.Millisecond)
+	closed := make(chan struct{})
+	go func() { b.g.Close(); close(closed) }()
+	select {
+	case <-closed:
+		t.Fatal("Close returned with a flush in flight")
+	case <-time.After(50 * time.Millisecond):
+	}
+	release()
+	<-closed
+	require.NoError(t, <-blocker)
+}
