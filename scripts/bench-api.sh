@@ -97,10 +97,11 @@ declare -A LGJ RSS HWM
 # lg MODE C FIELD: a field of that result.
 lg() { jget "${LGJ[$1-c$2]}" "$3"; }
 
-# loadgen MODE CONCURRENCY: runs one loadgen, samples CPU inside its
-# measured window, and keeps its result in LGJ.
+# loadgen MODE CONCURRENCY [LABEL]: runs one loadgen, samples CPU inside
+# its measured window, and keeps its result in LGJ under LABEL (default
+# MODE).
 loadgen() {
-	local phase="$1-c$2" pid
+	local phase="${3:-$1}-c$2" pid
 	./bin/loadgen --url "$API_URL" --token "$TOKEN" --mode "$1" --concurrency "$2" \
 		--duration "${DURATION}s" --warmup "${WARMUP}s" --json >"$WORK/$phase.json" 2>"$WORK/$phase.err" &
 	pid=$!
@@ -143,6 +144,23 @@ for c in $CONCURRENCY; do
 	fresh_api_tables
 	log "API update, $c clients, one note each (${WARMUP}s warmup + ${DURATION}s)"
 	loadgen update "$c"
+done
+
+# --- creates without the write group (issue 29 item 3) ------------------------------
+# The API above runs as "api serve" does by default, its creates carried
+# several to a pipelined write by a db.Group (QUILL_WRITE_GROUP, decision
+# 0103). The same create runs again on an API that sends each create's
+# transaction in a round trip of its own, for creates/s and p99 side by
+# side.
+kill "$API_PID" 2>/dev/null
+wait "$API_PID" 2>/dev/null
+unset "ROLE[$API_PID]"
+QUILL_WRITE_GROUP=false start_api bench
+ROLE[$API_PID]=api
+for c in $CONCURRENCY; do
+	fresh_api_tables
+	log "API create without the write group, $c clients (${WARMUP}s warmup + ${DURATION}s)"
+	loadgen create "$c" create_nogroup
 done
 
 # --- pgbench --------------------------------------------------------------------
@@ -244,6 +262,14 @@ per_op() { awk -v p="$1" -v k="$2" -v r="$3" '$1 == p && r > 0 && $k != "-" { pr
 	done
 	echo
 	echo "ratio = API creates/s ÷ pgbench tx/s of the same writes at the same concurrency; rep/cre = replays/s ÷ creates/s."
+	echo
+	echo "Creates with the write group (the table above, the default) and without it (QUILL_WRITE_GROUP=false, a round trip per create; decision 0103):"
+	for c in $CONCURRENCY; do
+		printf '  %2s clients: grouped %s creates/s, p99 %s ms, API %s µs/create; one by one %s creates/s, p99 %s ms, API %s µs/create; grouped ÷ one by one %s\n' "$c" \
+			"$(creates "$c")" "$(lg create "$c" p99_ms)" "$(per_op "create-c$c" 3 "$(creates "$c")")" \
+			"$(lg create_nogroup "$c" ops_per_sec)" "$(lg create_nogroup "$c" p99_ms)" "$(per_op "create_nogroup-c$c" 3 "$(lg create_nogroup "$c" ops_per_sec)")" \
+			"$(ratio "$(creates "$c")" "$(lg create_nogroup "$c" ops_per_sec)")"
+	done
 	echo
 	if [[ $PGBENCH_MODE != simple ]]; then
 		echo "The API's own statements without the API (api_equivalent.sql: BEGIN, the lock_timeout, one statement that claims"

@@ -104,7 +104,9 @@ type serveSettings struct {
 	// QUILL_WEBHOOK_SECRET_KEY is unset (the webhook routes answer 503).
 	webhookKeys         *whsecret.Keys
 	webhookAllowPrivate bool
-	console             consoleSettings
+	// writeGroup: creates travel through a db.Group (decision 0103).
+	writeGroup bool
+	console    consoleSettings
 }
 
 func (c *serveSettings) define(s *config.Set) {
@@ -143,6 +145,7 @@ func (c *serveSettings) define(s *config.Set) {
 			return nil
 		})
 	s.Bool(&c.webhookAllowPrivate, "webhook-allow-private", "QUILL_WEBHOOK_ALLOW_PRIVATE", false, "accept webhook endpoints on http and on private, loopback and link-local addresses (development and tests only)")
+	s.Bool(&c.writeGroup, "write-group", "QUILL_WRITE_GROUP", true, "carry concurrent creates' transactions in one pipelined write and its reply, each with its own Sync (false: each create's transaction in a round trip of its own)")
 	c.console.define(s)
 }
 
@@ -163,9 +166,20 @@ func (c *serveSettings) start(ctx context.Context, ds daemon.Settings, stderr io
 	notifier := outbox.NewNotifier(pool, func(err error) {
 		log.Warn().Err(err).Str("error_category", "notify_failed").Msg("could not wake the relays; they will poll")
 	})
+	opts := []notes.Option{notes.WithObserver(m), notes.WithNotifier(notifier)}
+	if c.writeGroup {
+		group, err := db.NewGroup(pool, db.GroupConfig{}.WithDefaults(pool.Config().MaxConns))
+		if err != nil {
+			return cli.LoggedError{Err: fmt.Errorf("start: %w", err)}
+		}
+		// Deferred after the daemon's Close, so run before it: once the
+		// HTTP server has drained, before the pool closes.
+		defer group.Close()
+		opts = append(opts, notes.WithGroup(group))
+	}
 	svc, err := notes.NewService(pool, notes.Config{
 		ResponseRetention: c.responseRetention, KeyRetention: c.keyRetention, Wait: c.wait,
-	}, log, notes.WithObserver(m), notes.WithNotifier(notifier))
+	}, log, opts...)
 	if err != nil {
 		return cli.UsageError{Msg: err.Error()}
 	}

@@ -6,6 +6,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Args holds a transaction's statement parameters, so that handing them
@@ -31,6 +32,12 @@ type Args struct {
 	ints  [2]int64Arg
 	// the slabs' used lengths
 	nText, nTime, nUUID, nBytes, nInt int
+}
+
+// NewArgs returns an Args for a transaction on a connection of pool that
+// no Pipeline holds (a Group's), typed as the pool's query mode allows.
+func NewArgs(pool *pgxpool.Pool) *Args {
+	return &Args{typed: describes(pool.Config().ConnConfig.DefaultQueryExecMode)}
 }
 
 // describes reports whether mode knows the types of a statement's

@@ -16,6 +16,7 @@ import (
 
 	"github.com/quillhq/quill/contract"
 	"github.com/quillhq/quill/internal/auth"
+	"github.com/quillhq/quill/internal/db"
 	"github.com/quillhq/quill/internal/dbtest"
 	"github.com/quillhq/quill/internal/httpapi"
 	"github.com/quillhq/quill/internal/metrics"
@@ -27,12 +28,28 @@ import (
 // cache, the pipelined transaction on real PostgreSQL — without the
 // network, so that -cpuprofile shows where the API's own CPU per create
 // goes (issue 18). b.N creates of unique keys, by GOMAXPROCS×4 goroutines.
-func BenchmarkCreateHandler(b *testing.B) {
+func BenchmarkCreateHandler(b *testing.B) { benchCreate(b, false) }
+
+// BenchmarkCreateHandlerGrouped is BenchmarkCreateHandler with the creates'
+// transactions carried by a db.Group, as "api serve" runs them by default
+// (QUILL_WRITE_GROUP, decision 0103): below the one-transaction floor.
+func BenchmarkCreateHandlerGrouped(b *testing.B) { benchCreate(b, true) }
+
+func benchCreate(b *testing.B, grouped bool) {
 	pool, _ := dbtest.Pool(b, 16)
 	reg := metrics.NewRegistry()
 	m := metrics.NewAPI(reg, contract.ActionCreateNote, contract.ActionDeleteNote)
 	log := zerolog.New(io.Discard).With().Str("process", "api").Logger()
-	svc, err := notes.NewService(pool, notes.Config{}, log, notes.WithObserver(m))
+	opts := []notes.Option{notes.WithObserver(m)}
+	if grouped {
+		g, err := db.NewGroup(pool, db.GroupConfig{}.WithDefaults(pool.Config().MaxConns))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(g.Close)
+		opts = append(opts, notes.WithGroup(g))
+	}
+	svc, err := notes.NewService(pool, notes.Config{}, log, opts...)
 	if err != nil {
 		b.Fatal(err)
 	}

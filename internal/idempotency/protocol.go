@@ -144,7 +144,15 @@ type Protocol struct {
 	replays *replayCounter
 	// txOptions are every attempt's transaction options, made once.
 	txOptions []db.PipelineOption
+	// group, when set, carries the transactions of PlanOneTrip's
+	// operations (UseGroup).
+	group *db.Group
 }
+
+// UseGroup makes the attempts of operations planned by PlanOneTrip travel
+// through g, several concurrent ones in one pipelined write (decision
+// 0103). Call it before the first Run.
+func (p *Protocol) UseGroup(g *db.Group) { p.group = g }
 
 // NewProtocol returns a protocol over pool; now is its clock.
 func NewProtocol(pool *pgxpool.Pool, cfg Config, log zerolog.Logger, now func() time.Time, obs Observer, gate Gate) *Protocol {
@@ -167,6 +175,11 @@ type Request struct {
 	// queued so far only when Plan runs a statement. An error ends the
 	// attempt, nothing committed.
 	Plan func(ctx context.Context, tx *db.Pipeline, now time.Time) (*Plan, error)
+	// PlanOneTrip, when set, is used instead of Plan: the plan of an
+	// operation that reads nothing first (a create), its parameters kept
+	// in args. Its transaction is one round trip, which a Group may carry
+	// beside others (UseGroup).
+	PlanOneTrip func(args *db.Args, now time.Time) (*Plan, error)
 }
 
 // Plan is what one attempt writes.
@@ -377,13 +390,21 @@ func (p *Protocol) attempt(reqCtx context.Context, r Request) (Answer, error) {
 		return Answer{}, unavailable(err, false)
 	}
 	defer turn()
+	if r.PlanOneTrip != nil && p.group != nil {
+		return p.attemptGrouped(ctx, reqCtx, r)
+	}
 	tx, err := db.BeginPipeline(ctx, p.pool, p.txOptions...)
 	if err != nil {
 		return Answer{}, unavailable(err, false)
 	}
 	defer tx.Release()
 	now := p.clock()
-	plan, err := r.Plan(ctx, tx, now)
+	var plan *Plan
+	if r.PlanOneTrip != nil {
+		plan, err = r.PlanOneTrip(tx.Args(), now)
+	} else {
+		plan, err = r.Plan(ctx, tx, now)
+	}
 	if err != nil {
 		tx.Rollback(ctx)
 		return Answer{}, unavailable(err, false)
@@ -400,11 +421,49 @@ func (p *Protocol) attempt(reqCtx context.Context, r Request) (Answer, error) {
 			return Answer{}, err
 		}
 	}
-	err = tx.Commit(ctx)
+	return p.committed(reqCtx, r, plan, rec, &claim, tx.Commit(ctx))
+}
+
+// attemptGrouped is attempt for an operation planned by PlanOneTrip, whose
+// transaction — the claim, its effect and what follows it, one round trip
+// — the group carries, in a write it may share with other operations'.
+// ctx is the attempt's, whose acquire bound ends the wait for the group:
+// a transaction still queued when it ends is not sent.
+func (p *Protocol) attemptGrouped(ctx, reqCtx context.Context, r Request) (Answer, error) {
+	args := db.NewArgs(p.pool)
+	now := p.clock()
+	plan, err := r.PlanOneTrip(args, now)
+	if err != nil {
+		return Answer{}, unavailable(err, false)
+	}
+	rec := p.record(r, plan, now)
+	var claim Claim
+	var b pgx.Batch
+	if err := plan.Write.Queue(&b, args, rec, &claim, plan.Args...); err != nil {
+		return Answer{}, err
+	}
+	if plan.Then != nil {
+		if err := plan.Then(&b); err != nil {
+			return Answer{}, err
+		}
+	}
+	tx := db.GroupTxFromBatch(&b)
+	tx.LockTimeout = p.cfg.LockTimeout
+	err = p.group.Do(ctx, tx)
+	if errors.Is(err, db.ErrReadAfterCommit) {
+		// Committed, but the claim's row was not read: what it did is
+		// the record's to say, as after a lost reply.
+		err = &db.OutcomeUnknownError{Err: err}
+	}
+	return p.committed(reqCtx, r, plan, rec, &claim, err)
+}
+
+// committed answers an attempt whose transaction's COMMIT returned err.
+func (p *Protocol) committed(reqCtx context.Context, r Request, plan *Plan, rec *Record, claim *Claim, err error) (Answer, error) {
 	var lost *db.OutcomeUnknownError
 	switch {
 	case err == nil && !claim.Claimed:
-		return p.unclaimed(claim, r.Fingerprint) // the COMMIT committed nothing
+		return p.unclaimed(*claim, r.Fingerprint) // the COMMIT committed nothing
 	case err == nil:
 		p.executed(r.Fingerprint, plan)
 		p.cache.Put(rec)

@@ -63,6 +63,8 @@ type Service struct {
 	now      func() time.Time
 	obs      Observer
 	notifier *outbox.Notifier
+	// group, when set, carries the creates' transactions (WithGroup).
+	group *db.Group
 	// proto runs every write under the idempotency contract.
 	proto *idempotency.Protocol
 	// fair shares the pool's connections among tenants by turns when they
@@ -85,6 +87,12 @@ func WithObserver(o Observer) Option { return func(s *Service) { s.obs = o } }
 // WithNotifier sets who wakes the relays after a commit that wrote events.
 func WithNotifier(n *outbox.Notifier) Option { return func(s *Service) { s.notifier = n } }
 
+// WithGroup makes creates, whose transactions are one round trip each,
+// travel through g: concurrent creates share a pipelined write and its
+// reply (idempotency.Protocol.UseGroup, decision 0103). The caller closes
+// g after the service's last request.
+func WithGroup(g *db.Group) Option { return func(s *Service) { s.group = g } }
+
 // Retentions returns the response and key retentions the service runs
 // with (QUILL_IDEMPOTENCY_RETENTION, QUILL_KEY_RETENTION), defaults applied.
 func (s *Service) Retentions() (response, key time.Duration) {
@@ -104,6 +112,9 @@ func NewService(pool *pgxpool.Pool, cfg Config, log zerolog.Logger, opts ...Opti
 		o(s)
 	}
 	s.proto = idempotency.NewProtocol(pool, cfg, log, s.now, signaling{Observer: s.obs, notifier: s.notifier}, gate{s})
+	if s.group != nil {
+		s.proto.UseGroup(s.group)
+	}
 	return s, nil
 }
 
@@ -239,9 +250,11 @@ func (s *Service) Create(ctx context.Context, r Request, p CreateParams) (Answer
 	// new intent after it was forgotten finds its earlier notes' ids taken,
 	// and each refusal (nothing committed) moves it to the next generation.
 	for gen := 0; ; gen++ {
-		out, err := s.proto.Run(ctx, r.protocolRequest(fp, func(_ context.Context, tx *db.Pipeline, now time.Time) (*idempotency.Plan, error) {
-			return s.planCreate(tx.Args(), r, p, secret, gen, now)
-		}))
+		req := r.protocolRequest(fp, nil)
+		req.PlanOneTrip = func(args *db.Args, now time.Time) (*idempotency.Plan, error) {
+			return s.planCreate(args, r, p, secret, gen, now)
+		}
+		out, err := s.proto.Run(ctx, req)
 		if !noteIDTaken(err) {
 			return out, err
 		}
