@@ -168,7 +168,7 @@ func (c *serveSettings) start(ctx context.Context, ds daemon.Settings, stderr io
 	})
 	opts := []notes.Option{notes.WithObserver(m), notes.WithNotifier(notifier)}
 	if c.writeGroup {
-		group, err := db.NewGroup(pool, db.GroupConfig{}.WithDefaults(pool.Config().MaxConns))
+		group, err := db.NewGroup(pool, db.CreateGroupConfig(pool.Config().MaxConns))
 		if err != nil {
 			return cli.LoggedError{Err: fmt.Errorf("start: %w", err)}
 		}

@@ -74,6 +74,24 @@ type GroupConfig struct {
 	// in that moment loses (decision 0100). Default false: every
 	// transaction commits as the session's synchronous_commit says.
 	CommitBarrier bool
+	// SharedCommit, when true, makes a flush of several transactions one
+	// implicit transaction with one Sync and one commit — one WAL flush,
+	// durable before any of them is answered or visible to another
+	// session. When one of its statements is refused, the server rolls
+	// the whole flush back and the group sends each transaction again with
+	// a Sync of its own, so that only the refused one fails (decision
+	// 0103). Transactions that share a commit hold their locks until it;
+	// ones whose statements could wait for each other's locks must not be
+	// carried so. CommitBarrier does not apply to a shared flush.
+	SharedCommit bool
+}
+
+// CreateGroupConfig is the configuration "api serve" carries creates with
+// (decision 0103): a shared commit per flush, on a quarter of the pool's
+// connections, so that writes form once a few creates are in flight
+// together and each carries several to one WAL flush.
+func CreateGroupConfig(maxConns int32) GroupConfig {
+	return GroupConfig{Lanes: max(1, int(maxConns)/4), SharedCommit: true}.WithDefaults(maxConns)
 }
 
 // WithDefaults returns cfg with every zero field set to its default for a
@@ -167,6 +185,9 @@ type GroupStats struct {
 	// Barriers is the number of flushes that ended with a barrier
 	// (CommitBarrier).
 	Barriers uint64
+	// Unshared is the number of shared flushes (SharedCommit) that a
+	// refusal rolled back, sent again one transaction per Sync.
+	Unshared uint64
 	// Withdrawn is the transactions whose caller's context ended while
 	// they were still queued: never sent.
 	Withdrawn uint64
@@ -217,6 +238,7 @@ type Group struct {
 	watchdog    sync.WaitGroup
 
 	flushes, txs, lingered, barriers       atomic.Uint64
+	unshares                               atomic.Uint64
 	committed, refused, unknown, withdrawn atomic.Uint64
 	maxBatch                               atomic.Int64
 }
@@ -340,7 +362,7 @@ func (g *Group) Stats() GroupStats {
 	return GroupStats{Queued: queued,
 		Flushes: g.flushes.Load(), Txs: g.txs.Load(), MaxBatch: int(g.maxBatch.Load()),
 		Lingered: g.lingered.Load(), Barriers: g.barriers.Load(), Committed: g.committed.Load(), Refused: g.refused.Load(),
-		Unknown: g.unknown.Load(), Withdrawn: g.withdrawn.Load(),
+		Unknown: g.unknown.Load(), Withdrawn: g.withdrawn.Load(), Unshared: g.unshares.Load(),
 	}
 }
 
@@ -543,7 +565,10 @@ type laneState struct {
 	remaining int
 	// barrier: this flush's transactions commit asynchronously and a
 	// barrier ends it (CommitBarrier); barrierSD is its statement.
-	barrier   bool
+	barrier bool
+	// unshared: this flush sends each transaction with its own Sync
+	// although SharedCommit is set (a shared one was refused).
+	unshared  bool
 	barrierSD *pgconn.StatementDescription
 	// slot is the lane's, while it is in flight.
 	slot  *flushSlot
@@ -793,6 +818,10 @@ func (l *laneState) answer(r *groupReq, err error) {
 // one write on conn, and reads their outcomes in order. It reports whether
 // the connection can be used again.
 func (g *Group) send(l *laneState, conn *pgxpool.Conn, pooled bool) bool {
+	shared := g.cfg.SharedCommit && !l.unshared && len(l.sent) > 1
+	if shared {
+		l.barrier = false
+	}
 	c := conn.Conn()
 	tm := c.TypeMap()
 	pl := c.PgConn().StartPipeline(context.Background())
@@ -822,7 +851,9 @@ func (g *Group) send(l *laneState, conn *pgxpool.Conn, pooled bool) bool {
 			e := &l.eqbs[i]
 			sendStmt(pl, sd, e.ParamValues, e.ParamFormats, e.ResultFormats)
 		}
-		pl.SendPipelineSync()
+		if !shared {
+			pl.SendPipelineSync()
+		}
 		written = append(written, r)
 	}
 	clear(l.sent[len(written):])
@@ -830,13 +861,18 @@ func (g *Group) send(l *laneState, conn *pgxpool.Conn, pooled bool) bool {
 	if len(written) == 0 {
 		return pl.Close() == nil
 	}
+	if shared {
+		pl.SendPipelineSync()
+	}
 	if l.barrier {
 		sendStmt(pl, l.barrierSD, nil, nil, nil)
 		pl.SendPipelineSync()
 		g.barriers.Add(1)
 	}
-	g.flushes.Add(1)
-	g.txs.Add(uint64(len(written)))
+	if !l.unshared { // a shared flush sent again is counted once, and in Unshared
+		g.flushes.Add(1)
+		g.txs.Add(uint64(len(written)))
+	}
 	for n := int64(len(written)); ; {
 		m := g.maxBatch.Load()
 		if n <= m || g.maxBatch.CompareAndSwap(m, n) {
@@ -857,6 +893,29 @@ func (g *Group) send(l *laneState, conn *pgxpool.Conn, pooled bool) bool {
 		return false
 	}
 	one := &oneResult{tm: tm}
+	if shared {
+		refused, readErrs, connErr := l.readShared(pl, one, written, pooled)
+		if connErr != nil {
+			l.lost(conn, written, pooled, connErr)
+			_ = pl.Close()
+			return false
+		}
+		if refused {
+			// Rolled back whole at the Sync: each again, on its own.
+			g.unshares.Add(1)
+			if err := pl.Close(); err != nil {
+				l.lost(conn, written, pooled, err)
+				return false
+			}
+			l.unshared = true
+			defer func() { l.unshared = false }()
+			return g.send(l, conn, pooled)
+		}
+		for i, r := range written {
+			l.answer(r, readErrs[i])
+		}
+		return pl.Close() == nil
+	}
 	for _, r := range written {
 		if !l.read(pl, one, l.stmtsOf(r, pooled), r) {
 			l.lost(conn, written, pooled, one.connErr)
@@ -878,6 +937,57 @@ func (g *Group) send(l *laneState, conn *pgxpool.Conn, pooled bool) bool {
 		}
 	}
 	return pl.Close() == nil
+}
+
+// readShared reads the results of a shared flush's transactions (rs, in
+// order) and its one Sync. refused says that the server refused a
+// statement, and so rolled back every transaction of the flush; otherwise
+// all committed, and readErrs[i] is rs[i]'s ErrReadAfterCommit, if any.
+// connErr is the connection's failure before the Sync was read.
+func (l *laneState) readShared(pl *pgconn.Pipeline, one *oneResult, rs []*groupReq, pooled bool) (refused bool, readErrs []error, connErr error) {
+	readErrs = make([]error, len(rs))
+read:
+	for k, r := range rs {
+		for i, st := range l.stmtsOf(r, pooled) {
+			res, err := pl.GetResults()
+			if err == nil {
+				rr, ok := res.(*pgconn.ResultReader)
+				if !ok {
+					return false, nil, fmt.Errorf("pipeline: statement %d answered %T", i, res)
+				}
+				one.rr = rr
+				if st.read != nil {
+					if e := st.read(one); e != nil && readErrs[k] == nil {
+						readErrs[k] = fmt.Errorf("%w: statement %d: %w", ErrReadAfterCommit, i, e)
+					}
+				}
+				_, err = rr.Close()
+			}
+			if err != nil {
+				if !refusal(err) {
+					return false, nil, err
+				}
+				refused = true
+				break read
+			}
+		}
+	}
+	for {
+		// After a refusal pgconn skips the rest up to the Sync; an error
+		// here is the commit's own.
+		res, err := pl.GetResults()
+		if err != nil {
+			if !refusal(err) {
+				return false, nil, err
+			}
+			refused = true
+			continue
+		}
+		if _, ok := res.(*pgconn.PipelineSync); !ok {
+			return false, nil, fmt.Errorf("pipeline: expected Sync, got %T", res)
+		}
+		return refused, readErrs, nil
+	}
 }
 
 // read reads the results of r's statements and its Sync and answers r.

@@ -322,24 +322,27 @@ func TestGroupTxFromBatch(t *testing.T) {
 // goes on serving on another connection.
 func TestGroupBackendTerminated(t *testing.T) {
 	t.Parallel()
-	u := dbtest.Schema(t)
 	for _, tc := range []struct {
-		name    string
-		barrier bool
-	}{{"one flush per commit", false}, {"commit barrier", true}} {
+		name            string
+		barrier, shared bool
+	}{{"one flush per commit", false, false}, {"commit barrier", true, false}, {"shared commit", false, true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			testGroupBackendTerminated(t, u, tc.barrier)
+			// A schema each: their setups' CREATE TABLE would race.
+			testGroupBackendTerminated(t, dbtest.Schema(t), tc.barrier, tc.shared)
 		})
 	}
 }
 
-func testGroupBackendTerminated(t *testing.T, u string, barrier bool) {
-	b := setupGroup(t, u, db.GroupConfig{Lanes: 1, CommitBarrier: barrier})
+func testGroupBackendTerminated(t *testing.T, u string, barrier, shared bool) {
+	b := setupGroup(t, u, db.GroupConfig{Lanes: 1, CommitBarrier: barrier, SharedCommit: shared})
 	ctx := t.Context()
 	first, after := "first", "after"
-	if barrier {
+	switch {
+	case barrier:
 		first, after = "first-b", "after-b"
+	case shared:
+		first, after = "first-s", "after-s"
 	}
 	key, _ := holdLock(t, b.pool)
 	var pid uint32
@@ -355,7 +358,9 @@ func testGroupBackendTerminated(t *testing.T, u string, barrier bool) {
 	}
 	errs := b.oneFlush(t, terminate, insertTx(first), lockTx(key), insertTx("third"))
 	unknown := errs[1:]
-	if barrier {
+	if barrier || shared {
+		// One commit for the whole flush (shared), or a barrier for it:
+		// none of the three is known.
 		unknown = errs
 	} else {
 		require.NoError(t, errs[0])
@@ -370,7 +375,11 @@ func testGroupBackendTerminated(t *testing.T, u string, barrier bool) {
 	require.Equal(t, uint64(len(unknown)), b.g.Stats().Unknown)
 	require.NoError(t, b.g.Do(ctx, insertTx(after)))
 	ids := b.ids(t)
-	require.Contains(t, ids, first, "committed before the backend ended")
+	if shared {
+		require.NotContains(t, ids, first, "its commit was the flush's, which never came")
+	} else {
+		require.Contains(t, ids, first, "committed before the backend ended")
+	}
 	require.Contains(t, ids, after)
 	require.NotContains(t, ids, "third")
 }
@@ -593,4 +602,40 @@ func TestGroupCloseWaitsForACallersFlush(t *testing.T) {
 	release()
 	<-closed
 	require.NoError(t, <-blocker)
+}
+
+// Under SharedCommit a flush of several transactions is one transaction:
+// they commit together (one xid, so one commit and one WAL flush); when
+// one is refused, the server rolls the flush back whole and the group
+// sends each again with a Sync of its own, so that only the refused one
+// fails and the others commit.
+func TestGroupSharedCommit(t *testing.T) {
+	t.Parallel()
+	b := setupGroup(t, dbtest.Schema(t), db.GroupConfig{Lanes: 1, SharedCommit: true})
+	_, err := b.pool.Exec(t.Context(), "CREATE TABLE x (id text PRIMARY KEY, xid xid8 NOT NULL)")
+	require.NoError(t, err)
+	xidTx := func(id string) *db.GroupTx {
+		return &db.GroupTx{LockTimeout: time.Second, Stmts: []db.GroupStmt{
+			{SQL: "INSERT INTO x VALUES ($1, pg_current_xact_id()) RETURNING id", Args: []any{id}, Row: func(r pgx.Row) error { return r.Scan(new(string)) }}}}
+	}
+	errs := b.oneFlush(t, nil, xidTx("a"), xidTx("b"), xidTx("c"))
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+	var xids int
+	require.NoError(t, b.pool.QueryRow(t.Context(), "SELECT count(DISTINCT xid) FROM x WHERE id IN ('a', 'b', 'c')").Scan(&xids))
+	require.Equal(t, 1, xids, "the flush committed as one transaction")
+	require.Zero(t, b.g.Stats().Unshared)
+
+	_, err = b.pool.Exec(t.Context(), "INSERT INTO x VALUES ('taken', pg_current_xact_id())")
+	require.NoError(t, err)
+	errs = b.oneFlush(t, nil, xidTx("d"), xidTx("taken"), xidTx("e"))
+	require.NoError(t, errs[0])
+	require.ErrorIs(t, errs[1], db.ErrDuplicate)
+	require.NoError(t, errs[2])
+	require.NoError(t, b.pool.QueryRow(t.Context(), "SELECT count(DISTINCT xid) FROM x WHERE id IN ('d', 'e')").Scan(&xids))
+	require.Equal(t, 2, xids, "sent again, each committed on its own")
+	st := b.g.Stats()
+	require.Equal(t, uint64(1), st.Unshared)
+	require.Equal(t, uint64(1), st.Refused)
 }

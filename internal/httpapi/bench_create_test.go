@@ -42,7 +42,7 @@ func benchCreate(b *testing.B, grouped bool) {
 	log := zerolog.New(io.Discard).With().Str("process", "api").Logger()
 	opts := []notes.Option{notes.WithObserver(m)}
 	if grouped {
-		g, err := db.NewGroup(pool, db.GroupConfig{}.WithDefaults(pool.Config().MaxConns))
+		g, err := db.NewGroup(pool, db.CreateGroupConfig(pool.Config().MaxConns))
 		if err != nil {
 			b.Fatal(err)
 		}

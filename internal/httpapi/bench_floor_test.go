@@ -231,7 +231,7 @@ func (f *floorCreate) args(i, j int, key string, note, event uuid.UUID) []any {
 // the driver's cost for the values, not for Quill's way of passing them.
 func plain(v any) any {
 	switch x := v.(type) {
-	case string, []byte, pgtype.UUID, pgtype.Timestamptz, nil:
+	case string, []byte, int64, pgtype.UUID, pgtype.Timestamptz, nil:
 		return v
 	case pgtype.TextValuer:
 		t, _ := x.TextValue()
@@ -245,6 +245,9 @@ func plain(v any) any {
 	case pgtype.BytesValuer:
 		b, _ := x.BytesValue()
 		return b
+	case pgtype.Int64Valuer:
+		i, _ := x.Int64Value()
+		return i.Int64
 	}
 	return v
 }

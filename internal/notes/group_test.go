@@ -22,13 +22,13 @@ import (
 
 // newGrouped is a service over a pool of conns connections to url whose
 // creates travel through a db.Group of lanes lanes, as "api serve" runs
-// them (QUILL_WRITE_GROUP).
+// them (QUILL_WRITE_GROUP): a shared commit per flush.
 func newGrouped(t *testing.T, url string, conns int32, lanes int) (*notes.Service, *db.Group) {
 	t.Helper()
 	pool, err := db.Open(context.Background(), url, conns)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	g, err := db.NewGroup(pool, db.GroupConfig{Lanes: lanes}.WithDefaults(pool.Config().MaxConns))
+	g, err := db.NewGroup(pool, db.GroupConfig{Lanes: lanes, SharedCommit: true}.WithDefaults(pool.Config().MaxConns))
 	require.NoError(t, err)
 	t.Cleanup(g.Close)
 	svc, err := notes.NewService(pool, notes.Config{Wait: 2 * time.Second, ReplayCacheBytes: -1}, zerolog.New(io.Discard), notes.WithGroup(g))
