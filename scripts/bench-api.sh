@@ -10,7 +10,8 @@
 #   3. for each concurrency: loadgen create (unique keys), the API's RSS,
 #      loadgen replay (the same requests again), then on emptied tables
 #      loadgen update (one note per client, each client updating its own
-#      under If-Match, unique keys);
+#      under If-Match, unique keys); then the creates again on an API with
+#      QUILL_WRITE_GROUP=false (a round trip per create, decision 0103);
 #   4. pgbench on copies of the three tables, two forms of the same inserts:
 #      one_by_one.sql (BEGIN, 3 INSERTs, COMMIT) and one_round_trip.sql (one
 #      CTE statement), at the same concurrencies; and api_equivalent.sql,
