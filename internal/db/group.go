@@ -14,6 +14,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 )
 
 // Group defaults (decision 0100).
@@ -307,7 +309,19 @@ type groupReq struct {
 // FlushTimeout), because the shared connection is never cancelled for one
 // caller. A caller that flushes in its own goroutine sends at once (after
 // at most AcquireTimeout for a connection).
-func (g *Group) Do(ctx context.Context, tx *GroupTx) error {
+func (g *Group) Do(ctx context.Context, tx *GroupTx) (err error) {
+	// The transaction's span, as a Pipeline's (startSpan): only under a
+	// recording span of the caller's.
+	if span := startSpan(ctx); span != nil {
+		span.SetAttributes(attribute.Bool("quill.db.group", true))
+		defer func() {
+			if err != nil {
+				span.RecordError(err)
+				span.SetStatus(codes.Error, err.Error())
+			}
+			span.End()
+		}()
+	}
 	r := &groupReq{tx: tx, res: make(chan error, 1)}
 	if g.cfg.MaxDelay > 0 {
 		r.at = time.Now()

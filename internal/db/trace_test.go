@@ -51,3 +51,29 @@ func TestPipelineIsAChildSpanOfTheCaller(t *testing.T) {
 	require.Equal(t, codes.Error, spans[1].Status.Code, "the failed transaction")
 	require.NotEmpty(t, spans[1].Events, "its error and rollback are recorded")
 }
+
+// A group's transaction under a recording span is a child span of it too,
+// marked as the group's, failed when the server refused it.
+func TestGroupTxIsAChildSpanOfTheCaller(t *testing.T) {
+	t.Parallel()
+	pool, _ := dbtest.Pool(t, 2)
+	g, err := db.NewGroup(pool, db.GroupConfig{}.WithDefaults(2))
+	require.NoError(t, err)
+	defer g.Close()
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	ctx, parent := tp.Tracer("test").Start(t.Context(), "request")
+	require.NoError(t, g.Do(ctx, &db.GroupTx{Stmts: []db.GroupStmt{{SQL: "SELECT 1"}}}))
+	require.Error(t, g.Do(ctx, &db.GroupTx{Stmts: []db.GroupStmt{{SQL: "SELECT 1/0"}}}))
+	parent.End()
+	require.NoError(t, g.Do(t.Context(), &db.GroupTx{Stmts: []db.GroupStmt{{SQL: "SELECT 1"}}}))
+
+	spans := exp.GetSpans()
+	require.Len(t, spans, 3, "two transactions and their parent; none without a span")
+	for _, s := range spans[:2] {
+		require.Equal(t, "transaction", s.Name)
+		require.Equal(t, parent.SpanContext().SpanID(), s.Parent.SpanID())
+	}
+	require.Equal(t, codes.Unset, spans[0].Status.Code)
+	require.Equal(t, codes.Error, spans[1].Status.Code, "the refused transaction")
+}
