@@ -12,32 +12,39 @@ import (
 // that does not answer costs the poll a few seconds, never a scrape.
 const pollTimeout = 5 * time.Second
 
+// maxPollReasons bounds the reasons a failing poll logs until it succeeds
+// again: errors whose text varies must not make a line per read.
+const maxPollReasons = 8
+
 // poll runs read at once and then every Config.PendingInterval, until ctx
 // ends, each read bounded by pollTimeout (or the interval, when shorter).
 // It runs beside the handling, so handlers that hang, a pool that no
 // longer fetches or a router that stopped do not stop it. A read that
 // fails leaves its gauge as it was — a scrape reads the gauge and never
 // waits — and is logged once per reason with msg, at debug when quiet
-// says so: NATS away for an hour is one line, not 240.
+// says so, until a read succeeds again: NATS away for an hour is one line,
+// not 240, and two reasons that alternate (a missing table and a read
+// that ran out of time) are two lines, not one per read. At most
+// maxPollReasons reasons are logged per failure.
 func (c *Consumer) poll(ctx context.Context, msg string, quiet func(error) bool, read func(context.Context) error) {
 	t := time.NewTicker(c.cfg.PendingInterval)
 	defer t.Stop()
-	var lastErr string
+	logged := map[string]bool{}
 	for {
 		rctx, cancel := context.WithTimeout(ctx, min(c.cfg.PendingInterval, pollTimeout))
 		err := read(rctx)
 		cancel()
 		switch {
 		case err == nil:
-			lastErr = ""
+			clear(logged)
 		case ctx.Err() != nil:
-		case err.Error() != lastErr:
+		case !logged[err.Error()] && len(logged) < maxPollReasons:
 			level := c.log.Warn
 			if quiet(err) {
 				level = c.log.Debug
 			}
 			level(msg, "error", err)
-			lastErr = err.Error()
+			logged[err.Error()] = true
 		}
 		select {
 		case <-ctx.Done():

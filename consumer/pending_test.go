@@ -216,7 +216,9 @@ func TestDeadLettersKeepTheLastCountWhileTheTableIsAway(t *testing.T) {
 	const failed = "cannot count the consumer's dead letters"
 	require.Eventually(t, func() bool { return strings.Contains(logs.String(), failed) }, waitLong, tick, "the failed count is logged")
 	time.Sleep(10 * cfg.PendingInterval) // more failed counts
-	require.Equal(t, 1, strings.Count(logs.String(), failed), "logged once per reason")
+	// The missing table is one reason, logged once; a count that ran out
+	// of its interval on a loaded machine is another, logged once too.
+	require.Equal(t, 1, strings.Count(logs.String(), "does not exist"), "logged once per reason: %s", logs.String())
 	v, _ := sample(t, cfg.Registerer, "quill_consumer_dead_letters")
 	require.Equal(t, float64(2), v, "the last count")
 	require.Equal(t, int64(2), c.DeadLetterCount())
