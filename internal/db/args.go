@@ -6,7 +6,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Args holds a transaction's statement parameters, so that handing them
@@ -34,10 +33,10 @@ type Args struct {
 	nText, nTime, nUUID, nBytes, nInt int
 }
 
-// NewArgs returns an Args for a transaction on a connection of pool that
-// no Pipeline holds (a Group's), typed as the pool's query mode allows.
-func NewArgs(pool *pgxpool.Pool) *Args {
-	return &Args{typed: describes(pool.Config().ConnConfig.DefaultQueryExecMode)}
+// markTyped records in c's CustomData whether its query mode describes
+// statements (typedKey).
+func markTyped(c *pgx.Conn) {
+	c.PgConn().CustomData()[typedKey] = describes(c.Config().DefaultQueryExecMode)
 }
 
 // describes reports whether mode knows the types of a statement's

@@ -35,6 +35,8 @@ func TestArgsInEveryQueryMode(t *testing.T) {
 			for range 40 { // more than a slab's
 				texts = append(texts, a.Text("é'\"x"))
 			}
+			_, plain := texts[0].(string)
+			require.Equal(t, mode == "exec" || mode == "simple_protocol", plain, "a parameter kept in the slab only where the mode describes statements")
 			var (
 				text, nulled string
 				when         time.Time

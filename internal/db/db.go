@@ -70,6 +70,13 @@ const implicitKey = "quill.implicit_tx"
 // PostgreSQL through a pooler: its transactions apply sqlSessionSettings.
 const pooledKey = "quill.pooled"
 
+// typedKey marks, in a connection's CustomData, a connection whose query
+// mode describes statements, so that a transaction's parameters may be
+// kept in its Args (Args.typed). It is read per transaction, where
+// pgx.Conn.Config would copy the whole configuration (issue 29); a
+// connection without it (a pool not made by Open) boxes plain values.
+const typedKey = "quill.typed_args"
+
 // beginReadCommitted and beginSnapshot begin WithTx's and WithSnapshot's
 // transactions with the session settings, in the one simple-protocol round
 // trip of BEGIN (on a direct connection the settings are a no-op).
@@ -175,11 +182,13 @@ func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error
 		implicit := !isoNamed || strings.EqualFold(strings.TrimSpace(iso), readCommitted)
 		cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
 			c.PgConn().CustomData()[implicitKey] = implicit
+			markTyped(c)
 			return startSession(ctx, c, !timeoutNamed)
 		}
 	default:
 		cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
 			c.PgConn().CustomData()[pooledKey] = true
+			markTyped(c)
 			if route == RouteSessionPooler && !timeoutNamed {
 				// The session is this client's until it ends, and the
 				// pooler resets it then (server_reset_query).

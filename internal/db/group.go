@@ -216,6 +216,9 @@ type Group struct {
 	// the write that runs it, as pgx's cache_describe mode does, so that
 	// none has to outlive its transaction's backend behind a pooler.
 	named bool
+	// typed: the pool's query mode describes statements, so NewArgs's
+	// parameters are kept in the slab.
+	typed bool
 
 	mu sync.Mutex
 	// cond wakes a lane's goroutine: something was queued, a lane was
@@ -256,6 +259,7 @@ func NewGroup(pool *pgxpool.Pool, cfg GroupConfig) (*Group, error) {
 		pool:  pool,
 		cfg:   cfg,
 		named: pool.Config().ConnConfig.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement,
+		typed: describes(pool.Config().ConnConfig.DefaultQueryExecMode),
 	}
 	g.cond = sync.NewCond(&g.mu)
 	g.spare.New = func() any { return &laneState{g: g} }
@@ -367,6 +371,10 @@ func (g *Group) Do(ctx context.Context, tx *GroupTx) (err error) {
 		return <-r.res
 	}
 }
+
+// NewArgs returns an Args for one transaction this group carries, typed as
+// the pool's query mode allows (see Args).
+func (g *Group) NewArgs() *Args { return &Args{typed: g.typed} }
 
 // Stats returns what the group did so far.
 func (g *Group) Stats() GroupStats {

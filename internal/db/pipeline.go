@@ -148,7 +148,7 @@ func BeginPipeline(ctx context.Context, pool *pgxpool.Pool, opts ...PipelineOpti
 	cd := conn.Conn().PgConn().CustomData()
 	p := &Pipeline{conn: conn, since: sessionStart(conn), b: &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 4)}, span: span,
 		implicit: cd[implicitKey] == true}
-	p.args.typed = describes(conn.Conn().Config().DefaultQueryExecMode)
+	p.args.typed = cd[typedKey] == true
 	p.b.Queue(sqlBegin)
 	if cd[pooledKey] == true {
 		p.b.Queue(sqlSessionSettings).QueryRow(func(row pgx.Row) error {

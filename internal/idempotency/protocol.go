@@ -430,7 +430,7 @@ func (p *Protocol) attempt(reqCtx context.Context, r Request) (Answer, error) {
 // ctx is the attempt's, whose acquire bound ends the wait for the group:
 // a transaction still queued when it ends is not sent.
 func (p *Protocol) attemptGrouped(ctx, reqCtx context.Context, r Request) (Answer, error) {
-	args := db.NewArgs(p.pool)
+	args := p.group.NewArgs()
 	now := p.clock()
 	plan, err := r.PlanOneTrip(args, now)
 	if err != nil {
