@@ -2,6 +2,7 @@ package db
 
 import (
 	"context"
+	"net"
 	"sync"
 	"time"
 )
@@ -28,13 +29,19 @@ type AttemptContext struct {
 	err      error
 	acquired bool
 	// afters are the functions AfterFunc registered, in order; a stopped
-	// one is nil. pgx registers and stops one per statement.
+	// one is nil.
 	afters []func()
+	// watched is the connection whose deadline the end sets (watch), and
+	// fired says that it did.
+	watched net.Conn
+	fired   bool
 }
 
 // NewAttemptContext returns an attempt's context, which keeps parent's
 // values and none of its cancellation, and its CancelFunc, which the
-// caller must call when the attempt is over.
+// caller must call when the attempt is over — after releasing a Pipeline
+// begun in it: the end of the context cuts the connection of a Pipeline
+// not yet released, which Release then closes.
 func NewAttemptContext(parent context.Context, acquireTimeout, timeout time.Duration) (*AttemptContext, context.CancelFunc) {
 	// parent is kept for its values only: Done, Err and AfterFunc are
 	// this context's own, and the context package, which finds a
@@ -134,6 +141,11 @@ func (c *AttemptContext) end(err error) {
 	if c.done != nil {
 		close(c.done)
 	}
+	if c.watched != nil {
+		// Under c.mu, so that unwatch knows whether it happened.
+		_ = c.watched.SetDeadline(pastDeadline)
+		c.watched, c.fired = nil, true
+	}
 	afters := c.afters
 	c.afters = nil
 	c.mu.Unlock()
@@ -143,3 +155,45 @@ func (c *AttemptContext) end(err error) {
 		}
 	}
 }
+
+// pastDeadline is a deadline long gone: set on a connection, it ends the
+// read or write in progress on it at once, and any later one.
+var pastDeadline = time.Unix(1, 0)
+
+// watch makes the end of c set a past deadline on nc, which ends the read
+// or write in progress there — what pgx does when the context it was
+// handed ends (pgconn's DeadlineContextWatcherHandler) — so that pgx can
+// be handed c's values without its end (detached) and watch nothing: its
+// watch of a context with a Done channel cost a channel and an
+// after-function per round trip, 6 allocations of a create (issue 29).
+// It reports false, and arranges nothing, when c has ended already.
+func (c *AttemptContext) watch(nc net.Conn) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return false
+	}
+	c.watched = nc
+	return true
+}
+
+// unwatch ends watch. It reports whether c's end set the deadline, in which
+// case the connection must be closed, not pooled.
+func (c *AttemptContext) unwatch() (fired bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.watched = nil
+	return c.fired
+}
+
+// detached returns c as a context with c's values and no end: what pgx is
+// handed for a connection that watch covers.
+func (c *AttemptContext) detached() context.Context { return attemptValues{c} }
+
+// attemptValues is an AttemptContext seen without its end (detached).
+type attemptValues struct{ c *AttemptContext }
+
+func (attemptValues) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (attemptValues) Done() <-chan struct{}       { return nil }
+func (attemptValues) Err() error                  { return nil }
+func (v attemptValues) Value(key any) any         { return v.c.values.Value(key) }

@@ -98,3 +98,49 @@ func TestAttemptContextAcquire(t *testing.T) {
 	require.Equal(t, 1, one)
 	require.False(t, errors.Is(ctx.Err(), context.DeadlineExceeded))
 }
+
+// pgx is handed an attempt's values without its end (it watches nothing),
+// so the attempt's end must reach the connection itself: a statement still
+// running when the attempt's bound passes ends then, its commit's outcome
+// unknown, and the pool's next caller gets a working connection.
+func TestPipelineEndsWithItsAttempt(t *testing.T) {
+	t.Parallel()
+	pool, _ := dbtest.Pool(t, 1)
+	ctx, cancel := db.NewAttemptContext(t.Context(), time.Minute, 300*time.Millisecond)
+	defer cancel()
+	p, err := db.BeginPipeline(ctx, pool)
+	require.NoError(t, err)
+	p.Batch().Queue(`SELECT pg_sleep(3)`)
+	start := time.Now()
+	err = p.Commit(ctx)
+	p.Release()
+	var lost *db.OutcomeUnknownError
+	require.ErrorAs(t, err, &lost, "a commit trip cut short by the attempt's end")
+	require.Less(t, time.Since(start), 2*time.Second, "the statement outlived the attempt")
+
+	var one int
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT 1`).Scan(&one))
+	require.Equal(t, 1, one)
+}
+
+// An attempt that ends after its transaction committed, before Release,
+// leaves a past deadline on an idle connection: Release closes it rather
+// than handing it to the pool's next caller, whose statements would fail
+// at once.
+func TestPipelineAfterItsAttemptEndedIsNotPooled(t *testing.T) {
+	t.Parallel()
+	pool, _ := dbtest.Pool(t, 1)
+	ctx, cancel := db.NewAttemptContext(t.Context(), time.Minute, 200*time.Millisecond)
+	defer cancel()
+	p, err := db.BeginPipeline(ctx, pool)
+	require.NoError(t, err)
+	var first uint32
+	p.Batch().Queue(`SELECT pg_backend_pid()`).QueryRow(func(r pgx.Row) error { return r.Scan(&first) })
+	require.NoError(t, p.Commit(ctx))
+	require.Eventually(t, func() bool { return ctx.Err() != nil }, 5*time.Second, 10*time.Millisecond)
+	p.Release()
+
+	var next uint32
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT pg_backend_pid()`).Scan(&next), "the pool handed out the connection the attempt's end had cut")
+	require.NotEqual(t, first, next)
+}

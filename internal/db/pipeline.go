@@ -63,6 +63,10 @@ type Pipeline struct {
 	span trace.Span
 	// args holds the statements' parameters (Args).
 	args Args
+	// ac is the attempt's context when the transaction began in one: its
+	// end sets a past deadline on the connection (AttemptContext.watch),
+	// and pgx is handed its values alone (pgx).
+	ac *AttemptContext
 }
 
 // Args is where the transaction's statements' parameters are kept; they
@@ -149,6 +153,9 @@ func BeginPipeline(ctx context.Context, pool *pgxpool.Pool, opts ...PipelineOpti
 	p := &Pipeline{conn: conn, since: sessionStart(conn), b: &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 4)}, span: span,
 		implicit: cd[implicitKey] == true}
 	p.args.typed = cd[typedKey] == true
+	if ac, ok := ctx.(*AttemptContext); ok && ac.watch(conn.Conn().PgConn().Conn()) {
+		p.ac = ac
+	}
 	p.b.Queue(sqlBegin)
 	if cd[pooledKey] == true {
 		p.b.Queue(sqlSessionSettings).QueryRow(func(row pgx.Row) error {
@@ -224,8 +231,27 @@ func (p *Pipeline) send(ctx context.Context) error {
 	if b.Len() == 0 {
 		return nil
 	}
+	ctx, err := p.pgx(ctx)
+	if err != nil {
+		return err
+	}
 	p.b, p.sent = &pgx.Batch{}, true
 	return p.conn.SendBatch(ctx, b).Close()
+}
+
+// pgx returns the context to hand pgx for ctx: for the attempt's own, its
+// values without its end, which the connection's deadline covers
+// (AttemptContext.watch), or, once it ended, its error — not a PgError,
+// so that Commit takes the outcome for unknown, as when pgx finds a
+// context done before a round trip.
+func (p *Pipeline) pgx(ctx context.Context) (context.Context, error) {
+	if p.ac == nil || ctx != context.Context(p.ac) {
+		return ctx, nil
+	}
+	if err := p.ac.Err(); err != nil {
+		return nil, fmt.Errorf("the attempt ended before the round trip: %w", err)
+	}
+	return p.ac.detached(), nil
 }
 
 // Exec runs sql inside the transaction at once, after the statements queued
@@ -234,12 +260,20 @@ func (p *Pipeline) Exec(ctx context.Context, sql string, args ...any) (pgconn.Co
 	if err := p.send(ctx); err != nil {
 		return pgconn.CommandTag{}, err
 	}
+	ctx, err := p.pgx(ctx)
+	if err != nil {
+		return pgconn.CommandTag{}, err
+	}
 	return p.conn.Exec(ctx, sql, args...)
 }
 
 // Query is Exec for a statement that returns rows.
 func (p *Pipeline) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	if err := p.send(ctx); err != nil {
+		return nil, err
+	}
+	ctx, err := p.pgx(ctx)
+	if err != nil {
 		return nil, err
 	}
 	return p.conn.Query(ctx, sql, args...)
@@ -352,6 +386,13 @@ func (p *Pipeline) close(ctx context.Context) {
 func (p *Pipeline) Release() {
 	if !p.released {
 		p.released = true
+		if p.ac != nil && p.ac.unwatch() {
+			// The attempt's end set a past deadline on the connection:
+			// it goes, rather than to the next caller.
+			ctx, cancel := context.WithTimeout(context.Background(), rollbackTimeout)
+			_ = p.conn.Conn().Close(ctx)
+			cancel()
+		}
 		p.conn.Release()
 		if p.span != nil {
 			p.span.End()
