@@ -5,13 +5,16 @@
 #
 #   1. builds ./bin (api, loadgen), drops and recreates the database
 #      quill_bench on the server of $DATABASE_URL (`api migrate`);
-#   2. starts `api serve` on free loopback ports (GOMAXPROCS unset), creates a
-#      token for tenant bench;
+#   2. starts two `api serve` on free loopback ports (GOMAXPROCS unset), one
+#      as by default and one with QUILL_WRITE_GROUP=false (a round trip per
+#      create, decision 0103), creates a token for tenant bench, and warms
+#      both (a short create run each, not measured);
 #   3. for each concurrency: loadgen create (unique keys), the API's RSS,
-#      loadgen replay (the same requests again), then on emptied tables
+#      loadgen replay (the same requests again); the same creates on the
+#      API without the group, on emptied tables, before or after them in
+#      turn (so that neither always runs first); then on emptied tables
 #      loadgen update (one note per client, each client updating its own
-#      under If-Match, unique keys); then the creates again on an API with
-#      QUILL_WRITE_GROUP=false (a round trip per create, decision 0103);
+#      under If-Match, unique keys);
 #   4. pgbench on copies of the three tables, two forms of the same inserts:
 #      one_by_one.sql (BEGIN, 3 INSERTs, COMMIT) and one_round_trip.sql (one
 #      CTE statement), at the same concurrencies; and api_equivalent.sql,
@@ -81,8 +84,26 @@ if [[ -n $PROFILE ]]; then
 	command -v curl >/dev/null 2>&1 || die "BENCH_PROFILE needs curl"
 	export QUILL_PPROF=true
 fi
+# Two APIs side by side, one loaded at a time: the default (its creates
+# several to a pipelined write by a db.Group, QUILL_WRITE_GROUP, decision
+# 0103) and one sending each create's transaction in a round trip of its
+# own. Their create runs alternate which goes first, on the same database,
+# so that neither is always the colder.
+QUILL_WRITE_GROUP=false start_api bench api-nogroup
+NOGROUP_PID=$API_PID NOGROUP_URL=$API_URL NOGROUP_TOKEN=$TOKEN
 start_api bench
-ROLE[$API_PID]=api
+GROUP_PID=$API_PID GROUP_URL=$API_URL GROUP_TOKEN=$TOKEN
+# use_api group|nogroup: the API the next loadgen runs against, the one
+# whose CPU is sampled as the api role.
+use_api() {
+	unset "ROLE[$GROUP_PID]" "ROLE[$NOGROUP_PID]"
+	case $1 in
+	group) API_PID=$GROUP_PID API_URL=$GROUP_URL TOKEN=$GROUP_TOKEN ;;
+	nogroup) API_PID=$NOGROUP_PID API_URL=$NOGROUP_URL TOKEN=$NOGROUP_TOKEN ;;
+	esac
+	ROLE[$API_PID]=api
+}
+use_api group
 
 # status_kib PID FIELD: a /proc/PID/status field in kB.
 status_kib() { awk -v f="$2:" '$1 == f { print $2 }' "/proc/$1/status"; }
@@ -133,36 +154,55 @@ loadgen() {
 	echo "${LGJ[$phase]}" >>"$WORK/loadgen.jsonl"
 }
 
-for c in $CONCURRENCY; do
+# warm: a short create run on each API, not measured: the first run on
+# a new database and a new process is the coldest.
+for api in nogroup group; do
 	fresh_api_tables
-	log "API create, $c clients (${WARMUP}s warmup + ${DURATION}s)"
-	loadgen create "$c"
-	RSS[$c]=$(status_kib "$API_PID" VmRSS)
-	HWM[$c]=$(status_kib "$API_PID" VmHWM)
-	log "API replay, $c clients"
-	loadgen replay "$c"
+	log "warming the API ($api): creates, 4 clients, $((WARMUP + 1))s"
+	use_api "$api"
+	./bin/loadgen --url "$API_URL" --token "$TOKEN" --mode create --concurrency 4 \
+		--duration 1s --warmup "${WARMUP}s" --json >/dev/null 2>"$WORK/warm-$api.err" ||
+		die "warming the API ($api) failed: $(tail -3 "$WORK/warm-$api.err")"
+done
+
+# group_creates C: the default API's creates at C clients and their replays.
+group_creates() {
+	use_api group
+	fresh_api_tables
+	log "API create, $1 clients (${WARMUP}s warmup + ${DURATION}s)"
+	loadgen create "$1"
+	RSS[$1]=$(status_kib "$API_PID" VmRSS)
+	HWM[$1]=$(status_kib "$API_PID" VmHWM)
+	log "API replay, $1 clients"
+	loadgen replay "$1"
+}
+
+# nogroup_creates C: the same creates on the API without the write group.
+nogroup_creates() {
+	use_api nogroup
+	fresh_api_tables
+	log "API create without the write group, $1 clients (${WARMUP}s warmup + ${DURATION}s)"
+	loadgen create "$1" create_nogroup
+}
+
+turn=0
+for c in $CONCURRENCY; do
+	if ((turn++ % 2 == 0)); then
+		nogroup_creates "$c"
+		group_creates "$c"
+	else
+		group_creates "$c"
+		nogroup_creates "$c"
+	fi
 	# From emptied tables, as pgbench's update runs start.
+	use_api group
 	fresh_api_tables
 	log "API update, $c clients, one note each (${WARMUP}s warmup + ${DURATION}s)"
 	loadgen update "$c"
 done
-
-# --- creates without the write group (issue 29 item 3) ------------------------------
-# The API above runs as "api serve" does by default, its creates carried
-# several to a pipelined write by a db.Group (QUILL_WRITE_GROUP, decision
-# 0103). The same create runs again on an API that sends each create's
-# transaction in a round trip of its own, for creates/s and p99 side by
-# side.
-kill "$API_PID" 2>/dev/null
-wait "$API_PID" 2>/dev/null
-unset "ROLE[$API_PID]"
-QUILL_WRITE_GROUP=false start_api bench
-ROLE[$API_PID]=api
-for c in $CONCURRENCY; do
-	fresh_api_tables
-	log "API create without the write group, $c clients (${WARMUP}s warmup + ${DURATION}s)"
-	loadgen create "$c" create_nogroup
-done
+kill "$NOGROUP_PID" 2>/dev/null
+wait "$NOGROUP_PID" 2>/dev/null
+unset "ROLE[$NOGROUP_PID]"
 
 # --- pgbench --------------------------------------------------------------------
 # PG_TPS, PG_LAT, PG_FAIL[SCRIPT-cC]: a pgbench run's tx/s, average latency
@@ -264,7 +304,7 @@ per_op() { awk -v p="$1" -v k="$2" -v r="$3" '$1 == p && r > 0 && $k != "-" { pr
 	echo
 	echo "ratio = API creates/s ÷ pgbench tx/s of the same writes at the same concurrency; rep/cre = replays/s ÷ creates/s."
 	echo
-	echo "Creates with the write group (the table above, the default) and without it (QUILL_WRITE_GROUP=false, a round trip per create; decision 0103):"
+	echo "Creates with the write group (the table above, the default) and without it (QUILL_WRITE_GROUP=false, a round trip per create; decision 0103), two APIs side by side whose runs alternate which goes first:"
 	for c in $CONCURRENCY; do
 		printf '  %2s clients: grouped %s creates/s, p99 %s ms, API %s µs/create; one by one %s creates/s, p99 %s ms, API %s µs/create; grouped ÷ one by one %s\n' "$c" \
 			"$(creates "$c")" "$(lg create "$c" p99_ms)" "$(per_op "create-c$c" 3 "$(creates "$c")")" \

@@ -341,18 +341,20 @@ recreate_bench_db() {
 	DATABASE_URL=$BENCH_URL ./bin/api migrate 2>>"$WORK/api-cli.log" || die "api migrate failed (see $WORK/api-cli.log)"
 }
 
-# start_api TENANT: ./bin/api serve on BENCH_URL, on free loopback ports
-# (GOMAXPROCS unset), and a token for TENANT: sets API_PID, API_URL, TOKEN.
-# Its log is $WORK/api.log.
+# start_api TENANT [NAME]: ./bin/api serve on BENCH_URL, on free loopback
+# ports (GOMAXPROCS unset), and a token for TENANT: sets API_PID, API_URL,
+# TOKEN. Its log is $WORK/NAME.log (NAME: api), so that two APIs can run
+# side by side.
 start_api() {
-	log "starting the API (log: $WORK/api.log)"
+	local name=${2:-api}
+	log "starting the API (log: $WORK/$name.log)"
 	env -u GOMAXPROCS ${BENCH_API_GOGC:+GOGC=$BENCH_API_GOGC} DATABASE_URL="$BENCH_URL" ./bin/api serve --http-addr 127.0.0.1:0 --admin-addr 127.0.0.1:0 \
-		>"$WORK/api.out" 2>"$WORK/api.log" &
+		>"$WORK/$name.out" 2>"$WORK/$name.log" &
 	API_PID=$!
 	on_exit_stop "$API_PID"
-	wait_for_line "$WORK/api.log" '"listener":"api","addr":"' "$API_PID" 15 ||
-		die "the API did not report its listening address: $(tail -3 "$WORK/api.log")"
-	API_URL="http://$(log_addr "$WORK/api.log" api)"
+	wait_for_line "$WORK/$name.log" '"listener":"api","addr":"' "$API_PID" 15 ||
+		die "the API did not report its listening address: $(tail -3 "$WORK/$name.log")"
+	API_URL="http://$(log_addr "$WORK/$name.log" api)"
 	TOKEN=$(DATABASE_URL=$BENCH_URL ./bin/api token create --tenant "$1" 2>>"$WORK/api-cli.log") ||
 		die "api token create failed (see $WORK/api-cli.log)"
 	log "API pid $API_PID at $API_URL"
