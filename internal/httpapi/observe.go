@@ -179,8 +179,9 @@ func (s *server) observe(next http.Handler) http.Handler {
 			if sw.status >= 500 {
 				ev = s.Log.Error()
 			}
+			var ms [24]byte
 			ev = ev.Ctx(r.Context()).Str("request_id", ri.id).Str("method", method).Str("route", route).
-				Int("status", sw.status).Float64("duration_ms", since(start)).Int("bytes", sw.bytes)
+				Int("status", sw.status).RawJSON("duration_ms", appendMillis(ms[:0], time.Since(start).Microseconds())).Int("bytes", sw.bytes)
 			if ri.tenant != "" {
 				ev = ev.Str("tenant", ri.tenant)
 			}

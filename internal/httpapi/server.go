@@ -449,5 +449,25 @@ func parseID(r *http.Request) (uuid.UUID, bool) {
 	return id, true
 }
 
-// since returns milliseconds since t, for logs.
-func since(t time.Time) float64 { return float64(time.Since(t).Microseconds()) / 1000 }
+// appendMillis appends us microseconds as milliseconds, the log line's
+// duration_ms: what strconv.AppendFloat(dst, float64(us)/1000, 'f', -1, 64)
+// appends (FuzzAppendMillis), without its search for the shortest
+// representation, which was most of the log line's cost (issue 29). Below
+// 2^43 µs (101 days) the exact decimal is that shortest one; beyond, and
+// for a negative us, AppendFloat itself writes it.
+func appendMillis(dst []byte, us int64) []byte {
+	if us < 0 || us >= 1<<43 {
+		return strconv.AppendFloat(dst, float64(us)/1000, 'f', -1, 64)
+	}
+	dst = strconv.AppendInt(dst, us/1000, 10)
+	frac := us % 1000
+	if frac == 0 {
+		return dst
+	}
+	b := [4]byte{'.', byte('0' + frac/100), byte('0' + frac/10%10), byte('0' + frac%10)}
+	n := len(b)
+	for b[n-1] == '0' {
+		n--
+	}
+	return append(dst, b[:n]...)
+}

@@ -110,7 +110,10 @@ type AttachmentDetail struct {
 }
 
 // FormatTime writes t as Quill does everywhere: RFC 3339 UTC, microseconds.
-func FormatTime(t time.Time) string { return t.UTC().Format(outbox.TimeFormat) }
+func FormatTime(t time.Time) string {
+	var b [len(outbox.TimeFormat)]byte
+	return string(outbox.AppendTime(b[:0], t))
+}
 
 // View returns the API representation of n.
 func (n *Note) View() NoteView {

@@ -89,7 +89,7 @@ func Envelope(e Event) ([]byte, error) {
 		}
 	}
 	var t [len(TimeFormat)]byte
-	when := e.Time.UTC().AppendFormat(t[:0], TimeFormat)
+	when := AppendTime(t[:0], e.Time)
 	out := make([]byte, 0, 160+len(e.Tenant)+len(names.ceType)+len(names.schema)+len(data))
 	out = append(out, `{"specversion":"1.0","id":"`...)
 	out = appendUUID(out, e.ID)
