@@ -1,44 +1,65 @@
 package httpapi_test
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
-
-	"github.com/quillhq/quill/contract"
-	"github.com/quillhq/quill/internal/auth"
-	"github.com/quillhq/quill/internal/dbtest"
-	"github.com/quillhq/quill/internal/httpapi"
-	"github.com/quillhq/quill/internal/metrics"
-	"github.com/quillhq/quill/internal/notes"
 )
 
-// The request log line's duration_ms is a JSON number of milliseconds.
+// lockedBuffer is a log destination the API's goroutines may share.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// The request log line's duration_ms is a JSON number of milliseconds, no
+// longer than the request took.
 func TestRequestLogLineDuration(t *testing.T) {
 	t.Parallel()
-	pool, _ := dbtest.Pool(t, 2)
-	var buf bytes.Buffer
-	log := zerolog.New(&buf)
-	m := metrics.NewAPI(metrics.NewRegistry(), contract.ActionCreateNote, contract.ActionDeleteNote)
-	svc, err := notes.NewService(pool, notes.Config{}, log)
-	require.NoError(t, err)
-	h := httpapi.NewServer(httpapi.Deps{Pool: pool, Auth: auth.NewAuthenticator(pool, 5*time.Second), Notes: svc, Log: log, Metrics: m})
+	var logs lockedBuffer
+	o := standard
+	o.log = &logs
+	b := setup(t, o)
 	start := time.Now()
-	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/v1/notes/00000000-0000-0000-0000-000000000000", nil))
+	b.api.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/v1/notes/00000000-0000-0000-0000-000000000000", nil))
 	took := time.Since(start)
-	var line struct {
+	type requestLine struct {
+		Route      string   `json:"route"`
 		Status     int      `json:"status"`
 		DurationMS *float64 `json:"duration_ms"`
 	}
-	require.NoError(t, json.Unmarshal(bytes.TrimSpace(buf.Bytes()), &line), buf.String())
+	var line *requestLine
+	sc := bufio.NewScanner(bytes.NewBufferString(logs.String()))
+	for sc.Scan() {
+		var l requestLine
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &l), sc.Text())
+		if l.Route != "" {
+			require.Nil(t, line, "two request lines: %s", logs.String())
+			line = &l
+		}
+	}
+	require.NotNil(t, line, "no request line: %s", logs.String())
 	require.Equal(t, http.StatusUnauthorized, line.Status)
-	require.NotNil(t, line.DurationMS, buf.String())
+	require.NotNil(t, line.DurationMS, logs.String())
 	require.GreaterOrEqual(t, *line.DurationMS, 0.0)
 	require.LessOrEqual(t, *line.DurationMS, float64(took.Microseconds())/1000)
 }

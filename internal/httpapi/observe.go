@@ -171,8 +171,9 @@ func (s *server) observe(next http.Handler) http.Handler {
 				route = "unmatched"
 			}
 			method := s.methodLabel(r)
+			took := time.Since(start)
 			if s.Metrics != nil {
-				s.Metrics.HTTPRequest(route, method, sw.status, time.Since(start))
+				s.Metrics.HTTPRequest(route, method, sw.status, took)
 			}
 			endSpan(span, r, method, route, sw.status, ri)
 			ev := s.Log.Info()
@@ -181,7 +182,7 @@ func (s *server) observe(next http.Handler) http.Handler {
 			}
 			var ms [24]byte
 			ev = ev.Ctx(r.Context()).Str("request_id", ri.id).Str("method", method).Str("route", route).
-				Int("status", sw.status).RawJSON("duration_ms", appendMillis(ms[:0], time.Since(start).Microseconds())).Int("bytes", sw.bytes)
+				Int("status", sw.status).RawJSON("duration_ms", appendMillis(ms[:0], took.Microseconds())).Int("bytes", sw.bytes)
 			if ri.tenant != "" {
 				ev = ev.Str("tenant", ri.tenant)
 			}

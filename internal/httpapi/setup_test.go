@@ -19,6 +19,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/quillhq/quill/contract"
@@ -78,6 +79,8 @@ type setupOpts struct {
 	responseRetention, keyRetention time.Duration
 	// noWebhooks runs the API without QUILL_WEBHOOK_SECRET_KEY.
 	noWebhooks bool
+	// log receives the API's log lines as JSON (nil: the test's log).
+	log io.Writer
 }
 
 // standard is the default setup.
@@ -133,6 +136,9 @@ func setup(t *testing.T, opts ...setupOpts) *testBundle {
 	b.reg = prometheus.NewRegistry()
 	m := metrics.NewAPI(b.reg, contract.ActionCreateNote, contract.ActionDeleteNote)
 	log := testkit.Logger(t)
+	if o.log != nil {
+		log = zerolog.New(o.log)
+	}
 	cacheBytes := 0
 	if o.noCache {
 		cacheBytes = -1
