@@ -1085,11 +1085,20 @@ func (l *laneState) read(pl *pgconn.Pipeline, one *oneResult, stmts []groupStmt,
 }
 
 // sendStmt queues a statement: bound to its prepared name, or parsed
-// unnamed with its described parameter types.
+// unnamed with its described parameter types. A prepared statement that
+// returns rows has them read by the description kept since it was
+// prepared: SendQueryPrepared would have the server describe it again in
+// every write, a RowDescription of each of its columns that pgconn
+// converts (13 allocations per create). One that returns none is still
+// described by the server: pgconn's SendQueryStatement would describe it
+// too, and then misreads a refused transaction's NoData.
 func sendStmt(pl *pgconn.Pipeline, sd *pgconn.StatementDescription, values [][]byte, formats, resultFormats []int16) {
-	if sd.Name != "" {
+	switch {
+	case sd.Name != "" && len(sd.Fields) > 0:
+		pl.SendQueryStatement(sd, values, formats, resultFormats)
+	case sd.Name != "":
 		pl.SendQueryPrepared(sd.Name, values, formats, resultFormats)
-	} else {
+	default:
 		pl.SendQueryParams(sd.SQL, values, sd.ParamOIDs, formats, resultFormats)
 	}
 }

@@ -407,7 +407,7 @@ func (s *Service) planCreate(args *db.Args, r Request, p CreateParams, secret []
 	}
 	view := n.View()
 	resource := contract.NotePath(view.ID)
-	noteJSON, err := view.AppendJSON(make([]byte, 0, 160+len(view.Title)+len(view.Body)))
+	noteJSON, err := view.AppendJSON(make([]byte, 0, view.jsonSize()))
 	if err != nil {
 		return nil, fmt.Errorf("render create: %w", err)
 	}

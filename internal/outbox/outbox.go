@@ -90,7 +90,7 @@ func Envelope(e Event) ([]byte, error) {
 	}
 	var t [len(TimeFormat)]byte
 	when := AppendTime(t[:0], e.Time)
-	out := make([]byte, 0, 160+len(e.Tenant)+len(names.ceType)+len(names.schema)+len(data))
+	out := make([]byte, 0, envelopeSize(e.Tenant, names, data))
 	out = append(out, `{"specversion":"1.0","id":"`...)
 	out = appendUUID(out, e.ID)
 	out = append(out, `","source":`...)
@@ -117,6 +117,16 @@ func Envelope(e Event) ([]byte, error) {
 	out = append(out, `,"data":`...)
 	out = append(out, data...)
 	return append(out, '}'), nil
+}
+
+// envelopeSize is how many bytes Envelope writes for an event of tenant,
+// type names and data when the tenant needs no escapes, with room for a
+// few: the buffer it makes, so that it is never grown (and a copy of the
+// event's data thrown away) on the way.
+func envelopeSize(tenant string, names typeNames, data []byte) int {
+	// The members' names and punctuation, the two ids and the time are
+	// 230 bytes.
+	return 240 + len(quotedSourcePrefix) + len(tenant) + len(names.ceType) + len(names.schema) + len(data)
 }
 
 // typeNames are an event type's CloudEvents type and data schema, quoted
