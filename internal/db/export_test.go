@@ -1,7 +1,23 @@
 package db
 
-import "time"
+import (
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+)
 
 // SessionStartOf exposes, to the external tests, the time a pipeline's
 // recheck compares with backend_start.
 func SessionStartOf(p *Pipeline) time.Time { return p.since }
+
+// ArgEncoder exposes argEncoder to the external tests.
+type ArgEncoder struct{ e argEncoder }
+
+func (a *ArgEncoder) Reset() { a.e.reset() }
+
+func (a *ArgEncoder) Add(m *pgtype.Map, sd *pgconn.StatementDescription, args []any) error {
+	return a.e.add(m, sd, args)
+}
+
+func (a *ArgEncoder) Stmt(i int) (values [][]byte, formats, results []int16) { return a.e.stmt(i) }

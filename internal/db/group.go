@@ -598,7 +598,9 @@ type laneState struct {
 	sent  []*groupReq
 	stmts []groupStmt
 	sds   []*pgconn.StatementDescription
-	eqbs  []pgx.ExtendedQueryBuilder
+	// enc encodes a transaction's parameters, its buffers kept from one
+	// to the next.
+	enc argEncoder
 }
 
 // groupStmt is a statement as sent: the group's own (session settings,
@@ -855,12 +857,10 @@ func (g *Group) send(l *laneState, conn *pgxpool.Conn, pooled bool) bool {
 		stmts := l.stmtsOf(r, pooled)
 		sds := l.sds[k : k+len(stmts)]
 		k += len(stmts)
-		if len(l.eqbs) < len(stmts) {
-			l.eqbs = append(l.eqbs, make([]pgx.ExtendedQueryBuilder, len(stmts)-len(l.eqbs))...)
-		}
+		l.enc.reset()
 		var encErr error
 		for i, st := range stmts {
-			if err := l.eqbs[i].Build(tm, sds[i], st.args); err != nil {
+			if err := l.enc.add(tm, sds[i], st.args); err != nil {
 				encErr = fmt.Errorf("encode arguments of statement %d: %w", i, err)
 				break
 			}
@@ -870,8 +870,8 @@ func (g *Group) send(l *laneState, conn *pgxpool.Conn, pooled bool) bool {
 			continue
 		}
 		for i, sd := range sds {
-			e := &l.eqbs[i]
-			sendStmt(pl, sd, e.ParamValues, e.ParamFormats, e.ResultFormats)
+			values, formats, results := l.enc.stmt(i)
+			sendStmt(pl, sd, values, formats, results)
 		}
 		if !shared {
 			pl.SendPipelineSync()
