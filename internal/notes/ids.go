@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -12,6 +11,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/quillhq/quill/internal/outbox"
 )
 
 // Ids are derived from the operation, not drawn at random (decision 0050):
@@ -124,16 +125,7 @@ func appendIntPart(dst []byte, n int) []byte {
 
 // appendUUIDPart appends u's canonical text form as a part.
 func appendUUIDPart(dst []byte, u uuid.UUID) []byte {
-	dst = binary.BigEndian.AppendUint32(dst, 36)
-	at := len(dst)
-	dst = append(dst, "00000000-0000-0000-0000-000000000000"...)
-	s := dst[at:]
-	hex.Encode(s[0:8], u[0:4])
-	hex.Encode(s[9:13], u[4:6])
-	hex.Encode(s[14:18], u[6:8])
-	hex.Encode(s[19:23], u[8:10])
-	hex.Encode(s[24:], u[10:])
-	return dst
+	return outbox.AppendUUID(binary.BigEndian.AppendUint32(dst, 36), u)
 }
 
 // hmacSHA256 is HMAC-SHA256 (RFC 2104) of msg under key, built on

@@ -92,7 +92,7 @@ func Envelope(e Event) ([]byte, error) {
 	when := AppendTime(t[:0], e.Time)
 	out := make([]byte, 0, envelopeSize(e.Tenant, names, data))
 	out = append(out, `{"specversion":"1.0","id":"`...)
-	out = appendUUID(out, e.ID)
+	out = AppendUUID(out, e.ID)
 	out = append(out, `","source":`...)
 	// contract.Source(e.Tenant) quoted: its prefix needs no escaping, so
 	// the tenant is quoted after it, without the opening quote.
@@ -106,7 +106,7 @@ func Envelope(e Event) ([]byte, error) {
 	out = append(out, `,"type":`...)
 	out = append(out, names.ceType...)
 	out = append(out, `,"subject":"`...)
-	out = appendUUID(out, e.AggregateID)
+	out = AppendUUID(out, e.AggregateID)
 	out = append(out, `","time":"`...)
 	out = append(out, when...)
 	out = append(out, `","datacontenttype":"application/json"`...)
@@ -162,9 +162,9 @@ var quotedTypes = func() map[string]typeNames {
 	return m
 }()
 
-// appendUUID appends u's canonical text form (hex digits and dashes need
-// no JSON escaping).
-func appendUUID(dst []byte, u uuid.UUID) []byte {
+// AppendUUID appends u's canonical text form, as u.String() gives it,
+// without the string: hex digits and dashes, which need no JSON escaping.
+func AppendUUID(dst []byte, u uuid.UUID) []byte {
 	at := len(dst)
 	dst = append(dst, "00000000-0000-0000-0000-000000000000"...)
 	s := dst[at:]

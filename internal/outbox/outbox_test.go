@@ -70,3 +70,13 @@ func TestEnvelopeIsTheMarshaledCloudEvent(t *testing.T) {
 	_, err := outbox.Envelope(outbox.Event{Tenant: "bad \xff utf-8", Type: contract.EventNoteCreated})
 	require.Error(t, err, "invalid UTF-8 is refused as marshaling refuses it")
 }
+
+// AppendUUID writes what uuid.UUID.String gives.
+func TestAppendUUID(t *testing.T) {
+	t.Parallel()
+	for _, u := range []uuid.UUID{uuid.Nil, uuid.Max, uuid.New(), uuid.MustParse("0123abcd-4567-89ef-fedc-ba9876543210")} {
+		if got := string(outbox.AppendUUID([]byte("x"), u)); got != "x"+u.String() {
+			t.Errorf("AppendUUID(%s) = %q", u, got)
+		}
+	}
+}
