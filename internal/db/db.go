@@ -183,6 +183,7 @@ func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error
 		cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
 			c.PgConn().CustomData()[implicitKey] = implicit
 			markTyped(c)
+			markDirect(c)
 			return startSession(ctx, c, !timeoutNamed)
 		}
 	default:

@@ -21,3 +21,12 @@ func (a *ArgEncoder) Add(m *pgtype.Map, sd *pgconn.StatementDescription, args []
 }
 
 func (a *ArgEncoder) Stmt(i int) (values [][]byte, formats, results []int16) { return a.e.stmt(i) }
+
+// DirectStatements is how many statements p's connection has described
+// for sending transactions itself, or -1 when it sends through pgx.Batch.
+func DirectStatements(p *Pipeline) int {
+	if p.direct == nil {
+		return -1
+	}
+	return len(p.direct.described)
+}

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -56,6 +57,12 @@ type Pipeline struct {
 	// (implicitKey), so a transaction whose every statement goes in the
 	// round trip of Commit is sent without BEGIN and COMMIT.
 	implicit bool
+	// direct sends that transaction through pgconn itself (directKey);
+	// nil on a connection that sends through pgx.Batch.
+	direct *directConn
+	// discard: the connection's kept descriptions went stale (a
+	// statement's result type changed), so Release closes it.
+	discard bool
 	// released: the connection went back to the pool (or was closed).
 	released bool
 	// span is the transaction's span, nil when the caller's context
@@ -153,6 +160,7 @@ func BeginPipeline(ctx context.Context, pool *pgxpool.Pool, opts ...PipelineOpti
 	p := &Pipeline{conn: conn, since: sessionStart(conn), b: &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 4)}, span: span,
 		implicit: cd[implicitKey] == true}
 	p.args.typed = cd[typedKey] == true
+	p.direct, _ = cd[directKey].(*directConn)
 	if ac, ok := ctx.(*AttemptContext); ok && ac.watch(conn.Conn().PgConn().Conn()) {
 		p.ac = ac
 	}
@@ -239,6 +247,35 @@ func (p *Pipeline) send(ctx context.Context) error {
 	return p.conn.SendBatch(ctx, b).Close()
 }
 
+// sendDirect is send through p.direct.
+func (p *Pipeline) sendDirect(ctx context.Context) error {
+	b := p.b
+	if b.Len() == 0 {
+		return nil
+	}
+	ctx, err := p.pgx(ctx)
+	if err != nil {
+		return err
+	}
+	p.b, p.sent = &pgx.Batch{}, true
+	err = p.direct.sendDirect(ctx, p.conn.Conn(), b)
+	if stalePlan(err) {
+		// pgx forgets such a statement in its own cache; this one's
+		// descriptions go with the connection, and the next gets fresh
+		// ones.
+		p.discard = true
+	}
+	return err
+}
+
+// stalePlan reports whether err is PostgreSQL's "cached plan must not
+// change result type": a prepared statement whose result columns changed
+// since it was described (a table's columns changed under SELECT *).
+func stalePlan(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.FeatureNotSupported
+}
+
 // pgx returns the context to hand pgx for ctx: for the attempt's own, its
 // values without its end, which the connection's deadline covers
 // (AttemptContext.watch), or, once it ended, its error — not a PgError,
@@ -319,14 +356,20 @@ func (r *queuedRow) Scan(dest ...any) error {
 func (p *Pipeline) Commit(ctx context.Context) error {
 	var tag pgconn.CommandTag
 	implicit := p.implicit && !p.sent
+	var err error
 	if implicit {
 		// BEGIN is the first statement queued (BeginPipeline).
 		p.b.QueuedQueries = p.b.QueuedQueries[1:]
 		tag = pgconn.NewCommandTag(sqlCommit)
+		if p.direct != nil && plainBatch(p.b) {
+			err = p.sendDirect(ctx)
+		} else {
+			err = p.send(ctx)
+		}
 	} else {
 		p.b.Queue(sqlCommit).Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
+		err = p.send(ctx)
 	}
-	err := p.send(ctx)
 	if err == nil {
 		if tag.String() != sqlCommit {
 			// COMMIT of an aborted transaction answers ROLLBACK.
@@ -386,9 +429,10 @@ func (p *Pipeline) close(ctx context.Context) {
 func (p *Pipeline) Release() {
 	if !p.released {
 		p.released = true
-		if p.ac != nil && p.ac.unwatch() {
-			// The attempt's end set a past deadline on the connection:
-			// it goes, rather than to the next caller.
+		if cut := p.ac != nil && p.ac.unwatch(); cut || p.discard {
+			// The attempt's end set a past deadline on the connection,
+			// or its descriptions are stale: it goes, rather than to
+			// the next caller.
 			ctx, cancel := context.WithTimeout(context.Background(), rollbackTimeout)
 			_ = p.conn.Conn().Close(ctx)
 			cancel()
