@@ -38,18 +38,30 @@ func markDirect(c *pgx.Conn) {
 	c.PgConn().CustomData()[directKey] = d
 }
 
-// plainBatch reports whether every statement of b takes its arguments as
-// they are: pgx reads a leading QueryExecMode, result formats or a
-// QueryRewriter (named arguments) as options, which only pgx.Batch
-// applies.
-func plainBatch(b *pgx.Batch) bool {
+// maxDirectStatements bounds the statements a connection prepares for
+// itself, as pgx's statement cache is bounded (512 by default): Quill's
+// statements are constants, but one built per call must not prepare a
+// statement per call on the server.
+const maxDirectStatements = 256
+
+// takes reports whether b can go through d: every statement takes its
+// arguments as they are — pgx reads a leading QueryExecMode, result
+// formats or a QueryRewriter (named arguments) as options, which only
+// pgx.Batch applies — and is described already or fits among the
+// statements d may describe.
+func (d *directConn) takes(b *pgx.Batch) bool {
+	n := len(d.described)
 	for _, q := range b.QueuedQueries {
-		if len(q.Arguments) == 0 {
-			continue
+		if len(q.Arguments) > 0 {
+			switch q.Arguments[0].(type) {
+			case pgx.QueryExecMode, pgx.QueryResultFormats, pgx.QueryResultFormatsByOID, pgx.QueryRewriter:
+				return false
+			}
 		}
-		switch q.Arguments[0].(type) {
-		case pgx.QueryExecMode, pgx.QueryResultFormats, pgx.QueryResultFormatsByOID, pgx.QueryRewriter:
-			return false
+		if _, ok := d.described[q.SQL]; !ok {
+			if n++; n > maxDirectStatements {
+				return false
+			}
 		}
 	}
 	return true

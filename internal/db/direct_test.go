@@ -2,6 +2,7 @@ package db_test
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/jackc/pgerrcode"
@@ -94,4 +95,31 @@ func TestCommitAfterAResultTypeChanged(t *testing.T) {
 	require.Equal(t, pgerrcode.FeatureNotSupported, pgErr.Code)
 	require.NoError(t, commit(&a, &b))
 	require.Equal(t, []int{1, 2}, []int{a, b})
+}
+
+// A connection prepares at most MaxDirectStatements statements for itself;
+// a transaction with one more, or with pgx's argument options (named
+// arguments here), goes through pgx.Batch, and all of them commit.
+func TestCommitSendsThroughPgxPastItsStatements(t *testing.T) {
+	t.Parallel()
+	pool, _ := dbtest.Pool(t, 1)
+	ctx := t.Context()
+	commit := func(sql string, args ...any) (int, int) {
+		t.Helper()
+		p, err := db.BeginPipeline(ctx, pool)
+		require.NoError(t, err)
+		defer p.Release()
+		var got int
+		p.Batch().Queue(sql, args...).QueryRow(func(row pgx.Row) error { return row.Scan(&got) })
+		require.NoError(t, p.Commit(ctx), sql)
+		return got, db.DirectStatements(p)
+	}
+	for i := range db.MaxDirectStatements + 10 {
+		got, described := commit(fmt.Sprintf(`SELECT $1::int + %d`, i), 1)
+		require.Equal(t, 1+i, got)
+		require.Equal(t, min(i+1, db.MaxDirectStatements), described)
+	}
+	got, described := commit(`SELECT 7 + @n::int`, pgx.NamedArgs{"n": 1})
+	require.Equal(t, 8, got)
+	require.Equal(t, db.MaxDirectStatements, described, "named arguments went through pgx.Batch")
 }

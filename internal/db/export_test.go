@@ -30,3 +30,6 @@ func DirectStatements(p *Pipeline) int {
 	}
 	return len(p.direct.described)
 }
+
+// MaxDirectStatements exposes maxDirectStatements to the external tests.
+const MaxDirectStatements = maxDirectStatements

@@ -361,7 +361,7 @@ func (p *Pipeline) Commit(ctx context.Context) error {
 		// BEGIN is the first statement queued (BeginPipeline).
 		p.b.QueuedQueries = p.b.QueuedQueries[1:]
 		tag = pgconn.NewCommandTag(sqlCommit)
-		if p.direct != nil && plainBatch(p.b) {
+		if p.direct != nil && p.direct.takes(p.b) {
 			err = p.sendDirect(ctx)
 		} else {
 			err = p.send(ctx)
