@@ -22,6 +22,7 @@ type directConn struct {
 	described map[string]*pgconn.StatementDescription
 	sds       []*pgconn.StatementDescription
 	enc       argEncoder
+	one       oneResult
 	tracer    pgx.BatchTracer
 }
 
@@ -113,7 +114,17 @@ func (d *directConn) sendDirect(ctx context.Context, c *pgx.Conn, b *pgx.Batch) 
 		return err
 	}
 	var first error
-	one := &oneResult{tm: tm}
+	// failed keeps err if it is the trip's first error and reports
+	// whether the connection failed (rather than the server refusing a
+	// statement, after which it skips to the Sync).
+	failed := func(err error) bool {
+		if first == nil {
+			first = err
+		}
+		return !refusal(err)
+	}
+	one := &d.one
+	one.tm = tm
 	for i, q := range b.QueuedQueries {
 		res, err := pl.GetResults()
 		var tag pgconn.CommandTag
@@ -135,10 +146,7 @@ func (d *directConn) sendDirect(ctx context.Context, c *pgx.Conn, b *pgx.Batch) 
 			d.tracer.TraceBatchQuery(ctx, c, pgx.TraceBatchQueryData{SQL: q.SQL, Args: q.Arguments, CommandTag: tag, Err: err})
 		}
 		if err != nil {
-			if first == nil {
-				first = err
-			}
-			if !refusal(err) {
+			if failed(err) {
 				_ = pl.Close()
 				return first
 			}
@@ -148,10 +156,7 @@ func (d *directConn) sendDirect(ctx context.Context, c *pgx.Conn, b *pgx.Batch) 
 	for {
 		res, err := pl.GetResults()
 		if err != nil {
-			if first == nil {
-				first = err
-			}
-			if !refusal(err) {
+			if failed(err) {
 				_ = pl.Close()
 				return first
 			}

@@ -225,7 +225,7 @@ func (p *Pipeline) Batch() *pgx.Batch { return p.b }
 // rolls the transaction back and returns the translated error: no COMMIT was
 // sent, so nothing was committed.
 func (p *Pipeline) Send(ctx context.Context) error {
-	if err := p.send(ctx); err != nil {
+	if err := p.send(ctx, false); err != nil {
 		p.Rollback(ctx)
 		err = Translate(err)
 		p.fail(err)
@@ -234,7 +234,10 @@ func (p *Pipeline) Send(ctx context.Context) error {
 	return nil
 }
 
-func (p *Pipeline) send(ctx context.Context) error {
+// send sends the statements queued so far in one round trip: through
+// pgx.Batch, or with direct through the connection's directConn
+// (decision 0106).
+func (p *Pipeline) send(ctx context.Context, direct bool) error {
 	b := p.b
 	if b.Len() == 0 {
 		return nil
@@ -244,20 +247,9 @@ func (p *Pipeline) send(ctx context.Context) error {
 		return err
 	}
 	p.b, p.sent = &pgx.Batch{}, true
-	return p.conn.SendBatch(ctx, b).Close()
-}
-
-// sendDirect is send through p.direct.
-func (p *Pipeline) sendDirect(ctx context.Context) error {
-	b := p.b
-	if b.Len() == 0 {
-		return nil
+	if !direct {
+		return p.conn.SendBatch(ctx, b).Close()
 	}
-	ctx, err := p.pgx(ctx)
-	if err != nil {
-		return err
-	}
-	p.b, p.sent = &pgx.Batch{}, true
 	err = p.direct.sendDirect(ctx, p.conn.Conn(), b)
 	if stalePlan(err) {
 		// pgx forgets such a statement in its own cache; this one's
@@ -294,7 +286,7 @@ func (p *Pipeline) pgx(ctx context.Context) (context.Context, error) {
 // Exec runs sql inside the transaction at once, after the statements queued
 // so far. A failure leaves the transaction for the caller to roll back.
 func (p *Pipeline) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	if err := p.send(ctx); err != nil {
+	if err := p.send(ctx, false); err != nil {
 		return pgconn.CommandTag{}, err
 	}
 	ctx, err := p.pgx(ctx)
@@ -306,7 +298,7 @@ func (p *Pipeline) Exec(ctx context.Context, sql string, args ...any) (pgconn.Co
 
 // Query is Exec for a statement that returns rows.
 func (p *Pipeline) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	if err := p.send(ctx); err != nil {
+	if err := p.send(ctx, false); err != nil {
 		return nil, err
 	}
 	ctx, err := p.pgx(ctx)
@@ -336,7 +328,7 @@ type queuedRow struct {
 
 func (r *queuedRow) Scan(dest ...any) error {
 	r.p.b.Queue(r.sql, r.args...).QueryRow(func(row pgx.Row) error { return row.Scan(dest...) })
-	return r.p.send(r.ctx)
+	return r.p.send(r.ctx, false)
 }
 
 // Commit sends the statements still queued and COMMIT in one round trip. It
@@ -361,14 +353,10 @@ func (p *Pipeline) Commit(ctx context.Context) error {
 		// BEGIN is the first statement queued (BeginPipeline).
 		p.b.QueuedQueries = p.b.QueuedQueries[1:]
 		tag = pgconn.NewCommandTag(sqlCommit)
-		if p.direct != nil && p.direct.takes(p.b) {
-			err = p.sendDirect(ctx)
-		} else {
-			err = p.send(ctx)
-		}
+		err = p.send(ctx, p.direct != nil && p.direct.takes(p.b))
 	} else {
 		p.b.Queue(sqlCommit).Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
-		err = p.send(ctx)
+		err = p.send(ctx, false)
 	}
 	if err == nil {
 		if tag.String() != sqlCommit {

@@ -6,36 +6,19 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/quillhq/quill/internal/clitest"
 )
-
-// lockedBuffer is a log destination the API's goroutines may share.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // The request log line's duration_ms is a JSON number of milliseconds, no
 // longer than the request took.
 func TestRequestLogLineDuration(t *testing.T) {
 	t.Parallel()
-	var logs lockedBuffer
+	var logs clitest.SyncBuffer
 	o := standard
 	o.log = &logs
 	b := setup(t, o)
