@@ -111,9 +111,11 @@ func describeByte(c byte) string {
 // Hash is a short, non-reversible handle on (tenant, key) for logs, so an
 // operation can be correlated without logging the key itself.
 func Hash(tenant, key string) string {
-	h := sha256.New()
-	h.Write([]byte(tenant))
-	h.Write([]byte{0})
-	h.Write([]byte(key))
-	return hex.EncodeToString(h.Sum(nil)[:6])
+	// One buffer on the stack for tenant, NUL and key (a key is at most
+	// MaxLen bytes), hashed at once: a digest and its Sum allocated per
+	// request, which every write logs (issue 29).
+	var buf [64 + 1 + MaxLen]byte
+	b := append(append(append(buf[:0], tenant...), 0), key...)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:6])
 }

@@ -208,3 +208,18 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// Hash is the first six bytes of SHA-256 over tenant, NUL and key, in hex:
+// log lines written before and after it changed correlate (the values
+// were computed outside Go), whatever the lengths.
+func TestHash(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ tenant, key, want string }{
+		{"acme", "note-42", "ab8f932456d5"},
+		{"", "", "6e340b9cffb3"},
+		{strings.Repeat("t", 64), strings.Repeat("k", opkey.MaxLen), "5705da0caee4"},
+		{strings.Repeat("t", 200), "k", "a9b1c21d7970"}, // past the stack buffer
+	} {
+		require.Equal(t, c.want, opkey.Hash(c.tenant, c.key), "%.8q… %.8q…", c.tenant, c.key)
+	}
+}

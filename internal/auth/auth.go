@@ -528,6 +528,9 @@ func addressKey(remoteAddr string) string {
 	if err != nil {
 		return host
 	}
+	if ip.Is4() {
+		return host // ParseAddr takes only the canonical dotted form: host is ip.String()
+	}
 	ip = ip.Unmap()
 	if ip.Is6() {
 		p, _ := ip.Prefix(64)

@@ -7,6 +7,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -235,6 +237,36 @@ func TestAddressKey(t *testing.T) {
 	} {
 		require.Equal(t, tc.want, addressKey(tc.in), "%q", tc.in)
 	}
+}
+
+// addressKey answers as it did when every address went through
+// netip.Addr.String, before an IPv4 host was returned as it came.
+func FuzzAddressKey(f *testing.F) {
+	for _, s := range []string{"192.0.2.1:5000", "192.0.2.1", "010.0.0.1:1", "1.2.3.4.5", "[::ffff:192.0.2.1]:80", "[2001:db8::1]:1", "@", ""} {
+		f.Add(s)
+	}
+	viaString := func(remoteAddr string) string {
+		if remoteAddr == "" {
+			return ""
+		}
+		host, _, err := net.SplitHostPort(remoteAddr)
+		if err != nil {
+			host = remoteAddr
+		}
+		ip, err := netip.ParseAddr(host)
+		if err != nil {
+			return host
+		}
+		ip = ip.Unmap()
+		if ip.Is6() {
+			p, _ := ip.Prefix(64)
+			return p.String()
+		}
+		return ip.String()
+	}
+	f.Fuzz(func(t *testing.T, remoteAddr string) {
+		require.Equal(t, viaString(remoteAddr), addressKey(remoteAddr), "%q", remoteAddr)
+	})
 }
 
 func TestConcurrentValidRequestsFromOneAddressAreNotLimited(t *testing.T) {

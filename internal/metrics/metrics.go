@@ -9,9 +9,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -31,6 +34,54 @@ type API struct {
 	httpDuration *prometheus.HistogramVec
 	idempotency  *prometheus.CounterVec
 	effects      *prometheus.CounterVec
+
+	// The vectors' children by their label values, so that a request
+	// finds its series without the vector hashing the values and taking
+	// its lock every time (issue 29).
+	requestsBy    children[[3]string, prometheus.Counter]
+	durationBy    children[[2]string, prometheus.Observer]
+	idempotencyBy children[[2]string, prometheus.Counter]
+	effectsBy     children[string, prometheus.Counter]
+}
+
+// children is a vector's children by label values: a map read without a
+// lock, copied on the rare write of a series not seen before — the label
+// values are the API's own (route patterns, methods, codes, actions and
+// outcomes), few and fixed, never a client's.
+type children[K comparable, M any] struct {
+	mu sync.Mutex // serialises the writes
+	m  atomic.Pointer[map[K]M]
+}
+
+// get returns k's child, made by vec's own lookup (with) the first time.
+func (c *children[K, M]) get(k K, with func(K) M) M {
+	if m := c.m.Load(); m != nil {
+		if v, ok := (*m)[k]; ok {
+			return v
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := c.m.Load()
+	if old != nil {
+		if v, ok := (*old)[k]; ok {
+			return v
+		}
+	}
+	v := with(k)
+	next := make(map[K]M, 1+len(ptrMap(old)))
+	maps.Copy(next, ptrMap(old))
+	next[k] = v
+	c.m.Store(&next)
+	return v
+}
+
+// ptrMap is *m, or nil for a nil m.
+func ptrMap[K comparable, M any](m *map[K]M) map[K]M {
+	if m == nil {
+		return nil
+	}
+	return *m
 }
 
 // NewAPI registers the API metrics on reg, with every known action and
@@ -67,13 +118,19 @@ func NewAPI(reg prometheus.Registerer, actions ...string) *API {
 
 // Idempotency counts one write request's idempotency outcome.
 func (m *API) Idempotency(action, outcome string) {
-	m.idempotency.WithLabelValues(action, outcome).Inc()
+	m.idempotencyBy.get([2]string{action, outcome}, m.idempotencyChild).Inc()
+}
+
+func (m *API) idempotencyChild(k [2]string) prometheus.Counter {
+	return m.idempotency.WithLabelValues(k[0], k[1])
 }
 
 // BusinessEffect counts one committed business effect.
 func (m *API) BusinessEffect(action string) {
-	m.effects.WithLabelValues(action).Inc()
+	m.effectsBy.get(action, m.effectChild).Inc()
 }
+
+func (m *API) effectChild(action string) prometheus.Counter { return m.effects.WithLabelValues(action) }
 
 // httpDurationBuckets are quill_http_request_duration_seconds's buckets. A
 // write is a transaction of a few milliseconds; the upper buckets hold the
@@ -84,8 +141,16 @@ var httpDurationBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, 
 
 // HTTPRequest counts one answered HTTP request and observes its duration.
 func (m *API) HTTPRequest(route, method string, code int, d time.Duration) {
-	m.httpRequests.WithLabelValues(route, method, statusLabel(code)).Inc()
-	m.httpDuration.WithLabelValues(route, method).Observe(d.Seconds())
+	m.requestsBy.get([3]string{route, method, statusLabel(code)}, m.requestsChild).Inc()
+	m.durationBy.get([2]string{route, method}, m.durationChild).Observe(d.Seconds())
+}
+
+func (m *API) requestsChild(k [3]string) prometheus.Counter {
+	return m.httpRequests.WithLabelValues(k[0], k[1], k[2])
+}
+
+func (m *API) durationChild(k [2]string) prometheus.Observer {
+	return m.httpDuration.WithLabelValues(k[0], k[1])
 }
 
 // statusLabel is code's decimal text; the codes HTTP defines come from a

@@ -1,6 +1,9 @@
 package metrics_test
 
 import (
+	"fmt"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -70,4 +73,42 @@ func TestHTTPRequestObservesDuration(t *testing.T) {
 		}
 	}
 	require.Equal(t, 1.0, testkit.Gathered(t, reg, "quill_http_requests_total", map[string]string{"code": "409"}))
+}
+
+// Each count lands in its own series, however many series the API has
+// seen, and from many goroutines at once (the children's copy-on-write
+// map under -race); a series seen before costs no allocation.
+func TestAPICountsEachSeries(t *testing.T) {
+	// Not parallel: AllocsPerRun counts the whole process's allocations.
+	reg := prometheus.NewRegistry()
+	m := metrics.NewAPI(reg, "create_note")
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 50 {
+				code := 200 + (g+i)%7
+				m.HTTPRequest("POST /v1/notes", "POST", code, time.Millisecond)
+				m.Idempotency("create_note", []string{"executed", "replayed"}[i%2])
+				m.BusinessEffect(fmt.Sprintf("action-%d", i%3))
+			}
+		})
+	}
+	wg.Wait()
+	var requests float64
+	for code := 200; code < 207; code++ {
+		requests += testkit.Gathered(t, reg, "quill_http_requests_total", map[string]string{"code": strconv.Itoa(code)})
+	}
+	require.Equal(t, 200.0, requests)
+	require.Equal(t, 100.0, testkit.Gathered(t, reg, "quill_idempotency_requests_total", map[string]string{"action": "create_note", "outcome": "executed"}))
+	require.Equal(t, 100.0, testkit.Gathered(t, reg, "quill_idempotency_requests_total", map[string]string{"action": "create_note", "outcome": "replayed"}))
+	require.Equal(t, 0.0, testkit.Gathered(t, reg, "quill_idempotency_requests_total", map[string]string{"action": "create_note", "outcome": "key_reused"}))
+	for i, want := range []float64{4 * 17, 4 * 17, 4 * 16} { // i%3 over 50
+		require.Equal(t, want, testkit.Gathered(t, reg, "quill_business_effects_total", map[string]string{"action": fmt.Sprintf("action-%d", i)}))
+	}
+	allocs := testing.AllocsPerRun(100, func() {
+		m.HTTPRequest("POST /v1/notes", "POST", 201, time.Millisecond)
+		m.Idempotency("create_note", "executed")
+		m.BusinessEffect("create_note")
+	})
+	require.Zero(t, allocs)
 }
