@@ -60,6 +60,12 @@ func TestArgEncoderEncodesAsPgx(t *testing.T) {
 		// A string goes in text whatever the type prefers.
 		{"strings", typed, []any{"x", `\x0102`, `{"a":1}`, id.String(), at.Format(time.RFC3339Nano), "42", "7", "true", "{c}"}},
 		{"pointers", typed, []any{&s, (*string)(nil), json.RawMessage(`"s"`), id.String(), at.Format(time.RFC3339Nano), "42", "7", "true", "{c}"}},
+		// Nils of the types the case before gave each parameter a plan for.
+		{"nil pointers after pointers", typed, []any{(*string)(nil), &s, json.RawMessage(nil), id.String(), at.Format(time.RFC3339Nano), "42", "7", "true", "{c}"}},
+		// A nil whose pointer type is a driver.Valuer: pgx asks it for
+		// its value, which a plan for the type would not.
+		{"a valuer", typed, []any{&nilValuer{}, nil, nil, nil, nil, nil, nil, nil, nil}},
+		{"a nil valuer", typed, []any{(*nilValuer)(nil), nil, nil, nil, nil, nil, nil, nil, nil}},
 		// Values the codecs turn into binary from their text, and
 		// (never executed) ones whose text they cannot parse, so encoded
 		// in text after binary failed.
@@ -71,21 +77,28 @@ func TestArgEncoderEncodesAsPgx(t *testing.T) {
 	var enc db.ArgEncoder
 	for round := range 2 {
 		enc.Reset()
+		// Each case twice in a row: the second by the plans the first
+		// left (the encoder keeps a plan per parameter and argument
+		// type), the first by those of the case before, of other types.
 		for i, c := range cases {
 			var eqb pgx.ExtendedQueryBuilder
 			require.NoError(t, eqb.Build(m, c.sd, c.args), c.name)
-			require.NoError(t, enc.Add(m, c.sd, c.args), c.name)
-			values, formats, results := enc.Stmt(i)
-			requireSameValues(t, eqb.ParamValues, values, "round %d: %s", round, c.name)
-			require.True(t, slices.Equal(eqb.ParamFormats, formats), "round %d: %s: formats %v, pgx's %v", round, c.name, formats, eqb.ParamFormats)
-			require.True(t, slices.Equal(eqb.ResultFormats, results), "round %d: %s: result formats %v, pgx's %v", round, c.name, results, eqb.ResultFormats)
+			for again := range 2 {
+				require.NoError(t, enc.Add(m, c.sd, c.args), c.name)
+				values, formats, results := enc.Stmt(2*i + again)
+				requireSameValues(t, eqb.ParamValues, values, "round %d, %d: %s", round, again, c.name)
+				require.True(t, slices.Equal(eqb.ParamFormats, formats), "round %d, %d: %s: formats %v, pgx's %v", round, again, c.name, formats, eqb.ParamFormats)
+				require.True(t, slices.Equal(eqb.ResultFormats, results), "round %d, %d: %s: result formats %v, pgx's %v", round, again, c.name, results, eqb.ResultFormats)
+			}
 		}
 		// The earlier statements' bytes are still theirs.
 		for i, c := range cases {
 			var eqb pgx.ExtendedQueryBuilder
 			require.NoError(t, eqb.Build(m, c.sd, c.args))
-			values, _, _ := enc.Stmt(i)
-			requireSameValues(t, eqb.ParamValues, values, "round %d, afterwards: %s", round, c.name)
+			for again := range 2 {
+				values, _, _ := enc.Stmt(2*i + again)
+				requireSameValues(t, eqb.ParamValues, values, "round %d, %d, afterwards: %s", round, again, c.name)
+			}
 		}
 	}
 	// What pgx refuses is refused, and leaves nothing behind.
@@ -107,6 +120,16 @@ func TestArgEncoderEncodesAsPgx(t *testing.T) {
 		values, _, _ = enc.Stmt(1)
 		requireSameValues(t, [][]byte{[]byte("next"), nil}, values, "after %v", args)
 	}
+}
+
+// nilValuer is a driver.Valuer on its pointer, which answers for a nil.
+type nilValuer struct{}
+
+func (v *nilValuer) Value() (driver.Value, error) {
+	if v == nil {
+		return "nil's own", nil
+	}
+	return "a value", nil
 }
 
 // textOnly is a parameter only its text format takes.
