@@ -48,8 +48,10 @@ type Pipeline struct {
 	pid       uint32
 	xactStart time.Time
 	// b holds the statements not sent yet, BEGIN first until the first
-	// send.
-	b *pgx.Batch
+	// send; queued is the backing of its first statements, so that a
+	// transaction of a few makes no slice for them.
+	b      pgx.Batch
+	queued [6]*pgx.QueuedQuery
 	// sent: a round trip carried the transaction's first statements, so
 	// BEGIN went out.
 	sent bool
@@ -157,8 +159,8 @@ func BeginPipeline(ctx context.Context, pool *pgxpool.Pool, opts ...PipelineOpti
 		return nil, err
 	}
 	cd := conn.Conn().PgConn().CustomData()
-	p := &Pipeline{conn: conn, since: sessionStart(conn), b: &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 4)}, span: span,
-		implicit: cd[implicitKey] == true}
+	p := &Pipeline{conn: conn, since: sessionStart(conn), span: span, implicit: cd[implicitKey] == true}
+	p.b.QueuedQueries = p.queued[:0]
 	p.args.typed = cd[typedKey] == true
 	p.direct, _ = cd[directKey].(*directConn)
 	if ac, ok := ctx.(*AttemptContext); ok && ac.watch(conn.Conn().PgConn().Conn()) {
@@ -218,7 +220,7 @@ func Acquire(ctx context.Context, pool *pgxpool.Pool, timeout time.Duration) (*p
 
 // Batch is where the next statements are queued; Send, Commit or a
 // statement run directly (Exec, Query, QueryRow) sends them.
-func (p *Pipeline) Batch() *pgx.Batch { return p.b }
+func (p *Pipeline) Batch() *pgx.Batch { return &p.b }
 
 // Send sends the statements queued so far (with BEGIN before them, the
 // first time) in one round trip and waits for their results. On failure it
@@ -238,19 +240,21 @@ func (p *Pipeline) Send(ctx context.Context) error {
 // pgx.Batch, or with direct through the connection's directConn
 // (decision 0106).
 func (p *Pipeline) send(ctx context.Context, direct bool) error {
-	b := p.b
-	if b.Len() == 0 {
+	if p.b.Len() == 0 {
 		return nil
 	}
 	ctx, err := p.pgx(ctx)
 	if err != nil {
 		return err
 	}
-	p.b, p.sent = &pgx.Batch{}, true
+	p.sent = true
 	if !direct {
-		return p.conn.SendBatch(ctx, b).Close()
+		b := p.b // pgx's results keep the batch they read
+		p.b = pgx.Batch{}
+		return p.conn.SendBatch(ctx, &b).Close()
 	}
-	err = p.direct.sendDirect(ctx, p.conn.Conn(), b)
+	err = p.direct.sendDirect(ctx, p.conn.Conn(), &p.b)
+	p.b = pgx.Batch{}
 	if stalePlan(err) {
 		// pgx forgets such a statement in its own cache; this one's
 		// descriptions go with the connection, and the next gets fresh
@@ -264,6 +268,9 @@ func (p *Pipeline) send(ctx context.Context, direct bool) error {
 // change result type": a prepared statement whose result columns changed
 // since it was described (a table's columns changed under SELECT *).
 func stalePlan(err error) bool {
+	if err == nil {
+		return false // before errors.As, whose target would be made for every commit
+	}
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.FeatureNotSupported
 }
@@ -353,7 +360,7 @@ func (p *Pipeline) Commit(ctx context.Context) error {
 		// BEGIN is the first statement queued (BeginPipeline).
 		p.b.QueuedQueries = p.b.QueuedQueries[1:]
 		tag = pgconn.NewCommandTag(sqlCommit)
-		err = p.send(ctx, p.direct != nil && p.direct.takes(p.b))
+		err = p.send(ctx, p.direct != nil && p.direct.takes(&p.b))
 	} else {
 		p.b.Queue(sqlCommit).Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
 		err = p.send(ctx, false)
