@@ -53,7 +53,7 @@ func TestCanonicalJSONMatchesTheWholeDocumentMarshaled(t *testing.T) {
 		require.NoError(t, err)
 		sum := sha256.Sum256(want)
 		require.Equal(t, sum[:], fp.Sum)
-		require.Equal(t, referenceFields(p), fp.Fields)
+		require.Equal(t, referenceFields(p), fp.Fields())
 	}
 }
 

@@ -19,7 +19,7 @@ func TestFingerprintFieldsJSON(t *testing.T) {
 	} {
 		fp, err := NewFingerprint("create-note", 1, p)
 		require.NoError(t, err)
-		require.Len(t, fp.Fields, len(p))
-		require.Equal(t, fieldsJSON(fp.Fields), fp.fieldsJSON, "%v", p)
+		require.Len(t, fp.Fields(), len(p))
+		require.Equal(t, fieldsJSON(fp.Fields()), fp.fieldsJSON, "%v", p)
 	}
 }

@@ -1,7 +1,6 @@
 package idempotency_test
 
 import (
-	"maps"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -64,7 +63,7 @@ func TestFingerprintIgnoresMapOrder(t *testing.T) {
 		rand.New(rand.NewPCG(uint64(i), 7)).Shuffle(len(order), func(a, b int) { order[a], order[b] = order[b], order[a] })
 		got := mustFingerprint(t, "create-note", 1, build(order))
 		require.Equal(t, want.Sum, got.Sum)
-		require.Equal(t, want.Fields, got.Fields)
+		require.Equal(t, want.Fields(), got.Fields())
 		doc, err := idempotency.CanonicalJSON("create-note", 1, build(order))
 		require.NoError(t, err)
 		require.Equal(t, string(wantDoc), string(doc))
@@ -97,8 +96,8 @@ func TestFingerprintNamesTheChangedParameter(t *testing.T) {
 			tt.change(p)
 			fp := mustFingerprint(t, "create-note", 1, p)
 			require.NotEqual(t, base.Sum, fp.Sum)
-			require.Equal(t, tt.want, idempotency.DiffFields(base.Fields, fp.Fields))
-			require.Equal(t, tt.want, idempotency.DiffFields(fp.Fields, base.Fields))
+			require.Equal(t, tt.want, idempotency.DiffFields(base.Fields(), fp.Fields()))
+			require.Equal(t, tt.want, idempotency.DiffFields(fp.Fields(), base.Fields()))
 		})
 	}
 }
@@ -112,7 +111,7 @@ func TestFingerprintNestedChangeNamesTopLevelParameter(t *testing.T) {
 	f1 := mustFingerprint(t, "create-note", 1, p1)
 	f2 := mustFingerprint(t, "create-note", 1, p2)
 	require.NotEqual(t, f1.Sum, f2.Sum)
-	require.Equal(t, []string{"attachment"}, idempotency.DiffFields(f1.Fields, f2.Fields))
+	require.Equal(t, []string{"attachment"}, idempotency.DiffFields(f1.Fields(), f2.Fields()))
 }
 
 func TestFingerprintActionAndVersion(t *testing.T) {
@@ -135,7 +134,7 @@ func TestFingerprintActionAndVersion(t *testing.T) {
 		fp := mustFingerprint(t, tt.action, tt.version, baseParams())
 		require.NotEqual(t, base.Sum, fp.Sum, "%s v%d", tt.action, tt.version)
 		// Parameters are the same, so no parameter differs.
-		require.Empty(t, idempotency.DiffFields(base.Fields, fp.Fields))
+		require.Empty(t, idempotency.DiffFields(base.Fields(), fp.Fields()))
 	}
 }
 
@@ -156,7 +155,7 @@ func TestFingerprintDoesNotNormaliseStrings(t *testing.T) {
 		fa := mustFingerprint(t, "create-note", 1, pa)
 		fb := mustFingerprint(t, "create-note", 1, pb)
 		require.NotEqual(t, fa.Sum, fb.Sum, "%q vs %q", tt.a, tt.b)
-		require.Equal(t, []string{"title"}, idempotency.DiffFields(fa.Fields, fb.Fields))
+		require.Equal(t, []string{"title"}, idempotency.DiffFields(fa.Fields(), fb.Fields()))
 	}
 }
 
@@ -257,7 +256,7 @@ func TestDecide(t *testing.T) {
 	record := func(mod func(r *idempotency.Record)) *idempotency.Record {
 		r := &idempotency.Record{
 			Tenant: "acme", Key: "k1", Action: "create-note", Version: 1,
-			Fingerprint: recorded.Sum, Fields: maps.Clone(recorded.Fields),
+			Fingerprint: recorded.Sum, Fields: recorded.Fields(),
 			Resource: "/v1/notes/x", Outcome: "created", Body: []byte(`{"id":"x"}`),
 			CreatedAt: now.Add(-2 * time.Hour), CompletedAt: now.Add(-2 * time.Hour),
 			ExpiresAt: now.Add(time.Hour), ForgetAt: now.Add(24 * time.Hour),

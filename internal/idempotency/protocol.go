@@ -484,7 +484,7 @@ func (p *Protocol) record(r Request, plan *Plan, now time.Time) *Record {
 	fp := r.Fingerprint
 	return &Record{
 		Tenant: r.Tenant, Key: r.Key, Action: fp.Action, Version: fp.Version,
-		Fingerprint: fp.Sum, Fields: fp.Fields, fieldsJSON: fp.fieldsJSON, Resource: plan.Resource,
+		Fingerprint: fp.Sum, fieldsJSON: fp.fieldsJSON, Resource: plan.Resource,
 		Outcome: plan.Outcome, Body: plan.Body, ResourceVersion: plan.ResourceVersion,
 		CreatedAt: now, CompletedAt: completed,
 		ExpiresAt: completed.Add(p.cfg.ResponseRetention), ForgetAt: completed.Add(p.cfg.KeyRetention),

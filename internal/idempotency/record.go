@@ -25,9 +25,12 @@ type Record struct {
 	Action      string
 	Version     int
 	Fingerprint []byte
-	Fields      map[string]string
-	// fieldsJSON is Fields as JSON when the fingerprint built it;
-	// appendRecordArgs builds it otherwise.
+	// Fields are the parameters' hashes as read from the database;
+	// a record this process made keeps them as fieldsJSON alone (see
+	// fieldHashes).
+	Fields map[string]string
+	// fieldsJSON is the hashes as JSON when the fingerprint built them;
+	// appendRecordArgs builds it from Fields otherwise.
 	fieldsJSON string
 	// Resource is the path of the resource the operation created or acted
 	// on, e.g. /v1/notes/{id}; empty when it acted on nothing.
@@ -73,7 +76,7 @@ func Decide(rec *Record, fp Fingerprint, now time.Time) (Verdict, []string) {
 		return Reused, []string{"action"}
 	}
 	if !bytes.Equal(rec.Fingerprint, fp.Sum) {
-		fields := DiffFields(rec.Fields, fp.Fields)
+		fields := DiffFields(rec.fieldHashes(), fp.Fields())
 		if len(fields) == 0 {
 			fields = []string{"v"} // same parameters, another parameter version
 		}
@@ -259,6 +262,14 @@ func appendRecordArgs(dst []any, a *db.Args, r *Record, tenant, key any) []any {
 	return append(dst, tenant, key, a.Text(r.Action), r.Version, a.Bytes(r.Fingerprint),
 		r.fieldsArg(), a.Text(r.Resource), a.Text(r.Outcome), a.Bytes(r.Body),
 		a.Time(r.CreatedAt), a.Time(r.CompletedAt), a.Time(r.ExpiresAt), a.Time(r.ForgetAt), resourceVersionArg(r.ResourceVersion))
+}
+
+// fieldHashes are the record's parameters' hashes, by name.
+func (r *Record) fieldHashes() map[string]string {
+	if r.Fields != nil || r.fieldsJSON == "" {
+		return r.Fields
+	}
+	return parseFields(r.fieldsJSON)
 }
 
 // fieldsArg is the record's field_hashes parameter.
