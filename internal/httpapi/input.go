@@ -176,7 +176,7 @@ var traceparentRE = regexp.MustCompile(`^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[
 
 // traceparent returns a valid W3C traceparent header, or "".
 func traceparent(r *http.Request) string {
-	tp := r.Header.Get("traceparent")
+	tp := r.Header.Get("Traceparent")
 	if len(tp) != len("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01") {
 		return "" // most requests send none: the pattern is not run for them
 	}

@@ -22,7 +22,7 @@ func (s *server) startSpan(ctx context.Context, r *http.Request) (context.Contex
 	if s.Tracer == nil {
 		return ctx, nil
 	}
-	ctx = tracing.Extract(ctx, r.Header.Get("traceparent"), requestTracestate(r))
+	ctx = tracing.Extract(ctx, r.Header.Get("Traceparent"), requestTracestate(r))
 	scheme := "http"
 	if r.TLS != nil {
 		scheme = "https"
@@ -120,7 +120,7 @@ func (s *server) traceContext(r *http.Request) (parent, state string) {
 // requestTracestate is the request's tracestate: every tracestate header
 // line, joined as one list (W3C Trace Context §3.3.1.1).
 func requestTracestate(r *http.Request) string {
-	return strings.Join(r.Header.Values("tracestate"), ",")
+	return strings.Join(r.Header.Values("Tracestate"), ",")
 }
 
 // methodAttr is http.request.method, _OTHER for a method HTTP does not
