@@ -35,3 +35,24 @@ func TestCacheEvictsLeastRecentlyUsedWithinBudget(t *testing.T) {
 	var nilCache *Cache
 	require.Nil(t, nilCache.Get("acme", "k"))
 }
+
+// Two operations whose hashes collide (made here by moving one's element
+// to the other's hash) never answer for each other: a Get or a Forget of
+// the one finds the other's record and leaves it, a Put replaces it.
+func TestCacheCollisionIsAMiss(t *testing.T) {
+	t.Parallel()
+	c := NewCache(1 << 20)
+	a := &Record{Tenant: "acme", Key: "a", Body: []byte("a's")}
+	b := &Record{Tenant: "acme", Key: "b", Body: []byte("b's answer")}
+	c.Put(a)
+	e := c.items[c.hash("acme", "a")]
+	delete(c.items, c.hash("acme", "a"))
+	c.items[c.hash("acme", "b")] = e
+	require.Nil(t, c.Get("acme", "b"), "a's record answered for b")
+	c.Forget("acme", "b")
+	require.Equal(t, 1, c.ll.Len(), "b's Forget removed a's record")
+	c.Put(b)
+	require.Equal(t, 1, c.ll.Len())
+	require.Same(t, b, c.Get("acme", "b"))
+	require.Equal(t, size(b), c.used)
+}
