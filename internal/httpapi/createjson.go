@@ -15,8 +15,8 @@ import (
 // (FuzzDecodeCreate holds it to that); anything else, from an unknown or
 // repeated member to a member name written with escapes, it leaves to
 // json v2, which decides and words the error. json v2 found a struct's
-// fields by reflection for every create: a tenth of the API's own CPU
-// per create (issue 29). The values' bytes share one string and their
+// fields by reflection for every create: 8.6 of the handler's 168 µs as
+// perf counted them (issue 29). The values' bytes share one string and their
 // pointers one array: two allocations for any body. text is a buffer the
 // caller keeps for the decoded bytes, returned grown.
 func decodeCreate(b, text []byte, in *notes.CreateInput) ([]byte, bool) {

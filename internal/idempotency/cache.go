@@ -20,7 +20,8 @@ type Cache struct {
 	// items are the list's elements by the hash of their (tenant, key):
 	// a map of two-string keys hashed both strings through the generic
 	// path and compared them in memory a replay cache's size leaves
-	// cold, a tenth of a create's own work in the maps (issue 29). Two
+	// cold: 1.8 of the 10.6 µs a create spent in maps as perf counted
+	// them (issue 29). Two
 	// operations whose hashes collide share an element — the later
 	// one's record replaces the earlier's — and a Get checks the
 	// record's own tenant and key, so a collision is a miss, never
