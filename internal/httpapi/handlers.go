@@ -115,8 +115,9 @@ func writeOutcome(w http.ResponseWriter, r *http.Request, out notes.Answer, err 
 	h := w.Header()
 	// The header values are assigned rather than Set: Set makes a slice
 	// for each, and a write answers three (issue 29). The content types
-	// are shared slices of one value, length equal to capacity so that an
-	// Add copies them.
+	// are shared slices of one value, and Location and ETag are backed by
+	// the request's reqInfo, each length equal to capacity so that an Add
+	// copies them.
 	if status >= 400 {
 		h["Content-Type"] = problemContentType
 	} else {
@@ -124,7 +125,7 @@ func writeOutcome(w http.ResponseWriter, r *http.Request, out notes.Answer, err 
 	}
 	created, versioned := out.Outcome == notes.OutcomeCreated, out.ResourceVersion > 0 && status < 400
 	if created || versioned {
-		vals := make([]string, 2)
+		vals := info(r).headers[1:3]
 		if created {
 			vals[0] = out.Resource
 			h["Location"] = vals[0:1:1]

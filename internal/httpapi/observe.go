@@ -23,6 +23,11 @@ type reqInfo struct {
 	category string
 	replayed bool
 	err      error
+	// headers backs the response's X-Request-Id, Location and ETag
+	// values (in that order), which would each be a slice of their own
+	// (issue 29). Each header gets a slice of one, its length equal to its
+	// capacity, so an Add copies rather than writes over the next.
+	headers [3]string
 }
 
 func info(r *http.Request) *reqInfo {
@@ -141,7 +146,8 @@ func (s *server) observe(next http.Handler) http.Handler {
 		if !validRequestID(ri.id) {
 			ri.id = problem.NewRequestID()
 		}
-		w.Header().Set("X-Request-Id", ri.id)
+		ri.headers[0] = ri.id
+		w.Header()["X-Request-Id"] = ri.headers[0:1:1]
 		ctx, span := s.startSpan(context.WithValue(r.Context(), ctxKey{}, ri), r)
 		r = r.WithContext(ctx)
 		sw := &st.sw
