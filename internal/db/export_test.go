@@ -1,8 +1,10 @@
 package db
 
 import (
+	"context"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 )
@@ -33,3 +35,16 @@ func DirectStatements(p *Pipeline) int {
 
 // MaxDirectStatements exposes maxDirectStatements to the external tests.
 const MaxDirectStatements = maxDirectStatements
+
+// SendDirect sends b through c's directConn (made when c has none) and
+// returns, besides sendDirect's error, the bound tripBytes gave the trip
+// and the buffer the connection keeps for its trips.
+func SendDirect(ctx context.Context, c *pgx.Conn, b *pgx.Batch) (bound int, wbuf []byte, err error) {
+	d, _ := c.PgConn().CustomData()[directKey].(*directConn)
+	if d == nil {
+		markDirect(c)
+		d = c.PgConn().CustomData()[directKey].(*directConn)
+	}
+	err = d.sendDirect(ctx, c, b)
+	return tripBytes(&d.enc, d.sds), d.wbuf, err
+}
