@@ -144,3 +144,65 @@ func TestPipelineAfterItsAttemptEndedIsNotPooled(t *testing.T) {
 	require.NoError(t, pool.QueryRow(t.Context(), `SELECT pg_backend_pid()`).Scan(&next), "the pool handed out the connection the attempt's end had cut")
 	require.NotEqual(t, first, next)
 }
+
+// Attempts of one Attempts end each at its own bound by their one timer:
+// one not handed a connection at its acquire's bound — also one begun
+// while the timer waits for a later end — one handed it at its own end and
+// not at the acquire's, one cancelled at once, whichever order they began
+// and were acquired in, and none before its bound.
+func TestAttemptsEndEachAtItsBound(t *testing.T) {
+	t.Parallel()
+	const acquire, total = 60 * time.Millisecond, 1500 * time.Millisecond
+	a := db.NewAttempts(acquire, total)
+	type attempt struct {
+		ctx      *db.AttemptContext
+		begun    time.Time
+		acquired bool
+		ended    chan time.Time
+	}
+	begin := func(acquired bool) *attempt {
+		ctx, cancel := a.Begin(t.Context())
+		t.Cleanup(cancel)
+		at := &attempt{ctx: ctx, begun: time.Now(), acquired: acquired, ended: make(chan time.Time, 1)}
+		context.AfterFunc(ctx, func() { at.ended <- time.Now() })
+		if acquired {
+			require.True(t, ctx.Acquired())
+		}
+		return at
+	}
+	// The first is acquired: the timer waits for its end, 1.5 s away,
+	// once its acquire's bound passed. Those begun after must not wait
+	// for it.
+	first := begin(true)
+	time.Sleep(2 * acquire)
+	attempts := []*attempt{first}
+	for i := range 6 {
+		attempts = append(attempts, begin(i%2 == 0))
+		time.Sleep(acquire / 4)
+	}
+	cancelled, cancel := a.Begin(t.Context())
+	cancel()
+	<-cancelled.Done()
+	require.ErrorIs(t, cancelled.Err(), context.Canceled)
+
+	ended := make([]time.Time, len(attempts))
+	for i, at := range attempts {
+		ended[i] = <-at.ended
+		require.ErrorIs(t, at.ctx.Err(), context.DeadlineExceeded)
+	}
+	for i, at := range attempts {
+		bound := acquire
+		if at.acquired {
+			bound = total
+		}
+		require.GreaterOrEqual(t, ended[i].Sub(at.begun), bound, "attempt %d ended before its bound", i)
+		if !at.acquired {
+			require.True(t, ended[i].Before(ended[0]), "attempt %d, not acquired, waited for the first's end", i)
+			require.False(t, at.ctx.Acquired(), "attempt %d acquired after its end", i)
+		}
+	}
+	// After its end the Attempts' timer serves new attempts again.
+	again := begin(false)
+	<-again.ctx.Done()
+	require.GreaterOrEqual(t, time.Since(again.begun), acquire)
+}

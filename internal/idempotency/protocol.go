@@ -147,6 +147,8 @@ type Protocol struct {
 	// group, when set, carries the transactions of PlanOneTrip's
 	// operations (UseGroup).
 	group *db.Group
+	// attempts bounds every attempt, by one timer.
+	attempts *db.Attempts
 }
 
 // UseGroup makes the attempts of operations planned by PlanOneTrip travel
@@ -158,6 +160,7 @@ func (p *Protocol) UseGroup(g *db.Group) { p.group = g }
 func NewProtocol(pool *pgxpool.Pool, cfg Config, log zerolog.Logger, now func() time.Time, obs Observer, gate Gate) *Protocol {
 	return &Protocol{pool: pool, cfg: cfg, log: log, now: now, obs: obs, gate: gate, flights: NewFlights(),
 		cache: NewCache(cfg.ReplayCacheBytes), replays: newReplayCounter(),
+		attempts:  db.NewAttempts(cfg.AcquireTimeout, cfg.WriteTimeout),
 		txOptions: []db.PipelineOption{db.WithAcquireTimeout(cfg.AcquireTimeout), db.WithLockTimeout(cfg.LockTimeout)}}
 }
 
@@ -381,9 +384,9 @@ func unavailable(err error, unknown bool) error {
 // nothing is written and the COMMIT commits nothing; the claim's row says
 // why (a record to answer from, or the lock held: errBusy).
 func (p *Protocol) attempt(reqCtx context.Context, r Request) (Answer, error) {
-	// One context and one timer: the pool's wait bounded by the acquire
-	// timeout, then the whole attempt by the write timeout.
-	ctx, cancel := db.NewAttemptContext(reqCtx, p.cfg.AcquireTimeout, p.cfg.WriteTimeout)
+	// One context, and the protocol's one timer: the pool's wait bounded
+	// by the acquire timeout, then the whole attempt by the write timeout.
+	ctx, cancel := p.attempts.Begin(reqCtx)
 	defer cancel()
 	turn, err := p.gate.Turn(ctx, r.Tenant)
 	if err != nil {
