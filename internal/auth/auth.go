@@ -358,7 +358,6 @@ func (a *Authenticator) AuthenticateFrom(ctx context.Context, remoteAddr, header
 	}
 	prefix := tok[:len(tokenScheme)+8]
 	key := sha256.Sum256([]byte(header))
-	addr := addressKey(remoteAddr)
 	now := a.now()
 
 	a.mu.Lock()
@@ -374,6 +373,7 @@ func (a *Authenticator) AuthenticateFrom(ctx context.Context, remoteAddr, header
 		a.negative.Remove(key)
 	}
 	a.mu.Unlock()
+	addr := addressKey(remoteAddr) // past the caches, which need none
 	// Concurrent requests with the same token from the same address (an
 	// agent's first burst after a start, or an attacker's repeats) share
 	// one lookup and one charge to the bucket. The lookup runs on a context
