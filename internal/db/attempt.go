@@ -111,17 +111,17 @@ func NewAttempts(acquireTimeout, timeout time.Duration) *Attempts {
 }
 
 // NewAttemptContext returns an attempt of an Attempts of its own (see
-// Attempts.Begin): one timer for the one attempt.
+// Attempts.Start): one timer for the one attempt.
 func NewAttemptContext(parent context.Context, acquireTimeout, timeout time.Duration) (*AttemptContext, context.CancelFunc) {
-	return NewAttempts(acquireTimeout, timeout).Begin(parent)
+	return NewAttempts(acquireTimeout, timeout).Start(parent)
 }
 
-// Begin returns an attempt's context, which keeps parent's values and none
+// Start returns an attempt's context, which keeps parent's values and none
 // of its cancellation, and its CancelFunc, which the caller must call when
 // the attempt is over — after releasing a Pipeline begun in it: the end of
 // the context cuts the connection of a Pipeline not yet released, which
 // Release then closes.
-func (a *Attempts) Begin(parent context.Context) (*AttemptContext, context.CancelFunc) {
+func (a *Attempts) Start(parent context.Context) (*AttemptContext, context.CancelFunc) {
 	// parent is kept for its values only: Done, Err and AfterFunc are
 	// this context's own, and the context package, which finds a
 	// cancelable parent by its Done channel, never takes parent's for

@@ -161,7 +161,7 @@ func TestAttemptsEndEachAtItsBound(t *testing.T) {
 		ended    chan time.Time
 	}
 	begin := func(acquired bool) *attempt {
-		ctx, cancel := a.Begin(t.Context())
+		ctx, cancel := a.Start(t.Context())
 		t.Cleanup(cancel)
 		at := &attempt{ctx: ctx, begun: time.Now(), acquired: acquired, ended: make(chan time.Time, 1)}
 		context.AfterFunc(ctx, func() { at.ended <- time.Now() })
@@ -180,7 +180,7 @@ func TestAttemptsEndEachAtItsBound(t *testing.T) {
 		attempts = append(attempts, begin(i%2 == 0))
 		time.Sleep(acquire / 4)
 	}
-	cancelled, cancel := a.Begin(t.Context())
+	cancelled, cancel := a.Start(t.Context())
 	cancel()
 	<-cancelled.Done()
 	require.ErrorIs(t, cancelled.Err(), context.Canceled)

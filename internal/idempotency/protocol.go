@@ -386,7 +386,7 @@ func unavailable(err error, unknown bool) error {
 func (p *Protocol) attempt(reqCtx context.Context, r Request) (Answer, error) {
 	// One context, and the protocol's one timer: the pool's wait bounded
 	// by the acquire timeout, then the whole attempt by the write timeout.
-	ctx, cancel := p.attempts.Begin(reqCtx)
+	ctx, cancel := p.attempts.Start(reqCtx)
 	defer cancel()
 	turn, err := p.gate.Turn(ctx, r.Tenant)
 	if err != nil {
