@@ -15,7 +15,7 @@ import (
 // deadline for the attempt and another for the acquire; the timer each
 // made woke the scheduler's poller, 5 % of a create's CPU (issue 29), and
 // the one timer of an attempt still cost 2 allocations and 2.5 µs of it:
-// the Attempts that begin attempts of the same timeouts keep one timer for
+// the Attempts that start attempts of the same timeouts keep one timer for
 // all of them.
 //
 // It reports no Deadline: the deadline moves once, which a Context's

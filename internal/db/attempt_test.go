@@ -146,9 +146,9 @@ func TestPipelineAfterItsAttemptEndedIsNotPooled(t *testing.T) {
 }
 
 // Attempts of one Attempts end each at its own bound by their one timer:
-// one not handed a connection at its acquire's bound — also one begun
+// one not handed a connection at its acquire's bound — also one started
 // while the timer waits for a later end — one handed it at its own end and
-// not at the acquire's, one cancelled at once, whichever order they began
+// not at the acquire's, one cancelled at once, whichever order they started
 // and were acquired in, and none before its bound.
 func TestAttemptsEndEachAtItsBound(t *testing.T) {
 	t.Parallel()
@@ -156,14 +156,14 @@ func TestAttemptsEndEachAtItsBound(t *testing.T) {
 	a := db.NewAttempts(acquire, total)
 	type attempt struct {
 		ctx      *db.AttemptContext
-		begun    time.Time
+		started  time.Time
 		acquired bool
 		ended    chan time.Time
 	}
-	begin := func(acquired bool) *attempt {
+	start := func(acquired bool) *attempt {
 		ctx, cancel := a.Start(t.Context())
 		t.Cleanup(cancel)
-		at := &attempt{ctx: ctx, begun: time.Now(), acquired: acquired, ended: make(chan time.Time, 1)}
+		at := &attempt{ctx: ctx, started: time.Now(), acquired: acquired, ended: make(chan time.Time, 1)}
 		context.AfterFunc(ctx, func() { at.ended <- time.Now() })
 		if acquired {
 			require.True(t, ctx.Acquired())
@@ -171,13 +171,13 @@ func TestAttemptsEndEachAtItsBound(t *testing.T) {
 		return at
 	}
 	// The first is acquired: the timer waits for its end, 1.5 s away,
-	// once its acquire's bound passed. Those begun after must not wait
+	// once its acquire's bound passed. Those started after must not wait
 	// for it.
-	first := begin(true)
+	first := start(true)
 	time.Sleep(2 * acquire)
 	attempts := []*attempt{first}
 	for i := range 6 {
-		attempts = append(attempts, begin(i%2 == 0))
+		attempts = append(attempts, start(i%2 == 0))
 		time.Sleep(acquire / 4)
 	}
 	cancelled, cancel := a.Start(t.Context())
@@ -195,14 +195,14 @@ func TestAttemptsEndEachAtItsBound(t *testing.T) {
 		if at.acquired {
 			bound = total
 		}
-		require.GreaterOrEqual(t, ended[i].Sub(at.begun), bound, "attempt %d ended before its bound", i)
+		require.GreaterOrEqual(t, ended[i].Sub(at.started), bound, "attempt %d ended before its bound", i)
 		if !at.acquired {
 			require.True(t, ended[i].Before(ended[0]), "attempt %d, not acquired, waited for the first's end", i)
 			require.False(t, at.ctx.Acquired(), "attempt %d acquired after its end", i)
 		}
 	}
 	// After its end the Attempts' timer serves new attempts again.
-	again := begin(false)
+	again := start(false)
 	<-again.ctx.Done()
-	require.GreaterOrEqual(t, time.Since(again.begun), acquire)
+	require.GreaterOrEqual(t, time.Since(again.started), acquire)
 }
